@@ -1,0 +1,347 @@
+"""``dblog``: run the worker, check a source, and create and steer dumps.
+
+Every command reads the worker's configuration file (``--config``, or the
+``DBLOG_CONFIG`` environment variable). Requests go to Redis; the running worker
+picks them up. Exit status: 0 success, 1 the thing asked about failed (a problem
+found, a dump failed), 2 the command was refused (bad input, unknown request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from dblog_worker import __version__
+from dblog_worker import config as config_module
+from dblog_worker.config import Config
+from dblog_worker.errors import DblogError, RequestRejected, TerminalError
+from dblog_worker.pg.source import PgSource
+from dblog_worker.requests import (
+    DEFAULT_CHUNK_SIZE,
+    DumpKind,
+    DumpRequest,
+    RequestState,
+    TableProgress,
+    parse_keys,
+)
+from dblog_worker.state import StateStore
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = config_module.load(args.config)
+        result: int = args.handler(config, args)
+        return result
+    except RequestRejected as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 2
+    except DblogError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, TerminalError) else 3
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dblog", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"dblog {__version__}")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    def command(name: str, handler: object, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument("--config", "-c", default=os.environ.get("DBLOG_CONFIG"),
+                         required="DBLOG_CONFIG" not in os.environ,
+                         help="worker configuration file (default: $DBLOG_CONFIG)")
+        sub.set_defaults(handler=handler)
+        return sub
+
+    run = command("run", _run, "run the capture worker")
+    run.add_argument("--adopt-slot", action="store_true",
+                     help="continue from an existing slot when Redis has no checkpoint")
+    run.add_argument("--log-format", choices=["text", "json"], default="text")
+    run.add_argument("--log-level", default="INFO")
+
+    command("preflight", _preflight, "check the source's settings; print the fixes")
+
+    dump = command("dump", _dump, "request a dump: all tables, some tables, or some keys")
+    scope = dump.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--all", action="store_true", help="every captured table")
+    scope.add_argument("--table", "-t", action="append", dest="tables", metavar="SCHEMA.TABLE",
+                       help="a table to dump (repeat for several)")
+    keys = dump.add_mutually_exclusive_group()
+    keys.add_argument("--keys", help='primary keys as JSON: [1,2] or [[1,"a"],[2,"b"]]')
+    keys.add_argument("--keys-file", type=Path, help="a file with the keys as JSON")
+    dump.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
+    dump.add_argument("--delay-ms", type=int, default=0, help="pause between chunks")
+    dump.add_argument("--client-token", help="idempotency token: the same token, one request")
+    dump.add_argument("--wait", action="store_true", help="show progress until it ends")
+    dump.add_argument("--json", action="store_true")
+
+    listing = command("list", _list, "list dump requests")
+    listing.add_argument("--active", action="store_true", help="only requests not finished")
+    listing.add_argument("--json", action="store_true")
+
+    show = command("show", _show, "show one request with its progress")
+    show.add_argument("id")
+    show.add_argument("--json", action="store_true")
+
+    wait = command("wait", _wait, "show a request's progress until it ends")
+    wait.add_argument("id")
+    wait.add_argument("--timeout", type=float, default=0, help="give up after seconds (0: never)")
+
+    for name, target in (("pause", RequestState.PAUSED), ("resume", RequestState.RUNNING),
+                         ("cancel", RequestState.CANCELLED)):
+        sub = command(name, _control, f"{name} a dump request")
+        sub.add_argument("id")
+        sub.set_defaults(target=target)
+
+    knobs = command("set", _set, "change chunk size and/or delay of a dump that runs")
+    knobs.add_argument("id")
+    knobs.add_argument("--chunk-size", type=int)
+    knobs.add_argument("--delay-ms", type=int)
+
+    status = command("status", _status, "show what the worker is doing")
+    status.add_argument("--json", action="store_true")
+
+    reset = command("reset", _reset, "forget the checkpoint, to start capture anew")
+    reset.add_argument("--yes", action="store_true", help="really do it")
+    return parser
+
+
+def _state(config: Config) -> StateStore:
+    return StateStore(config.redis_url, config.source.name)
+
+
+# -- commands -------------------------------------------------------------------
+
+
+def _run(config: Config, args: argparse.Namespace) -> int:
+    from dblog_worker.logs import setup_logging
+    from dblog_worker.worker import Worker
+
+    setup_logging(args.log_format, args.log_level)
+    Worker(config, adopt_slot=args.adopt_slot).run_forever()
+    return 0
+
+
+def _preflight(config: Config, args: argparse.Namespace) -> int:
+    source = PgSource(config.source, lambda table, schema: 0)
+    source.connect()
+    try:
+        problems = source.preflight()
+    finally:
+        source.close()
+    if not problems:
+        print(f"source {config.source.name} ({config.source.safe_dsn()}) is ready: "
+              f"{len(config.source.tables)} table(s)")
+        return 0
+    print(f"source {config.source.name}: {len(problems)} problem(s)")
+    for problem in problems:
+        print(f"- {problem.what}\n  fix: {problem.fix}")
+    return 1
+
+
+def _dump(config: Config, args: argparse.Namespace) -> int:
+    tables: list[str] = list(config.source.tables) if args.all else list(dict.fromkeys(args.tables))
+    raw_keys = args.keys
+    if args.keys_file is not None:
+        try:
+            raw_keys = args.keys_file.read_text()
+        except OSError as exc:
+            raise RequestRejected(f"cannot read the keys file: {exc}") from None
+    kind = DumpKind.ALL if args.all else DumpKind.TABLES
+    source = PgSource(config.source, lambda table, schema: 0)
+    source.connect()
+    try:
+        for table in tables:
+            source.key_arity(table)  # refuses tables not captured, gone, or without a key
+        keys = []
+        if raw_keys is not None:
+            if len(tables) != 1:
+                raise RequestRejected("a primary-key dump names exactly one table")
+            try:
+                parsed = json.loads(raw_keys)
+            except json.JSONDecodeError as exc:
+                raise RequestRejected(f"keys are not valid JSON: {exc}") from None
+            keys = parse_keys(parsed, source.key_arity(tables[0]))
+            source.check_keys(tables[0], keys)
+            kind = DumpKind.KEYS
+    finally:
+        source.close()
+    state = _state(config)
+    request = state.create_request(kind, tables, chunk_size=args.chunk_size,
+                                   delay_ms=args.delay_ms, keys=keys,
+                                   client_token=args.client_token)
+    if args.json:
+        print(json.dumps(_request_json(request, {})))
+    else:
+        print(f"{request.id} {request.state.value}: {request.kind.value} "
+              f"{', '.join(request.tables)}" + (f" ({len(keys)} keys)" if keys else ""))
+    if args.wait:
+        return _follow(state, request.id, 0)
+    return 0
+
+
+def _list(config: Config, args: argparse.Namespace) -> int:
+    state = _state(config)
+    requests = state.list_requests(active_only=args.active)
+    if args.json:
+        print(json.dumps([_request_json(r, state.progress(r.id)) for r in requests], indent=2))
+        return 0
+    rows = [("ID", "STATE", "KIND", "TABLES", "ROWS", "CHUNK", "DELAY", "CREATED")]
+    for request in requests:
+        progress = state.progress(request.id)
+        rows.append((
+            request.id, request.state.value, request.kind.value,
+            _done_tables(request, progress), str(sum(p.rows for p in progress.values())),
+            str(request.chunk_size), f"{request.delay_ms}ms",
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(request.created_at)),
+        ))
+    print(_table(rows))
+    return 0
+
+
+def _show(config: Config, args: argparse.Namespace) -> int:
+    state = _state(config)
+    request = state.get_request(args.id)
+    progress = state.progress(request.id)
+    if args.json:
+        document = _request_json(request, progress)
+        if request.kind is DumpKind.KEYS:
+            document["missing_keys"] = [list(k) for k in state.missing_keys(request.id)]
+        print(json.dumps(document, indent=2))
+        return 0
+    print(f"{request.id}: {request.state.value} ({request.kind.value}), chunk size "
+          f"{request.chunk_size}, delay {request.delay_ms} ms")
+    if request.error:
+        print(f"error: {request.error}")
+    rows = [("TABLE", "STATE", "CHUNKS", "SELECTED", "ROWS", "DROPPED", "MISSING", "LAST KEY")]
+    for table in request.tables:
+        p = progress.get(table) or TableProgress(table)
+        rows.append((table, "done" if p.done else ("running" if p.started or p.chunks else
+                                                   "pending"),
+                     str(p.chunks), str(p.selected), str(p.rows), str(p.dropped), str(p.missing),
+                     json.dumps(p.last_key) if p.last_key else "-"))
+    print(_table(rows))
+    return 0
+
+
+def _wait(config: Config, args: argparse.Namespace) -> int:
+    return _follow(_state(config), args.id, args.timeout)
+
+
+def _follow(state: StateStore, request_id: str, timeout: float) -> int:
+    """Print progress until the request ends: 0 if it completed, 1 otherwise."""
+    started = time.monotonic()
+    last_line = ""
+    interactive = sys.stdout.isatty()
+    while True:
+        request = state.get_request(request_id)
+        progress = state.progress(request_id)
+        rows = sum(p.rows for p in progress.values())
+        line = (f"{request.id} {request.state.value}: tables {_done_tables(request, progress)}, "
+                f"{rows} rows, {sum(p.chunks for p in progress.values())} chunks")
+        if line != last_line:
+            print(("\r" + line) if interactive else line, end="" if interactive else "\n",
+                  flush=True)
+            last_line = line
+        if request.state.terminal:
+            if interactive:
+                print()
+            if request.error:
+                print(f"{request.id} {request.state.value}: {request.error}", file=sys.stderr)
+            return 0 if request.state is RequestState.COMPLETED else 1
+        if timeout and time.monotonic() - started > timeout:
+            print(f"\n{request.id} still {request.state.value} after {timeout} s",
+                  file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+
+
+def _control(config: Config, args: argparse.Namespace) -> int:
+    state = _state(config)
+    previous = state.transition(args.id, args.target)
+    print(f"{args.id}: {previous.value} -> {args.target.value}")
+    return 0
+
+
+def _set(config: Config, args: argparse.Namespace) -> int:
+    request = _state(config).set_knobs(args.id, chunk_size=args.chunk_size,
+                                       delay_ms=args.delay_ms)
+    print(f"{request.id}: chunk size {request.chunk_size}, delay {request.delay_ms} ms")
+    return 0
+
+
+def _status(config: Config, args: argparse.Namespace) -> int:
+    state = _state(config)
+    status = state.status()
+    document = {"source": config.source.name, "checkpoint": state.checkpoint(), "worker": status}
+    if args.json:
+        print(json.dumps(document, indent=2))
+        return 0
+    print(f"source {config.source.name}: checkpoint {document['checkpoint'] or '-'}")
+    if not status:
+        print("no worker has reported yet")
+        return 0
+    age = time.time() - float(status.get("updated_at", "0"))
+    print(f"worker pid {status.get('pid')} on {status.get('host')}, last report {age:.1f} s ago")
+    for name in ("checkpoint", "lag_bytes", "window", "windows", "active_request",
+                 "events_emitted", "events_replayed"):
+        print(f"  {name}: {status.get(name) or '-'}")
+    return 0
+
+
+def _reset(config: Config, args: argparse.Namespace) -> int:
+    if not args.yes:
+        raise RequestRejected(
+            "reset forgets the checkpoint: the worker then starts from a new slot position, "
+            "and changes in between are not captured. Repeat with --yes, then request "
+            "`dblog dump --all`."
+        )
+    state = _state(config)
+    state.redis.delete(state.key("checkpoint"))
+    print(f"checkpoint of source {config.source.name} forgotten; drop the slot with "
+          f"SELECT pg_drop_replication_slot('{config.source.slot}'); if it still exists")
+    return 0
+
+
+# -- formatting -------------------------------------------------------------------
+
+
+def _done_tables(request: DumpRequest, progress: dict[str, TableProgress]) -> str:
+    done = sum(1 for t in request.tables if (p := progress.get(t)) is not None and p.done)
+    return f"{done}/{len(request.tables)}"
+
+
+def _request_json(request: DumpRequest, progress: dict[str, TableProgress]) -> dict[str, object]:
+    return {
+        "id": request.id,
+        "state": request.state.value,
+        "kind": request.kind.value,
+        "tables": list(request.tables),
+        "chunk_size": request.chunk_size,
+        "delay_ms": request.delay_ms,
+        "key_count": request.key_count,
+        "created_at": request.created_at,
+        "updated_at": request.updated_at,
+        "error": request.error,
+        "progress": {t: json.loads(p.to_json()) for t, p in progress.items()},
+    }
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)
+
+
+if __name__ == "__main__":
+    logging.basicConfig()
+    sys.exit(main())

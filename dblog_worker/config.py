@@ -1,0 +1,163 @@
+"""The worker's configuration: one TOML file, secrets from the environment.
+
+::
+
+    [source]
+    name = "shop"                       # names the Redis prefix, landing folder, slot
+    kind = "postgresql"
+    dsn = "host=db port=5432 dbname=shop user=dblog"
+    password_env = "SHOP_DB_PASSWORD"   # optional: the password, from the environment
+    tables = ["public.orders", "public.customers"]
+
+    [redis]
+    url = "redis://127.0.0.1:6379/0"    # or url_env = "DBLOG_REDIS_URL"
+
+    [landing]
+    path = "/var/lib/dblog/landing"
+
+Every option with its default is in ``docs/configuration.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from dblog_worker.errors import ConfigError
+
+NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    name: str
+    kind: str
+    dsn: str = field(repr=False)
+    tables: tuple[str, ...]
+    slot: str
+    publication: str
+
+    def safe_dsn(self) -> str:
+        """The DSN with any password removed: the only form that may be logged."""
+        return redact_dsn(self.dsn)
+
+
+@dataclass(frozen=True)
+class Config:
+    source: SourceConfig
+    redis_url: str = field(repr=False)
+    landing_path: Path
+    flush_interval_s: float = 1.0
+    flush_max_events: int = 50_000
+    heartbeat_interval_s: float = 10.0
+    status_interval_s: float = 1.0
+    control_interval_s: float = 0.2
+    reconnect_max_s: float = 30.0
+
+
+def redact_dsn(dsn: str) -> str:
+    try:
+        params = conninfo_to_dict(dsn)
+    except Exception:
+        return "<unparseable dsn>"
+    return make_conninfo("", **{k: v for k, v in params.items() if k != "password"})
+
+
+def load(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if environ is None else environ
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"configuration file {path} is not valid TOML: {exc}") from None
+    return parse(data, env)
+
+
+def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
+    source = _table(data, "source")
+    name = _str(source, "source.name")
+    if not NAME.match(name):
+        raise ConfigError(
+            f"source.name {name!r} must be 1-40 characters of a-z, 0-9 and _, starting "
+            "with a letter (it names the replication slot and the Redis keys)"
+        )
+    kind = source.get("kind", "postgresql")
+    if kind != "postgresql":
+        raise ConfigError(f"source.kind {kind!r} is not supported; use \"postgresql\"")
+    dsn = _secret(source, "dsn", env, "source.dsn")
+    password_env = source.get("password_env")
+    if password_env is not None:
+        if password_env not in env:
+            raise ConfigError(f"source.password_env names {password_env}, which is not set")
+        dsn = make_conninfo(dsn, password=env[password_env])
+    try:
+        conninfo_to_dict(dsn)
+    except Exception as exc:
+        raise ConfigError(f"source.dsn is not a valid libpq connection string: {exc}") from None
+    tables = source.get("tables")
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, str) for t in tables):
+        raise ConfigError('source.tables must be a non-empty list like ["public.orders"]')
+    for table in tables:
+        if "." not in table:
+            raise ConfigError(f"source.tables: {table!r} must be schema-qualified: schema.table")
+    redis_section = _table(data, "redis")
+    landing = _table(data, "landing")
+    worker = data.get("worker", {})
+    return Config(
+        source=SourceConfig(
+            name=name,
+            kind=kind,
+            dsn=dsn,
+            tables=tuple(dict.fromkeys(tables)),
+            slot=str(source.get("slot", f"dblog_{name}")),
+            publication=str(source.get("publication", f"dblog_{name}")),
+        ),
+        redis_url=_secret(redis_section, "url", env, "redis.url"),
+        landing_path=Path(_str(landing, "landing.path")),
+        flush_interval_s=_number(landing, "flush_interval_s", 1.0, 0.01, 60),
+        flush_max_events=int(_number(landing, "flush_max_events", 50_000, 1, 10_000_000)),
+        heartbeat_interval_s=_number(worker, "heartbeat_interval_s", 10.0, 0.1, 3600),
+        status_interval_s=_number(worker, "status_interval_s", 1.0, 0.1, 60),
+        control_interval_s=_number(worker, "control_interval_s", 0.2, 0.01, 10),
+        reconnect_max_s=_number(worker, "reconnect_max_s", 30.0, 0.1, 600),
+    )
+
+
+def _table(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    section = data.get(name)
+    if not isinstance(section, dict):
+        raise ConfigError(f"the configuration needs a [{name}] section")
+    return section
+
+
+def _str(section: Mapping[str, Any], dotted: str) -> str:
+    value = section.get(dotted.split(".")[-1])
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{dotted} must be a non-empty string")
+    return value
+
+
+def _secret(section: Mapping[str, Any], key: str, env: Mapping[str, str], dotted: str) -> str:
+    """``key`` in the file, or ``key_env`` naming an environment variable that holds it."""
+    env_name = section.get(f"{key}_env")
+    if env_name is not None:
+        if env_name not in env:
+            raise ConfigError(f"{dotted}_env names {env_name}, which is not set")
+        return env[env_name]
+    return _str(section, dotted)
+
+
+def _number(section: Mapping[str, Any], key: str, default: float, low: float,
+            high: float) -> float:
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ConfigError(f"{key} must be a number from {low} to {high}, got {value!r}")
+    return float(value)

@@ -1,0 +1,116 @@
+"""The running dump: which chunk comes next, and what a closed window changes.
+
+A dump walks its tables in order. A table dump captures the table's largest key
+once (the upper bound), then reads chunks of keys after the last completed key up
+to that bound, until a chunk comes back short. A primary-key dump reads its keys in
+batches of the chunk size. Progress changes only when a window closes, and is
+saved to Redis only after the window's rows are durable (``take_unsaved``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dblog_worker.requests import DumpKind, DumpRequest, KeyTexts, RequestState, TableProgress
+from dblog_worker.window import WindowClosed
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPlan:
+    """What the next window reads."""
+
+    table: str
+    limit: int
+    after: KeyTexts | None = None  # table dumps: the last completed key
+    upper: KeyTexts | None = None  # table dumps: the upper bound
+    key_index: int = 0  # primary-key dumps: index of the batch's first key
+
+
+@dataclass(slots=True)
+class WindowRead:
+    """What the open window selected; applied to progress when it closes."""
+
+    plan: ChunkPlan
+    selected: int
+    last_key: KeyTexts | None
+    keys_read: int = 0
+    missing: list[KeyTexts] = field(default_factory=list)
+    failure: str | None = None
+
+
+class ActiveDump:
+    def __init__(self, request: DumpRequest, progress: dict[str, TableProgress]) -> None:
+        self.request = request
+        self.progress = {t: progress.get(t) or TableProgress(t) for t in request.tables}
+        self.next_window_at = 0.0
+        self.open_read: WindowRead | None = None
+        self.failure: str | None = None
+        self._unsaved: set[str] = set(request.tables)
+        self._missing: list[KeyTexts] = []
+
+    @property
+    def id(self) -> str:
+        return self.request.id
+
+    @property
+    def runnable(self) -> bool:
+        return self.request.state is RequestState.RUNNING and self.failure is None
+
+    @property
+    def finished(self) -> bool:
+        return all(p.done for p in self.progress.values())
+
+    def current_table(self) -> TableProgress | None:
+        return next((p for p in self.progress.values() if not p.done), None)
+
+    def set_upper_bound(self, table: TableProgress, upper: KeyTexts | None) -> None:
+        table.started = True
+        table.upper_bound = None if upper is None else list(upper)
+        if upper is None:
+            table.done = True
+        self._unsaved.add(table.table)
+
+    def plan(self) -> ChunkPlan | None:
+        """The next chunk to read, or None when the current table needs its upper bound."""
+        table = self.current_table()
+        if table is None:
+            return None
+        limit = self.request.chunk_size
+        if self.request.kind is DumpKind.KEYS:
+            return ChunkPlan(table.table, limit, key_index=table.next_key_index)
+        if not table.started or table.upper_bound is None:
+            return None
+        after = None if table.last_key is None else tuple(table.last_key)
+        return ChunkPlan(table.table, limit, after=after, upper=tuple(table.upper_bound))
+
+    def window_closed(self, closed: WindowClosed, now: float) -> None:
+        read = self.open_read
+        self.open_read = None
+        if read is None or closed.dump_id != self.id:
+            return
+        table = self.progress[read.plan.table]
+        table.chunks += 1
+        table.selected += closed.selected
+        table.rows += len(closed.events)
+        table.dropped += closed.dropped
+        if read.failure is not None:
+            self.failure = read.failure
+        elif self.request.kind is DumpKind.KEYS:
+            table.next_key_index += read.keys_read
+            table.missing += len(read.missing)
+            self._missing.extend(read.missing)
+            table.done = table.next_key_index >= self.request.key_count
+        else:
+            if read.last_key is not None:
+                table.last_key = list(read.last_key)
+            table.done = read.selected < read.plan.limit
+        self._unsaved.add(table.table)
+        self.next_window_at = now + self.request.delay_ms / 1000
+
+    def take_unsaved(self) -> tuple[list[TableProgress], list[KeyTexts]]:
+        """Progress and missing keys changed since the last save; call after a flush."""
+        tables = [self.progress[t] for t in self.request.tables if t in self._unsaved]
+        missing = self._missing
+        self._unsaved = set()
+        self._missing = []
+        return tables, missing

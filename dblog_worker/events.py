@@ -1,0 +1,57 @@
+"""The values that flow through the worker: change events, watermarks, windows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from dblog_worker.position import Position
+
+
+class Op(StrEnum):
+    CREATE = "c"
+    UPDATE = "u"
+    DELETE = "d"
+    READ = "r"  # a row read by a dump chunk
+    TRUNCATE = "t"
+
+
+class Origin(StrEnum):
+    LOG = "log"
+    DUMP = "dump"
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """One output event.
+
+    ``key`` is the canonical JSON array of the primary-key values and ``after`` /
+    ``before`` the canonical JSON objects of the row images (see
+    :mod:`dblog_worker.values`); a truncate has neither key nor images.
+    """
+
+    table: str
+    op: Op
+    position: Position
+    key: str | None
+    after: str | None
+    before: str | None
+    origin: Origin
+    commit_ts_us: int
+    schema_version: int
+    dump_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """A write to the watermark table, as read back from the log."""
+
+    token: str
+    position: Position
+    commit_ts_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRow:
+    key: str
+    after: str

@@ -1,0 +1,372 @@
+"""The PostgreSQL source: pgoutput log, watermark table, keyset chunk reads.
+
+Two connections: the replication stream, and one autocommit connection for the
+catalog, watermark and heartbeat writes, and chunk SELECTs (single statements at
+read committed: non-stale reads, no locks). Both use the same session settings,
+so the log and the chunks print values identically (see :mod:`dblog_worker.values`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from dblog_worker.config import SourceConfig
+from dblog_worker.errors import (
+    ConfigError,
+    DumpFailed,
+    LogGone,
+    RequestRejected,
+    SourceUnavailable,
+)
+from dblog_worker.events import ChunkRow
+from dblog_worker.pg import catalog, queries
+from dblog_worker.pg import pgoutput as pg
+from dblog_worker.pg.catalog import SCHEMA, TableInfo
+from dblog_worker.pg.stream import ReplicationStream
+from dblog_worker.pg.translate import Checkpoint, LogItem, LogTranslator, RelationKind, RelationView
+from dblog_worker.requests import KeyTexts
+from dblog_worker.source import Chunk, KeysChunk
+from dblog_worker.values import PgType, RowCodec, libpq_options
+
+log = logging.getLogger(__name__)
+
+SchemaVersion = Callable[[str, Mapping[str, object]], int]
+TextRow = tuple[str | None, ...]
+
+SETUP_SQL = (
+    f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}",
+    f"CREATE TABLE IF NOT EXISTS {SCHEMA}.watermark "
+    "(source text PRIMARY KEY, value text NOT NULL, written_at timestamptz NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {SCHEMA}.heartbeat "
+    "(source text PRIMARY KEY, beat_at timestamptz NOT NULL)",
+)
+
+
+@contextmanager
+def _connection_errors(what: str) -> Iterator[None]:
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        raise SourceUnavailable(f"{what}: the source database is unreachable: {exc}") from exc
+
+
+class _Table:
+    """A captured table: catalog description, codec, schema version."""
+
+    __slots__ = ("codec", "info", "key_positions", "version")
+
+    def __init__(self, info: TableInfo, codec: RowCodec, version: int) -> None:
+        self.info = info
+        self.codec = codec
+        self.version = version
+        self.key_positions = tuple(info.columns.index(k) for k in info.key_columns)
+
+
+def schema_document(info_columns: Sequence[tuple[str, int]], key: Sequence[str],
+                    types: Mapping[int, PgType]) -> dict[str, object]:
+    """The schema of one table version, as the landing zone records it."""
+    return {
+        "columns": [
+            {"name": name, "type": types[oid].name if oid in types else str(oid),
+             "type_oid": oid}
+            for name, oid in info_columns
+        ],
+        "key": list(key),
+    }
+
+
+class PgSource:
+    """One PostgreSQL database, as the worker sees it."""
+
+    def __init__(self, config: SourceConfig, schema_version: SchemaVersion) -> None:
+        self.config = config
+        self.name = config.name
+        self._schema_version = schema_version
+        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._types: dict[int, PgType] = catalog.builtin_types()
+        self._tables: dict[str, _Table] = {}
+        self._stream: ReplicationStream | None = None
+        self.translator = LogTranslator(config.name, self._describe)
+
+    # -- connection and checks ------------------------------------------------
+
+    def connect(self) -> None:
+        with _connection_errors("connecting"):
+            self._conn = psycopg.connect(
+                self.config.dsn, autocommit=True, options=libpq_options(),
+                application_name=f"dblog-{self.name}",
+            )
+
+    @property
+    def conn(self) -> psycopg.Connection[tuple[Any, ...]]:
+        if self._conn is None or self._conn.closed:
+            raise SourceUnavailable("not connected to the source database")
+        return self._conn
+
+    def tables(self) -> Sequence[str]:
+        return self.config.tables
+
+    def preflight(self) -> list[catalog.Problem]:
+        """Every problem that stops capture, each with its fix. Changes nothing."""
+        with _connection_errors("preflight"):
+            problems = catalog.server_problems(self.conn)
+            infos = []
+            for table in self.config.tables:
+                info = catalog.load_table(self.conn, table)
+                problems += catalog.table_problems(info, table)
+                if info is not None:
+                    infos.append(info)
+            problems += catalog.privilege_problems(self.conn, infos)
+            problems += catalog.slot_problems(self.conn, self.config.slot)
+        return problems
+
+    def setup(self) -> int | None:
+        """Create what capture needs; returns the new slot's LSN if the slot was created now."""
+        problems = self.preflight()
+        if problems:
+            raise ConfigError(
+                "the source is not ready for capture:\n"
+                + "\n".join(f"- {p.what}\n  fix: {p.fix}" for p in problems)
+            )
+        with _connection_errors("setup"):
+            conn = self.conn
+            for statement in SETUP_SQL:
+                conn.execute(statement.encode())
+            conn.execute(
+                f"INSERT INTO {SCHEMA}.watermark (source, value, written_at) "
+                "VALUES (%s, '', now()) ON CONFLICT (source) DO NOTHING",
+                (self.name,),
+            )
+            self._sync_publication()
+            for table in self.config.tables:
+                self._load(table)
+            row = conn.execute(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.config.slot,)
+            ).fetchone()
+            if row is not None:
+                return None
+            created = conn.execute(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
+                (self.config.slot,),
+            ).fetchone()
+            assert created is not None
+            log.info("created replication slot %s at %s", self.config.slot, created[0])
+            return pg.parse_lsn(str(created[0]))
+
+    def slot_exists(self) -> bool:
+        with _connection_errors("reading the slot"):
+            return self.conn.execute(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.config.slot,)
+            ).fetchone() is not None
+
+    def _sync_publication(self) -> None:
+        wanted = {(SCHEMA, "watermark"), (SCHEMA, "heartbeat")} | {
+            catalog.split_table(t) for t in self.config.tables
+        }
+        conn = self.conn
+        exists = conn.execute(
+            "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.config.publication,)
+        ).fetchone()
+        names = ", ".join(queries.qualified(s, n) for s, n in sorted(wanted))
+        publication = queries.quote_ident(self.config.publication)
+        if exists is None:
+            conn.execute(f"CREATE PUBLICATION {publication} FOR TABLE {names}".encode())
+            return
+        current = {
+            (str(s), str(n)) for s, n in conn.execute(
+                queries.publication_tables_sql(), (self.config.publication,)
+            ).fetchall()
+        }
+        if current != wanted:
+            conn.execute(f"ALTER PUBLICATION {publication} SET TABLE {names}".encode())
+
+    # -- the log --------------------------------------------------------------
+
+    def start(self, checkpoint: str | None) -> str:
+        """Start the log after ``checkpoint`` (the slot's own position when None)."""
+        if not self.slot_exists():
+            raise LogGone(
+                f"replication slot {self.config.slot} does not exist any more: the log since "
+                f"checkpoint {checkpoint} is gone. Run `dblog reset --config <file>` to start "
+                "capture anew, then `dblog dump --all` to bring the output back in sync"
+            )
+        lsn = pg.parse_lsn(checkpoint) if checkpoint else 0
+        self.translator = LogTranslator(self.name, self._describe)
+        self._stream = ReplicationStream(
+            self.config.dsn, self.config.slot, self.config.publication, self.translator
+        )
+        self._stream.start(lsn)
+        return pg.format_lsn(lsn)
+
+    def poll(self, timeout: float, out: list[LogItem]) -> None:
+        assert self._stream is not None
+        self._stream.poll(timeout, out)
+
+    def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
+        return pg.format_lsn(checkpoint.lsn)
+
+    def confirm(self, checkpoint: str) -> None:
+        assert self._stream is not None
+        self._stream.confirm(pg.parse_lsn(checkpoint))
+
+    def lag_bytes(self) -> int:
+        if self._stream is None:
+            return 0
+        return max(0, self._stream.server_wal_end - self._stream.received_lsn)
+
+    def _describe(self, relation: pg.Relation) -> RelationView:
+        table = f"{relation.namespace or 'pg_catalog'}.{relation.name}"
+        names = [c.name for c in relation.columns]
+        if relation.namespace == SCHEMA and relation.name == "watermark":
+            return RelationView(RelationKind.WATERMARK, table,
+                                watermark_columns=(names.index("source"), names.index("value")))
+        if relation.namespace == SCHEMA and relation.name == "heartbeat":
+            return RelationView(RelationKind.HEARTBEAT, table)
+        if table not in self.config.tables:
+            return RelationView(RelationKind.IGNORED, table)
+        captured = self._tables.get(table)
+        if captured is None or captured.info.oid != relation.relation_oid:
+            captured = self._load(table)
+        key = captured.info.key_columns if captured else ()
+        oids = [c.type_oid for c in relation.columns]
+        with _connection_errors("reading the catalog"):
+            self._types = catalog.load_types(self.conn, oids, self._types)
+        codec = RowCodec(names, oids, key, self._types)
+        version = self._schema_version(
+            table, schema_document(list(zip(names, oids, strict=True)), key, self._types)
+        )
+        return RelationView(RelationKind.CAPTURED, table, codec, version,
+                            full_identity=relation.replica_identity == "f")
+
+    # -- watermarks -----------------------------------------------------------
+
+    def write_watermark(self, token: str) -> None:
+        with _connection_errors("writing a watermark"):
+            self.conn.execute(
+                f"UPDATE {SCHEMA}.watermark SET value = %s, written_at = now() WHERE source = %s",
+                (token, self.name),
+            )
+
+    def heartbeat(self) -> None:
+        with _connection_errors("writing a heartbeat"):
+            self.conn.execute(
+                f"INSERT INTO {SCHEMA}.heartbeat (source, beat_at) VALUES (%s, now()) "
+                "ON CONFLICT (source) DO UPDATE SET beat_at = excluded.beat_at",
+                (self.name,),
+            )
+
+    # -- chunks ---------------------------------------------------------------
+
+    def _load(self, table: str) -> _Table:
+        with _connection_errors("reading the catalog"):
+            info = catalog.load_table(self.conn, table)
+            if info is None or not info.key_columns:
+                raise DumpFailed(
+                    f"table {table} " + ("does not exist any more" if info is None
+                                         else "has no primary key")
+                )
+            self._types = catalog.load_types(self.conn, info.type_oids, self._types)
+        codec = RowCodec(info.columns, info.type_oids, info.key_columns, self._types)
+        version = self._schema_version(
+            table,
+            schema_document(list(zip(info.columns, info.type_oids, strict=True)),
+                            info.key_columns, self._types),
+        )
+        loaded = _Table(info, codec, version)
+        self._tables[table] = loaded
+        return loaded
+
+    def _table(self, table: str) -> _Table:
+        if table not in self.config.tables:
+            raise RequestRejected(
+                f"table {table} is not captured by source {self.name}; captured: "
+                + ", ".join(self.config.tables)
+            )
+        return self._tables.get(table) or self._load(table)
+
+    def key_arity(self, table: str) -> int:
+        return len(self._table(table).info.key_columns)
+
+    def upper_bound(self, table: str) -> KeyTexts | None:
+        captured = self._table(table)
+        rows = self._select(table, queries.upper_bound_sql(captured.info.shape), ())
+        return None if not rows else tuple(str(v) for v in rows[0])
+
+    def read_chunk(
+        self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int
+    ) -> Chunk:
+        captured = self._load(table)  # the catalog now: a column added since is read too
+        sql = queries.chunk_sql(captured.info.shape, first=after is None)
+        params: list[object] = [*(after or ()), *upper, limit]
+        rows = self._select(table, sql, params)
+        codec = captured.codec
+        chunk = [ChunkRow(codec.key(values), codec.row(values)) for values in rows]
+        last = None if not rows else tuple(str(rows[-1][i]) for i in captured.key_positions)
+        return Chunk(chunk, last, captured.version)
+
+    def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
+        captured = self._load(table)
+        info = captured.info
+        params = queries.key_params(keys, len(info.key_columns))
+        rows = self._select(table, queries.keys_sql(info.shape), params)
+        codec = captured.codec
+        found: dict[str, str] = {}
+        missing: list[KeyTexts] = []
+        for values in rows:
+            index = int(str(values[0])) - 1
+            row = values[1:]
+            if row[captured.key_positions[0]] is None:
+                missing.append(keys[index])
+                continue
+            found.setdefault(codec.key(row), codec.row(row))
+        return KeysChunk([ChunkRow(k, v) for k, v in found.items()], missing, captured.version)
+
+    def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
+        """Refuse keys whose values do not fit the key columns' types."""
+        info = self._table(table).info
+        for i, (column, key_type) in enumerate(zip(info.key_columns, info.key_types,
+                                                   strict=True)):
+            try:
+                with _connection_errors("checking keys"):
+                    self.conn.execute(queries.check_key_values_sql(key_type),
+                                      ([k[i] for k in keys],))
+            except psycopg.errors.DataError as exc:
+                raise RequestRejected(
+                    f"a key value does not fit column {column} ({key_type}) of {table}: "
+                    f"{exc.diag.message_primary}"
+                ) from None
+
+    def _select(self, table: str, sql: str, params: Sequence[object]) -> list[TextRow]:
+        """Run one SELECT; return every cell as PostgreSQL's text output (None for NULL)."""
+        try:
+            with _connection_errors(f"reading {table}"):
+                cursor = self.conn.execute(sql.encode(), params)
+                result = cursor.pgresult
+                assert result is not None
+                width = result.nfields
+                get = result.get_value
+                return [
+                    tuple(None if (v := get(r, c)) is None else v.decode() for c in range(width))
+                    for r in range(result.ntuples)
+                ]
+        except psycopg.errors.UndefinedTable as exc:
+            raise DumpFailed(f"table {table} does not exist any more") from exc
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise DumpFailed(f"the worker may not read {table}: {exc}") from exc
+        except psycopg.errors.UndefinedColumn as exc:
+            raise SourceUnavailable(f"{table} changed while it was read; retrying") from exc
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        if self._conn is not None:
+            with contextlib.suppress(Exception):  # a broken connection may not close cleanly
+                self._conn.close()
+            self._conn = None

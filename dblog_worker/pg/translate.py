@@ -1,0 +1,181 @@
+"""pgoutput messages to what the worker consumes: change events, watermarks, checkpoints.
+
+Pure apart from the ``describe`` callback, which the source answers from the
+catalog when a Relation message names a table for the first time or anew.
+
+Positions: every event of a transaction gets ``(commit LSN, index, 0)``, the index
+counting the events this translator produces in that transaction (a key change
+produces two), so a replay of the same transaction yields the same positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from dblog_worker.errors import ConfigError, ProtocolError
+from dblog_worker.events import ChangeEvent, Op, Origin, Watermark
+from dblog_worker.pg import pgoutput as pg
+from dblog_worker.position import Position
+from dblog_worker.values import RowCodec
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Everything of the log before ``lsn`` has been translated (a transaction boundary)."""
+
+    lsn: int
+
+
+LogItem = ChangeEvent | Watermark | Checkpoint
+
+
+class RelationKind(Enum):
+    CAPTURED = "captured"
+    WATERMARK = "watermark"
+    HEARTBEAT = "heartbeat"
+    IGNORED = "ignored"
+
+
+@dataclass(frozen=True, slots=True)
+class RelationView:
+    """How to translate the rows of one relation (one version of its columns)."""
+
+    kind: RelationKind
+    table: str
+    codec: RowCodec | None = None
+    schema_version: int = 0
+    full_identity: bool = False
+    watermark_columns: tuple[int, int] = (0, 1)  # positions of (source, value)
+
+
+Describe = Callable[[pg.Relation], RelationView]
+
+
+class LogTranslator:
+    """Keeps the open transaction and the relations; turns messages into log items."""
+
+    def __init__(self, source_name: str, describe: Describe) -> None:
+        self.source_name = source_name
+        self._describe = describe
+        self._relations: dict[int, RelationView] = {}
+        self._lsn = 0
+        self._ts = 0
+        self._index = 0
+        self.in_transaction = False
+
+    def translate(self, message: pg.Message, out: list[LogItem]) -> None:
+        if isinstance(message, pg.Insert):
+            view = self._view(message.relation_oid)
+            if view.kind is RelationKind.CAPTURED:
+                self._emit(out, view, Op.CREATE, message.new, None)
+            elif view.kind is RelationKind.WATERMARK:
+                self._watermark(out, view, message.new)
+        elif isinstance(message, pg.Update):
+            view = self._view(message.relation_oid)
+            if view.kind is RelationKind.CAPTURED:
+                self._update(out, view, message)
+            elif view.kind is RelationKind.WATERMARK:
+                self._watermark(out, view, message.new)
+        elif isinstance(message, pg.Delete):
+            view = self._view(message.relation_oid)
+            if view.kind is RelationKind.CAPTURED:
+                self._emit(out, view, Op.DELETE, None, message.old)
+        elif isinstance(message, pg.Begin):
+            self.in_transaction = True
+            self._lsn, self._ts, self._index = message.final_lsn, message.commit_ts_us, 0
+        elif isinstance(message, pg.Commit):
+            self.in_transaction = False
+            out.append(Checkpoint(message.end_lsn))
+        elif isinstance(message, pg.Relation):
+            self._relations[message.relation_oid] = self._describe(message)
+        elif isinstance(message, pg.Truncate):
+            for oid in message.relation_oids:
+                view = self._view(oid)
+                if view.kind is RelationKind.CAPTURED:
+                    self._append(out, view, Op.TRUNCATE, None, None, None)
+
+    def _view(self, oid: int) -> RelationView:
+        try:
+            return self._relations[oid]
+        except KeyError:
+            raise ProtocolError(f"row of relation {oid} before its Relation message") from None
+
+    def _position(self) -> Position:
+        position = Position(self._lsn, self._index)
+        self._index += 1
+        return position
+
+    def _update(self, out: list[LogItem], view: RelationView, message: pg.Update) -> None:
+        assert view.codec is not None
+        new, old = message.new, message.old
+        if old is not None and message.old_is_key_only:
+            old_key = view.codec.key(_texts(old, None, view))
+            new_texts = _texts(new, None, view)
+            if old_key != view.codec.key(new_texts):
+                self._append(out, view, Op.DELETE, old_key, None, None)
+                self._append(out, view, Op.CREATE, view.codec.key(new_texts),
+                             view.codec.row(new_texts), None)
+            else:
+                self._append(out, view, Op.UPDATE, old_key, view.codec.row(new_texts), None)
+            return
+        new_texts = _texts(new, old, view)
+        key = view.codec.key(new_texts)
+        after = view.codec.row(new_texts)
+        if old is None:
+            self._append(out, view, Op.UPDATE, key, after, None)
+            return
+        old_texts = _texts(old, None, view)
+        old_key = view.codec.key(old_texts)
+        before = view.codec.row(old_texts)
+        if old_key == key:
+            self._append(out, view, Op.UPDATE, key, after, before)
+        else:
+            self._append(out, view, Op.DELETE, old_key, None, before)
+            self._append(out, view, Op.CREATE, key, after, None)
+
+    def _emit(
+        self, out: list[LogItem], view: RelationView, op: Op,
+        new: pg.Tuple | None, old: pg.Tuple | None,
+    ) -> None:
+        assert view.codec is not None
+        if new is not None:
+            texts = _texts(new, None, view)
+            self._append(out, view, op, view.codec.key(texts), view.codec.row(texts), None)
+        elif old is not None:
+            texts = _texts(old, None, view)
+            before = view.codec.row(texts) if view.full_identity else None
+            self._append(out, view, op, view.codec.key(texts), None, before)
+
+    def _append(
+        self, out: list[LogItem], view: RelationView, op: Op,
+        key: str | None, after: str | None, before: str | None,
+    ) -> None:
+        out.append(ChangeEvent(
+            view.table, op, self._position(), key, after, before, Origin.LOG, self._ts,
+            view.schema_version,
+        ))
+
+    def _watermark(self, out: list[LogItem], view: RelationView, row: pg.Tuple) -> None:
+        source_at, value_at = view.watermark_columns
+        if row[source_at] == self.source_name and isinstance(row[value_at], str):
+            out.append(Watermark(str(row[value_at]), self._position(), self._ts))
+
+
+def _texts(
+    row: pg.Tuple, old: pg.Tuple | None, view: RelationView
+) -> tuple[str | None, ...]:
+    """Text values of a tuple; an unchanged TOASTed value is taken from the old row."""
+    if pg.UNCHANGED_TOAST not in row:
+        return row  # type: ignore[return-value]
+    if old is None:
+        raise ConfigError(
+            f"an update of {view.table} left a large value out of the log, and no complete "
+            f"old row was sent: run ALTER TABLE {view.table} REPLICA IDENTITY FULL; then "
+            f"request a dump of {view.table} to repair it"
+        )
+    return tuple(
+        o if v is pg.UNCHANGED_TOAST else v  # type: ignore[misc]
+        for v, o in zip(row, old, strict=True)
+    )

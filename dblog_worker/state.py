@@ -1,0 +1,308 @@
+"""Redis, the control plane: checkpoint, dump requests, their progress and knobs.
+
+Layout (every key under ``dblog:v1:<source>:``; ``v1`` is the layout version)::
+
+    meta                      hash   layout version, created_at
+    checkpoint                hash   value (source-specific log position), position, updated_at
+    seq                       int    request number counter
+    requests                  zset   every request id, scored by number
+    active                    zset   ids of the requests not yet terminal, oldest first
+    tokens                    hash   client token -> request id (idempotent creation)
+    request:<id>              hash   the DumpRequest fields
+    request:<id>:keys         list   primary-key dumps: the keys, JSON arrays of texts
+    request:<id>:missing      list   primary-key dumps: keys that did not exist
+    request:<id>:progress     hash   table -> TableProgress JSON
+    worker                    hash   status of the running worker (position, window, ...)
+
+Every state change of a request goes through one Lua script that checks the
+transition against :data:`dblog_worker.requests.TRANSITIONS`, so a user's pause
+and the worker's completion cannot overwrite each other. Redis errors become
+:class:`StateUnavailable` here, at the boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+
+import redis
+
+from dblog_worker.errors import ConfigError, RequestRejected, StateUnavailable
+from dblog_worker.requests import (
+    DumpKind,
+    DumpRequest,
+    KeyTexts,
+    RequestState,
+    TableProgress,
+    check_chunk_size,
+    check_delay_ms,
+    sources_of,
+)
+
+LAYOUT_VERSION = 1
+
+_TRANSITION = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {'missing', ''} end
+for i = 5, #ARGV do
+  if ARGV[i] == state then
+    redis.call('HSET', KEYS[1], 'state', ARGV[1], 'updated_at', ARGV[2])
+    if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[3]) end
+    if ARGV[4] == '1' then redis.call('ZREM', KEYS[2], redis.call('HGET', KEYS[1], 'id')) end
+    return {'ok', state}
+  end
+end
+return {'refused', state}
+"""
+
+_SET_KNOBS = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {'missing', ''} end
+if state == 'completed' or state == 'failed' or state == 'cancelled' then
+  return {'refused', state}
+end
+for i = 1, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+return {'ok', state}
+"""
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else str(value)
+
+
+def _fields(mapping: Mapping[str, str]) -> Any:
+    """A str mapping for redis-py, whose stubs want a wider key type."""
+    return dict(mapping)
+
+
+@contextmanager
+def _redis_errors() -> Iterator[None]:
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise StateUnavailable(f"Redis is unreachable: {exc}") from exc
+
+
+class StateStore:
+    """The Redis state of one source."""
+
+    def __init__(self, url: str, source: str, *, socket_timeout: float = 5.0) -> None:
+        self.source = source
+        self.prefix = f"dblog:v{LAYOUT_VERSION}:{source}:"
+        self.redis: redis.Redis = redis.Redis.from_url(
+            url, decode_responses=True, socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_timeout, health_check_interval=30,
+        )
+        self._transition = self.redis.register_script(_TRANSITION)
+        self._set_knobs = self.redis.register_script(_SET_KNOBS)
+
+    def key(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    def close(self) -> None:
+        self.redis.close()
+
+    # -- layout ---------------------------------------------------------------
+
+    def has_layout(self) -> bool:
+        with _redis_errors():
+            return bool(self.redis.exists(self.key("meta")))
+
+    def ensure_layout(self) -> None:
+        """Create the layout on first use; refuse a layout of another version."""
+        with _redis_errors():
+            self.redis.hsetnx(self.key("meta"), "layout", str(LAYOUT_VERSION))
+            self.redis.hsetnx(self.key("meta"), "created_at", repr(time.time()))
+            found = self.redis.hget(self.key("meta"), "layout")
+        if found != str(LAYOUT_VERSION):
+            raise ConfigError(
+                f"Redis holds state of layout {found!r} for source {self.source!r}; this "
+                f"dblog reads layout {LAYOUT_VERSION}. Upgrade dblog, or use another "
+                "Redis database or source name."
+            )
+
+    # -- checkpoint -----------------------------------------------------------
+
+    def checkpoint(self) -> str | None:
+        with _redis_errors():
+            return cast(str | None, self.redis.hget(self.key("checkpoint"), "value"))
+
+    def save_progress(
+        self,
+        checkpoint: str | None,
+        position: str | None,
+        progress: Mapping[str, Sequence[TableProgress]],
+        missing: Mapping[str, Sequence[KeyTexts]],
+    ) -> None:
+        """Record, in one transaction, what the last durable flush covered."""
+        now = repr(time.time())
+        with _redis_errors():
+            pipe = self.redis.pipeline(transaction=True)
+            if checkpoint is not None:
+                fields = {"value": checkpoint, "updated_at": now}
+                if position is not None:
+                    fields["position"] = position
+                pipe.hset(self.key("checkpoint"), mapping=_fields(fields))
+            for request_id, tables in progress.items():
+                pipe.hset(
+                    self.key("request", request_id, "progress"),
+                    mapping={p.table: p.to_json() for p in tables},
+                )
+            for request_id, keys in missing.items():
+                if keys:
+                    pipe.rpush(self.key("request", request_id, "missing"),
+                               *(json.dumps(list(k)) for k in keys))
+            pipe.execute()
+
+    # -- requests -------------------------------------------------------------
+
+    def create_request(
+        self,
+        kind: DumpKind,
+        tables: Sequence[str],
+        *,
+        chunk_size: int,
+        delay_ms: int,
+        keys: Sequence[KeyTexts] = (),
+        client_token: str | None = None,
+    ) -> DumpRequest:
+        """Queue a request; with a ``client_token`` already used, return that request."""
+        check_chunk_size(chunk_size)
+        check_delay_ms(delay_ms)
+        if not tables:
+            raise RequestRejected("a dump needs at least one table")
+        if kind is DumpKind.KEYS and (len(tables) != 1 or not keys):
+            raise RequestRejected("a primary-key dump names exactly one table and some keys")
+        with _redis_errors():
+            self.ensure_layout()
+            if client_token is not None:
+                existing = self.redis.hget(self.key("tokens"), client_token)
+                if existing is not None:
+                    return self.get_request(_str(existing))
+            number = int(self.redis.incr(self.key("seq")))
+            now = time.time()
+            request = DumpRequest(
+                id=f"dump-{number}", kind=kind, tables=tuple(tables), chunk_size=chunk_size,
+                delay_ms=delay_ms, state=RequestState.QUEUED, created_at=now, updated_at=now,
+                key_count=len(keys), client_token=client_token,
+            )
+            pipe = self.redis.pipeline(transaction=True)
+            if keys:
+                keys_key = self.key("request", request.id, "keys")
+                for start in range(0, len(keys), 10_000):
+                    pipe.rpush(keys_key, *(json.dumps(list(k)) for k in keys[start:start + 10_000]))
+            pipe.hset(self.key("request", request.id), mapping=_fields(request.to_fields()))
+            pipe.zadd(self.key("requests"), {request.id: number})
+            pipe.zadd(self.key("active"), {request.id: number})
+            if client_token is not None:
+                pipe.hsetnx(self.key("tokens"), client_token, request.id)
+            pipe.execute()
+            if client_token is not None:
+                winner = self.redis.hget(self.key("tokens"), client_token)
+                if winner is not None and _str(winner) != request.id:
+                    self.transition(request.id, RequestState.CANCELLED,
+                                    error=f"duplicate of {_str(winner)} (same client token)")
+                    return self.get_request(_str(winner))
+        return request
+
+    def get_request(self, request_id: str) -> DumpRequest:
+        with _redis_errors():
+            fields = cast(dict[str, str], self.redis.hgetall(self.key("request", request_id)))
+        if not fields:
+            raise RequestRejected(
+                f"no dump request {request_id!r} for source {self.source!r}; "
+                "`dblog list` shows the known ones"
+            )
+        return DumpRequest.from_fields(fields)
+
+    def list_requests(self, *, active_only: bool = False) -> list[DumpRequest]:
+        with _redis_errors():
+            ids = cast(list[str], self.redis.zrange(
+                self.key("active" if active_only else "requests"), 0, -1))
+            pipe = self.redis.pipeline(transaction=False)
+            for request_id in ids:
+                pipe.hgetall(self.key("request", request_id))
+            rows = cast(list[dict[str, str]], pipe.execute())
+        return [DumpRequest.from_fields(fields) for fields in rows if fields]
+
+    def next_request(self) -> DumpRequest | None:
+        """The oldest request not yet terminal: the one the worker runs."""
+        with _redis_errors():
+            ids = cast(list[str], self.redis.zrange(self.key("active"), 0, 0))
+        return self.get_request(ids[0]) if ids else None
+
+    def transition(
+        self, request_id: str, target: RequestState, *, error: str | None = None
+    ) -> RequestState:
+        """Move a request to ``target`` if its current state allows it; return the old state."""
+        allowed = sorted(state.value for state in sources_of(target))
+        with _redis_errors():
+            result = self._transition(
+                keys=[self.key("request", request_id), self.key("active")],
+                args=[target.value, repr(time.time()), error or "",
+                      "1" if target.terminal else "0", *allowed],
+            )
+        outcome, previous = cast(list[str], result)
+        if outcome == "missing":
+            raise RequestRejected(
+                f"no dump request {request_id!r} for source {self.source!r}; "
+                "`dblog list` shows the known ones"
+            )
+        if outcome == "refused":
+            raise RequestRejected(
+                f"dump request {request_id} is {previous}; it cannot become {target.value} "
+                f"(allowed from: {', '.join(allowed) or 'nothing'})"
+            )
+        return RequestState(previous)
+
+    def set_knobs(
+        self, request_id: str, *, chunk_size: int | None = None, delay_ms: int | None = None
+    ) -> DumpRequest:
+        """Change chunk size and/or delay of a request that is not finished."""
+        args: list[str] = []
+        if chunk_size is not None:
+            args += ["chunk_size", str(check_chunk_size(chunk_size))]
+        if delay_ms is not None:
+            args += ["delay_ms", str(check_delay_ms(delay_ms))]
+        if not args:
+            raise RequestRejected("give a chunk size, a delay, or both")
+        with _redis_errors():
+            outcome, previous = cast(
+                list[str], self._set_knobs(keys=[self.key("request", request_id)], args=args)
+            )
+        if outcome == "missing":
+            raise RequestRejected(f"no dump request {request_id!r} for source {self.source!r}")
+        if outcome == "refused":
+            raise RequestRejected(f"dump request {request_id} is {previous}; knobs are final")
+        return self.get_request(request_id)
+
+    def request_keys(self, request_id: str, start: int, count: int) -> list[KeyTexts]:
+        with _redis_errors():
+            items = self.redis.lrange(self.key("request", request_id, "keys"), start,
+                                      start + count - 1)
+        return [tuple(json.loads(item)) for item in items]
+
+    def missing_keys(self, request_id: str) -> list[KeyTexts]:
+        with _redis_errors():
+            items = self.redis.lrange(self.key("request", request_id, "missing"), 0, -1)
+        return [tuple(json.loads(item)) for item in items]
+
+    def progress(self, request_id: str) -> dict[str, TableProgress]:
+        with _redis_errors():
+            fields = cast(dict[str, str],
+                          self.redis.hgetall(self.key("request", request_id, "progress")))
+        return {table: TableProgress.from_json(text) for table, text in fields.items()}
+
+    # -- worker status --------------------------------------------------------
+
+    def publish_status(self, status: Mapping[str, Any]) -> None:
+        with _redis_errors():
+            self.redis.hset(self.key("worker"),
+                            mapping=_fields({k: str(v) for k, v in status.items()}))
+
+    def status(self) -> dict[str, str]:
+        with _redis_errors():
+            return cast(dict[str, str], self.redis.hgetall(self.key("worker")))

@@ -1,0 +1,176 @@
+"""The watermark window: the reconciliation rule of DBLog (paper, Algorithm 1, steps 5-7).
+
+Pure: no I/O, no clock. The worker feeds it every log event and every watermark
+it reads, in log order; the rule is
+
+* every log event is emitted at once, in or out of a window (the caller does that);
+* between the low watermark (LW) and the high watermark (HW), a log event of the
+  window's table removes from the chunk the row with the same key (a key change
+  arrives as a delete of the old key and a create of the new one, so it touches
+  both; a truncate removes every row);
+* at HW, the surviving chunk rows are emitted, in chunk order, at HW's position
+  plus their index among the survivors.
+
+A window moves through two states and closes::
+
+    open() ──► AWAITING_LOW ──LW──► IN_WINDOW ──HW──► closed (WindowClosed)
+
+Tokens are ``<run id>.<window number>.<lw|hw>``. A token of another run (a replay
+after a crash, another worker on the same database, a hand-written value) is stale
+and ignored. A token of this run that does not fit the sequence above -- HW before
+LW, LW twice, a token of no open window -- is a :class:`ProtocolError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from dblog_worker.errors import ProtocolError
+from dblog_worker.events import ChangeEvent, ChunkRow, Op, Origin, Watermark
+
+
+class WindowState(Enum):
+    AWAITING_LOW = "awaiting low watermark"
+    IN_WINDOW = "in window"
+
+
+@dataclass(frozen=True, slots=True)
+class WindowTokens:
+    low: str
+    high: str
+
+
+@dataclass(frozen=True, slots=True)
+class WindowClosed:
+    """What a window produced: the surviving chunk rows, ready for the output."""
+
+    table: str
+    dump_id: str
+    events: tuple[ChangeEvent, ...]
+    selected: int
+    dropped: int
+
+
+class _OpenWindow:
+    __slots__ = ("dump_id", "rows", "schema_version", "selected", "state", "table", "tokens")
+
+    def __init__(
+        self,
+        table: str,
+        tokens: WindowTokens,
+        rows: Sequence[ChunkRow],
+        dump_id: str,
+        schema_version: int,
+    ) -> None:
+        self.table = table
+        self.tokens = tokens
+        self.rows: dict[str, str] = {row.key: row.after for row in rows}
+        if len(self.rows) != len(rows):
+            raise ProtocolError(f"chunk of {table} holds the same key twice")
+        self.selected = len(rows)
+        self.dump_id = dump_id
+        self.schema_version = schema_version
+        self.state = WindowState.AWAITING_LOW
+
+
+class Reconciler:
+    """Keeps the one open window of a worker run and applies the rule to it."""
+
+    def __init__(self, run_id: str) -> None:
+        if not run_id or "." in run_id:
+            raise ValueError("run id must be non-empty and contain no '.'")
+        self.run_id = run_id
+        self._next_window = 1
+        self._window: _OpenWindow | None = None
+
+    @property
+    def window_open(self) -> bool:
+        return self._window is not None
+
+    @property
+    def window_state(self) -> WindowState | None:
+        return None if self._window is None else self._window.state
+
+    def next_tokens(self) -> WindowTokens:
+        """Tokens for the next window; write LW before the chunk SELECT, HW after."""
+        number = self._next_window
+        self._next_window += 1
+        prefix = f"{self.run_id}.{number}"
+        return WindowTokens(low=f"{prefix}.lw", high=f"{prefix}.hw")
+
+    def open(
+        self,
+        table: str,
+        tokens: WindowTokens,
+        rows: Sequence[ChunkRow],
+        dump_id: str,
+        schema_version: int,
+    ) -> None:
+        """Register the chunk selected between the two watermark writes."""
+        if self._window is not None:
+            raise ProtocolError(
+                f"window {self._window.tokens.low} of {self._window.table} is still open"
+            )
+        self._window = _OpenWindow(table, tokens, rows, dump_id, schema_version)
+
+    def on_change(self, event: ChangeEvent) -> None:
+        """Step 6: a log event inside the window removes the chunk rows it touches."""
+        window = self._window
+        if window is None or window.state is not WindowState.IN_WINDOW:
+            return
+        if event.table != window.table:
+            return
+        if event.op is Op.TRUNCATE:
+            window.rows.clear()
+        elif event.key is not None:
+            window.rows.pop(event.key, None)
+
+    def on_watermark(self, watermark: Watermark) -> WindowClosed | None:
+        """Steps 5 and 7: LW opens the window, HW closes it and releases the survivors."""
+        token = watermark.token
+        if token.split(".", 1)[0] != self.run_id:
+            return None
+        window = self._window
+        if window is None:
+            raise ProtocolError(f"watermark {token} of this run arrived, but no window is open")
+        if token == window.tokens.low:
+            if window.state is WindowState.IN_WINDOW:
+                raise ProtocolError(f"low watermark {token} arrived twice")
+            window.state = WindowState.IN_WINDOW
+            return None
+        if token == window.tokens.high:
+            if window.state is not WindowState.IN_WINDOW:
+                raise ProtocolError(f"high watermark {token} arrived before its low watermark")
+            self._window = None
+            return _close(window, watermark)
+        raise ProtocolError(
+            f"watermark {token} of this run is not one of the open window "
+            f"({window.tokens.low}, {window.tokens.high})"
+        )
+
+
+def _close(window: _OpenWindow, high: Watermark) -> WindowClosed:
+    events = tuple(
+        ChangeEvent(
+            table=window.table,
+            op=Op.READ,
+            position=high.position.dump_row(index),
+            key=key,
+            after=after,
+            before=None,
+            origin=Origin.DUMP,
+            commit_ts_us=high.commit_ts_us,
+            schema_version=window.schema_version,
+            dump_id=window.dump_id,
+        )
+        for index, (key, after) in enumerate(window.rows.items())
+    )
+    return WindowClosed(
+        table=window.table,
+        dump_id=window.dump_id,
+        events=events,
+        selected=window.selected,
+        dropped=window.selected - len(events),
+    )

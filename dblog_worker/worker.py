@@ -1,0 +1,318 @@
+"""The capture worker: one loop that streams the log and runs dump windows in it.
+
+One thread does everything, in this order, again and again:
+
+1. read what the log has (``Source.poll``) and pass each event to the output and to
+   the reconciler; a high watermark releases the surviving chunk rows;
+2. if a dump is running, no window is open and its delay has passed: write LW,
+   select the chunk, write HW (the only time the log waits);
+3. every flush interval (or when the buffer is full): commit the output, then save
+   the checkpoint and the progress the output now covers, then confirm the log;
+4. every control interval: read the request's state and knobs from Redis.
+
+A session ends on any transient failure (source or Redis gone): buffered output is
+dropped, and the next session starts over from the saved checkpoint and progress.
+Replayed events that are already durable are dropped by the output buffer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from types import FrameType
+
+from dblog_worker.config import Config
+from dblog_worker.dump import ActiveDump, WindowRead
+from dblog_worker.errors import (
+    ConfigError,
+    DumpFailed,
+    RequestRejected,
+    TransientError,
+)
+from dblog_worker.events import ChangeEvent, Watermark
+from dblog_worker.landing import LandingZone
+from dblog_worker.output import OutputBuffer
+from dblog_worker.pg.source import PgSource
+from dblog_worker.pg.translate import Checkpoint, LogItem
+from dblog_worker.requests import DumpKind, RequestState
+from dblog_worker.schemas import SchemaRegistry
+from dblog_worker.state import StateStore
+from dblog_worker.window import Reconciler
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    def __init__(self, config: Config, *, adopt_slot: bool = False) -> None:
+        self.config = config
+        self.adopt_slot = adopt_slot
+        self.landing = LandingZone(config.landing_path, config.source.name)
+        self.schemas = SchemaRegistry(self.landing)
+        self.stopping = False
+
+    # -- lifetime ---------------------------------------------------------------
+
+    def run_forever(self) -> None:
+        """Run sessions until stopped; back off and retry on transient failures."""
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        delay = 0.5
+        while not self.stopping:
+            started = time.monotonic()
+            try:
+                Session(self).run()
+            except TransientError as exc:
+                if time.monotonic() - started > 60:
+                    delay = 0.5
+                log.warning("session ended: %s; retrying in %.1f s", exc, delay)
+                self._sleep(delay)
+                delay = min(delay * 2, self.config.reconnect_max_s)
+
+    def _stop(self, signum: int, frame: FrameType | None) -> None:
+        log.info("signal %s: stopping after the current step", signum)
+        self.stopping = True
+
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < end:
+            time.sleep(min(0.1, end - time.monotonic()))
+
+
+class Session:
+    """One connected run: from the saved checkpoint until a failure or a stop."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.config = worker.config
+        self.run_id = uuid.uuid4().hex[:12]
+        self.state = StateStore(self.config.redis_url, self.config.source.name)
+        self.source = PgSource(self.config.source, worker.schemas.version)
+        self.reconciler = Reconciler(self.run_id)
+        self.output: OutputBuffer | None = None
+        self.dump: ActiveDump | None = None
+        self.checkpoint: str | None = None  # durable and saved
+        self.pending_checkpoint: str | None = None  # covered by the buffered output
+        self.started_at = time.time()
+        self.last_flush = self.last_control = self.last_status = self.last_heartbeat = 0.0
+        self.windows = 0
+
+    def run(self) -> None:
+        try:
+            self._start()
+            while not self.worker.stopping:
+                self._step()
+            self._flush()
+            log.info("stopped at checkpoint %s", self.checkpoint)
+        finally:
+            self.source.close()
+            self.state.close()
+
+    def _start(self) -> None:
+        self.state.ensure_layout()
+        self.source.connect()
+        saved = self.state.checkpoint()
+        if saved is None and self.source.slot_exists() and not self.worker.adopt_slot:
+            raise ConfigError(
+                f"Redis holds no checkpoint for source {self.config.source.name!r}, but "
+                f"replication slot {self.config.source.slot} exists: Redis lost its data or "
+                "another Redis was configured. Start once with `dblog run --adopt-slot` to "
+                "continue from the slot's position, then request a full dump to re-sync."
+            )
+        created = self.source.setup()
+        if saved is None and created is not None:
+            from dblog_worker.pg.pgoutput import format_lsn
+
+            saved = format_lsn(created)
+            self.state.save_progress(saved, None, {}, {})
+        self.checkpoint = self.source.start(saved)
+        self.output = OutputBuffer(self.worker.landing, self.worker.landing.recover())
+        log.info("session %s streaming %s from %s", self.run_id,
+                 self.config.source.safe_dsn(), self.checkpoint)
+        self._control(time.monotonic())
+
+    # -- the loop -------------------------------------------------------------
+
+    def _step(self) -> None:
+        assert self.output is not None
+        now = time.monotonic()
+        items: list[LogItem] = []
+        self.source.poll(self._poll_timeout(now), items)
+        output, reconciler = self.output, self.reconciler
+        for item in items:
+            if type(item) is ChangeEvent:
+                output.add(item)
+                reconciler.on_change(item)
+            elif type(item) is Checkpoint:
+                self.pending_checkpoint = self.source.encode_checkpoint(item)
+            elif type(item) is Watermark:
+                closed = reconciler.on_watermark(item)
+                if closed is not None:
+                    for event in closed.events:
+                        output.add(event)
+                    if self.dump is not None:
+                        self.dump.window_closed(closed, time.monotonic())
+        now = time.monotonic()
+        if now - self.last_control >= self.config.control_interval_s:
+            self._control(now)
+        dump = self.dump
+        if (dump is not None and dump.runnable and not reconciler.window_open
+                and now >= dump.next_window_at and dump.open_read is None):
+            self._window(dump)
+        if output.count >= self.config.flush_max_events or (
+            now - self.last_flush >= self.config.flush_interval_s
+        ):
+            self._flush()
+        if now - self.last_heartbeat >= self.config.heartbeat_interval_s:
+            self.source.heartbeat()
+            self.last_heartbeat = now
+        if now - self.last_status >= self.config.status_interval_s:
+            self._publish_status()
+            self.last_status = now
+
+    def _poll_timeout(self, now: float) -> float:
+        deadline = min(self.last_flush + self.config.flush_interval_s,
+                       self.last_control + self.config.control_interval_s)
+        dump = self.dump
+        if dump is not None and dump.runnable and not self.reconciler.window_open:
+            deadline = min(deadline, dump.next_window_at)
+        return max(0.0, min(0.2, deadline - now))
+
+    # -- dump windows -----------------------------------------------------------
+
+    def _window(self, dump: ActiveDump) -> None:
+        """Algorithm 1, steps 1-4: LW, chunk SELECT, HW; the log waits only here."""
+        table = dump.current_table()
+        if table is None:
+            return
+        try:
+            if dump.request.kind is not DumpKind.KEYS and not table.started:
+                dump.set_upper_bound(table, self.source.upper_bound(table.table))
+                return
+            plan = dump.plan()
+            assert plan is not None
+            keys = []
+            if dump.request.kind is DumpKind.KEYS:
+                keys = self.state.request_keys(dump.id, plan.key_index, plan.limit)
+        except (DumpFailed, RequestRejected) as exc:
+            dump.failure = str(exc)
+            return
+        tokens = self.reconciler.next_tokens()
+        self.source.write_watermark(tokens.low)
+        read = WindowRead(plan, selected=0, last_key=None, keys_read=len(keys))
+        rows = []
+        version = 0
+        try:
+            if dump.request.kind is DumpKind.KEYS:
+                batch = self.source.read_keys(plan.table, keys)
+                rows, read.missing, version = batch.rows, batch.missing, batch.schema_version
+            else:
+                assert plan.upper is not None
+                chunk = self.source.read_chunk(plan.table, plan.after, plan.upper, plan.limit)
+                rows, read.last_key, version = chunk.rows, chunk.last_key, chunk.schema_version
+        except (DumpFailed, RequestRejected) as exc:
+            read.failure = str(exc)
+        read.selected = len(rows)
+        self.source.write_watermark(tokens.high)
+        self.reconciler.open(plan.table, tokens, rows, dump.id, version)
+        dump.open_read = read
+        self.windows += 1
+
+    # -- durability -------------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Commit the output, then save what it covers, then confirm the log."""
+        assert self.output is not None
+        self.output.flush()
+        self.last_flush = time.monotonic()
+        progress, missing = {}, {}
+        dump = self.dump
+        if dump is not None:
+            tables, keys = dump.take_unsaved()
+            if tables:
+                progress[dump.id] = tables
+            if keys:
+                missing[dump.id] = keys
+        checkpoint = self.pending_checkpoint
+        if checkpoint == self.checkpoint:
+            checkpoint = None
+        if checkpoint is not None or progress or missing:
+            self.state.save_progress(checkpoint, None, progress, missing)
+        if checkpoint is not None:
+            self.checkpoint = checkpoint
+            self.source.confirm(checkpoint)
+        if dump is not None and dump.open_read is None:
+            self._finish(dump)
+
+    def _finish(self, dump: ActiveDump) -> None:
+        """End a dump whose last window is durable (or that failed)."""
+        try:
+            if dump.failure is not None:
+                self.state.transition(dump.id, RequestState.FAILED, error=dump.failure)
+                log.warning("dump %s failed: %s", dump.id, dump.failure)
+            elif dump.finished and dump.request.state is RequestState.RUNNING:
+                self.state.transition(dump.id, RequestState.COMPLETED)
+                log.info("dump %s completed", dump.id)
+            else:
+                return
+        except RequestRejected:
+            return  # paused or cancelled meanwhile: the control poll sorts it out
+        self.dump = None
+
+    # -- control ----------------------------------------------------------------
+
+    def _control(self, now: float) -> None:
+        self.last_control = now
+        request = self.state.next_request()
+        dump = self.dump
+        if dump is not None and (request is None or request.id != dump.id):
+            log.info("dump %s is no longer active", dump.id)
+            self.dump = dump = None
+        if request is None:
+            return
+        if dump is not None:
+            dump.request = request
+            return
+        if request.state is RequestState.QUEUED:
+            problem = self._check(request.tables, request.kind)
+            if problem is not None:
+                self.state.transition(request.id, RequestState.FAILED, error=problem)
+                log.warning("dump %s refused: %s", request.id, problem)
+                return
+            try:
+                self.state.transition(request.id, RequestState.RUNNING)
+            except RequestRejected:
+                return
+            request = self.state.get_request(request.id)
+            log.info("dump %s started: %s %s", request.id, request.kind.value,
+                     ", ".join(request.tables))
+        self.dump = ActiveDump(request, self.state.progress(request.id))
+        self.state.save_progress(None, None, {request.id: self.dump.take_unsaved()[0]}, {})
+
+    def _check(self, tables: tuple[str, ...], kind: DumpKind) -> str | None:
+        for table in tables:
+            try:
+                self.source.key_arity(table)
+            except (DumpFailed, RequestRejected) as exc:
+                return str(exc)
+        return None
+
+    def _publish_status(self) -> None:
+        window = self.reconciler.window_state
+        self.state.publish_status({
+            "run_id": self.run_id,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_at": self.started_at,
+            "updated_at": time.time(),
+            "checkpoint": self.checkpoint or "",
+            "lag_bytes": self.source.lag_bytes(),
+            "window": "" if window is None else window.value,
+            "windows": self.windows,
+            "active_request": "" if self.dump is None else self.dump.id,
+            "events_emitted": 0 if self.output is None else self.output.emitted,
+            "events_replayed": 0 if self.output is None else self.output.replayed,
+        })

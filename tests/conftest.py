@@ -1,0 +1,46 @@
+"""Shared fixtures: throwaway PostgreSQL and Redis servers (see tests/services.py).
+
+Servers start lazily, on the first test that asks for them, once per session.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.services import PostgresServer, RedisServer
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    with PostgresServer().start() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer().start() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_dsn(postgres_server: PostgresServer) -> Iterator[str]:
+    """DSN of a fresh database, dropped (with its replication slots) after the test."""
+    if not postgres_server.running:  # a previous test stopped it
+        postgres_server.restart()
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    yield postgres_server.create_database(name)
+    postgres_server.drop_database(name)
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """URL of the session Redis server, flushed before the test."""
+    if not redis_server.running:  # a previous test killed it
+        redis_server.restart()
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.flushall()
+    yield redis_server.url

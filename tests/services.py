@@ -1,0 +1,486 @@
+"""Throwaway PostgreSQL and Redis servers for the test suite.
+
+The servers run from the locally installed binaries (no Docker), on free ports, with all of
+their state in a private temporary directory that is removed by ``stop()``. They never touch the
+machine's own PostgreSQL (5432) or Redis (6379).
+
+PostgreSQL refuses to run as root, so when the test process is root, ``initdb`` and ``postgres``
+are started as the ``postgres`` OS user (``subprocess`` ``user=``/``group=``) on a directory that
+user owns. Every server is a direct child process of the test process (never daemonized), started
+in its own session (so a Ctrl-C in the terminal reaches pytest, not the servers) and, on Linux,
+with a parent-death signal so that it does not outlive a test process that is killed outright.
+``atexit`` stops anything still running at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import psycopg
+import redis
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+__all__ = ["PostgresServer", "RedisServer", "ServiceError", "find_pg_bindir", "free_port"]
+
+HOST = "127.0.0.1"
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 30.0
+PG_OS_USER = "postgres"
+
+# Postmaster signals: SIGTERM = smart, SIGINT = fast, SIGQUIT = immediate shutdown.
+_PG_FAST_STOP = signal.SIGINT
+_PG_IMMEDIATE_STOP = signal.SIGQUIT
+_PR_SET_PDEATHSIG = 1
+
+_handed_out_ports: set[int] = set()
+
+
+class ServiceError(RuntimeError):
+    """A test server could not be started or stopped."""
+
+
+def free_port() -> int:
+    """Return a currently free TCP port on 127.0.0.1, never the same one twice per process."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            port: int = s.getsockname()[1]
+        if port not in _handed_out_ports:
+            _handed_out_ports.add(port)
+            return port
+    raise ServiceError("could not find a free TCP port")
+
+
+def find_pg_bindir() -> Path:
+    """The PostgreSQL binary directory: ``$DBLOG_PG_BINDIR``, else the newest
+    ``/usr/lib/postgresql/<version>/bin``, else the directory of ``initdb`` on ``PATH``."""
+    override = os.environ.get("DBLOG_PG_BINDIR")
+    if override:
+        bindir = Path(override)
+        if not (bindir / "initdb").is_file():
+            raise ServiceError(f"DBLOG_PG_BINDIR={override!r} has no initdb")
+        return bindir
+
+    def version_key(p: Path) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", p.parent.parent.name)) or (0,)
+
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=version_key)
+    if candidates:
+        return candidates[-1].parent
+    on_path = shutil.which("initdb")
+    if on_path:
+        return Path(on_path).resolve().parent
+    raise ServiceError(
+        "PostgreSQL server binaries not found: install postgresql or set DBLOG_PG_BINDIR"
+    )
+
+
+def _die_with_parent(sig: signal.Signals) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive ``sig`` when the test process dies."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    prctl = libc.prctl
+
+    def preexec() -> None:
+        # Runs in the child after the uid switch (which would have cleared the setting).
+        prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+    return preexec
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"<no log: {exc}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _stop_process(proc: subprocess.Popen[bytes], signals: Sequence[signal.Signals]) -> None:
+    """Send each signal in turn (then SIGKILL), waiting STOP_TIMEOUT after each, until exit."""
+    for sig in [*signals, signal.SIGKILL]:
+        if proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()
+
+
+class _Server:
+    """Common lifecycle: private temp dir, child process, atexit safety net."""
+
+    _proc: subprocess.Popen[bytes] | None
+    _base: Path | None
+
+    def __init__(self, port: int | None) -> None:
+        self._port = port
+        self._proc = None
+        self._base = None
+        self._atexit_registered = False
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise ServiceError(f"{type(self).__name__} has not been started")
+        return self._port
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _register_atexit(self) -> None:
+        if not self._atexit_registered:
+            atexit.register(self.stop)
+            self._atexit_registered = True
+
+    def stop(self) -> None:
+        """Stop the server (if running) and delete all of its files."""
+        self._shutdown()
+        if self._atexit_registered:
+            atexit.unregister(self.stop)
+            self._atexit_registered = False
+        if self._base is not None:
+            shutil.rmtree(self._base, ignore_errors=True)
+            self._base = None
+
+    def _shutdown(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class PostgresServer(_Server):
+    """A private PostgreSQL cluster with ``wal_level=logical``, listening on 127.0.0.1."""
+
+    def __init__(self, port: int | None = None, bindir: Path | None = None) -> None:
+        super().__init__(port)
+        self.bindir = bindir if bindir is not None else find_pg_bindir()
+        self._fixed_port = port is not None
+        self._as_user: str | None = PG_OS_USER if os.geteuid() == 0 else None
+
+    # -- paths ------------------------------------------------------------------------------
+
+    @property
+    def base_dir(self) -> Path:
+        if self._base is None:
+            raise ServiceError("PostgresServer has not been started")
+        return self._base
+
+    @property
+    def data_dir(self) -> Path:
+        return self.base_dir / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.base_dir / "sock"
+
+    @property
+    def log_path(self) -> Path:
+        return self.base_dir / "postgres.log"
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """initdb a fresh cluster and start it; returns once it accepts connections."""
+        if self._base is not None:
+            raise ServiceError("PostgresServer already started")
+        self._base = Path(tempfile.mkdtemp(prefix="dblog-pg-"))
+        self._register_atexit()
+        try:
+            self.socket_dir.mkdir()
+            self.log_path.touch()
+            if self._as_user is not None:
+                pw = pwd.getpwnam(self._as_user)
+                for p in (self._base, self.socket_dir, self.log_path):
+                    os.chown(p, pw.pw_uid, pw.pw_gid)
+            self._initdb()
+            attempts = 1 if self._fixed_port else 5
+            for attempt in range(attempts):
+                if self._port is None or attempt > 0:
+                    self._port = free_port()
+                try:
+                    self._launch()
+                    break
+                except ServiceError:
+                    # Another process may have grabbed the port between free_port() and bind().
+                    if attempt + 1 == attempts or "already in use" not in _tail(self.log_path):
+                        raise
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def restart(self) -> None:
+        """Fast shutdown, then start again on the same port and data directory."""
+        self._shutdown()
+        self._launch()
+
+    def _shutdown(self) -> None:
+        if self._proc is not None:
+            _stop_process(self._proc, [_PG_FAST_STOP, _PG_IMMEDIATE_STOP])
+            self._proc = None
+
+    def _credentials(self) -> tuple[str | None, int | None, list[int] | None]:
+        """(user, group, extra_groups) for subprocess: the postgres OS user when we are root."""
+        if self._as_user is None:
+            return None, None, None
+        return self._as_user, pwd.getpwnam(self._as_user).pw_gid, []
+
+    def _initdb(self) -> None:
+        cmd = [
+            str(self.bindir / "initdb"),
+            "-D", str(self.data_dir),
+            "-U", "postgres",
+            "--auth=trust",
+            "-E", "UTF8",
+            "--no-locale",
+            "--no-sync",
+        ]
+        user, group, extra_groups = self._credentials()
+        result = subprocess.run(
+            cmd,
+            cwd=self.base_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            check=False,
+            user=user,
+            group=group,
+            extra_groups=extra_groups,
+        )
+        if result.returncode != 0:
+            out = result.stdout.decode(errors="replace")
+            raise ServiceError(f"initdb failed (exit {result.returncode}):\n{out}")
+
+    def _launch(self) -> None:
+        settings = {
+            "wal_level": "logical",
+            "max_replication_slots": "32",
+            "max_wal_senders": "32",
+            "wal_sender_timeout": "60s",
+            "max_connections": "200",
+            "shared_buffers": "128MB",
+            "fsync": "off",
+            "synchronous_commit": "on",
+            "full_page_writes": "off",
+            "listen_addresses": HOST,
+            "port": str(self.port),
+            "unix_socket_directories": str(self.socket_dir),
+        }
+        cmd = [str(self.bindir / "postgres"), "-D", str(self.data_dir)]
+        for key, value in settings.items():
+            cmd += ["-c", f"{key}={value}"]
+        user, group, extra_groups = self._credentials()
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                cmd,
+                cwd=self.base_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent(_PG_IMMEDIATE_STOP),
+                user=user,
+                group=group,
+                extra_groups=extra_groups,
+            )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + START_TIMEOUT
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                code = self._proc.returncode
+                self._proc = None
+                raise ServiceError(
+                    f"postgres exited with {code} during startup; log tail:\n"
+                    f"{_tail(self.log_path)}"
+                )
+            try:
+                with psycopg.connect(self.dsn(), connect_timeout=2, autocommit=True) as conn:
+                    conn.execute("SELECT 1")
+                return
+            except psycopg.OperationalError as exc:
+                last_error = exc
+                time.sleep(0.05)
+        self._shutdown()
+        raise ServiceError(
+            f"postgres did not accept connections within {START_TIMEOUT:.0f}s "
+            f"(last error: {last_error}); log tail:\n{_tail(self.log_path)}"
+        )
+
+    # -- databases --------------------------------------------------------------------------
+
+    def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        """A libpq keyword/value connection string for this server."""
+        return make_conninfo(host=HOST, port=self.port, dbname=dbname, user=user)
+
+    def _admin(self) -> psycopg.Connection[tuple[object, ...]]:
+        return psycopg.connect(self.dsn(), autocommit=True)
+
+    def create_database(self, name: str) -> str:
+        """CREATE DATABASE ``name``; returns its DSN."""
+        with self._admin() as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return self.dsn(dbname=name)
+
+    def drop_database(self, name: str) -> None:
+        """Drop the database ``name`` (if it exists) together with its logical replication
+        slots, terminating walsenders and other sessions that use it."""
+        with self._admin() as conn:
+            deadline = time.monotonic() + START_TIMEOUT
+            while True:
+                slots = conn.execute(
+                    "SELECT slot_name, active_pid FROM pg_replication_slots WHERE database = %s",
+                    (name,),
+                ).fetchall()
+                if not slots:
+                    break
+                for slot_name, active_pid in slots:
+                    if active_pid is not None:
+                        conn.execute("SELECT pg_terminate_backend(%s, 5000)", (active_pid,))
+                    # ObjectInUse: its walsender is still exiting; UndefinedObject: already gone.
+                    with contextlib.suppress(
+                        psycopg.errors.ObjectInUse, psycopg.errors.UndefinedObject
+                    ):
+                        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+                if time.monotonic() > deadline:
+                    raise ServiceError(f"could not drop replication slots of {name!r}: {slots}")
+                time.sleep(0.05)
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+class RedisServer(_Server):
+    """A private, non-persistent redis-server listening on 127.0.0.1."""
+
+    def __init__(self, port: int | None = None, binary: str | None = None) -> None:
+        super().__init__(port)
+        self.binary = (
+            binary
+            or os.environ.get("DBLOG_REDIS_SERVER")
+            or shutil.which("redis-server")
+            or "/usr/bin/redis-server"
+        )
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    @property
+    def log_path(self) -> Path:
+        if self._base is None:
+            raise ServiceError("RedisServer has not been started")
+        return self._base / "redis.log"
+
+    def start(self) -> Self:
+        if self._base is not None:
+            raise ServiceError("RedisServer already started")
+        self._base = Path(tempfile.mkdtemp(prefix="dblog-redis-"))
+        self._register_atexit()
+        try:
+            if self._port is None:
+                self._port = free_port()
+            self._launch()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def restart(self) -> None:
+        """Stop (SIGTERM) and start again on the same port. Data is not persisted."""
+        self._shutdown()
+        self._launch()
+
+    def kill(self) -> None:
+        """SIGKILL the server (simulates a crash); ``restart()`` brings it back."""
+        if self._proc is not None:
+            _stop_process(self._proc, [])
+            self._proc = None
+
+    def _shutdown(self) -> None:
+        if self._proc is not None:
+            _stop_process(self._proc, [signal.SIGTERM])
+            self._proc = None
+
+    def _launch(self) -> None:
+        assert self._base is not None
+        cmd = [
+            self.binary,
+            "--bind", HOST,
+            "--port", str(self.port),
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            "--dir", str(self._base),
+        ]
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                cmd,
+                cwd=self._base,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent(signal.SIGTERM),
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                code = self._proc.returncode
+                self._proc = None
+                raise ServiceError(
+                    f"redis-server exited with {code} during startup; log tail:\n"
+                    f"{_tail(self.log_path)}"
+                )
+            try:
+                with redis.Redis(host=HOST, port=self.port, socket_timeout=2) as client:
+                    if client.ping():
+                        return
+            except redis.RedisError as exc:
+                last_error = exc
+            time.sleep(0.02)
+        self._shutdown()
+        raise ServiceError(
+            f"redis-server did not answer PING within {START_TIMEOUT:.0f}s "
+            f"(last error: {last_error}); log tail:\n{_tail(self.log_path)}"
+        )

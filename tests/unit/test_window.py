@@ -1,0 +1,259 @@
+"""Table-driven tests of the reconciliation rule (paper, Algorithm 1, steps 5-7)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from dblog_worker.errors import ProtocolError
+from dblog_worker.events import ChangeEvent, ChunkRow, Op, Origin, Watermark
+from dblog_worker.position import Position
+from dblog_worker.window import Reconciler, WindowState
+
+RUN = "run1"
+TABLE = "public.t"
+OTHER = "public.other"
+
+
+@dataclass(frozen=True)
+class Log:
+    """A log event for the script: op, key (a short name), table."""
+
+    op: str
+    key: str | None
+    table: str = TABLE
+
+
+@dataclass(frozen=True)
+class Mark:
+    kind: str  # "lw" | "hw" | a literal token
+
+
+Step = Log | Mark
+
+
+def key(name: str) -> str:
+    return f'["{name}"]'
+
+
+def run_script(
+    chunk: Sequence[str], script: Sequence[Step], *, run_id: str = RUN
+) -> list[str]:
+    """Feeds a window and a log script to the reconciler; returns the output as short strings.
+
+    Log events render as ``op:key`` (``op:key@table`` for another table), dump rows as
+    ``r:key``; positions are checked to increase strictly along the output.
+    """
+    reconciler = Reconciler(run_id)
+    tokens = reconciler.next_tokens()
+    rows = [ChunkRow(key(name), f'{{"k":"{name}"}}') for name in chunk]
+    reconciler.open(TABLE, tokens, rows, dump_id="d1", schema_version=1)
+    output: list[ChangeEvent] = []
+    for index, step in enumerate(script, start=1):
+        position = Position(index, 0, 0)
+        if isinstance(step, Log):
+            event = ChangeEvent(
+                table=step.table,
+                op=Op(step.op),
+                position=position,
+                key=None if step.key is None else key(step.key),
+                after=None,
+                before=None,
+                origin=Origin.LOG,
+                commit_ts_us=index,
+                schema_version=1,
+            )
+            output.append(event)
+            reconciler.on_change(event)
+        else:
+            token = {"lw": tokens.low, "hw": tokens.high}.get(step.kind, step.kind)
+            closed = reconciler.on_watermark(Watermark(token, position, index))
+            if closed is not None:
+                output.extend(closed.events)
+    positions = [event.position for event in output]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    return [_render(event) for event in output]
+
+
+def _render(event: ChangeEvent) -> str:
+    name = "*" if event.key is None else event.key[2:-2]
+    suffix = "" if event.table == TABLE else f"@{event.table}"
+    return f"{event.op.value}:{name}{suffix}"
+
+
+LW, HW = Mark("lw"), Mark("hw")
+
+CASES: list[tuple[str, list[str], list[Step], list[str]]] = [
+    (
+        # DBLog paper, figures 3 and 4: k1..k6 selected, k1 and k3 change inside the window.
+        "paper k1-k6",
+        ["k1", "k2", "k3", "k4", "k5", "k6"],
+        [Log("u", "k2"), Log("u", "k3"), LW, Log("u", "k1"), Log("d", "k3"), HW, Log("u", "k4")],
+        ["u:k2", "u:k3", "u:k1", "d:k3", "r:k2", "r:k4", "r:k5", "r:k6", "u:k4"],
+    ),
+    (
+        # Debezium incremental snapshots post: K1 inserted, K2 updated, K3 deleted before the
+        # window; the query selects K1, K2, K4 (and K5 by timing); K4 deleted, K5 and K6
+        # inserted inside the window.
+        "debezium K1-K6",
+        ["K1", "K2", "K4", "K5"],
+        [
+            Log("c", "K1"),
+            Log("u", "K2"),
+            Log("d", "K3"),
+            LW,
+            Log("d", "K4"),
+            Log("c", "K5"),
+            Log("c", "K6"),
+            HW,
+        ],
+        ["c:K1", "u:K2", "d:K3", "d:K4", "c:K5", "c:K6", "r:K1", "r:K2"],
+    ),
+    (
+        "empty chunk still passes in-window events",
+        [],
+        [Log("c", "a"), LW, Log("u", "b"), Log("d", "c"), HW, Log("c", "d")],
+        ["c:a", "u:b", "d:c", "c:d"],
+    ),
+    (
+        "key change touches both keys",
+        ["a", "b", "c"],
+        # UPDATE t SET k = 'z' WHERE k = 'a' arrives as delete a + create z
+        [LW, Log("d", "a"), Log("c", "z"), HW],
+        ["d:a", "c:z", "r:b", "r:c"],
+    ),
+    (
+        "key change into a selected key",
+        ["a", "b"],
+        [LW, Log("d", "x"), Log("c", "b"), HW],
+        ["d:x", "c:b", "r:a"],
+    ),
+    (
+        "events before LW do not drop rows",
+        ["a", "b"],
+        [Log("u", "a"), Log("d", "b"), LW, HW],
+        ["u:a", "d:b", "r:a", "r:b"],
+    ),
+    (
+        "events after HW do not drop rows",
+        ["a"],
+        [LW, HW, Log("d", "a")],
+        ["r:a", "d:a"],
+    ),
+    (
+        "another table's events pass through and drop nothing",
+        ["a"],
+        [LW, Log("u", "a", OTHER), HW],
+        ["u:a@public.other", "r:a"],
+    ),
+    (
+        "truncate inside the window drops the whole chunk",
+        ["a", "b"],
+        [LW, Log("t", None), Log("c", "c"), HW],
+        ["t:*", "c:c"],
+    ),
+    (
+        "truncate of another table drops nothing",
+        ["a"],
+        [LW, Log("t", None, OTHER), HW],
+        ["t:*@public.other", "r:a"],
+    ),
+    (
+        "stale watermarks of a previous run are ignored",
+        ["a", "b"],
+        [Mark("old.7.lw"), LW, Mark("old.7.hw"), Log("u", "a"), Mark("old.8.lw"), HW],
+        ["u:a", "r:b"],
+    ),
+    (
+        "foreign watermark values are ignored",
+        ["a"],
+        [Mark("not-a-token"), LW, Mark(""), HW],
+        ["r:a"],
+    ),
+    (
+        "every row collides",
+        ["a", "b"],
+        [LW, Log("u", "b"), Log("u", "a"), HW],
+        ["u:b", "u:a"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("chunk", "script", "expected"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_reconciliation(chunk: list[str], script: list[Step], expected: list[str]) -> None:
+    assert run_script(chunk, script) == expected
+
+
+def test_composite_keys_collide_only_on_the_whole_key() -> None:
+    reconciler = Reconciler(RUN)
+    tokens = reconciler.next_tokens()
+    rows = [ChunkRow('[1,"a"]', "{}"), ChunkRow('[1,"b"]', "{}"), ChunkRow('[2,"a"]', "{}")]
+    reconciler.open(TABLE, tokens, rows, dump_id="d", schema_version=3)
+    reconciler.on_watermark(Watermark(tokens.low, Position(1, 0), 0))
+    reconciler.on_change(
+        ChangeEvent(TABLE, Op.UPDATE, Position(2, 0), '[1,"b"]', "{}", None, Origin.LOG, 0, 3)
+    )
+    closed = reconciler.on_watermark(Watermark(tokens.high, Position(3, 0), 42))
+    assert closed is not None
+    assert [e.key for e in closed.events] == ['[1,"a"]', '[2,"a"]']
+    assert [e.position for e in closed.events] == [Position(3, 0, 1), Position(3, 0, 2)]
+    assert all(e.commit_ts_us == 42 and e.schema_version == 3 for e in closed.events)
+    assert all(e.origin is Origin.DUMP and e.op is Op.READ and e.dump_id == "d"
+               for e in closed.events)
+    assert (closed.selected, closed.dropped) == (3, 1)
+
+
+MALFORMED: list[tuple[str, list[Step], str]] = [
+    ("HW before LW", [HW], "before its low watermark"),
+    ("duplicate LW", [LW, LW], "arrived twice"),
+    ("unknown token of this run", [LW, Mark(f"{RUN}.99.hw")], "not one of the open window"),
+]
+
+
+@pytest.mark.parametrize(("script", "message"), [c[1:] for c in MALFORMED],
+                         ids=[c[0] for c in MALFORMED])
+def test_malformed_sequences_raise(script: list[Step], message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        run_script(["a"], script)
+
+
+def test_watermark_of_this_run_without_open_window_raises() -> None:
+    reconciler = Reconciler(RUN)
+    with pytest.raises(ProtocolError, match="no window is open"):
+        reconciler.on_watermark(Watermark(f"{RUN}.1.lw", Position(1, 0), 0))
+
+
+def test_second_window_while_one_is_open_raises() -> None:
+    reconciler = Reconciler(RUN)
+    reconciler.open(TABLE, reconciler.next_tokens(), [], "d", 1)
+    with pytest.raises(ProtocolError, match="still open"):
+        reconciler.open(TABLE, reconciler.next_tokens(), [], "d", 1)
+
+
+def test_duplicate_key_in_chunk_raises() -> None:
+    reconciler = Reconciler(RUN)
+    with pytest.raises(ProtocolError, match="same key twice"):
+        reconciler.open(TABLE, reconciler.next_tokens(),
+                        [ChunkRow("[1]", "{}"), ChunkRow("[1]", "{}")], "d", 1)
+
+
+def test_states_and_tokens_follow_the_window() -> None:
+    reconciler = Reconciler(RUN)
+    first, second = reconciler.next_tokens(), reconciler.next_tokens()
+    assert (first.low, first.high, second.low) == (f"{RUN}.1.lw", f"{RUN}.1.hw", f"{RUN}.2.lw")
+    assert reconciler.window_state is None
+    reconciler.open(TABLE, second, [], "d", 1)
+    assert reconciler.window_state is WindowState.AWAITING_LOW
+    reconciler.on_watermark(Watermark(second.low, Position(1, 0), 0))
+    assert reconciler.window_state is WindowState.IN_WINDOW
+    closed = reconciler.on_watermark(Watermark(second.high, Position(2, 0), 0))
+    assert closed is not None and closed.events == () and not reconciler.window_open
+
+
+@pytest.mark.parametrize("run_id", ["", "a.b"])
+def test_run_id_must_be_a_plain_name(run_id: str) -> None:
+    with pytest.raises(ValueError):
+        Reconciler(run_id)
