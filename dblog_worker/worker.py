@@ -23,6 +23,7 @@ import signal
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from types import FrameType
 
 from dblog_worker.config import Config
@@ -36,7 +37,7 @@ from dblog_worker.errors import (
 from dblog_worker.events import ChangeEvent, Watermark
 from dblog_worker.landing import LandingZone
 from dblog_worker.output import OutputBuffer
-from dblog_worker.pg.source import PgSource
+from dblog_worker.pg.source import PgSource, SchemaVersion
 from dblog_worker.pg.translate import Checkpoint, LogItem
 from dblog_worker.requests import DumpKind, RequestState
 from dblog_worker.schemas import SchemaRegistry
@@ -45,24 +46,36 @@ from dblog_worker.window import Reconciler
 
 log = logging.getLogger(__name__)
 
+SourceFactory = Callable[[Config, SchemaVersion], PgSource]
+
+
+def pg_source(config: Config, schema_version: SchemaVersion) -> PgSource:
+    return PgSource(config.source, schema_version)
+
 
 class Worker:
-    def __init__(self, config: Config, *, adopt_slot: bool = False) -> None:
+    def __init__(
+        self, config: Config, *, adopt_slot: bool = False, source: SourceFactory = pg_source
+    ) -> None:
         self.config = config
         self.adopt_slot = adopt_slot
+        self.source_factory = source
         self.landing = LandingZone(config.landing_path, config.source.name)
         self.schemas = SchemaRegistry(self.landing)
         self.stopping = False
+        self.sessions = 0
 
     # -- lifetime ---------------------------------------------------------------
 
-    def run_forever(self) -> None:
+    def run_forever(self, *, handle_signals: bool = True) -> None:
         """Run sessions until stopped; back off and retry on transient failures."""
-        signal.signal(signal.SIGTERM, self._stop)
-        signal.signal(signal.SIGINT, self._stop)
+        if handle_signals:
+            signal.signal(signal.SIGTERM, self._stop)
+            signal.signal(signal.SIGINT, self._stop)
         delay = 0.5
         while not self.stopping:
             started = time.monotonic()
+            self.sessions += 1
             try:
                 Session(self).run()
             except TransientError as exc:
@@ -90,7 +103,7 @@ class Session:
         self.config = worker.config
         self.run_id = uuid.uuid4().hex[:12]
         self.state = StateStore(self.config.redis_url, self.config.source.name)
-        self.source = PgSource(self.config.source, worker.schemas.version)
+        self.source = worker.source_factory(self.config, worker.schemas.version)
         self.reconciler = Reconciler(self.run_id)
         self.output: OutputBuffer | None = None
         self.dump: ActiveDump | None = None

@@ -154,6 +154,13 @@ class _Server:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        """The server's process id (tests stop and continue it to simulate a hang)."""
+        if self._proc is None:
+            raise ServiceError("the server is not running")
+        return self._proc.pid
+
     def _register_atexit(self) -> None:
         if not self._atexit_registered:
             atexit.register(self.stop)

@@ -1,0 +1,407 @@
+"""What the benchmarks share: options, throwaway servers, the worker as a child process.
+
+Every benchmark runs in an :class:`Environment`: its own PostgreSQL cluster and Redis
+server (from ``tests.services``: free ports, private temporary directories, removed at
+the end) and a work directory for worker configurations, logs and the landing zone.
+PostgreSQL runs with ``fsync=off`` and ``full_page_writes=off`` as the test suite does;
+the worker's landing zone is written with fsync as in production.
+
+The worker runs as ``python -m dblog_worker run`` (:class:`WorkerRun`), one process per
+source name; a fresh source name gives a fresh slot, publication and landing directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import psutil
+import psycopg
+import pyarrow.parquet as pq
+import redis
+
+from dblog_worker.landing import LandingZone
+from dblog_worker.pg.pgoutput import parse_lsn
+from tests.services import PostgresServer, RedisServer, find_pg_bindir
+
+ROOT = Path(__file__).resolve().parents[1]
+CHUNK_SIZE = 10_000
+FLUSH_INTERVAL_S = 1.0
+POSTGRES_NOTE = (
+    "throwaway PostgreSQL from tests/services.py: fsync=off, full_page_writes=off, "
+    "synchronous_commit=on, shared_buffers=128MB; the landing zone is fsynced"
+)
+
+Result = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Options:
+    rows: int = 1_000_000
+    runs: int = 3
+    quick: bool = False
+    memory_rows: tuple[int, int] = (1_000_000, 5_000_000)
+    idle_s: float = 30.0
+    profile_dir: Path | None = None
+
+
+def progress(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100), linear between the closest ranks."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def rounded(value: float, digits: int = 3) -> float:
+    return round(value, digits)
+
+
+# -- the machine -------------------------------------------------------------------
+
+
+def _command_version(command: Sequence[str]) -> str:
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, check=False, timeout=10)
+    except OSError as exc:
+        return f"unknown ({exc})"
+    return out.stdout.strip() or out.stderr.strip()
+
+
+@cache
+def _static_machine() -> dict[str, Any]:
+    model = "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    redis_binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    redis_version = re.search(r"v=(\S+)", _command_version([redis_binary, "--version"]))
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)),
+        "cpu_model": model,
+        "memory_mb": psutil.virtual_memory().total // 2**20,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "postgresql": _command_version([str(find_pg_bindir() / "postgres"), "--version"]),
+        "redis": redis_version[1] if redis_version else "unknown",
+        "pyarrow": _package_version("pyarrow"),
+        "psycopg": _package_version("psycopg"),
+        "postgres_settings": POSTGRES_NOTE,
+    }
+
+
+def _package_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def machine() -> dict[str, Any]:
+    """Static facts plus the load average now (the machine is shared)."""
+    return {**_static_machine(), "loadavg_1m": rounded(os.getloadavg()[0], 2)}
+
+
+def emit(result: Result, out: Path | None) -> None:
+    line = json.dumps(result)
+    print(line, flush=True)
+    if out is not None:
+        with out.open("a") as f:
+            f.write(line + "\n")
+
+
+# -- servers -----------------------------------------------------------------------
+
+
+class Environment:
+    """PostgreSQL, Redis and a work directory for one benchmark; all removed at exit."""
+
+    def __init__(self, name: str, options: Options) -> None:
+        self.name = name
+        self.options = options
+        self.postgres = PostgresServer()
+        self.redis = RedisServer()
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"dblog-bench-{name}-"))
+        self.landing = self.workdir / "landing"
+        self.workers: list[WorkerRun] = []
+        self.dsn = ""
+
+    def __enter__(self) -> Self:
+        try:
+            self.postgres.start()
+            self.redis.start()
+            self.dsn = self.postgres.create_database("bench")
+        except BaseException:
+            self.close()
+            raise
+        progress(f"{self.name}: postgres on port {self.postgres.port}, redis on "
+                 f"{self.redis.port}, work dir {self.workdir}")
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is not None:
+            for worker in self.workers:
+                with contextlib.suppress(Exception):
+                    progress(f"worker {worker.source} log tail:\n{worker.log_tail()}")
+        self.close()
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.postgres.stop()
+        self.redis.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        return psycopg.connect(self.dsn, autocommit=True)
+
+    def redis_client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.redis.url, decode_responses=True)
+
+    def worker(self, source: str, tables: Sequence[str], *,
+               flush_interval_s: float = FLUSH_INTERVAL_S) -> WorkerRun:
+        run = WorkerRun(self, source, tables, flush_interval_s=flush_interval_s)
+        self.workers.append(run)
+        return run
+
+
+# -- tables ------------------------------------------------------------------------
+
+TABLE_COLUMNS = "id bigint, a integer, b text, c numeric(12,2), d timestamptz"
+ROW_SELECT = (
+    "SELECT g, ((g * 7919) % 1000003)::int, substr(md5(g::text), 1, 20), "
+    "round((g % 100000) * 1.37, 2), timestamptz '2024-01-01 00:00:00+00' + g * interval '1 s' "
+    "FROM generate_series(%s::bigint, %s::bigint) AS g"
+)
+
+
+def create_table(env: Environment, table: str, rows: int) -> None:
+    """The 5-column benchmark table with ``rows`` rows (one INSERT ... SELECT), vacuumed."""
+    started = time.monotonic()
+    with env.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} ({TABLE_COLUMNS}) "
+                     "WITH (autovacuum_enabled = off)".encode())
+        if rows:
+            conn.execute(f"INSERT INTO {table} {ROW_SELECT}".encode(), (1, rows))
+        conn.execute(f"ALTER TABLE {table} ADD PRIMARY KEY (id)".encode())
+        conn.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL".encode())
+        conn.execute(f"VACUUM (ANALYZE, FREEZE) {table}".encode())
+        size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size(%s))",
+                            (table,)).fetchone()
+    progress(f"created {table}: {rows} rows, {size[0] if size else '?'}, "
+             f"{time.monotonic() - started:.1f} s")
+
+
+def insert_rows(conn: psycopg.Connection[tuple[Any, ...]], table: str, first: int,
+                last: int) -> None:
+    conn.execute(f"INSERT INTO {table} {ROW_SELECT}".encode(), (first, last))
+
+
+# -- the worker --------------------------------------------------------------------
+
+
+class WorkerRun:
+    """``dblog run`` for one source name, as a child process."""
+
+    def __init__(self, env: Environment, source: str, tables: Sequence[str], *,
+                 flush_interval_s: float) -> None:
+        self.env = env
+        self.source = source
+        self.tables = list(tables)
+        self.config = env.workdir / f"{source}.toml"
+        self.log_path = env.workdir / f"{source}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.profiler: subprocess.Popen[bytes] | None = None
+        self.config.write_text(
+            f"""
+[source]
+name = "{source}"
+dsn = {json.dumps(env.dsn)}
+tables = {json.dumps(self.tables)}
+
+[redis]
+url = "{env.redis.url}"
+
+[landing]
+path = {json.dumps(str(env.landing))}
+flush_interval_s = {flush_interval_s}
+flush_max_events = 50000
+
+[worker]
+control_interval_s = 0.2
+heartbeat_interval_s = 10.0
+status_interval_s = 1.0
+"""
+        )
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def landing(self) -> LandingZone:
+        return LandingZone(self.env.landing, self.source)
+
+    def key(self, *parts: str) -> str:
+        return f"dblog:v1:{self.source}:" + ":".join(parts)
+
+    def start(self, timeout: float = 60) -> Self:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "dblog_worker", "run", "--config", str(self.config),
+                 "--log-level", "INFO"],
+                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+            )
+        with self.env.redis_client() as client:
+            wait_until(lambda: bool(client.exists(self.key("worker"))), timeout,
+                       f"worker {self.source} to start", self._check_alive)
+        if self.env.options.profile_dir is not None:
+            self._start_profiler(self.env.options.profile_dir)
+        return self
+
+    def _start_profiler(self, directory: Path) -> None:
+        """py-spy (if installed next to this Python) samples the worker until it stops."""
+        py_spy = Path(sys.executable).parent / "py-spy"
+        if not py_spy.exists():
+            progress("--profile: py-spy is not installed in this environment; not profiling")
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        out = directory / f"{self.env.name}-{self.source}.txt"
+        self.profiler = subprocess.Popen(
+            [str(py_spy), "record", "--pid", str(self.pid), "--rate", "200", "--format", "raw",
+             "--nonblocking", "--output", str(out)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        progress(f"profiling worker {self.source} into {out}")
+
+    def _check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"worker {self.source} exited with {self.proc.returncode}:\n"
+                               f"{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.profiler is not None:
+            if self.profiler.poll() is None:
+                self.profiler.send_signal(signal.SIGINT)
+            try:
+                self.profiler.wait(60)
+            except subprocess.TimeoutExpired:
+                self.profiler.kill()
+                self.profiler.wait()
+            self.profiler = None
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def cleanup(self) -> None:
+        """Stop, then drop the slot and publication and delete the landing output."""
+        self.stop()
+        with self.env.connect() as conn:
+            slot = f"dblog_{self.source}"
+            wait_until(lambda: conn.execute(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s AND active",
+                (slot,)).fetchone() == (0,), 30, f"slot {slot} to be released")
+            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                         "WHERE slot_name = %s", (slot,))
+            conn.execute(f"DROP PUBLICATION IF EXISTS dblog_{self.source}".encode())
+        shutil.rmtree(self.env.landing / self.source, ignore_errors=True)
+
+    # -- dumps ----------------------------------------------------------------------
+
+    def request_dump(self, table: str, chunk_size: int = CHUNK_SIZE) -> str:
+        """``dblog dump --table ... --chunk-size ...``; returns the request id."""
+        result = subprocess.run(
+            [sys.executable, "-m", "dblog_worker", "dump", "--config", str(self.config),
+             "--table", table, "--chunk-size", str(chunk_size), "--json"],
+            capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"dblog dump failed: {result.stdout}{result.stderr}")
+        request_id: str = json.loads(result.stdout)["id"]
+        return request_id
+
+    def wait_dump(self, request_id: str, timeout: float) -> tuple[float, float]:
+        """Wait for the request to end; (created_at, completed_at) as Unix times from Redis."""
+        key = self.key("request", request_id)
+        with self.env.redis_client() as client:
+            def ended() -> bool:
+                return client.hget(key, "state") in ("completed", "failed", "cancelled")
+
+            wait_until(ended, timeout, f"dump {request_id} to end", self._check_alive, 0.02)
+            fields: dict[str, str] = client.hgetall(key)
+        if fields["state"] != "completed":
+            raise RuntimeError(f"dump {request_id} ended {fields['state']}: "
+                               f"{fields.get('error')}\n{self.log_tail()}")
+        return float(fields["created_at"]), float(fields["updated_at"])
+
+    def checkpoint_lsn(self, client: redis.Redis) -> int:
+        value = client.hget(self.key("checkpoint"), "value")
+        return parse_lsn(str(value)) if value else 0
+
+    def landed_rows(self, table: str) -> int:
+        """Rows in the committed segments of ``table``, from the Parquet footers."""
+        return sum(pq.read_metadata(s.path).num_rows for s in self.landing.segments(table))
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str,
+               check: Callable[[], None] | None = None, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if check is not None:
+            check()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def dump_timeout(rows: int) -> float:
+    return 120 + rows / 2_000
+

@@ -1,0 +1,64 @@
+"""Run the benchmarks: ``python -m bench.run [--only NAME] [--rows N] [--runs K] [--quick]``.
+
+One JSON object per benchmark is printed on stdout, one per line (and appended to
+``--out FILE``); progress goes to stderr. See ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bench import dump_throughput, live_latency, log_capture, memory
+from bench.common import Options, Result, emit, progress
+
+BENCHMARKS: dict[str, Callable[[Options], Result]] = {
+    dump_throughput.NAME: dump_throughput.run,
+    log_capture.NAME: log_capture.run,
+    live_latency.NAME: live_latency.run,
+    memory.NAME: memory.run,
+}
+
+QUICK_ROWS = 50_000
+QUICK_MEMORY_ROWS = (100_000, 500_000)
+QUICK_IDLE_S = 5.0
+
+
+def parse_options(argv: Sequence[str] | None) -> tuple[Options, list[str], Path | None]:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
+                        help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
+    parser.add_argument("--rows", type=int, help="table size (default 1000000; --quick 50000)")
+    parser.add_argument("--runs", type=int, help="runs per benchmark (default 3; --quick 1)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 50k rows, 1 run, memory 100k/500k, 5 s idle")
+    parser.add_argument("--idle-s", type=float,
+                        help="live_latency: seconds of idle trickle (default 30; --quick 5)")
+    parser.add_argument("--out", type=Path, help="also append the JSON lines to this file")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="sample every worker with py-spy into DIR (raw collapsed stacks)")
+    args = parser.parse_args(argv)
+    rows = args.rows if args.rows is not None else (QUICK_ROWS if args.quick else 1_000_000)
+    runs = args.runs if args.runs is not None else (1 if args.quick else 3)
+    if rows < 1_000 or runs < 1:
+        parser.error("--rows must be at least 1000 and --runs at least 1")
+    memory_rows = QUICK_MEMORY_ROWS if args.quick and args.rows is None else (rows, 5 * rows)
+    idle_s = args.idle_s if args.idle_s is not None else (QUICK_IDLE_S if args.quick else 30.0)
+    options = Options(rows=rows, runs=runs, quick=args.quick, memory_rows=memory_rows,
+                      idle_s=idle_s, profile_dir=args.profile)
+    return options, args.only or list(BENCHMARKS), args.out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options, names, out = parse_options(argv)
+    progress(f"benchmarks {', '.join(names)}: {options}")
+    for name in names:
+        progress(f"== {name}")
+        emit(BENCHMARKS[name](options), out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
