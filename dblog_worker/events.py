@@ -55,3 +55,16 @@ class Watermark:
 class ChunkRow:
     key: str
     after: str
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A transaction boundary of the log: everything before ``position`` has been read.
+
+    For PostgreSQL the position is (end LSN of a commit, or a keepalive's WAL end, 0, 0).
+    """
+
+    position: Position
+
+
+LogItem = ChangeEvent | Watermark | Checkpoint

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from dblog_worker.events import ChunkRow
+from dblog_worker.events import Checkpoint, ChunkRow, LogItem
+from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 
 
@@ -32,26 +33,32 @@ class KeysChunk:
     schema_version: int
 
 
-class LogCheckpoint(Protocol):
-    """A transaction boundary of the log; what the source hands the worker to save."""
-
-
 class Source(Protocol):
     name: str
 
-    def tables(self) -> Sequence[str]:
-        """The captured tables, ``schema.table``."""
+    def connect(self) -> None: ...
+
+    def capture_exists(self) -> bool:
+        """Whether the database already keeps a log position for us (a slot)."""
+
+    def prepare(self) -> str | None:
+        """Check and create what capture needs; the first checkpoint if capture begins now."""
 
     def start(self, checkpoint: str | None) -> str:
-        """Start streaming after ``checkpoint`` (None: the start of capture); returns it."""
+        """Stream the log after ``checkpoint``; returns where it starts."""
 
-    def poll(self, timeout: float, out: list[object]) -> None:
-        """Append the log items that arrived (events, watermarks, checkpoints) to ``out``."""
+    def poll(self, timeout: float, out: list[LogItem]) -> None:
+        """Append what arrived (events, watermarks, checkpoints) to ``out``, in log order."""
 
-    def encode_checkpoint(self, checkpoint: object) -> str: ...
+    def encode_checkpoint(self, checkpoint: Checkpoint) -> str: ...
 
     def confirm(self, checkpoint: str) -> None:
         """Everything up to ``checkpoint`` is durable in the output."""
+
+    def log_position(self) -> Position:
+        """The end of the log now, comparable with the positions of checkpoints."""
+
+    def lag_bytes(self) -> int: ...
 
     def write_watermark(self, token: str) -> None: ...
 

@@ -3,7 +3,7 @@
 Layout (every key under ``dblog:v1:<source>:``; ``v1`` is the layout version)::
 
     meta                      hash   layout version, created_at
-    checkpoint                hash   value (source-specific log position), position, updated_at
+    checkpoint                hash   value (source-specific log position), updated_at
     seq                       int    request number counter
     requests                  zset   every request id, scored by number
     active                    zset   ids of the requests not yet terminal, oldest first
@@ -133,7 +133,6 @@ class StateStore:
     def save_progress(
         self,
         checkpoint: str | None,
-        position: str | None,
         progress: Mapping[str, Sequence[TableProgress]],
         missing: Mapping[str, Sequence[KeyTexts]],
     ) -> None:
@@ -143,8 +142,6 @@ class StateStore:
             pipe = self.redis.pipeline(transaction=True)
             if checkpoint is not None:
                 fields = {"value": checkpoint, "updated_at": now}
-                if position is not None:
-                    fields["position"] = position
                 pipe.hset(self.key("checkpoint"), mapping=_fields(fields))
             for request_id, tables in progress.items():
                 pipe.hset(

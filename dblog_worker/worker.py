@@ -32,24 +32,26 @@ from dblog_worker.errors import (
     ConfigError,
     DumpFailed,
     RequestRejected,
+    SourceUnavailable,
     TransientError,
 )
-from dblog_worker.events import ChangeEvent, Watermark
+from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Watermark
 from dblog_worker.landing import LandingZone
 from dblog_worker.output import OutputBuffer
 from dblog_worker.pg.source import PgSource, SchemaVersion
-from dblog_worker.pg.translate import Checkpoint, LogItem
+from dblog_worker.position import ZERO, Position
 from dblog_worker.requests import DumpKind, RequestState
 from dblog_worker.schemas import SchemaRegistry
+from dblog_worker.source import Source
 from dblog_worker.state import StateStore
 from dblog_worker.window import Reconciler
 
 log = logging.getLogger(__name__)
 
-SourceFactory = Callable[[Config, SchemaVersion], PgSource]
+SourceFactory = Callable[[Config, SchemaVersion], Source]
 
 
-def pg_source(config: Config, schema_version: SchemaVersion) -> PgSource:
+def pg_source(config: Config, schema_version: SchemaVersion) -> Source:
     return PgSource(config.source, schema_version)
 
 
@@ -112,6 +114,7 @@ class Session:
         self.started_at = time.time()
         self.last_flush = self.last_control = self.last_status = self.last_heartbeat = 0.0
         self.windows = 0
+        self.high_written_before: Position = ZERO  # log end once the open window's HW committed
 
     def run(self) -> None:
         try:
@@ -128,19 +131,17 @@ class Session:
         self.state.ensure_layout()
         self.source.connect()
         saved = self.state.checkpoint()
-        if saved is None and self.source.slot_exists() and not self.worker.adopt_slot:
+        if saved is None and self.source.capture_exists() and not self.worker.adopt_slot:
             raise ConfigError(
                 f"Redis holds no checkpoint for source {self.config.source.name!r}, but "
                 f"replication slot {self.config.source.slot} exists: Redis lost its data or "
                 "another Redis was configured. Start once with `dblog run --adopt-slot` to "
                 "continue from the slot's position, then request a full dump to re-sync."
             )
-        created = self.source.setup()
+        created = self.source.prepare()
         if saved is None and created is not None:
-            from dblog_worker.pg.pgoutput import format_lsn
-
-            saved = format_lsn(created)
-            self.state.save_progress(saved, None, {}, {})
+            saved = created
+            self.state.save_progress(saved, {}, {})
         self.checkpoint = self.source.start(saved)
         self.output = OutputBuffer(self.worker.landing, self.worker.landing.recover())
         log.info("session %s streaming %s from %s", self.run_id,
@@ -161,6 +162,11 @@ class Session:
                 reconciler.on_change(item)
             elif type(item) is Checkpoint:
                 self.pending_checkpoint = self.source.encode_checkpoint(item)
+                if reconciler.window_open and item.position > self.high_written_before:
+                    raise SourceUnavailable(
+                        "the log went past the high watermark without it: is the watermark "
+                        "table still in the publication? The next session restores it"
+                    )
             elif type(item) is Watermark:
                 closed = reconciler.on_watermark(item)
                 if closed is not None:
@@ -230,6 +236,7 @@ class Session:
             read.failure = str(exc)
         read.selected = len(rows)
         self.source.write_watermark(tokens.high)
+        self.high_written_before = self.source.log_position()
         self.reconciler.open(plan.table, tokens, rows, dump.id, version)
         dump.open_read = read
         self.windows += 1
@@ -253,7 +260,7 @@ class Session:
         if checkpoint == self.checkpoint:
             checkpoint = None
         if checkpoint is not None or progress or missing:
-            self.state.save_progress(checkpoint, None, progress, missing)
+            self.state.save_progress(checkpoint, progress, missing)
         if checkpoint is not None:
             self.checkpoint = checkpoint
             self.source.confirm(checkpoint)
@@ -303,7 +310,7 @@ class Session:
             log.info("dump %s started: %s %s", request.id, request.kind.value,
                      ", ".join(request.tables))
         self.dump = ActiveDump(request, self.state.progress(request.id))
-        self.state.save_progress(None, None, {request.id: self.dump.take_unsaved()[0]}, {})
+        self.state.save_progress(None, {request.id: self.dump.take_unsaved()[0]}, {})
 
     def _check(self, tables: tuple[str, ...], kind: DumpKind) -> str | None:
         for table in tables:

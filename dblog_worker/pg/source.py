@@ -24,12 +24,13 @@ from dblog_worker.errors import (
     RequestRejected,
     SourceUnavailable,
 )
-from dblog_worker.events import ChunkRow
+from dblog_worker.events import Checkpoint, ChunkRow, LogItem
 from dblog_worker.pg import catalog, queries
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.catalog import SCHEMA, TableInfo
 from dblog_worker.pg.stream import ReplicationStream
-from dblog_worker.pg.translate import Checkpoint, LogItem, LogTranslator, RelationKind, RelationView
+from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView
+from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 from dblog_worker.source import Chunk, KeysChunk
 from dblog_worker.values import PgType, RowCodec, libpq_options
@@ -126,8 +127,8 @@ class PgSource:
             problems += catalog.slot_problems(self.conn, self.config.slot)
         return problems
 
-    def setup(self) -> int | None:
-        """Create what capture needs; returns the new slot's LSN if the slot was created now."""
+    def prepare(self) -> str | None:
+        """Create what capture needs; returns the new slot's position if it was created now."""
         problems = self.preflight()
         if problems:
             raise ConfigError(
@@ -157,9 +158,9 @@ class PgSource:
             ).fetchone()
             assert created is not None
             log.info("created replication slot %s at %s", self.config.slot, created[0])
-            return pg.parse_lsn(str(created[0]))
+            return str(created[0])
 
-    def slot_exists(self) -> bool:
+    def capture_exists(self) -> bool:
         with _connection_errors("reading the slot"):
             return self.conn.execute(
                 "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.config.slot,)
@@ -190,7 +191,7 @@ class PgSource:
 
     def start(self, checkpoint: str | None) -> str:
         """Start the log after ``checkpoint`` (the slot's own position when None)."""
-        if not self.slot_exists():
+        if not self.capture_exists():
             raise LogGone(
                 f"replication slot {self.config.slot} does not exist any more: the log since "
                 f"checkpoint {checkpoint} is gone. Run `dblog reset --config <file>` to start "
@@ -209,7 +210,7 @@ class PgSource:
         self._stream.poll(timeout, out)
 
     def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
-        return pg.format_lsn(checkpoint.lsn)
+        return pg.format_lsn(checkpoint.position.major)
 
     def confirm(self, checkpoint: str) -> None:
         assert self._stream is not None
@@ -232,8 +233,15 @@ class PgSource:
             return RelationView(RelationKind.IGNORED, table)
         captured = self._tables.get(table)
         if captured is None or captured.info.oid != relation.relation_oid:
-            captured = self._load(table)
-        key = captured.info.key_columns if captured else ()
+            try:
+                captured = self._load(table)
+            except DumpFailed as exc:  # dropped since, or lost its key: replaying old changes
+                captured = None
+                log.warning("%s; its old changes are keyed by their replica identity", exc)
+        if captured is not None:
+            key = captured.info.key_columns
+        else:
+            key = tuple(c.name for c in relation.columns if c.flags & 1)
         oids = [c.type_oid for c in relation.columns]
         with _connection_errors("reading the catalog"):
             self._types = catalog.load_types(self.conn, oids, self._types)
@@ -247,11 +255,21 @@ class PgSource:
     # -- watermarks -----------------------------------------------------------
 
     def write_watermark(self, token: str) -> None:
+        """Write a watermark; returns once it is committed (an upsert: a lost row comes back)."""
         with _connection_errors("writing a watermark"):
             self.conn.execute(
-                f"UPDATE {SCHEMA}.watermark SET value = %s, written_at = now() WHERE source = %s",
-                (token, self.name),
+                f"INSERT INTO {SCHEMA}.watermark (source, value, written_at) "
+                "VALUES (%s, %s, now()) ON CONFLICT (source) DO UPDATE "
+                "SET value = excluded.value, written_at = excluded.written_at",
+                (self.name, token),
             )
+
+    def log_position(self) -> Position:
+        """The end of the log now, comparable with checkpoints: every commit so far is before."""
+        with _connection_errors("reading the log position"):
+            row = self.conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+        assert row is not None
+        return Position(int(row[0]), 0)
 
     def heartbeat(self) -> None:
         with _connection_errors("writing a heartbeat"):

@@ -17,8 +17,10 @@ import psycopg
 from psycopg import pq
 
 from dblog_worker.errors import SourceUnavailable
+from dblog_worker.events import Checkpoint, LogItem
 from dblog_worker.pg import pgoutput as pg
-from dblog_worker.pg.translate import Checkpoint, LogItem, LogTranslator
+from dblog_worker.pg.translate import LogTranslator
+from dblog_worker.position import Position
 from dblog_worker.values import libpq_options
 
 
@@ -99,7 +101,7 @@ class ReplicationStream:
                     self.server_wal_end = frame.wal_end
                     if not self.translator.in_transaction and frame.wal_end > self.received_lsn:
                         self.received_lsn = frame.wal_end
-                        out.append(Checkpoint(frame.wal_end))
+                        out.append(Checkpoint(Position(frame.wal_end, 0)))
                     if frame.reply_requested:
                         self.send_status()
                 count += 1

@@ -15,20 +15,10 @@ from dataclasses import dataclass
 from enum import Enum
 
 from dblog_worker.errors import ConfigError, ProtocolError
-from dblog_worker.events import ChangeEvent, Op, Origin, Watermark
+from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin, Watermark
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.position import Position
 from dblog_worker.values import RowCodec
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """Everything of the log before ``lsn`` has been translated (a transaction boundary)."""
-
-    lsn: int
-
-
-LogItem = ChangeEvent | Watermark | Checkpoint
 
 
 class RelationKind(Enum):
@@ -87,7 +77,7 @@ class LogTranslator:
             self._lsn, self._ts, self._index = message.final_lsn, message.commit_ts_us, 0
         elif isinstance(message, pg.Commit):
             self.in_transaction = False
-            out.append(Checkpoint(message.end_lsn))
+            out.append(Checkpoint(Position(message.end_lsn, 0)))
         elif isinstance(message, pg.Relation):
             self._relations[message.relation_oid] = self._describe(message)
         elif isinstance(message, pg.Truncate):
