@@ -183,12 +183,15 @@ def replay(landing: Path, source: str, table: str, version_column: str = "versio
     return result
 
 
-def source_rows(dsn: str, table: str, key: str = "id") -> dict[str, dict[str, Any]]:
-    """The table as it is, keyed like the output (a one-column integer key)."""
+def source_rows(dsn: str, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
+    """The table as it is, keyed like the output (key columns of integers and text)."""
     with psycopg.connect(dsn) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
         schema, name = table.split(".", 1)
-        cur.execute(f'SELECT * FROM "{schema}"."{name}"')
-        return {json.dumps([row[key]]): dict(row) for row in cur.fetchall()}
+        cur.execute(f'SELECT * FROM "{schema}"."{name}"'.encode())
+        return {
+            json.dumps([row[k] for k in key], ensure_ascii=False, separators=(",", ":")):
+            dict(row) for row in cur.fetchall()
+        }
 
 
 # -- a workload -------------------------------------------------------------------

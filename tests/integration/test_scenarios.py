@@ -508,3 +508,64 @@ def test_sigterm_flushes_and_exits(backend: Backend,
     time.sleep(1)
     assert worker.stop() == 0
     assert [e["key"] for e in read_events(LandingZone(backend.landing, SOURCE), T1)] == ["[1]"]
+
+
+def test_watermark_table_removed_from_publication_is_restored(
+    backend: Backend, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    backend.create(T1, 500)
+    config = backend.config_path([T1])
+    worker = worker_process(config)
+    backend.execute(f"ALTER PUBLICATION dblog_{SOURCE} DROP TABLE dblog.watermark")
+    request_id = dump(config, "--table", T1, "--chunk-size", "50")
+    state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"], 60,
+                         worker)
+    assert state["state"] == "completed", state
+    assert "went past the high watermark" in worker.log()
+    assert_converged(backend, T1)
+
+
+def test_composite_text_keys_in_collation_order(
+    backend: Backend, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    """Keyset pagination over (text, int) keys compares in the database's collation."""
+    table = "public.tenants"
+    backend.execute(
+        f'CREATE TABLE {table} (tenant text COLLATE "C", id int, version bigint NOT NULL, '
+        "note text, PRIMARY KEY (tenant, id)); "
+        f"ALTER TABLE {table} REPLICA IDENTITY FULL; CREATE SEQUENCE IF NOT EXISTS versions"
+    )
+    names = ["a", "B", "é", "Z", "a b", "a-b", "ä", "", "'; DROP TABLE x; --", "😀", "A"]
+    with psycopg.connect(backend.dsn, autocommit=True) as conn:
+        with conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {table} VALUES (%s, %s, nextval('versions'), 'n')",
+                [(name, i) for name in names for i in range(60)],
+            )
+    config = backend.config_path([table])
+    worker = worker_process(config)
+    request_id = dump(config, "--table", table, "--chunk-size", "7")
+    keys_id = dump(config, "--table", table, "--keys",
+                   json.dumps([["é", 3], ["😀", 59], ["nobody", 1]]), "--chunk-size", "2")
+    with psycopg.connect(backend.dsn, autocommit=True) as conn:
+        for i in range(0, 60, 3):
+            conn.execute(f"UPDATE {table} SET version = nextval('versions'), id = id + 1000 "
+                         "WHERE tenant = 'ä' AND id = %s", (i,))
+            conn.execute(f"DELETE FROM {table} WHERE tenant = 'a' AND id = %s", (i,))
+    for rid in (request_id, keys_id):
+        state = wait_request(backend.redis_url, SOURCE, rid, ["completed", "failed"], 60, worker)
+        assert state["state"] == "completed", state
+    expected = source_rows(backend.dsn, table, ("tenant", "id"))
+
+    def converged() -> bool:
+        return replay(backend.landing, SOURCE, table).rows == expected
+
+    wait_for(converged, 30, "convergence of the composite-key table")
+    assert replay(backend.landing, SOURCE, table).time_travel == []
+    store = StateStore(backend.redis_url, SOURCE)
+    try:
+        assert store.missing_keys(keys_id) == [("nobody", "1")]
+        progress = store.progress(request_id)[table]
+    finally:
+        store.close()
+    assert progress.selected >= 660 - 40 and progress.chunks >= 660 // 7
