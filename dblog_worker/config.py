@@ -32,7 +32,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dblog_worker.errors import ConfigError
 
-NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def load(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
 def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     source = _table(data, "source")
     name = _str(source, "source.name")
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         raise ConfigError(
             f"source.name {name!r} must be 1-40 characters of a-z, 0-9 and _, starting "
             "with a letter (it names the replication slot and the Redis keys)"
@@ -106,11 +106,14 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     if not isinstance(tables, list) or not tables or not all(isinstance(t, str) for t in tables):
         raise ConfigError('source.tables must be a non-empty list like ["public.orders"]')
     for table in tables:
-        if "." not in table:
+        schema_name, _, table_name = table.partition(".")
+        if not schema_name or not table_name:
             raise ConfigError(f"source.tables: {table!r} must be schema-qualified: schema.table")
     redis_section = _table(data, "redis")
     landing = _table(data, "landing")
     worker = data.get("worker", {})
+    if not isinstance(worker, dict):
+        raise ConfigError("[worker] must be a table of options")
     return Config(
         source=SourceConfig(
             name=name,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from dblog_worker.position import Position
 
@@ -21,9 +22,8 @@ class Origin(StrEnum):
     DUMP = "dump"
 
 
-@dataclass(frozen=True, slots=True)
-class ChangeEvent:
-    """One output event.
+class ChangeEvent(NamedTuple):
+    """One output event (a NamedTuple: immutable, and cheap on the hot path).
 
     ``key`` is the canonical JSON array of the primary-key values and ``after`` /
     ``before`` the canonical JSON objects of the row images (see

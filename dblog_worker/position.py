@@ -14,22 +14,25 @@ that sorting the strings sorts the numbers in any engine and any collation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _MAX = (1 << 64) - 1
 ENCODED_LENGTH = 48
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class Position:
+class Position(NamedTuple):
+    """Compared as a tuple of numbers. Built unchecked on the hot path; :meth:`of` checks."""
+
     major: int
     minor: int
     sub: int = 0
 
-    def __post_init__(self) -> None:
-        for part in (self.major, self.minor, self.sub):
+    @classmethod
+    def of(cls, major: int, minor: int, sub: int = 0) -> Position:
+        for part in (major, minor, sub):
             if not 0 <= part <= _MAX:
                 raise ValueError(f"position part {part} is outside 0..2**64-1")
+        return cls(major, minor, sub)
 
     def encode(self) -> str:
         return f"{self.major:016x}{self.minor:016x}{self.sub:016x}"

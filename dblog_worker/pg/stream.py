@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import select
+import struct
 import time
 
 import psycopg
@@ -22,6 +23,10 @@ from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.translate import LogTranslator
 from dblog_worker.position import Position
 from dblog_worker.values import libpq_options
+
+
+_XLOG_HEADER = 25  # 'w', start LSN, WAL end, send time
+_XLOG_LSNS = struct.Struct(">QQ")
 
 
 class ReplicationStream:
@@ -77,9 +82,9 @@ class ReplicationStream:
         pgconn = self._pgconn()
         translate = self.translator.translate
         decode = pg.decode_message
-        parse = pg.parse_copy_data
         count = 0
         waited = False
+        last_xlog = None
         try:
             while count < max_messages:
                 size, data = pgconn.get_copy_data(1)
@@ -92,11 +97,15 @@ class ReplicationStream:
                     continue
                 if size < 0:
                     raise SourceUnavailable("the server ended the log stream")
-                frame = parse(data)
+                count += 1
+                if data[0] == 0x77 and size > _XLOG_HEADER:  # 'w' XLogData: the hot path
+                    translate(decode(data[_XLOG_HEADER:]), out)
+                    last_xlog = data
+                    continue
+                frame = pg.parse_copy_data(data)
                 if isinstance(frame, pg.XLogData):
                     translate(decode(frame.payload), out)
-                    self.received_lsn = max(self.received_lsn, frame.data_start)
-                    self.server_wal_end = frame.wal_end
+                    last_xlog = data
                 else:
                     self.server_wal_end = frame.wal_end
                     if not self.translator.in_transaction and frame.wal_end > self.received_lsn:
@@ -104,9 +113,12 @@ class ReplicationStream:
                         out.append(Checkpoint(Position(frame.wal_end, 0)))
                     if frame.reply_requested:
                         self.send_status()
-                count += 1
         except psycopg.OperationalError as exc:
             raise SourceUnavailable(f"the log stream broke: {exc}") from exc
+        if last_xlog is not None:
+            start, wal_end = _XLOG_LSNS.unpack_from(last_xlog, 1)
+            self.received_lsn = max(self.received_lsn, start)
+            self.server_wal_end = wal_end
         if time.monotonic() - self._last_status > self._status_interval_s:
             self.send_status()
 

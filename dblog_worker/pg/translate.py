@@ -56,10 +56,18 @@ class LogTranslator:
         self.in_transaction = False
 
     def translate(self, message: pg.Message, out: list[LogItem]) -> None:
-        if isinstance(message, pg.Insert):
-            view = self._view(message.relation_oid)
+        if type(message) is pg.Insert:  # the hot path: inlined
+            view = self._relations.get(message.relation_oid) or self._view(message.relation_oid)
             if view.kind is RelationKind.CAPTURED:
-                self._emit(out, view, Op.CREATE, message.new, None)
+                codec = view.codec
+                assert codec is not None
+                new = message.new
+                out.append(ChangeEvent(
+                    view.table, Op.CREATE, Position(self._lsn, self._index),
+                    codec.key(new), codec.row(new), None,  # type: ignore[arg-type]
+                    Origin.LOG, self._ts, view.schema_version,
+                ))
+                self._index += 1
             elif view.kind is RelationKind.WATERMARK:
                 self._watermark(out, view, message.new)
         elif isinstance(message, pg.Update):

@@ -35,8 +35,9 @@ def test_decode_rejects_junk(text: str) -> None:
         Position.decode(text)
 
 
-def test_parts_are_unsigned_64_bit() -> None:
+def test_checked_parts_are_unsigned_64_bit() -> None:
+    assert Position.of(2**64 - 1, 0) == Position(2**64 - 1, 0, 0)
     with pytest.raises(ValueError):
-        Position(-1, 0)
+        Position.of(-1, 0)
     with pytest.raises(ValueError):
-        Position(2**64, 0)
+        Position.of(2**64, 0)
