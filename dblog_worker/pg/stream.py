@@ -24,7 +24,6 @@ from dblog_worker.pg.translate import LogTranslator
 from dblog_worker.position import Position
 from dblog_worker.values import libpq_options
 
-
 _XLOG_HEADER = 25  # 'w', start LSN, WAL end, send time
 _XLOG_LSNS = struct.Struct(">QQ")
 
