@@ -120,13 +120,13 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             kind=kind,
             dsn=dsn,
             tables=tuple(dict.fromkeys(tables)),
-            slot=str(source.get("slot", f"dblog_{name}")),
-            publication=str(source.get("publication", f"dblog_{name}")),
+            slot=_identifier(source, "slot", f"dblog_{name}"),
+            publication=_identifier(source, "publication", f"dblog_{name}"),
         ),
         redis_url=_secret(redis_section, "url", env, "redis.url"),
         landing_path=Path(_str(landing, "landing.path")),
         flush_interval_s=_number(landing, "flush_interval_s", 1.0, 0.01, 60),
-        flush_max_events=int(_number(landing, "flush_max_events", 50_000, 1, 10_000_000)),
+        flush_max_events=_integer(landing, "flush_max_events", 50_000, 1, 10_000_000),
         heartbeat_interval_s=_number(worker, "heartbeat_interval_s", 10.0, 0.1, 3600),
         status_interval_s=_number(worker, "status_interval_s", 1.0, 0.1, 60),
         control_interval_s=_number(worker, "control_interval_s", 0.2, 0.01, 10),
@@ -164,3 +164,21 @@ def _number(section: Mapping[str, Any], key: str, default: float, low: float,
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         raise ConfigError(f"{key} must be a number from {low} to {high}, got {value!r}")
     return float(value)
+
+
+def _integer(section: Mapping[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{key} must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
+def _identifier(section: Mapping[str, Any], key: str, default: str) -> str:
+    """A slot or publication name: it is spelled into replication commands."""
+    value = section.get(key, default)
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", value):
+        raise ConfigError(
+            f"source.{key} {value!r} must be 1-63 characters of a-z, 0-9 and _ "
+            "(PostgreSQL's rule for replication slot names)"
+        )
+    return value

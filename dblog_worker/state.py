@@ -64,7 +64,8 @@ if not state then return {'missing', ''} end
 if state == 'completed' or state == 'failed' or state == 'cancelled' then
   return {'refused', state}
 end
-for i = 1, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 1, #ARGV - 1, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[#ARGV])
 return {'ok', state}
 """
 
@@ -144,6 +145,8 @@ class StateStore:
                 fields = {"value": checkpoint, "updated_at": now}
                 pipe.hset(self.key("checkpoint"), mapping=_fields(fields))
             for request_id, tables in progress.items():
+                if not tables:
+                    continue
                 pipe.hset(
                     self.key("request", request_id, "progress"),
                     mapping={p.table: p.to_json() for p in tables},
@@ -268,7 +271,9 @@ class StateStore:
             raise RequestRejected("give a chunk size, a delay, or both")
         with _redis_errors():
             outcome, previous = cast(
-                list[str], self._set_knobs(keys=[self.key("request", request_id)], args=args)
+                list[str],
+                self._set_knobs(keys=[self.key("request", request_id)],
+                                args=[*args, repr(time.time())]),
             )
         if outcome == "missing":
             raise RequestRejected(f"no dump request {request_id!r} for source {self.source!r}")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 import pytest
@@ -34,8 +34,8 @@ from dblog_worker.source import Chunk, KeysChunk
 from dblog_worker.state import StateStore
 from dblog_worker.worker import Worker
 from tests.integration.harness import (
-    Workload,
     WorkerProcess,
+    Workload,
     cli,
     create_test_table,
     redis_request,
@@ -213,7 +213,7 @@ def test_dumps_converge_under_load(backend: Backend, kind: str,
             ids = [dump(config, "--table", T2, "--table", T1, "--chunk-size", "53")]
         else:
             keys = sorted(int(json.loads(k)[0]) for k in backend.rows(T1))
-            ids = [dump(config, "--table", T1, "--keys", json.dumps(keys + [999_999]),
+            ids = [dump(config, "--table", T1, "--keys", json.dumps([*keys, 999_999]),
                         "--chunk-size", "41"),
                    dump(config, "--table", T2, "--chunk-size", "64")]
         for request_id in ids:
@@ -245,7 +245,7 @@ def test_dumps_converge_under_load(backend: Backend, kind: str,
 class HookedSource(PgSource):
     """A source that runs a hook after the low watermark and after the chunk SELECT."""
 
-    hooks: dict[str, Callable[[str], None]] = {}
+    hooks: ClassVar[dict[str, Callable[[str], None]]] = {}
 
     def write_watermark(self, token: str) -> None:
         super().write_watermark(token)
@@ -266,8 +266,9 @@ class HookedSource(PgSource):
         return chunk
 
 
-def run_in_thread(config: Config, hooks: dict[str, Callable[[str], None]]) -> tuple[Worker,
-                                                                                    threading.Thread]:
+def run_in_thread(
+    config: Config, hooks: dict[str, Callable[[str], None]]
+) -> tuple[Worker, threading.Thread]:
     class Source(HookedSource):
         pass
 
@@ -536,12 +537,11 @@ def test_composite_text_keys_in_collation_order(
         f"ALTER TABLE {table} REPLICA IDENTITY FULL; CREATE SEQUENCE IF NOT EXISTS versions"
     )
     names = ["a", "B", "é", "Z", "a b", "a-b", "ä", "", "'; DROP TABLE x; --", "😀", "A"]
-    with psycopg.connect(backend.dsn, autocommit=True) as conn:
-        with conn.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO {table} VALUES (%s, %s, nextval('versions'), 'n')",
-                [(name, i) for name in names for i in range(60)],
-            )
+    with psycopg.connect(backend.dsn, autocommit=True) as conn, conn.cursor() as cur:
+        cur.executemany(
+            f"INSERT INTO {table} VALUES (%s, %s, nextval('versions'), 'n')",
+            [(name, i) for name in names for i in range(60)],
+        )
     config = backend.config_path([table])
     worker = worker_process(config)
     request_id = dump(config, "--table", table, "--chunk-size", "7")

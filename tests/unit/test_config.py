@@ -1,0 +1,354 @@
+"""The worker's configuration: TOML in, Config out, secrets from the given environment."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dblog_worker.config import Config, SourceConfig, load, parse, redact_dsn
+from dblog_worker.errors import ConfigError
+
+FULL = """
+[source]
+name = "shop"
+kind = "postgresql"
+dsn = "host=db port=5432 dbname=shop user=dblog"
+password_env = "SHOP_DB_PASSWORD"
+tables = ["public.orders", "public.customers", "public.orders"]
+slot = "shop_slot"
+publication = "shop_pub"
+
+[redis]
+url_env = "DBLOG_REDIS_URL"
+
+[landing]
+path = "/var/lib/dblog/landing"
+flush_interval_s = 2.5
+flush_max_events = 1000
+
+[worker]
+heartbeat_interval_s = 5
+status_interval_s = 0.5
+control_interval_s = 0.1
+reconnect_max_s = 60
+"""
+
+MINIMAL = """
+[source]
+name = "shop"
+dsn = "host=db dbname=shop user=dblog"
+tables = ["public.orders"]
+
+[redis]
+url = "redis://127.0.0.1:6379/0"
+
+[landing]
+path = "/data/landing"
+"""
+
+PASSWORD = "s3cret-Pa55"
+REDIS_URL = "redis://:r3dis-pw@cache.internal:6380/2"
+ENV = {"SHOP_DB_PASSWORD": PASSWORD, "DBLOG_REDIS_URL": REDIS_URL}
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "dblog.toml"
+    path.write_text(text)
+    return path
+
+
+def data(changes: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
+    """MINIMAL as a dict, changed: a section or a value set to None is removed."""
+    result: dict[str, Any] = tomllib.loads(MINIMAL)
+    for section, change in changes.items():
+        if change is None:
+            result.pop(section, None)
+            continue
+        target = result.setdefault(section, {})
+        for key, value in change.items():
+            if value is None:
+                target.pop(key, None)
+            else:
+                target[key] = value
+    return result
+
+
+def test_full_config(tmp_path: Path) -> None:
+    config = load(write(tmp_path, FULL), ENV)
+    assert config == Config(
+        source=SourceConfig(
+            name="shop",
+            kind="postgresql",
+            dsn=f"user=dblog dbname=shop host=db port=5432 password={PASSWORD}",
+            tables=("public.orders", "public.customers"),
+            slot="shop_slot",
+            publication="shop_pub",
+        ),
+        redis_url=REDIS_URL,
+        landing_path=Path("/var/lib/dblog/landing"),
+        flush_interval_s=2.5,
+        flush_max_events=1000,
+        heartbeat_interval_s=5.0,
+        status_interval_s=0.5,
+        control_interval_s=0.1,
+        reconnect_max_s=60.0,
+    )
+    assert isinstance(config.flush_max_events, int)
+    assert config.source.safe_dsn() == "user=dblog dbname=shop host=db port=5432"
+
+
+def test_defaults(tmp_path: Path) -> None:
+    config = load(write(tmp_path, MINIMAL), {})
+    assert config == Config(
+        source=SourceConfig(
+            name="shop",
+            kind="postgresql",
+            dsn="host=db dbname=shop user=dblog",
+            tables=("public.orders",),
+            slot="dblog_shop",
+            publication="dblog_shop",
+        ),
+        redis_url="redis://127.0.0.1:6379/0",
+        landing_path=Path("/data/landing"),
+        flush_interval_s=1.0,
+        flush_max_events=50_000,
+        heartbeat_interval_s=10.0,
+        status_interval_s=1.0,
+        control_interval_s=0.2,
+        reconnect_max_s=30.0,
+    )
+
+
+def test_load_reads_the_process_environment_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DBLOG_TEST_REDIS_URL", REDIS_URL)
+    text = MINIMAL.replace('url = "redis://127.0.0.1:6379/0"', 'url_env = "DBLOG_TEST_REDIS_URL"')
+    assert load(write(tmp_path, text)).redis_url == REDIS_URL
+
+
+@pytest.mark.parametrize(
+    ("changes", "env", "attribute", "expected"),
+    [
+        pytest.param(
+            {"source": {"dsn_env": "SHOP_DSN"}}, {"SHOP_DSN": "host=other dbname=x"},
+            "dsn", "host=other dbname=x", id="dsn_env",
+        ),
+        pytest.param(
+            {"source": {"dsn_env": "SHOP_DSN", "password_env": "PW"}},
+            {"SHOP_DSN": "host=other dbname=x", "PW": "a b'c"},
+            "dsn", "dbname=x host=other password='a b\\'c'", id="dsn_env-and-password_env",
+        ),
+        pytest.param(
+            {"source": {"password_env": "PW"}}, {"PW": "pw"},
+            "dsn", "user=dblog dbname=shop host=db password=pw", id="password_env",
+        ),
+        pytest.param(
+            {"redis": {"url_env": "RURL"}}, {"RURL": REDIS_URL},
+            "redis_url", REDIS_URL, id="url_env",
+        ),
+        pytest.param(
+            {"redis": {"url": "redis://a/0", "url_env": "RURL"}}, {"RURL": "redis://b/1"},
+            "redis_url", "redis://b/1", id="url_env-wins-over-url",
+        ),
+    ],
+)
+def test_secrets_from_the_environment(
+    changes: dict[str, dict[str, Any]], env: dict[str, str], attribute: str, expected: str
+) -> None:
+    config = parse(data(changes), env)
+    value = config.source.dsn if attribute == "dsn" else config.redis_url
+    assert value == expected
+
+
+def test_tables_deduplicated_in_order() -> None:
+    config = parse(data({"source": {"tables": ["s.b", "s.a", "s.b", "s.c", "s.a"]}}), {})
+    assert config.source.tables == ("s.b", "s.a", "s.c")
+
+
+@pytest.mark.parametrize("name", ["s", "shop_2", "a" * 40, "x1_"])
+def test_good_source_names(name: str) -> None:
+    config = parse(data({"source": {"name": name}}), {})
+    assert (config.source.name, config.source.slot) == (name, f"dblog_{name}")
+
+
+@pytest.mark.parametrize(
+    ("changes", "env", "message"),
+    [
+        pytest.param({"source": None}, {}, "the configuration needs a [source] section",
+                     id="no-source"),
+        pytest.param({"redis": None}, {}, "the configuration needs a [redis] section",
+                     id="no-redis"),
+        pytest.param({"landing": None}, {}, "the configuration needs a [landing] section",
+                     id="no-landing"),
+        pytest.param({"source": {"name": ""}}, {}, "source.name must be a non-empty string",
+                     id="empty-name"),
+        pytest.param({"source": {"name": 5}}, {}, "source.name must be a non-empty string",
+                     id="numeric-name"),
+        *[
+            pytest.param(
+                {"source": {"name": bad}}, {},
+                f"source.name {bad!r} must be 1-40 characters of a-z, 0-9 and _, starting with "
+                "a letter (it names the replication slot and the Redis keys)",
+                id=f"bad-name-{bad}",
+            )
+            for bad in ["Shop", "1shop", "_shop", "shop-eu", "shop.eu", "a" * 41, "shop\n"]
+        ],
+        pytest.param({"source": {"kind": "mysql"}}, {},
+                     "source.kind 'mysql' is not supported; use \"postgresql\"", id="kind"),
+        pytest.param({"source": {"dsn": None}}, {}, "source.dsn must be a non-empty string",
+                     id="no-dsn"),
+        pytest.param({"source": {"dsn": "host=db port"}}, {},
+                     "source.dsn is not a valid libpq connection string: ", id="bad-dsn"),
+        pytest.param({"source": {"tables": []}}, {},
+                     'source.tables must be a non-empty list like ["public.orders"]',
+                     id="empty-tables"),
+        pytest.param({"source": {"tables": None}}, {},
+                     'source.tables must be a non-empty list like ["public.orders"]',
+                     id="no-tables"),
+        pytest.param({"source": {"tables": "public.orders"}}, {},
+                     'source.tables must be a non-empty list like ["public.orders"]',
+                     id="tables-string"),
+        pytest.param({"source": {"tables": ["public.a", 1]}}, {},
+                     'source.tables must be a non-empty list like ["public.orders"]',
+                     id="tables-number"),
+        pytest.param({"source": {"tables": ["public.a", "orders"]}}, {},
+                     "source.tables: 'orders' must be schema-qualified: schema.table",
+                     id="unqualified"),
+        pytest.param({"source": {"tables": ["public."]}}, {},
+                     "source.tables: 'public.' must be schema-qualified: schema.table",
+                     id="empty-table-name"),
+        pytest.param({"source": {"tables": [".orders"]}}, {},
+                     "source.tables: '.orders' must be schema-qualified: schema.table",
+                     id="empty-schema-name"),
+        pytest.param({"source": {"dsn_env": "NOPE"}}, {},
+                     "source.dsn_env names NOPE, which is not set", id="dsn_env-unset"),
+        pytest.param({"source": {"password_env": "NOPE"}}, {},
+                     "source.password_env names NOPE, which is not set",
+                     id="password_env-unset"),
+        pytest.param({"redis": {"url_env": "NOPE"}}, {"OTHER": "x"},
+                     "redis.url_env names NOPE, which is not set", id="url_env-unset"),
+        pytest.param({"redis": {"url": ""}}, {}, "redis.url must be a non-empty string",
+                     id="empty-url"),
+        pytest.param({"landing": {"path": None}}, {}, "landing.path must be a non-empty string",
+                     id="no-path"),
+        pytest.param({"landing": {"flush_interval_s": "1"}}, {},
+                     "flush_interval_s must be a number from 0.01 to 60, got '1'",
+                     id="flush-interval-string"),
+        pytest.param({"landing": {"flush_interval_s": 0}}, {},
+                     "flush_interval_s must be a number from 0.01 to 60, got 0",
+                     id="flush-interval-zero"),
+        pytest.param({"landing": {"flush_interval_s": 60.5}}, {},
+                     "flush_interval_s must be a number from 0.01 to 60, got 60.5",
+                     id="flush-interval-high"),
+        pytest.param({"landing": {"flush_max_events": True}}, {},
+                     "flush_max_events must be an integer from 1 to 10000000, got True",
+                     id="flush-max-bool"),
+        pytest.param({"landing": {"flush_max_events": 0}}, {},
+                     "flush_max_events must be an integer from 1 to 10000000, got 0",
+                     id="flush-max-zero"),
+        pytest.param({"landing": {"flush_max_events": 10_000_001}}, {},
+                     "flush_max_events must be an integer from 1 to 10000000, got 10000001",
+                     id="flush-max-high"),
+        pytest.param({"worker": {"heartbeat_interval_s": 3601}}, {},
+                     "heartbeat_interval_s must be a number from 0.1 to 3600, got 3601",
+                     id="heartbeat-high"),
+        pytest.param({"worker": {"status_interval_s": 0.05}}, {},
+                     "status_interval_s must be a number from 0.1 to 60, got 0.05",
+                     id="status-low"),
+        pytest.param({"worker": {"control_interval_s": [1]}}, {},
+                     "control_interval_s must be a number from 0.01 to 10, got [1]",
+                     id="control-list"),
+        pytest.param({"worker": {"reconnect_max_s": -1}}, {},
+                     "reconnect_max_s must be a number from 0.1 to 600, got -1",
+                     id="reconnect-negative"),
+    ],
+)
+def test_errors(
+    changes: dict[str, dict[str, Any] | None], env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(data(changes), env)
+    if message.endswith(": "):
+        assert str(info.value).startswith(message)
+    else:
+        assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('source = "shop"\n[redis]\nurl = "x"\n[landing]\npath = "p"\n',
+         "the configuration needs a [source] section"),
+        ("worker = 5\n" + MINIMAL, "worker"),
+    ],
+)
+def test_sections_that_are_not_tables(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load(write(tmp_path, text), {})
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "key", "section"),
+    [
+        (0.01, 60, "flush_interval_s", "landing"),
+        (1, 10_000_000, "flush_max_events", "landing"),
+        (0.1, 3600, "heartbeat_interval_s", "worker"),
+        (0.1, 60, "status_interval_s", "worker"),
+        (0.01, 10, "control_interval_s", "worker"),
+        (0.1, 600, "reconnect_max_s", "worker"),
+    ],
+)
+def test_number_bounds_are_inclusive(low: float, high: float, key: str, section: str) -> None:
+    for value in (low, high):
+        config = parse(data({section: {key: value}}), {})
+        assert getattr(config, key) == value
+
+
+def test_invalid_toml(tmp_path: Path) -> None:
+    path = write(tmp_path, "[source\nname = 'shop'\n")
+    with pytest.raises(ConfigError) as info:
+        load(path, {})
+    assert str(info.value).startswith(f"configuration file {path} is not valid TOML: ")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError) as info:
+        load(path, {})
+    assert str(info.value) == f"configuration file {path} does not exist"
+
+
+@pytest.mark.parametrize(
+    ("dsn", "redacted"),
+    [
+        ("host=db user=u password=secret dbname=x", "user=u dbname=x host=db"),
+        ("password='a b' host=h", "host=h"),
+        ("host=db dbname=x", "dbname=x host=db"),
+        ("postgresql://u:secret@db:5433/x?sslmode=require",
+         "user=u dbname=x host=db port=5433 sslmode=require"),
+        ("postgresql://u@db/x?password=secret&application_name=a",
+         "user=u dbname=x host=db application_name=a"),
+        ("", ""),
+        ("host=db port", "<unparseable dsn>"),
+        ("password=secret host=db port", "<unparseable dsn>"),
+    ],
+)
+def test_redact_dsn(dsn: str, redacted: str) -> None:
+    assert redact_dsn(dsn) == redacted
+    assert "secret" not in redact_dsn(dsn)
+
+
+def test_repr_hides_secrets(tmp_path: Path) -> None:
+    config = load(write(tmp_path, FULL), ENV)
+    for text in (repr(config), str(config), repr(config.source)):
+        assert PASSWORD not in text
+        assert REDIS_URL not in text
+        assert "r3dis-pw" not in text
+        assert "cache.internal" not in text
+    assert "shop_slot" in repr(config)  # the rest is still shown

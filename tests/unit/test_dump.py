@@ -1,0 +1,286 @@
+"""ActiveDump: which chunk comes next, and what a closed window changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from dblog_worker.dump import ActiveDump, ChunkPlan, WindowRead
+from dblog_worker.events import ChangeEvent, Op, Origin
+from dblog_worker.position import Position
+from dblog_worker.requests import DumpKind, DumpRequest, KeyTexts, RequestState, TableProgress
+from dblog_worker.window import WindowClosed
+
+A = "public.a"
+B = "public.b"
+DUMP = "dump-1"
+
+
+def request(
+    kind: DumpKind = DumpKind.TABLES,
+    tables: tuple[str, ...] = (A, B),
+    *,
+    chunk_size: int = 2,
+    delay_ms: int = 250,
+    state: RequestState = RequestState.RUNNING,
+    key_count: int = 0,
+) -> DumpRequest:
+    return DumpRequest(
+        id=DUMP, kind=kind, tables=tables, chunk_size=chunk_size, delay_ms=delay_ms,
+        state=state, created_at=1.0, updated_at=1.0, key_count=key_count,
+    )
+
+
+def rows(table: str, *keys: int) -> tuple[ChangeEvent, ...]:
+    return tuple(
+        ChangeEvent(
+            table=table, op=Op.READ, position=Position(10, 0, 1 + i), key=f"[{k}]",
+            after=f'{{"id":{k}}}', before=None, origin=Origin.DUMP, commit_ts_us=5,
+            schema_version=1, dump_id=DUMP,
+        )
+        for i, k in enumerate(keys)
+    )
+
+
+def closed(
+    table: str, events: tuple[ChangeEvent, ...], selected: int, dump_id: str = DUMP
+) -> WindowClosed:
+    return WindowClosed(
+        table=table, dump_id=dump_id, events=events, selected=selected,
+        dropped=selected - len(events),
+    )
+
+
+def read_and_close(
+    dump: ActiveDump,
+    *,
+    selected: int,
+    last_key: KeyTexts | None,
+    kept: tuple[int, ...],
+    now: float,
+    keys_read: int = 0,
+    missing: list[KeyTexts] | None = None,
+    failure: str | None = None,
+) -> ChunkPlan:
+    plan = dump.plan()
+    assert plan is not None
+    dump.open_read = WindowRead(
+        plan, selected=selected, last_key=last_key, keys_read=keys_read,
+        missing=missing or [], failure=failure,
+    )
+    dump.window_closed(closed(plan.table, rows(plan.table, *kept), selected), now)
+    assert dump.open_read is None
+    return plan
+
+
+def test_table_dump_sequence() -> None:
+    dump = ActiveDump(request(), {})
+    assert dump.id == DUMP
+    assert not dump.finished
+    table = dump.current_table()
+    assert table == TableProgress(A)
+
+    # The upper bound comes first.
+    assert dump.plan() is None
+    dump.set_upper_bound(table, ("10",))
+    assert dump.progress[A] == TableProgress(A, started=True, upper_bound=["10"])
+    assert dump.plan() == ChunkPlan(A, 2, after=None, upper=("10",))
+
+    # A full chunk; one row removed by a log event in the window.
+    plan = read_and_close(dump, selected=2, last_key=("2",), kept=(1,), now=100.0)
+    assert plan == ChunkPlan(A, 2, after=None, upper=("10",))
+    assert dump.progress[A] == TableProgress(
+        A, started=True, upper_bound=["10"], last_key=["2"], chunks=1, selected=2, rows=1,
+        dropped=1,
+    )
+    assert dump.next_window_at == 100.25
+    assert dump.plan() == ChunkPlan(A, 2, after=("2",), upper=("10",))
+
+    # Another full chunk.
+    read_and_close(dump, selected=2, last_key=("7",), kept=(5, 7), now=101.0)
+    assert dump.progress[A] == TableProgress(
+        A, started=True, upper_bound=["10"], last_key=["7"], chunks=2, selected=4, rows=3,
+        dropped=1,
+    )
+    assert dump.next_window_at == 101.25
+    assert dump.plan() == ChunkPlan(A, 2, after=("7",), upper=("10",))
+
+    # A short chunk: the table is done and the next one needs its upper bound.
+    read_and_close(dump, selected=1, last_key=("10",), kept=(10,), now=102.0)
+    assert dump.progress[A] == TableProgress(
+        A, done=True, started=True, upper_bound=["10"], last_key=["10"], chunks=3, selected=5,
+        rows=4, dropped=1,
+    )
+    assert dump.current_table() is dump.progress[B]
+    assert dump.plan() is None
+    assert not dump.finished
+
+    dump.set_upper_bound(dump.progress[B], ("3",))
+    assert dump.plan() == ChunkPlan(B, 2, after=None, upper=("3",))
+    read_and_close(dump, selected=0, last_key=None, kept=(), now=103.0)
+    assert dump.progress[B] == TableProgress(
+        B, done=True, started=True, upper_bound=["3"], chunks=1,
+    )
+    assert dump.finished
+    assert dump.current_table() is None
+    assert dump.plan() is None
+    assert dump.failure is None
+
+
+def test_composite_key_plan() -> None:
+    dump = ActiveDump(request(tables=(A,), chunk_size=100), {})
+    table = dump.current_table()
+    assert table is not None
+    dump.set_upper_bound(table, ("us", "9"))
+    read_and_close(dump, selected=100, last_key=("eu", "42"), kept=(), now=0.0)
+    assert dump.plan() == ChunkPlan(A, 100, after=("eu", "42"), upper=("us", "9"))
+    assert dump.progress[A].last_key == ["eu", "42"]
+
+
+def test_empty_table_is_done_at_once() -> None:
+    dump = ActiveDump(request(), {})
+    dump.set_upper_bound(dump.progress[A], None)
+    assert dump.progress[A] == TableProgress(A, done=True, started=True)
+    assert dump.current_table() is dump.progress[B]
+    dump.set_upper_bound(dump.progress[B], None)
+    assert dump.finished
+    assert dump.plan() is None
+
+
+@pytest.mark.parametrize(
+    ("delay_ms", "now", "expected"),
+    [(0, 50.0, 50.0), (1, 50.0, 50.001), (250, 50.0, 50.25), (3_600_000, 0.0, 3600.0)],
+)
+def test_next_window_at_uses_the_delay(delay_ms: int, now: float, expected: float) -> None:
+    dump = ActiveDump(request(delay_ms=delay_ms), {})
+    assert dump.next_window_at == 0.0
+    dump.set_upper_bound(dump.progress[A], ("10",))
+    read_and_close(dump, selected=2, last_key=("2",), kept=(1, 2), now=now)
+    assert dump.next_window_at == pytest.approx(expected)
+
+
+def test_failure_recorded_in_the_read() -> None:
+    dump = ActiveDump(request(), {})
+    dump.set_upper_bound(dump.progress[A], ("10",))
+    assert dump.runnable
+    read_and_close(dump, selected=1, last_key=("1",), kept=(1,), now=7.0,
+                   failure="table public.a was dropped")
+    assert dump.failure == "table public.a was dropped"
+    assert not dump.runnable
+    # The window is counted, but the position in the table does not move.
+    assert dump.progress[A] == TableProgress(
+        A, started=True, upper_bound=["10"], chunks=1, selected=1, rows=1,
+    )
+
+
+def test_resume_from_saved_progress() -> None:
+    saved = {
+        A: TableProgress(A, done=True, started=True, upper_bound=["3"], chunks=2),
+        B: TableProgress(B, started=True, upper_bound=["9"], last_key=["4"], chunks=1),
+    }
+    dump = ActiveDump(request(), saved)
+    assert dump.current_table() is dump.progress[B]
+    assert dump.plan() == ChunkPlan(B, 2, after=("4",), upper=("9",))
+
+
+def test_progress_of_tables_not_in_the_request_is_ignored() -> None:
+    dump = ActiveDump(request(tables=(A,)), {"public.gone": TableProgress("public.gone")})
+    assert list(dump.progress) == [A]
+
+
+def test_keys_dump() -> None:
+    dump = ActiveDump(request(DumpKind.KEYS, (A,), chunk_size=2, key_count=5), {})
+    # No upper bound for a primary-key dump.
+    assert dump.plan() == ChunkPlan(A, 2, key_index=0)
+
+    read_and_close(dump, selected=1, last_key=None, kept=(1,), now=1.0, keys_read=2,
+                   missing=[("3",)])
+    assert dump.progress[A] == TableProgress(
+        A, next_key_index=2, chunks=1, selected=1, rows=1, missing=1,
+    )
+    assert dump.plan() == ChunkPlan(A, 2, key_index=2)
+
+    read_and_close(dump, selected=2, last_key=None, kept=(4,), now=2.0, keys_read=2)
+    assert dump.progress[A] == TableProgress(
+        A, next_key_index=4, chunks=2, selected=3, rows=2, dropped=1, missing=1,
+    )
+    assert not dump.finished
+    assert dump.plan() == ChunkPlan(A, 2, key_index=4)
+
+    read_and_close(dump, selected=0, last_key=None, kept=(), now=3.0, keys_read=1,
+                   missing=[("9",)])
+    assert dump.progress[A] == TableProgress(
+        A, done=True, next_key_index=5, chunks=3, selected=3, rows=2, dropped=1, missing=2,
+    )
+    assert dump.finished
+    assert dump.plan() is None
+    tables, missing = dump.take_unsaved()
+    assert tables == [dump.progress[A]]
+    assert missing == [("3",), ("9",)]
+
+
+def test_take_unsaved_returns_changes_once() -> None:
+    dump = ActiveDump(request(), {})
+    # A new dump: every table is unsaved.
+    assert dump.take_unsaved() == ([TableProgress(A), TableProgress(B)], [])
+    assert dump.take_unsaved() == ([], [])
+
+    dump.set_upper_bound(dump.progress[A], ("10",))
+    tables, missing = dump.take_unsaved()
+    assert tables == [TableProgress(A, started=True, upper_bound=["10"])]
+    assert tables[0] is dump.progress[A]
+    assert missing == []
+    assert dump.take_unsaved() == ([], [])
+
+    read_and_close(dump, selected=1, last_key=("10",), kept=(10,), now=0.0)
+    dump.set_upper_bound(dump.progress[B], ("1",))
+    tables, _ = dump.take_unsaved()
+    assert [t.table for t in tables] == [A, B]  # in the request's order
+    assert dump.take_unsaved() == ([], [])
+
+
+def test_take_unsaved_missing_keys_once() -> None:
+    dump = ActiveDump(request(DumpKind.KEYS, (A,), chunk_size=2, key_count=10), {})
+    dump.take_unsaved()
+    read_and_close(dump, selected=0, last_key=None, kept=(), now=0.0, keys_read=2,
+                   missing=[("1",), ("2",)])
+    assert dump.take_unsaved() == ([dump.progress[A]], [("1",), ("2",)])
+    assert dump.take_unsaved() == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("state", "runnable"),
+    [
+        (RequestState.QUEUED, False),
+        (RequestState.RUNNING, True),
+        (RequestState.PAUSED, False),
+        (RequestState.COMPLETED, False),
+        (RequestState.FAILED, False),
+        (RequestState.CANCELLED, False),
+    ],
+)
+def test_runnable_follows_the_request_state(state: RequestState, runnable: bool) -> None:
+    assert ActiveDump(request(state=state), {}).runnable is runnable
+
+
+def test_closed_window_of_another_dump_is_ignored() -> None:
+    dump = ActiveDump(request(), {})
+    dump.set_upper_bound(dump.progress[A], ("10",))
+    dump.take_unsaved()
+    plan = dump.plan()
+    assert plan is not None
+    dump.open_read = WindowRead(plan, selected=2, last_key=("2",))
+    dump.window_closed(closed(A, rows(A, 1, 2), 2, dump_id="dump-9"), 100.0)
+    assert dump.progress[A] == TableProgress(A, started=True, upper_bound=["10"])
+    assert dump.next_window_at == 0.0
+    assert dump.take_unsaved() == ([], [])
+    assert dump.plan() == plan
+
+
+def test_closed_window_without_open_read_is_ignored() -> None:
+    dump = ActiveDump(request(), {})
+    dump.set_upper_bound(dump.progress[A], ("10",))
+    dump.take_unsaved()
+    dump.window_closed(closed(A, rows(A, 1), 1), 100.0)
+    assert dump.progress[A] == TableProgress(A, started=True, upper_bound=["10"])
+    assert dump.next_window_at == 0.0
+    assert dump.take_unsaved() == ([], [])
