@@ -1,9 +1,11 @@
-"""``dblog``: run the worker, check a source, and create and steer dumps.
+"""dblog: run the capture worker, check a source, and create and steer dumps.
 
 Every command reads the worker's configuration file (``--config``, or the
 ``DBLOG_CONFIG`` environment variable). Requests go to Redis; the running worker
-picks them up. Exit status: 0 success, 1 the thing asked about failed (a problem
-found, a dump failed), 2 the command was refused (bad input, unknown request).
+picks them up. Exit status: 0 success; 1 the thing asked about failed (a problem
+found, a dump failed, a terminal error); 2 the command was refused (bad input, an
+unknown request, a state that does not allow it); 3 a service was unreachable
+(Redis, the source database: try again); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from pathlib import Path
 from dblog_worker import __version__
 from dblog_worker import config as config_module
 from dblog_worker.config import Config
-from dblog_worker.errors import DblogError, RequestRejected, TerminalError
+from dblog_worker.errors import DblogError, DumpFailed, RequestRejected, TerminalError
 from dblog_worker.pg.source import PgSource
 from dblog_worker.requests import (
+    COMMANDS,
     DEFAULT_CHUNK_SIZE,
     DumpKind,
     DumpRequest,
@@ -50,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dblog", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="dblog", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--version", action="version", version=f"dblog {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
@@ -96,11 +99,10 @@ def _parser() -> argparse.ArgumentParser:
     wait.add_argument("id")
     wait.add_argument("--timeout", type=float, default=0, help="give up after seconds (0: never)")
 
-    for name, target in (("pause", RequestState.PAUSED), ("resume", RequestState.RUNNING),
-                         ("cancel", RequestState.CANCELLED)):
+    for name in COMMANDS:
         sub = command(name, _control, f"{name} a dump request")
         sub.add_argument("id")
-        sub.set_defaults(target=target)
+        sub.set_defaults(command=name)
 
     knobs = command("set", _set, "change chunk size and/or delay of a dump that runs")
     knobs.add_argument("id")
@@ -112,6 +114,8 @@ def _parser() -> argparse.ArgumentParser:
 
     reset = command("reset", _reset, "forget the checkpoint, to start capture anew")
     reset.add_argument("--yes", action="store_true", help="really do it")
+    reset.add_argument("--force", action="store_true",
+                       help="even if a worker reported in the last minute")
     return parser
 
 
@@ -161,7 +165,10 @@ def _dump(config: Config, args: argparse.Namespace) -> int:
     source.connect()
     try:
         for table in tables:
-            source.key_arity(table)  # refuses tables not captured, gone, or without a key
+            try:
+                source.key_arity(table)  # refuses tables not captured, gone, or without a key
+            except DumpFailed as exc:
+                raise RequestRejected(str(exc)) from None
         keys = []
         if raw_keys is not None:
             if len(tables) != 1:
@@ -266,9 +273,9 @@ def _follow(state: StateStore, request_id: str, timeout: float) -> int:
 
 
 def _control(config: Config, args: argparse.Namespace) -> int:
-    state = _state(config)
-    previous = state.transition(args.id, args.target)
-    print(f"{args.id}: {previous.value} -> {args.target.value}")
+    target, only_from = COMMANDS[args.command]
+    previous = _state(config).transition(args.id, target, only_from=only_from)
+    print(f"{args.id}: {previous.value} -> {target.value}")
     return 0
 
 
@@ -306,7 +313,14 @@ def _reset(config: Config, args: argparse.Namespace) -> int:
             "`dblog dump --all`."
         )
     state = _state(config)
-    state.redis.delete(state.key("checkpoint"))
+    status = state.status()
+    age = time.time() - float(status.get("updated_at", "0"))
+    if age < 60 and not args.force:
+        raise RequestRejected(
+            f"a worker (pid {status.get('pid')} on {status.get('host')}) reported {age:.0f} s "
+            "ago: stop it first (it would write its checkpoint back), or add --force"
+        )
+    state.forget_checkpoint()
     print(f"checkpoint of source {config.source.name} forgotten; drop the slot with "
           f"SELECT pg_drop_replication_slot('{config.source.slot}'); if it still exists")
     return 0

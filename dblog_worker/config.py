@@ -20,10 +20,11 @@ Every option with its default is in ``docs/configuration.md``.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,38 @@ def load(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
     return parse(data, env)
 
 
+KNOWN: Mapping[str, frozenset[str]] = {
+    "source": frozenset({"name", "kind", "dsn", "dsn_env", "password_env", "tables", "slot",
+                         "publication"}),
+    "redis": frozenset({"url", "url_env"}),
+    "landing": frozenset({"path", "flush_interval_s", "flush_max_events"}),
+    "worker": frozenset({"heartbeat_interval_s", "status_interval_s", "control_interval_s",
+                         "reconnect_max_s"}),
+}
+
+
+def _check_names(data: Mapping[str, Any]) -> None:
+    """A misspelt option must not be silently ignored."""
+    for name in data:
+        if name not in KNOWN:
+            raise ConfigError(f"unknown section [{name}]{_did_you_mean(name, KNOWN)}")
+    for section, known in KNOWN.items():
+        options = data.get(section)
+        if isinstance(options, dict):
+            for option in options:
+                if option not in known:
+                    raise ConfigError(
+                        f"unknown option {section}.{option}{_did_you_mean(option, known)}"
+                    )
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f"; did you mean {close[0]}?" if close else f"; known: {', '.join(sorted(known))}"
+
+
 def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
+    _check_names(data)
     source = _table(data, "source")
     name = _str(source, "source.name")
     if not NAME.fullmatch(name):

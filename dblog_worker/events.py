@@ -67,4 +67,16 @@ class Checkpoint:
     position: Position
 
 
-LogItem = ChangeEvent | Watermark | Checkpoint
+@dataclass(frozen=True, slots=True)
+class IncompleteRow:
+    """A change whose row image the log did not carry whole; its key is dumped instead.
+
+    PostgreSQL leaves an unchanged large (TOASTed) value out of an update unless the
+    table has REPLICA IDENTITY FULL.
+    """
+
+    table: str
+    key: tuple[str, ...]  # texts of the key columns
+
+
+LogItem = ChangeEvent | Watermark | Checkpoint | IncompleteRow

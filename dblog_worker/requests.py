@@ -60,6 +60,15 @@ TRANSITIONS: Mapping[RequestState, frozenset[RequestState]] = {
 }
 
 
+# What an operator may do, and from which states: a queued request is not paused or
+# resumed (it has not started; cancel it), so only the worker starts requests.
+COMMANDS: Mapping[str, tuple[RequestState, frozenset[RequestState]]] = {
+    "pause": (RequestState.PAUSED, frozenset({R})),
+    "resume": (RequestState.RUNNING, frozenset({P})),
+    "cancel": (RequestState.CANCELLED, frozenset({Q, R, P})),
+}
+
+
 def sources_of(target: RequestState) -> frozenset[RequestState]:
     """The states from which ``target`` may be reached."""
     return frozenset(state for state, nexts in TRANSITIONS.items() if target in nexts)

@@ -64,6 +64,9 @@ class Source(Protocol):
 
     def heartbeat(self) -> None: ...
 
+    def refresh(self, table: str) -> None:
+        """Read the table's columns again: the worker calls it before a window, not in it."""
+
     def key_arity(self, table: str) -> int: ...
 
     def upper_bound(self, table: str) -> KeyTexts | None: ...

@@ -127,6 +127,10 @@ class StateStore:
 
     # -- checkpoint -----------------------------------------------------------
 
+    def forget_checkpoint(self) -> None:
+        with _redis_errors():
+            self.redis.delete(self.key("checkpoint"))
+
     def checkpoint(self) -> str | None:
         with _redis_errors():
             return cast(str | None, self.redis.hget(self.key("checkpoint"), "value"))
@@ -235,10 +239,12 @@ class StateStore:
         return self.get_request(ids[0]) if ids else None
 
     def transition(
-        self, request_id: str, target: RequestState, *, error: str | None = None
+        self, request_id: str, target: RequestState, *, error: str | None = None,
+        only_from: frozenset[RequestState] | None = None,
     ) -> RequestState:
         """Move a request to ``target`` if its current state allows it; return the old state."""
-        allowed = sorted(state.value for state in sources_of(target))
+        sources = sources_of(target) if only_from is None else sources_of(target) & only_from
+        allowed = sorted(state.value for state in sources)
         with _redis_errors():
             result = self._transition(
                 keys=[self.key("request", request_id), self.key("active")],

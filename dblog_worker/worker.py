@@ -35,12 +35,12 @@ from dblog_worker.errors import (
     SourceUnavailable,
     TransientError,
 )
-from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Watermark
+from dblog_worker.events import ChangeEvent, Checkpoint, IncompleteRow, LogItem, Watermark
 from dblog_worker.landing import LandingZone
 from dblog_worker.output import OutputBuffer
 from dblog_worker.pg.source import PgSource, SchemaVersion
 from dblog_worker.position import ZERO, Position
-from dblog_worker.requests import DumpKind, RequestState
+from dblog_worker.requests import DEFAULT_CHUNK_SIZE, DumpKind, KeyTexts, RequestState
 from dblog_worker.schemas import SchemaRegistry
 from dblog_worker.source import Source
 from dblog_worker.state import StateStore
@@ -115,6 +115,7 @@ class Session:
         self.last_flush = self.last_control = self.last_status = self.last_heartbeat = 0.0
         self.windows = 0
         self.high_written_before: Position = ZERO  # log end once the open window's HW committed
+        self.incomplete: dict[str, dict[KeyTexts, None]] = {}  # keys to dump: rows the log cut
 
     def run(self) -> None:
         try:
@@ -174,6 +175,8 @@ class Session:
                         output.add(event)
                     if self.dump is not None:
                         self.dump.window_closed(closed, time.monotonic())
+            elif type(item) is IncompleteRow:
+                self.incomplete.setdefault(item.table, {})[item.key] = None
         now = time.monotonic()
         if now - self.last_control >= self.config.control_interval_s:
             self._control(now)
@@ -216,6 +219,7 @@ class Session:
             keys = []
             if dump.request.kind is DumpKind.KEYS:
                 keys = self.state.request_keys(dump.id, plan.key_index, plan.limit)
+            self.source.refresh(plan.table)  # a column added since is read too
         except (DumpFailed, RequestRejected) as exc:
             dump.failure = str(exc)
             return
@@ -248,6 +252,7 @@ class Session:
         assert self.output is not None
         self.output.flush()
         self.last_flush = time.monotonic()
+        self._repair_incomplete()
         progress, missing = {}, {}
         dump = self.dump
         if dump is not None:
@@ -266,6 +271,21 @@ class Session:
             self.source.confirm(checkpoint)
         if dump is not None and dump.open_read is None:
             self._finish(dump)
+
+    def _repair_incomplete(self) -> None:
+        """Queue a primary-key dump of rows the log left incomplete, before the checkpoint
+        moves past them: the dump reads them whole, later, inside a window."""
+        for table, keys in self.incomplete.items():
+            request = self.state.create_request(
+                DumpKind.KEYS, [table], chunk_size=DEFAULT_CHUNK_SIZE, delay_ms=0,
+                keys=list(keys), client_token=f"incomplete:{table}:{self.pending_checkpoint}",
+            )
+            log.warning(
+                "%d change(s) of %s came without their whole row (the table's REPLICA "
+                "IDENTITY is not FULL; run ALTER TABLE ... REPLICA IDENTITY FULL): dump %s "
+                "reads them", len(keys), table, request.id,
+            )
+        self.incomplete.clear()
 
     def _finish(self, dump: ActiveDump) -> None:
         """End a dump whose last window is durable (or that failed)."""

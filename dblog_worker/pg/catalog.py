@@ -16,7 +16,6 @@ from dblog_worker.values import BUILTIN_TYPES, PgType
 
 SCHEMA = "dblog"
 WATERMARK_TABLE = "watermark"
-HEARTBEAT_TABLE = "heartbeat"
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,28 +166,96 @@ def server_problems(conn: psycopg.Connection[tuple[object, ...]]) -> list[Proble
     return problems
 
 
+def _role(conn: psycopg.Connection[tuple[object, ...]]) -> str:
+    row = conn.execute("SELECT current_user").fetchone()
+    return quote_ident(str(row[0])) if row else "<worker role>"
+
+
 def privilege_problems(
     conn: psycopg.Connection[tuple[object, ...]], tables: Sequence[TableInfo]
 ) -> list[Problem]:
     problems = []
+    role = _role(conn)
     for info in tables:
         allowed = conn.execute("SELECT has_table_privilege(%s, 'SELECT')", (info.oid,)).fetchone()
         if allowed is None or not allowed[0]:
             problems.append(Problem(
-                f"the worker's role may not SELECT from {info.table}",
-                f"GRANT SELECT ON {qualified(info.schema, info.name)} TO CURRENT_USER;",
+                f"role {role} may not SELECT from {info.table}",
+                f"GRANT SELECT ON {qualified(info.schema, info.name)} TO {role};",
             ))
-    has_schema = conn.execute(
-        "SELECT 1 FROM pg_namespace WHERE nspname = %s", (SCHEMA,)
-    ).fetchone()
-    if has_schema is None:
+    has_schema = conn.execute("SELECT to_regnamespace(%s)", (SCHEMA,)).fetchone()
+    if has_schema is None or has_schema[0] is None:
         can = conn.execute("SELECT has_database_privilege(current_database(), 'CREATE')").fetchone()
         if can is None or not can[0]:
             problems.append(Problem(
-                f"schema {SCHEMA} does not exist and the worker's role may not create it",
-                f"CREATE SCHEMA {SCHEMA} AUTHORIZATION <worker role>;",
+                f"schema {SCHEMA} does not exist and role {role} may not create it",
+                f"CREATE SCHEMA {SCHEMA} AUTHORIZATION {role};",
             ))
+        return problems
+    watermark = f"{SCHEMA}.{WATERMARK_TABLE}"
+    if conn.execute("SELECT to_regclass(%s)", (watermark,)).fetchone() == (None,):
+        can = conn.execute("SELECT has_schema_privilege(%s, 'CREATE')", (SCHEMA,)).fetchone()
+        if can is None or not can[0]:
+            problems.append(Problem(
+                f"table {watermark} does not exist and role {role} may not create it",
+                f"GRANT CREATE ON SCHEMA {SCHEMA} TO {role};",
+            ))
+        return problems
+    can = conn.execute(
+        "SELECT has_table_privilege(%s, 'SELECT, INSERT, UPDATE')", (watermark,)
+    ).fetchone()
+    if can is None or not can[0]:
+        problems.append(Problem(
+            f"role {role} may not write the watermark table {watermark}",
+            f"GRANT SELECT, INSERT, UPDATE ON {watermark} TO {role};",
+        ))
     return problems
+
+
+def published_tables(tables: Sequence[str]) -> set[tuple[str, str]]:
+    """What the publication holds: the watermark table and the captured tables."""
+    return {(SCHEMA, WATERMARK_TABLE)} | {split_table(t) for t in tables}
+
+
+def publication_problems(
+    conn: psycopg.Connection[tuple[object, ...]], publication: str, tables: Sequence[str]
+) -> list[Problem]:
+    """The worker creates or alters the publication: it must own the tables, or find it done."""
+    wanted = published_tables(tables)
+    rows = conn.execute(
+        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+        (publication,),
+    ).fetchall()
+    exists = conn.execute(
+        "SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)
+    ).fetchone() is not None
+    if exists and {(str(a), str(b)) for a, b in rows} == wanted:
+        return []
+    superuser = conn.execute(
+        "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
+    ).fetchone()
+    if superuser is not None and superuser[0]:
+        return []
+    not_owned = []
+    for schema, name in sorted(wanted):
+        owned = conn.execute(
+            "SELECT pg_has_role(c.relowner, 'USAGE') FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+            "AND c.relname = %s", (schema, name),
+        ).fetchone()
+        if owned is not None and not owned[0]:
+            not_owned.append(f"{schema}.{name}")
+    if not not_owned:
+        return []
+    names = ", ".join(qualified(s, n) for s, n in sorted(wanted))
+    verb = f"ALTER PUBLICATION {quote_ident(publication)} SET TABLE" if exists else (
+        f"CREATE PUBLICATION {quote_ident(publication)} FOR TABLE")
+    return [Problem(
+        f"publication {publication} {'lacks tables' if exists else 'does not exist'} and role "
+        f"{_role(conn)} does not own {', '.join(not_owned)}, so it cannot "
+        f"{'alter' if exists else 'create'} it",
+        f"{verb} {names}; -- as the tables' owner or a superuser",
+    )]
 
 
 def slot_problems(

@@ -1,7 +1,7 @@
 """The PostgreSQL source: pgoutput log, watermark table, keyset chunk reads.
 
 Two connections: the replication stream, and one autocommit connection for the
-catalog, watermark and heartbeat writes, and chunk SELECTs (single statements at
+catalog, the watermark writes (heartbeats too), and chunk SELECTs (single statements at
 read committed: non-stale reads, no locks). Both use the same session settings,
 so the log and the chunks print values identically (see :mod:`dblog_worker.values`).
 """
@@ -40,13 +40,11 @@ log = logging.getLogger(__name__)
 SchemaVersion = Callable[[str, Mapping[str, object]], int]
 TextRow = tuple[str | None, ...]
 
-SETUP_SQL = (
-    f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}",
-    f"CREATE TABLE IF NOT EXISTS {SCHEMA}.watermark "
-    "(source text PRIMARY KEY, value text NOT NULL, written_at timestamptz NOT NULL)",
-    f"CREATE TABLE IF NOT EXISTS {SCHEMA}.heartbeat "
-    "(source text PRIMARY KEY, beat_at timestamptz NOT NULL)",
+WATERMARK_DDL = (
+    f"CREATE TABLE {SCHEMA}.watermark "
+    "(source text PRIMARY KEY, value text NOT NULL, written_at timestamptz NOT NULL)"
 )
+HEARTBEAT = "heartbeat"  # a watermark value of no window: the reconciler ignores it
 
 
 @contextmanager
@@ -124,6 +122,9 @@ class PgSource:
                 if info is not None:
                     infos.append(info)
             problems += catalog.privilege_problems(self.conn, infos)
+            problems += catalog.publication_problems(
+                self.conn, self.config.publication, self.config.tables
+            )
             problems += catalog.slot_problems(self.conn, self.config.slot)
         return problems
 
@@ -135,30 +136,39 @@ class PgSource:
                 "the source is not ready for capture:\n"
                 + "\n".join(f"- {p.what}\n  fix: {p.fix}" for p in problems)
             )
-        with _connection_errors("setup"):
-            conn = self.conn
-            for statement in SETUP_SQL:
-                conn.execute(statement.encode())
-            conn.execute(
-                f"INSERT INTO {SCHEMA}.watermark (source, value, written_at) "
-                "VALUES (%s, '', now()) ON CONFLICT (source) DO NOTHING",
-                (self.name,),
-            )
-            self._sync_publication()
-            for table in self.config.tables:
-                self._load(table)
-            row = conn.execute(
-                "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.config.slot,)
-            ).fetchone()
-            if row is not None:
-                return None
-            created = conn.execute(
-                "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
-                (self.config.slot,),
-            ).fetchone()
-            assert created is not None
-            log.info("created replication slot %s at %s", self.config.slot, created[0])
-            return str(created[0])
+        try:
+            with _connection_errors("setup"):
+                return self._prepare()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise ConfigError(
+                f"the worker's role may not prepare capture: {exc.diag.message_primary}. "
+                "Run `dblog preflight` for the fixes, or let an administrator create the "
+                "schema, watermark table and publication (docs/operations.md)"
+            ) from None
+
+    def _prepare(self) -> str | None:
+        conn = self.conn
+        if conn.execute("SELECT to_regnamespace(%s)", (SCHEMA,)).fetchone() == (None,):
+            conn.execute(f"CREATE SCHEMA {SCHEMA}".encode())
+        if conn.execute("SELECT to_regclass(%s)", (f"{SCHEMA}.watermark",)).fetchone() == (None,):
+            conn.execute(WATERMARK_DDL.encode())
+        conn.execute(
+            f"INSERT INTO {SCHEMA}.watermark (source, value, written_at) "
+            "VALUES (%s, '', now()) ON CONFLICT (source) DO NOTHING",
+            (self.name,),
+        )
+        self._sync_publication()
+        for table in self.config.tables:
+            self._load(table)
+        if self.capture_exists():
+            return None
+        created = conn.execute(
+            "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
+            (self.config.slot,),
+        ).fetchone()
+        assert created is not None
+        log.info("created replication slot %s at %s", self.config.slot, created[0])
+        return str(created[0])
 
     def capture_exists(self) -> bool:
         with _connection_errors("reading the slot"):
@@ -167,9 +177,7 @@ class PgSource:
             ).fetchone() is not None
 
     def _sync_publication(self) -> None:
-        wanted = {(SCHEMA, "watermark"), (SCHEMA, "heartbeat")} | {
-            catalog.split_table(t) for t in self.config.tables
-        }
+        wanted = catalog.published_tables(self.config.tables)
         conn = self.conn
         exists = conn.execute(
             "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.config.publication,)
@@ -191,7 +199,20 @@ class PgSource:
 
     def start(self, checkpoint: str | None) -> str:
         """Start the log after ``checkpoint`` (the slot's own position when None)."""
-        if not self.capture_exists():
+        with _connection_errors("reading the slot"):
+            row = self.conn.execute(
+                "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s",
+                (self.config.slot,),
+            ).fetchone()
+        if row is not None and row[0] == "lost":
+            raise LogGone(
+                f"replication slot {self.config.slot} lost the log it held (wal_status lost, "
+                "max_slot_wal_keep_size was exceeded): changes since checkpoint "
+                f"{checkpoint} are gone. Drop the slot (SELECT pg_drop_replication_slot("
+                f"'{self.config.slot}');), run `dblog reset --yes --config <file>`, start the "
+                "worker, then `dblog dump --all` to bring the output back in sync"
+            )
+        if row is None:
             raise LogGone(
                 f"replication slot {self.config.slot} does not exist any more: the log since "
                 f"checkpoint {checkpoint} is gone. Run `dblog reset --config <file>` to start "
@@ -227,8 +248,6 @@ class PgSource:
         if relation.namespace == SCHEMA and relation.name == "watermark":
             return RelationView(RelationKind.WATERMARK, table,
                                 watermark_columns=(names.index("source"), names.index("value")))
-        if relation.namespace == SCHEMA and relation.name == "heartbeat":
-            return RelationView(RelationKind.HEARTBEAT, table)
         if table not in self.config.tables:
             return RelationView(RelationKind.IGNORED, table)
         captured = self._tables.get(table)
@@ -249,6 +268,11 @@ class PgSource:
         version = self._schema_version(
             table, schema_document(list(zip(names, oids, strict=True)), key, self._types)
         )
+        if relation.replica_identity != "f":
+            log.warning("%s has REPLICA IDENTITY %r, not FULL: updates that keep a large value "
+                        "arrive without it and are read again by a primary-key dump; fix: "
+                        "ALTER TABLE %s REPLICA IDENTITY FULL;", table, relation.replica_identity,
+                        queries.qualified(*catalog.split_table(table)))
         return RelationView(RelationKind.CAPTURED, table, codec, version,
                             full_identity=relation.replica_identity == "f")
 
@@ -272,12 +296,8 @@ class PgSource:
         return Position(int(row[0]), 0)
 
     def heartbeat(self) -> None:
-        with _connection_errors("writing a heartbeat"):
-            self.conn.execute(
-                f"INSERT INTO {SCHEMA}.heartbeat (source, beat_at) VALUES (%s, now()) "
-                "ON CONFLICT (source) DO UPDATE SET beat_at = excluded.beat_at",
-                (self.name,),
-            )
+        """Write to the log on an idle database, so that the slot can advance."""
+        self.write_watermark(HEARTBEAT)
 
     # -- chunks ---------------------------------------------------------------
 
@@ -300,13 +320,21 @@ class PgSource:
         self._tables[table] = loaded
         return loaded
 
-    def _table(self, table: str) -> _Table:
+    def _captured(self, table: str) -> None:
         if table not in self.config.tables:
             raise RequestRejected(
                 f"table {table} is not captured by source {self.name}; captured: "
                 + ", ".join(self.config.tables)
             )
+
+    def _table(self, table: str) -> _Table:
+        self._captured(table)
         return self._tables.get(table) or self._load(table)
+
+    def refresh(self, table: str) -> None:
+        """Read the table's columns from the catalog again (before a window, not in it)."""
+        self._captured(table)
+        self._load(table)
 
     def key_arity(self, table: str) -> int:
         return len(self._table(table).info.key_columns)
@@ -319,7 +347,7 @@ class PgSource:
     def read_chunk(
         self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int
     ) -> Chunk:
-        captured = self._load(table)  # the catalog now: a column added since is read too
+        captured = self._table(table)
         sql = queries.chunk_sql(captured.info.shape, first=after is None)
         params: list[object] = [*(after or ()), *upper, limit]
         rows = self._select(table, sql, params)
@@ -329,7 +357,7 @@ class PgSource:
         return Chunk(chunk, last, captured.version)
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
-        captured = self._load(table)
+        captured = self._table(table)
         info = captured.info
         params = queries.key_params(keys, len(info.key_columns))
         rows = self._select(table, queries.keys_sql(info.shape), params)

@@ -14,8 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from dblog_worker.errors import ConfigError, ProtocolError
-from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin, Watermark
+from dblog_worker.errors import ProtocolError
+from dblog_worker.events import (
+    ChangeEvent,
+    Checkpoint,
+    IncompleteRow,
+    LogItem,
+    Op,
+    Origin,
+    Watermark,
+)
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.position import Position
 from dblog_worker.values import RowCodec
@@ -24,7 +32,6 @@ from dblog_worker.values import RowCodec
 class RelationKind(Enum):
     CAPTURED = "captured"
     WATERMARK = "watermark"
-    HEARTBEAT = "heartbeat"
     IGNORED = "ignored"
 
 
@@ -79,7 +86,7 @@ class LogTranslator:
         elif isinstance(message, pg.Delete):
             view = self._view(message.relation_oid)
             if view.kind is RelationKind.CAPTURED:
-                self._emit(out, view, Op.DELETE, None, message.old)
+                self._delete(out, view, message)
         elif isinstance(message, pg.Begin):
             self.in_transaction = True
             self._lsn, self._ts, self._index = message.final_lsn, message.commit_ts_us, 0
@@ -106,45 +113,42 @@ class LogTranslator:
         return position
 
     def _update(self, out: list[LogItem], view: RelationView, message: pg.Update) -> None:
-        assert view.codec is not None
+        codec = view.codec
+        assert codec is not None
         new, old = message.new, message.old
-        if old is not None and message.old_is_key_only:
-            old_key = view.codec.key(_texts(old, None, view))
-            new_texts = _texts(new, None, view)
-            if old_key != view.codec.key(new_texts):
-                self._append(out, view, Op.DELETE, old_key, None, None)
-                self._append(out, view, Op.CREATE, view.codec.key(new_texts),
-                             view.codec.row(new_texts), None)
-            else:
-                self._append(out, view, Op.UPDATE, old_key, view.codec.row(new_texts), None)
+        full_old = None if message.old_is_key_only else old
+        new_texts = _texts(new, full_old, view)
+        old_texts = None if old is None else _texts(old, None, view)
+        if new_texts is None or (old is not None and old_texts is None):
+            new_key = _key_texts(new, view)
+            if old_texts is not None:
+                old_key = codec.key(old_texts)
+                if old_key != codec.key_from_key_values(new_key):
+                    before = None if full_old is None else codec.row(old_texts)
+                    self._append(out, view, Op.DELETE, old_key, None, before)
+            out.append(IncompleteRow(view.table, new_key))
             return
-        new_texts = _texts(new, old, view)
-        key = view.codec.key(new_texts)
-        after = view.codec.row(new_texts)
-        if old is None:
+        key, after = codec.key(new_texts), codec.row(new_texts)
+        if old_texts is None:
             self._append(out, view, Op.UPDATE, key, after, None)
             return
-        old_texts = _texts(old, None, view)
-        old_key = view.codec.key(old_texts)
-        before = view.codec.row(old_texts)
+        old_key = codec.key(old_texts)
+        before = None if full_old is None else codec.row(old_texts)
         if old_key == key:
             self._append(out, view, Op.UPDATE, key, after, before)
         else:
             self._append(out, view, Op.DELETE, old_key, None, before)
             self._append(out, view, Op.CREATE, key, after, None)
 
-    def _emit(
-        self, out: list[LogItem], view: RelationView, op: Op,
-        new: pg.Tuple | None, old: pg.Tuple | None,
-    ) -> None:
-        assert view.codec is not None
-        if new is not None:
-            texts = _texts(new, None, view)
-            self._append(out, view, op, view.codec.key(texts), view.codec.row(texts), None)
-        elif old is not None:
-            texts = _texts(old, None, view)
-            before = view.codec.row(texts) if view.full_identity else None
-            self._append(out, view, op, view.codec.key(texts), None, before)
+    def _delete(self, out: list[LogItem], view: RelationView, message: pg.Delete) -> None:
+        codec = view.codec
+        assert codec is not None
+        texts = _texts(message.old, None, view)
+        if texts is None:
+            out.append(IncompleteRow(view.table, _key_texts(message.old, view)))
+            return
+        before = None if message.old_is_key_only else codec.row(texts)
+        self._append(out, view, Op.DELETE, codec.key(texts), None, before)
 
     def _append(
         self, out: list[LogItem], view: RelationView, op: Op,
@@ -163,17 +167,22 @@ class LogTranslator:
 
 def _texts(
     row: pg.Tuple, old: pg.Tuple | None, view: RelationView
-) -> tuple[str | None, ...]:
-    """Text values of a tuple; an unchanged TOASTed value is taken from the old row."""
+) -> tuple[str | None, ...] | None:
+    """Text values of a tuple; an unchanged TOASTed value is taken from the old row.
+
+    None when a value was left out and no complete old row came with it.
+    """
     if pg.UNCHANGED_TOAST not in row:
         return row  # type: ignore[return-value]
     if old is None:
-        raise ConfigError(
-            f"an update of {view.table} left a large value out of the log, and no complete "
-            f"old row was sent: run ALTER TABLE {view.table} REPLICA IDENTITY FULL; then "
-            f"request a dump of {view.table} to repair it"
-        )
+        return None
     return tuple(
         o if v is pg.UNCHANGED_TOAST else v  # type: ignore[misc]
         for v, o in zip(row, old, strict=True)
     )
+
+
+def _key_texts(row: pg.Tuple, view: RelationView) -> tuple[str, ...]:
+    assert view.codec is not None
+    names = view.codec.column_names
+    return tuple(str(row[names.index(column)]) for column in view.codec.key_columns)

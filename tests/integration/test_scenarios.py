@@ -569,3 +569,30 @@ def test_composite_text_keys_in_collation_order(
     finally:
         store.close()
     assert progress.selected >= 660 - 40 and progress.chunks >= 660 // 7
+
+
+def test_rows_the_log_cut_short_are_dumped_again(
+    backend: Backend, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    """REPLICA IDENTITY changed away from FULL while running: an update that keeps a large
+    value arrives without it; the worker keeps going and queues a dump of those keys."""
+    backend.create(T1, 0)
+    config = backend.config_path([T1])
+    worker = worker_process(config)
+    big = "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 4000))"
+    backend.execute(f"INSERT INTO {T1} SELECT g, nextval('versions'), {big} "
+                    "FROM generate_series(1, 3) g")
+    backend.execute(f"ALTER TABLE {T1} REPLICA IDENTITY DEFAULT")
+    backend.execute(f"UPDATE {T1} SET version = nextval('versions') WHERE id = 1")
+    backend.execute(f"UPDATE {T1} SET version = nextval('versions'), id = 30 WHERE id = 2")
+    wait_for(lambda: "came without their whole row" in worker.log(), 30, "the repair", worker.log)
+    store = StateStore(backend.redis_url, SOURCE)
+    try:
+        wait_for(lambda: any(r.kind.value == "keys" and r.state.value == "completed"
+                             for r in store.list_requests()), 30, "the repair dump", worker.log)
+        repairs = [r for r in store.list_requests() if r.kind.value == "keys"]
+        assert [r.key_count for r in repairs] == [2]
+    finally:
+        store.close()
+    assert worker.alive()
+    assert_converged(backend, T1)

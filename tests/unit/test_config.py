@@ -352,3 +352,20 @@ def test_repr_hides_secrets(tmp_path: Path) -> None:
         assert "r3dis-pw" not in text
         assert "cache.internal" not in text
     assert "shop_slot" in repr(config)  # the rest is still shown
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("[landing]\npath = 'x'\nflush_intervall_s = 1\n",
+         "unknown option landing.flush_intervall_s; did you mean flush_interval_s?"),
+        ("[sourc]\nname = 'x'\n", "unknown section [sourc]; did you mean source?"),
+    ],
+)
+def test_misspelt_options_are_refused(extra: str, message: str) -> None:
+    text = "[source]\nname='shop'\ndsn='host=x'\ntables=['public.t']\n[redis]\nurl='redis://x'\n"
+    if "[landing]" not in extra:
+        text += "[landing]\npath='x'\n"
+    data = tomllib.loads(text + extra)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse(data, {})

@@ -6,8 +6,16 @@ from collections.abc import Sequence
 
 import pytest
 
-from dblog_worker.errors import ConfigError, ProtocolError
-from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin, Watermark
+from dblog_worker.errors import ProtocolError
+from dblog_worker.events import (
+    ChangeEvent,
+    Checkpoint,
+    IncompleteRow,
+    LogItem,
+    Op,
+    Origin,
+    Watermark,
+)
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView
 from dblog_worker.position import Position
@@ -35,7 +43,7 @@ VIEWS = {
     # The watermark table's columns: (written_at, source, value).
     WATERMARK: RelationView(RelationKind.WATERMARK, "dblog.watermark",
                             watermark_columns=(1, 2)),
-    HEARTBEAT: RelationView(RelationKind.HEARTBEAT, "dblog.heartbeat"),
+    HEARTBEAT: RelationView(RelationKind.IGNORED, "dblog.heartbeat"),
     IGNORED: RelationView(RelationKind.IGNORED, "public.audit"),
 }
 
@@ -245,7 +253,7 @@ def test_positions_count_events_in_the_transaction() -> None:
         pg.Update(WATERMARK, None, ("t", SOURCE, "run.1.hw"), False),  # 6
     )
     out = run(messages)
-    positions = [item.position for item in out if not isinstance(item, Checkpoint)]
+    positions = [item.position for item in out if isinstance(item, (ChangeEvent, Watermark))]
     assert positions == [Position(LSN, i) for i in range(7)]
     assert all(type(p) is Position for p in positions)
     assert out[-1] == CHECKPOINT
@@ -290,13 +298,17 @@ def test_in_transaction_flag() -> None:
     ],
     ids=["no-old-row", "key-only-old-key-change", "key-only-old-same-key"],
 )
-def test_unchanged_toast_without_old_row(message: pg.Update) -> None:
-    with pytest.raises(ConfigError) as info:
-        run(txn(message))
-    text = str(info.value)
-    assert "REPLICA IDENTITY FULL" in text
-    assert f"ALTER TABLE {TABLE} REPLICA IDENTITY FULL" in text
-    assert f"request a dump of {TABLE}" in text
+def test_unchanged_toast_without_old_row_asks_for_the_key(message: pg.Update) -> None:
+    """The after-image would be incomplete: no event; the key goes to a repair dump."""
+    out = [item for item in run(txn(message)) if not isinstance(item, Checkpoint)]
+    assert out[-1] == IncompleteRow(TABLE, (str(message.new[0]),))
+    if message.old is not None and message.old[0] != message.new[0]:
+        # the key changed: the old key is deleted all the same
+        assert [(e.op, e.key) for e in out[:-1] if isinstance(e, ChangeEvent)] == [
+            (Op.DELETE, f"[{message.old[0]}]")
+        ]
+    else:
+        assert len(out) == 1
 
 
 @pytest.mark.parametrize(
