@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -194,9 +194,16 @@ class _Server:
 class PostgresServer(_Server):
     """A private PostgreSQL cluster with ``wal_level=logical``, listening on 127.0.0.1."""
 
-    def __init__(self, port: int | None = None, bindir: Path | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        bindir: Path | None = None,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
+        """``settings`` override the server settings below (``wal_level``, ...)."""
         super().__init__(port)
         self.bindir = bindir if bindir is not None else find_pg_bindir()
+        self.extra_settings = dict(settings or {})
         self._fixed_port = port is not None
         self._as_user: str | None = PG_OS_USER if os.geteuid() == 0 else None
 
@@ -308,6 +315,7 @@ class PostgresServer(_Server):
             "listen_addresses": HOST,
             "port": str(self.port),
             "unix_socket_directories": str(self.socket_dir),
+            **self.extra_settings,
         }
         cmd = [str(self.bindir / "postgres"), "-D", str(self.data_dir)]
         for key, value in settings.items():

@@ -16,6 +16,10 @@ from dblog_worker.values import BUILTIN_TYPES, PgType
 
 SCHEMA = "dblog"
 WATERMARK_TABLE = "watermark"
+WATERMARK_DDL = (
+    f"CREATE TABLE {SCHEMA}.{WATERMARK_TABLE} "
+    "(source text PRIMARY KEY, value text NOT NULL, written_at timestamptz NOT NULL)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,11 +254,19 @@ def publication_problems(
     names = ", ".join(qualified(s, n) for s, n in sorted(wanted))
     verb = f"ALTER PUBLICATION {quote_ident(publication)} SET TABLE" if exists else (
         f"CREATE PUBLICATION {quote_ident(publication)} FOR TABLE")
+    role = _role(conn)
+    first = ""
+    watermark = f"{SCHEMA}.{WATERMARK_TABLE}"
+    if conn.execute("SELECT to_regclass(%s)", (watermark,)).fetchone() == (None,):
+        # the publication names the watermark table, which the worker creates only once
+        # preflight passes: the fix creates it, owned by the worker's role
+        first = (f"CREATE SCHEMA IF NOT EXISTS {SCHEMA} AUTHORIZATION {role}; "
+                 f"{WATERMARK_DDL}; ALTER TABLE {watermark} OWNER TO {role}; ")
     return [Problem(
         f"publication {publication} {'lacks tables' if exists else 'does not exist'} and role "
-        f"{_role(conn)} does not own {', '.join(not_owned)}, so it cannot "
+        f"{role} does not own {', '.join(not_owned)}, so it cannot "
         f"{'alter' if exists else 'create'} it",
-        f"{verb} {names}; -- as the tables' owner or a superuser",
+        f"{first}{verb} {names}; -- as the tables' owner or a superuser",
     )]
 
 

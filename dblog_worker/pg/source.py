@@ -27,7 +27,7 @@ from dblog_worker.errors import (
 from dblog_worker.events import Checkpoint, ChunkRow, LogItem
 from dblog_worker.pg import catalog, queries
 from dblog_worker.pg import pgoutput as pg
-from dblog_worker.pg.catalog import SCHEMA, TableInfo
+from dblog_worker.pg.catalog import SCHEMA, WATERMARK_DDL, TableInfo
 from dblog_worker.pg.stream import ReplicationStream
 from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView
 from dblog_worker.position import Position
@@ -40,10 +40,6 @@ log = logging.getLogger(__name__)
 SchemaVersion = Callable[[str, Mapping[str, object]], int]
 TextRow = tuple[str | None, ...]
 
-WATERMARK_DDL = (
-    f"CREATE TABLE {SCHEMA}.watermark "
-    "(source text PRIMARY KEY, value text NOT NULL, written_at timestamptz NOT NULL)"
-)
 HEARTBEAT = "heartbeat"  # a watermark value of no window: the reconciler ignores it
 
 

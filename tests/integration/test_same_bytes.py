@@ -115,6 +115,10 @@ ROWS = (
     """(8, 5, 5, 5, 0, 0, '0.1', '1.7976931348623157e+308', 'v', 'v', 'v', true, NULL,
         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
         NULL, NULL, NULL, NULL, NULL, NULL)""",
+    # 9: NaN and infinities of both float types
+    "(9, 6, 6, 6, 0, 'NaN', '-Infinity', 'NaN', 'u', 'u', 'u'" + ", NULL" * 22 + ")",
+    # 10: more infinities
+    "(10, 7, 7, 7, 0, 'Infinity', 'Infinity', '-0.0', 't', 't', 't'" + ", NULL" * 22 + ")",
 )
 KEYS = [f"[{i}]" for i in range(1, len(ROWS) + 1)]
 
@@ -138,7 +142,8 @@ CREATE TABLE public.times (
     f8 double precision,
     f4 real,
     b bytea,
-    a_tstz timestamptz[]
+    a_tstz timestamptz[],
+    t text
 );
 ALTER TABLE public.times REPLICA IDENTITY FULL;
 """
@@ -229,9 +234,18 @@ def test_every_type_dump_and_log_give_identical_bytes(
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             for row in ROWS:
                 conn.execute(f"INSERT INTO public.all_types ({COLUMNS}) VALUES {row}".encode())
-        events = wait_log_events(tmp_path, "public.all_types", KEYS, worker)
+        inserted = latest_log_after(wait_log_events(tmp_path, "public.all_types", KEYS, worker))
+        assert sorted(inserted) == sorted(KEYS)
+        # A no-op update of every row: its old row (REPLICA IDENTITY FULL) and new row
+        # are printed by the log again, and must be the same bytes as the insert's.
+        execute(pg_dsn, "UPDATE public.all_types SET id = id")
+        events = wait_log_events(tmp_path, "public.all_types", KEYS, worker, ops=("u",))
+        updates = {str(e["key"]): e for e in events if e["op"] == "u"}
+        for key in KEYS:
+            assert updates[key]["before"] == inserted[key], f"key {key}: update's before"
+            assert updates[key]["after"] == inserted[key], f"key {key}: update's after"
         logged = latest_log_after(events)
-        assert sorted(logged) == sorted(KEYS)
+        assert logged == inserted
 
         table_dump = run_dump(config, redis_url, worker, "--table", "public.all_types")
         dumped = wait_dump_rows(tmp_path, "public.all_types", table_dump, len(KEYS), worker)
@@ -316,6 +330,8 @@ def test_every_type_dump_and_log_give_identical_bytes(
     assert '"c_double":"-Infinity"' in logged["[6]"]
     assert '"c_double":1.7976931348623157e+308' in logged["[8]"]
     assert '"c_real":0.1,' in logged["[8]"]  # float4 shortest digits, not 0.100000001
+    assert '"c_num_any":"NaN","c_real":"-Infinity","c_double":"NaN",' in logged["[9]"]
+    assert '"c_num_any":"Infinity","c_real":"Infinity","c_double":-0,' in logged["[10]"]
     # Every value of every row is valid JSON.
     for key in KEYS:
         json.loads(logged[key])
@@ -413,13 +429,14 @@ def test_database_session_defaults_do_not_change_the_bytes(
         database = sql.Identifier(conn.info.dbname)
         for name, value in (("timezone", "Asia/Kolkata"), ("datestyle", "SQL, DMY"),
                             ("intervalstyle", "sql_standard"), ("bytea_output", "escape"),
-                            ("extra_float_digits", "0")):
+                            ("extra_float_digits", "0"), ("client_encoding", "LATIN1")):
             conn.execute(sql.SQL("ALTER DATABASE {} SET {} = {}").format(
                 database, sql.Identifier(name), sql.Literal(value)))
     with psycopg.connect(pg_dsn) as conn:  # a new session sees the database's defaults
         shown = conn.execute("SELECT current_setting('TimeZone'), "
-                             "'2024-01-01 12:00:00'::timestamptz::text").fetchone()
-    assert shown == ("Asia/Kolkata", "01/01/2024 12:00:00 IST")
+                             "'2024-01-01 12:00:00'::timestamptz::text, "
+                             "current_setting('client_encoding')").fetchone()
+    assert shown == ("Asia/Kolkata", "01/01/2024 12:00:00 IST", "LATIN1")
 
     config = write_config(tmp_path, pg_dsn, redis_url, ["public.times"])
     worker = WorkerProcess(config, tmp_path / "worker.log").start()
@@ -432,10 +449,10 @@ def test_database_session_defaults_do_not_change_the_bytes(
                 "INSERT INTO public.times VALUES "
                 "(1, '2024-01-01 12:00:00', '2024-01-01 12:00:00', '2024-03-01', "
                 " '1 day 02:00:00', 0.1, 0.1, '\\x00ff'::bytea, "
-                " ARRAY['2024-06-30 23:59:59.5'::timestamptz]), "
+                " ARRAY['2024-06-30 23:59:59.5'::timestamptz], E'caf\\u00e9 \\U0001F600'), "
                 "(2, '2024-07-01 00:00:00+00', NULL, NULL, '-1 year -2 mons', "
-                " 1e-300, 3.4e38, '\\x'::bytea, '{}'), "
-                "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
+                " 1e-300, 3.4e38, '\\x'::bytea, '{}', ''), "
+                "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
             )
         keys = ["[1]", "[2]", "[3]"]
         logged = latest_log_after(wait_log_events(tmp_path, "public.times", keys, worker))
@@ -451,13 +468,13 @@ def test_database_session_defaults_do_not_change_the_bytes(
     assert logged["[1]"] == (
         '{"id":1,"tstz":"2024-01-01 06:30:00+00","ts":"2024-01-01 12:00:00",'
         '"d":"2024-03-01","iv":"1 day 02:00:00","f8":0.1,"f4":0.1,"b":"AP8=",'
-        '"a_tstz":["2024-06-30 18:29:59.5+00"]}'
+        '"a_tstz":["2024-06-30 18:29:59.5+00"],"t":"café 😀"}'
     )
     assert logged["[2]"] == (
         '{"id":2,"tstz":"2024-07-01 00:00:00+00","ts":null,"d":null,'
-        '"iv":"-1 years -2 mons","f8":1e-300,"f4":3.4e+38,"b":"","a_tstz":[]}'
+        '"iv":"-1 years -2 mons","f8":1e-300,"f4":3.4e+38,"b":"","a_tstz":[],"t":""}'
     )
     assert logged["[3]"] == (
         '{"id":3,"tstz":null,"ts":null,"d":null,"iv":null,"f8":null,"f4":null,"b":null,'
-        '"a_tstz":null}'
+        '"a_tstz":null,"t":null}'
     )
