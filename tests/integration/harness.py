@@ -31,6 +31,7 @@ def write_config(
     *,
     name: str = "src",
     flush_interval_s: float = 0.2,
+    heartbeat_interval_s: float = 1.0,
     extra: str = "",
 ) -> Path:
     path = directory / f"{name}.toml"
@@ -49,7 +50,7 @@ path = "{directory / 'landing'}"
 flush_interval_s = {flush_interval_s}
 
 [worker]
-heartbeat_interval_s = 1.0
+heartbeat_interval_s = {heartbeat_interval_s}
 control_interval_s = 0.05
 reconnect_max_s = 1.0
 {extra}
