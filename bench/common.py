@@ -13,6 +13,7 @@ source name; a fresh source name gives a fresh slot, publication and landing dir
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import platform
@@ -59,6 +60,18 @@ class Options:
     memory_rows: tuple[int, int] = (1_000_000, 5_000_000)
     idle_s: float = 30.0
     profile_dir: Path | None = None
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn``: the child gets SIGTERM when the benchmark process dies (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def preexec() -> None:
+        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return preexec
 
 
 def progress(message: str) -> None:
@@ -202,8 +215,8 @@ class Environment:
 
 TABLE_COLUMNS = "id bigint, a integer, b text, c numeric(12,2), d timestamptz"
 ROW_SELECT = (
-    "SELECT g, ((g * 7919) % 1000003)::int, substr(md5(g::text), 1, 20), "
-    "round((g % 100000) * 1.37, 2), timestamptz '2024-01-01 00:00:00+00' + g * interval '1 s' "
+    "SELECT g, ((g * 7919) %% 1000003)::int, substr(md5(g::text), 1, 20), "
+    "round((g %% 100000) * 1.37, 2), timestamptz '2024-01-01 00:00:00+00' + g * interval '1 s' "
     "FROM generate_series(%s::bigint, %s::bigint) AS g"
 )
 
@@ -276,6 +289,11 @@ status_interval_s = 1.0
     def landing(self) -> LandingZone:
         return LandingZone(self.env.landing, self.source)
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the worker process has used so far."""
+        times = psutil.Process(self.pid).cpu_times()
+        return float(times.user + times.system)
+
     def key(self, *parts: str) -> str:
         return f"dblog:v1:{self.source}:" + ":".join(parts)
 
@@ -284,17 +302,17 @@ status_interval_s = 1.0
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "dblog_worker", "run", "--config", str(self.config),
                  "--log-level", "INFO"],
-                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=die_with_parent(),
             )
         with self.env.redis_client() as client:
             wait_until(lambda: bool(client.exists(self.key("worker"))), timeout,
-                       f"worker {self.source} to start", self._check_alive)
+                       f"worker {self.source} to start", self.check_alive)
         if self.env.options.profile_dir is not None:
             self._start_profiler(self.env.options.profile_dir)
         return self
 
     def _start_profiler(self, directory: Path) -> None:
-        """py-spy (if installed next to this Python) samples the worker until it stops."""
+        """py-spy (if installed next to this Python) samples the worker, waits included."""
         py_spy = Path(sys.executable).parent / "py-spy"
         if not py_spy.exists():
             progress("--profile: py-spy is not installed in this environment; not profiling")
@@ -303,12 +321,12 @@ status_interval_s = 1.0
         out = directory / f"{self.env.name}-{self.source}.txt"
         self.profiler = subprocess.Popen(
             [str(py_spy), "record", "--pid", str(self.pid), "--rate", "200", "--format", "raw",
-             "--nonblocking", "--output", str(out)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+             "--nonblocking", "--idle", "--output", str(out)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent(),
         )
         progress(f"profiling worker {self.source} into {out}")
 
-    def _check_alive(self) -> None:
+    def check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"worker {self.source} exited with {self.proc.returncode}:\n"
                                f"{self.log_tail()}")
@@ -344,13 +362,8 @@ status_interval_s = 1.0
     def cleanup(self) -> None:
         """Stop, then drop the slot and publication and delete the landing output."""
         self.stop()
+        drop_slot(self.env, f"dblog_{self.source}")
         with self.env.connect() as conn:
-            slot = f"dblog_{self.source}"
-            wait_until(lambda: conn.execute(
-                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s AND active",
-                (slot,)).fetchone() == (0,), 30, f"slot {slot} to be released")
-            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                         "WHERE slot_name = %s", (slot,))
             conn.execute(f"DROP PUBLICATION IF EXISTS dblog_{self.source}".encode())
         shutil.rmtree(self.env.landing / self.source, ignore_errors=True)
 
@@ -375,7 +388,7 @@ status_interval_s = 1.0
             def ended() -> bool:
                 return client.hget(key, "state") in ("completed", "failed", "cancelled")
 
-            wait_until(ended, timeout, f"dump {request_id} to end", self._check_alive, 0.02)
+            wait_until(ended, timeout, f"dump {request_id} to end", self.check_alive, 0.02)
             fields: dict[str, str] = client.hgetall(key)
         if fields["state"] != "completed":
             raise RuntimeError(f"dump {request_id} ended {fields['state']}: "
@@ -389,6 +402,16 @@ status_interval_s = 1.0
     def landed_rows(self, table: str) -> int:
         """Rows in the committed segments of ``table``, from the Parquet footers."""
         return sum(pq.read_metadata(s.path).num_rows for s in self.landing.segments(table))
+
+
+def drop_slot(env: Environment, slot: str) -> None:
+    """Drop a replication slot once its walsender has let go of it."""
+    with env.connect() as conn:
+        wait_until(lambda: conn.execute(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s AND active",
+            (slot,)).fetchone() == (0,), 30, f"slot {slot} to be released")
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                     "WHERE slot_name = %s", (slot,))
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str,

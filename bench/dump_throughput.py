@@ -69,18 +69,20 @@ def raw_select(dsn: str, chunk_size: int = CHUNK_SIZE) -> tuple[int, float]:
         return rows, time.perf_counter() - started
 
 
-def worker_dump(env: Environment, source: str, rows: int) -> float:
-    """Seconds from the dump request's creation to its completion."""
+def worker_dump(env: Environment, source: str, rows: int) -> tuple[float, float]:
+    """Seconds from the dump request's creation to its completion; worker CPU seconds."""
     worker = env.worker(source, [TABLE]).start()
     try:
+        cpu = worker.cpu_seconds()
         request = worker.request_dump(TABLE)
         created, completed = worker.wait_dump(request, dump_timeout(rows))
+        cpu = worker.cpu_seconds() - cpu
         landed = worker.landed_rows(TABLE)
         if landed != rows:
             raise RuntimeError(f"{landed} rows landed, expected {rows}")
     finally:
         worker.cleanup()
-    return completed - created
+    return completed - created, cpu
 
 
 def run(options: Options) -> Result:
@@ -90,6 +92,7 @@ def run(options: Options) -> Result:
         raw_select(env.dsn)  # warm the caches once, untimed
         raw_s: list[float] = []
         worker_s: list[float] = []
+        worker_cpu_s: list[float] = []
         for i in range(options.runs):
             order = ("raw", "worker") if i % 2 == 0 else ("worker", "raw")
             for what in order:
@@ -99,7 +102,9 @@ def run(options: Options) -> Result:
                         raise RuntimeError(f"raw select read {count} rows, expected {rows}")
                     raw_s.append(seconds)
                 else:
-                    worker_s.append(worker_dump(env, f"dt{i}", rows))
+                    seconds, cpu = worker_dump(env, f"dt{i}", rows)
+                    worker_s.append(seconds)
+                    worker_cpu_s.append(cpu)
             progress(f"{NAME} run {i + 1}/{options.runs}: raw {rows / raw_s[-1]:,.0f} rows/s, "
                      f"worker {rows / worker_s[-1]:,.0f} rows/s")
     ratios = [r / w for r, w in zip(raw_s, worker_s, strict=True)]
@@ -112,10 +117,12 @@ def run(options: Options) -> Result:
         "raw_select_rows_per_s": round(rows / median(raw_s)),
         "worker_rows_per_s": round(rows / median(worker_s)),
         "ratio": rounded(ratio),
+        "worker_cpu_us_per_row": rounded(median(worker_cpu_s) / rows * 1e6, 2),
         "target_ratio": TARGET_RATIO,
         "target_met": ratio >= TARGET_RATIO,
         "raw_select_s": [rounded(s) for s in raw_s],
         "worker_s": [rounded(s) for s in worker_s],
+        "worker_cpu_s": [rounded(s) for s in worker_cpu_s],
         "run_ratios": [rounded(r) for r in ratios],
         "machine": machine(),
     }

@@ -91,7 +91,7 @@ class ActiveDump:
         table = self.progress[read.plan.table]
         table.chunks += 1
         table.selected += closed.selected
-        table.rows += len(closed.events)
+        table.rows += len(closed.survivors)
         table.dropped += closed.dropped
         if read.failure is not None:
             self.failure = read.failure

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
+import pyarrow as pa
+
 from dblog_worker.position import Position
 
 
@@ -52,9 +54,31 @@ class Watermark:
 
 
 @dataclass(frozen=True, slots=True)
-class ChunkRow:
-    key: str
-    after: str
+class DumpRows:
+    """The surviving rows of one window, column-wise, as the output writes them.
+
+    Row ``i`` is a read (``r``) event of ``dump_id`` at ``high.dump_row(i)``: the high
+    watermark's position plus its index among the survivors.
+    """
+
+    table: str
+    keys: pa.Array  # canonical JSON arrays, pa.string()
+    afters: pa.Array  # canonical JSON objects, pa.string()
+    high: Position
+    commit_ts_us: int
+    schema_version: int
+    dump_id: str
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def first(self) -> Position:
+        return self.high.dump_row(0)
+
+    @property
+    def last(self) -> Position:
+        return self.high.dump_row(len(self.keys) - 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ directories; it caches the newest segment of each table it has written to.
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import json
@@ -34,8 +35,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dblog_worker.events import ChangeEvent
+from dblog_worker.events import ChangeEvent, DumpRows
 from dblog_worker.position import Position
+from dblog_worker.requests import MAX_CHUNK_SIZE
 
 __all__ = [
     "FORMAT_VERSION",
@@ -219,31 +221,88 @@ def _publish(
     return final
 
 
-def _segment_table(events: Sequence[ChangeEvent], source: str, table: str) -> pa.Table:
-    """The Arrow table of a segment, built column-wise (the hot path)."""
-    # Comprehensions beat map(attrgetter) on slotted dataclasses; struct+hex is ~6x
-    # faster than Position.encode() and gives the same 48 lower-case hex digits.
+Item = ChangeEvent | DumpRows
+
+
+def _event_arrays(events: Sequence[ChangeEvent]) -> list[pa.Array]:
+    """Segment columns of log events, built column-wise (the hot path)."""
+    # Comprehensions beat map(attrgetter); struct+hex is ~6x faster than
+    # Position.encode() and gives the same 48 lower-case hex digits.
     pack = _pack_position
     positions = [pack(p.major, p.minor, p.sub).hex() for p in [e.position for e in events]]
+    return [
+        pa.array(positions, pa.string()),
+        pa.array([e.op for e in events], pa.string()),
+        pa.array([e.origin for e in events], pa.string()),
+        pa.array([e.key for e in events], pa.string()),
+        pa.array([e.after for e in events], pa.string()),
+        pa.array([e.before for e in events], pa.string()),
+        pa.array([e.commit_ts_us for e in events], _TIMESTAMP),
+        pa.array([e.schema_version for e in events], pa.int32()),
+        pa.array([e.dump_id for e in events], pa.string()),
+    ]
+
+
+@functools.cache
+def _hex_suffixes() -> pa.Array:
+    """The last 16 hex digits of dump row positions 1..MAX_CHUNK_SIZE, made once."""
+    return pa.array([f"{sub:016x}" for sub in range(1, MAX_CHUNK_SIZE + 1)], pa.string())
+
+
+def _dump_positions(high: Position, count: int) -> pa.Array:
+    prefix = f"{high.major:016x}{high.minor:016x}"
+    first = high.sub + 1
+    if first + count - 1 <= MAX_CHUNK_SIZE:
+        return pc.binary_join_element_wise(prefix, _hex_suffixes().slice(first - 1, count), "")
+    return pa.array([f"{prefix}{sub:016x}" for sub in range(first, first + count)], pa.string())
+
+
+def _dump_arrays(rows: DumpRows) -> list[pa.Array]:
+    """Segment columns of a window's surviving rows: their columns are used as they are."""
+    count = len(rows)
+    return [
+        _dump_positions(rows.high, count),
+        pa.array(["r"] * count, pa.string()),
+        pa.array(["dump"] * count, pa.string()),
+        rows.keys,
+        rows.afters,
+        pa.nulls(count, pa.string()),
+        pa.array([rows.commit_ts_us] * count, _TIMESTAMP),
+        pa.array([rows.schema_version] * count, pa.int32()),
+        pa.array([rows.dump_id] * count, pa.string()),
+    ]
+
+
+def _segment_table(items: Sequence[Item], source: str, table: str) -> pa.Table:
+    """The Arrow table of a segment: runs of log events and dump row batches, in order."""
+    parts: list[list[pa.Array]] = []
+    start = 0
     try:
-        arrays = [
-            pa.array(positions, pa.string()),
-            pa.array([e.op for e in events], pa.string()),
-            pa.array([e.origin for e in events], pa.string()),
-            pa.array([e.key for e in events], pa.string()),
-            pa.array([e.after for e in events], pa.string()),
-            pa.array([e.before for e in events], pa.string()),
-            pa.array([e.commit_ts_us for e in events], _TIMESTAMP),
-            pa.array([e.schema_version for e in events], pa.int32()),
-            pa.array([e.dump_id for e in events], pa.string()),
-        ]
+        for index, item in enumerate(items):
+            if type(item) is DumpRows:
+                if start < index:
+                    parts.append(_event_arrays(items[start:index]))  # type: ignore[arg-type]
+                parts.append(_dump_arrays(item))
+                start = index + 1
+        if start < len(items):
+            parts.append(_event_arrays(items[start:]))  # type: ignore[arg-type]
+        columns = [pa.chunked_array([part[i] for part in parts], field.type)
+                   for i, field in enumerate(SEGMENT_SCHEMA)]
     except (pa.ArrowException, OverflowError, TypeError) as exc:
         raise ValueError(f"events for {table!r} cannot be written: {exc}") from exc
-    for field, array in zip(SEGMENT_SCHEMA, arrays, strict=True):
-        if not field.nullable and array.null_count:
+    for field, column in zip(SEGMENT_SCHEMA, columns, strict=True):
+        if not field.nullable and column.null_count:
             raise ValueError(f"events for {table!r} have a null {field.name}")
     metadata = {"dblog.format": FORMAT_VERSION, "dblog.source": source, "dblog.table": table}
-    return pa.Table.from_arrays(arrays, schema=SEGMENT_SCHEMA.with_metadata(metadata))
+    return pa.Table.from_arrays(columns, schema=SEGMENT_SCHEMA.with_metadata(metadata))
+
+
+def _first(item: Item) -> Position:
+    return item.first if type(item) is DumpRows else item.position  # type: ignore[union-attr]
+
+
+def _last(item: Item) -> Position:
+    return item.last if type(item) is DumpRows else item.position  # type: ignore[union-attr]
 
 
 class LandingZone:
@@ -378,8 +437,10 @@ class LandingZone:
                 self._newest[table] = (segments[-1].seq, segments[-1].last)
         return result
 
-    def commit_segment(self, table: str, events: Sequence[ChangeEvent]) -> Segment:
+    def commit_segment(self, table: str, events: Sequence[Item]) -> Segment:
         """Write ``events`` (non-empty, all of ``table``, in order) as the next segment.
+
+        Items are log events or a window's surviving rows (:class:`DumpRows`, non-empty).
 
         Positions must be non-decreasing within the segment and the first must be
         after the last position of the previous segment; else ValueError and nothing
@@ -392,15 +453,16 @@ class LandingZone:
             raise ValueError(f"events of {strays} given in a segment of {table!r}")
         directory = self.table_dir(table)
         data = _segment_table(events, self.source, table)
+        rows = data.num_rows
         position_column = data.column(0)
         if (
-            len(events) > 1
+            rows > 1
             and pc.any(
-                pc.less(position_column.slice(1), position_column.slice(0, len(events) - 1))
+                pc.less(position_column.slice(1), position_column.slice(0, rows - 1))
             ).as_py()
         ):
             raise ValueError(f"positions of the events of {table!r} go backwards in a segment")
-        first, last = events[0].position, events[-1].position
+        first, last = _first(events[0]), _last(events[-1])
 
         newest = self._newest.get(table)
         if newest is None:

@@ -8,8 +8,8 @@ restarts from the checkpoint, which trails the landing zone after a crash).
 
 from __future__ import annotations
 
-from dblog_worker.events import ChangeEvent
-from dblog_worker.landing import LandingZone
+from dblog_worker.events import ChangeEvent, DumpRows
+from dblog_worker.landing import Item, LandingZone
 from dblog_worker.position import Position
 
 
@@ -18,7 +18,7 @@ class OutputBuffer:
         self._landing = landing
         self._landed = dict(landed)
         self._replay_until = max(landed.values(), default=None)
-        self._events: dict[str, list[ChangeEvent]] = {}
+        self._events: dict[str, list[Item]] = {}
         self.count = 0
         self.replayed = 0  # events dropped as already durable
         self.emitted = 0  # events made durable by this buffer
@@ -31,6 +31,14 @@ class OutputBuffer:
             events = self._events[event.table] = []
         events.append(event)
         self.count += 1
+
+    def add_rows(self, rows: DumpRows) -> None:
+        """A window's surviving rows (never a replay: every window is new)."""
+        events = self._events.get(rows.table)
+        if events is None:
+            events = self._events[rows.table] = []
+        events.append(rows)
+        self.count += len(rows)
 
     def _is_replay(self, event: ChangeEvent) -> bool:
         assert self._replay_until is not None
@@ -50,7 +58,7 @@ class OutputBuffer:
             if events:
                 segment = self._landing.commit_segment(table, events)
                 self._landed[table] = segment.last
-                flushed += len(events)
+                flushed += sum(len(e) if type(e) is DumpRows else 1 for e in events)
         self._events.clear()
         self.count = 0
         self.emitted += flushed

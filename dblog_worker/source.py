@@ -10,25 +10,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from dblog_worker.events import Checkpoint, ChunkRow, LogItem
+import pyarrow as pa
+
+from dblog_worker.events import Checkpoint, LogItem
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """Rows of one chunk SELECT, in key order, and the last key it selected."""
+    """Rows of one chunk SELECT, column-wise in key order, and the last key it selected.
 
-    rows: list[ChunkRow]
+    ``keys`` and ``afters`` are pa.string() arrays of the canonical key and row JSON.
+    """
+
+    keys: pa.Array
+    afters: pa.Array
     last_key: KeyTexts | None
     schema_version: int
 
 
 @dataclass(frozen=True, slots=True)
 class KeysChunk:
-    """Rows of a primary-key batch, and the requested keys that did not exist."""
+    """Rows of a primary-key batch, column-wise, and the requested keys that did not exist."""
 
-    rows: list[ChunkRow]
+    keys: pa.Array
+    afters: pa.Array
     missing: list[KeyTexts]
     schema_version: int
 

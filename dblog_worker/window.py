@@ -11,6 +11,9 @@ it reads, in log order; the rule is
 * at HW, the surviving chunk rows are emitted, in chunk order, at HW's position
   plus their index among the survivors.
 
+The reconciler sees only the chunk's keys: it answers which rows survive
+(:class:`WindowClosed`); the rows themselves travel as columns (:class:`DumpRows`).
+
 A window moves through two states and closes::
 
     open() ──► AWAITING_LOW ──LW──► IN_WINDOW ──HW──► closed (WindowClosed)
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from dblog_worker.errors import ProtocolError
-from dblog_worker.events import ChangeEvent, ChunkRow, Op, Origin, Watermark
+from dblog_worker.events import ChangeEvent, Op, Origin, Watermark
 
 
 class WindowState(Enum):
@@ -44,32 +47,40 @@ class WindowTokens:
 
 @dataclass(frozen=True, slots=True)
 class WindowClosed:
-    """What a window produced: the surviving chunk rows, ready for the output."""
+    """What a window decided: which chunk rows survive, and where they go in the output."""
 
     table: str
     dump_id: str
-    events: tuple[ChangeEvent, ...]
+    high: Watermark
+    survivors: Sequence[int]  # indices into the chunk, in chunk order
     selected: int
-    dropped: int
+    schema_version: int
+
+    @property
+    def dropped(self) -> int:
+        return self.selected - len(self.survivors)
 
 
 class _OpenWindow:
-    __slots__ = ("dump_id", "rows", "schema_version", "selected", "state", "table", "tokens")
+    __slots__ = ("dump_id", "keys", "schema_version", "state", "table", "tokens", "touched",
+                 "truncated", "wanted")
 
     def __init__(
         self,
         table: str,
         tokens: WindowTokens,
-        rows: Sequence[ChunkRow],
+        keys: Sequence[str],
         dump_id: str,
         schema_version: int,
     ) -> None:
         self.table = table
         self.tokens = tokens
-        self.rows: dict[str, str] = {row.key: row.after for row in rows}
-        if len(self.rows) != len(rows):
+        self.keys = keys
+        self.wanted = set(keys)
+        if len(self.wanted) != len(keys):
             raise ProtocolError(f"chunk of {table} holds the same key twice")
-        self.selected = len(rows)
+        self.touched: set[str] = set()
+        self.truncated = False
         self.dump_id = dump_id
         self.schema_version = schema_version
         self.state = WindowState.AWAITING_LOW
@@ -104,16 +115,16 @@ class Reconciler:
         self,
         table: str,
         tokens: WindowTokens,
-        rows: Sequence[ChunkRow],
+        keys: Sequence[str],
         dump_id: str,
         schema_version: int,
     ) -> None:
-        """Register the chunk selected between the two watermark writes."""
+        """Register the keys of the chunk selected between the two watermark writes."""
         if self._window is not None:
             raise ProtocolError(
                 f"window {self._window.tokens.low} of {self._window.table} is still open"
             )
-        self._window = _OpenWindow(table, tokens, rows, dump_id, schema_version)
+        self._window = _OpenWindow(table, tokens, keys, dump_id, schema_version)
 
     def on_change(self, event: ChangeEvent) -> None:
         """Step 6: a log event inside the window removes the chunk rows it touches."""
@@ -123,9 +134,9 @@ class Reconciler:
         if event.table != window.table:
             return
         if event.op is Op.TRUNCATE:
-            window.rows.clear()
-        elif event.key is not None:
-            window.rows.pop(event.key, None)
+            window.truncated = True
+        elif event.key in window.wanted:
+            window.touched.add(event.key)
 
     def on_watermark(self, watermark: Watermark) -> WindowClosed | None:
         """Steps 5 and 7: LW opens the window, HW closes it and releases the survivors."""
@@ -152,25 +163,41 @@ class Reconciler:
 
 
 def _close(window: _OpenWindow, high: Watermark) -> WindowClosed:
-    events = tuple(
-        ChangeEvent(
-            table=window.table,
-            op=Op.READ,
-            position=high.position.dump_row(index),
-            key=key,
-            after=after,
-            before=None,
-            origin=Origin.DUMP,
-            commit_ts_us=high.commit_ts_us,
-            schema_version=window.schema_version,
-            dump_id=window.dump_id,
-        )
-        for index, (key, after) in enumerate(window.rows.items())
-    )
+    keys, touched = window.keys, window.touched
+    survivors: Sequence[int]
+    if window.truncated:
+        survivors = ()
+    elif not touched:
+        survivors = range(len(keys))
+    else:
+        survivors = [i for i, key in enumerate(keys) if key not in touched]
     return WindowClosed(
         table=window.table,
         dump_id=window.dump_id,
-        events=events,
-        selected=window.selected,
-        dropped=window.selected - len(events),
+        high=high,
+        survivors=survivors,
+        selected=len(keys),
+        schema_version=window.schema_version,
+    )
+
+
+def dump_events(
+    closed: WindowClosed, keys: Sequence[str], afters: Sequence[str]
+) -> tuple[ChangeEvent, ...]:
+    """The survivors as events, from the chunk's keys and row images (in chunk order)."""
+    high = closed.high
+    return tuple(
+        ChangeEvent(
+            table=closed.table,
+            op=Op.READ,
+            position=high.position.dump_row(index),
+            key=keys[row],
+            after=afters[row],
+            before=None,
+            origin=Origin.DUMP,
+            commit_ts_us=high.commit_ts_us,
+            schema_version=closed.schema_version,
+            dump_id=closed.dump_id,
+        )
+        for index, row in enumerate(closed.survivors)
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import itertools
 import json
 import os
@@ -180,7 +181,8 @@ class Dblog:
         self.config = config
         self.log_path = workdir / "worker.log"
         self.worker: subprocess.Popen[bytes] | None = None
-        launcher = Path(sys.executable).parent / "dblog"
+        self.bin = Path(sys.executable).parent
+        launcher = self.bin / "dblog"
         self.shown = "dblog" if launcher.exists() else f"{sys.executable} -m dblog_worker"
         self.env = dict(os.environ, DBLOG_CONFIG=str(config), PYTHONUNBUFFERED="1")
 
@@ -194,8 +196,7 @@ class Dblog:
             say(f"$ dblog {shlex.join(args)}")
         output = ""
         if stream:
-            code = subprocess.run(self.argv(*args), env=self.env, cwd=ROOT, timeout=timeout,
-                                  check=False).returncode
+            code = self._follow(self.argv(*args), timeout)
         else:
             done = subprocess.run(self.argv(*args), env=self.env, cwd=ROOT, timeout=timeout,
                                   capture_output=True, text=True, check=False)
@@ -207,12 +208,32 @@ class Dblog:
                              + self.worker_log_tail())
         return output
 
+    def _follow(self, argv: list[str], timeout: float) -> int:
+        """Run a command whose output goes straight to the terminal; stop it if the worker dies."""
+        proc = subprocess.Popen(argv, env=self.env, cwd=ROOT)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    return proc.wait(0.5)
+                except subprocess.TimeoutExpired:
+                    self.check_worker()
+                    if time.monotonic() > deadline:
+                        command = shlex.join(argv[3:])
+                        raise DemoFailed(f"`dblog {command}` took over {timeout:.0f} s"
+                                         + self.worker_log_tail()) from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
     def start_worker(self) -> None:
-        with self.log_path.open("ab") as log:
+        with self.log_path.open("wb") as log:
             self.worker = subprocess.Popen(
                 self.argv("run", "--log-level", "INFO"), env=self.env, cwd=ROOT,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches the demo, which stops the worker
+                preexec_fn=_die_with_parent,  # ... and a killed demo takes the worker along
             )
 
     def check_worker(self) -> None:
@@ -240,6 +261,12 @@ class Dblog:
             return ""
         return f"\nlast lines of {self.log_path}:\n" + indent(
             "\n".join(text.splitlines()[-lines:]))
+
+
+def _die_with_parent() -> None:
+    """In the worker's child process: get SIGTERM when the demo dies (Linux; else nothing)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def write_config(path: Path, dsn: str, redis_url: str, landing: Path) -> None:
@@ -499,7 +526,8 @@ def wait_worker_ready(state: StateStore, dblog: Dblog, timeout: float = 60) -> N
         if state.status() and state.checkpoint() is not None:
             return
         time.sleep(0.1)
-    raise DemoFailed("the worker did not report within 60 s" + dblog.worker_log_tail())
+    raise DemoFailed(f"the worker did not report within {timeout:.0f} s"
+                     + dblog.worker_log_tail())
 
 
 # -- the demo ---------------------------------------------------------------------------
@@ -542,8 +570,9 @@ def run(options: Options) -> int:
             if load.is_alive():
                 load.stop_event.set()
                 load.join(30)
+            failing = sys.exc_info()[0] is not None
             code = dblog.stop_worker()
-            if code not in (None, 0):
+            if code not in (None, 0) and not failing:
                 say(f"   the worker exited with {code}" + dblog.worker_log_tail())
             state.close()
             heading("stopping PostgreSQL and Redis")
@@ -682,7 +711,8 @@ def keep_running(postgres: PostgresServer, redis_server: RedisServer, dblog: Dbl
     say(f"   landing      {workdir / 'landing' / SOURCE}")
     say("")
     say("   Try, in another terminal:")
-    say(f"     export DBLOG_CONFIG={shlex.quote(str(dblog.config))}")
+    say(f"     export DBLOG_CONFIG={shlex.quote(str(dblog.config))} "
+        f"PATH={shlex.quote(str(dblog.bin))}:$PATH")
     say(f"     {cli} status")
     say(f"     {cli} list")
     say(f"     {psql} {dsn} -c \"UPDATE orders SET status = 'lost' WHERE id = 1\"")
@@ -700,7 +730,9 @@ def keep_running(postgres: PostgresServer, redis_server: RedisServer, dblog: Dbl
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
-    # SIGTERM is a Ctrl-C: the cleanup in run() stops the worker and the servers.
+    # SIGINT (also when started in the background) and SIGTERM are a Ctrl-C: the cleanup
+    # in run() stops the worker and the servers.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         return run(options)

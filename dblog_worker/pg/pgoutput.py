@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final, NamedTuple, TypeAlias
 
 from dblog_worker.errors import ProtocolError
 
@@ -102,15 +102,13 @@ class Keepalive:
     reply_requested: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Begin:
+class Begin(NamedTuple):
     final_lsn: int
     commit_ts_us: int
     xid: int
 
 
-@dataclass(frozen=True, slots=True)
-class Commit:
+class Commit(NamedTuple):
     flags: int
     commit_lsn: int
     end_lsn: int
@@ -147,22 +145,19 @@ class TypeMsg:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
-class Insert:
+class Insert(NamedTuple):
     relation_oid: int
     new: Tuple
 
 
-@dataclass(frozen=True, slots=True)
-class Update:
+class Update(NamedTuple):
     relation_oid: int
     old: Tuple | None
     new: Tuple
     old_is_key_only: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Delete:
+class Delete(NamedTuple):
     relation_oid: int
     old: Tuple
     old_is_key_only: bool

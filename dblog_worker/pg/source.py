@@ -9,13 +9,18 @@ so the log and the chunks print values identically (see :mod:`dblog_worker.value
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg.types.string import TextLoader
 
+from dblog_worker.columns import ColumnCodec
 from dblog_worker.config import SourceConfig
 from dblog_worker.errors import (
     ConfigError,
@@ -24,7 +29,7 @@ from dblog_worker.errors import (
     RequestRejected,
     SourceUnavailable,
 )
-from dblog_worker.events import Checkpoint, ChunkRow, LogItem
+from dblog_worker.events import Checkpoint, LogItem
 from dblog_worker.pg import catalog, queries
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.catalog import SCHEMA, WATERMARK_DDL, TableInfo
@@ -51,14 +56,33 @@ def _connection_errors(what: str) -> Iterator[None]:
         raise SourceUnavailable(f"{what}: the source database is unreachable: {exc}") from exc
 
 
+@functools.cache
+def _builtin_oids() -> frozenset[int]:
+    oids = set()
+    for info in psycopg.postgres.types:
+        oids.add(info.oid)
+        if info.array_oid:
+            oids.add(info.array_oid)
+    return frozenset(oids)
+
+
+def _columns(rows: Sequence[TextRow], width: int) -> list[pa.Array]:
+    """Rows of texts to one pa.string() array per column."""
+    if not rows:
+        return [pa.array([], pa.string()) for _ in range(width)]
+    return [pa.array(column, pa.string()) for column in zip(*rows, strict=True)]
+
+
 class _Table:
     """A captured table: catalog description, codec, schema version."""
 
-    __slots__ = ("codec", "info", "key_positions", "version")
+    __slots__ = ("codec", "columns", "info", "key_positions", "version")
 
-    def __init__(self, info: TableInfo, codec: RowCodec, version: int) -> None:
+    def __init__(self, info: TableInfo, codec: RowCodec, columns: ColumnCodec,
+                 version: int) -> None:
         self.info = info
         self.codec = codec
+        self.columns = columns
         self.version = version
         self.key_positions = tuple(info.columns.index(k) for k in info.key_columns)
 
@@ -87,6 +111,7 @@ class PgSource:
         self._types: dict[int, PgType] = catalog.builtin_types()
         self._tables: dict[str, _Table] = {}
         self._stream: ReplicationStream | None = None
+        self._cursor: psycopg.Cursor[TextRow] | None = None
         self.translator = LogTranslator(config.name, self._describe)
 
     # -- connection and checks ------------------------------------------------
@@ -307,12 +332,13 @@ class PgSource:
                 )
             self._types = catalog.load_types(self.conn, info.type_oids, self._types)
         codec = RowCodec(info.columns, info.type_oids, info.key_columns, self._types)
+        columns = ColumnCodec(info.columns, info.type_oids, info.key_columns, self._types)
         version = self._schema_version(
             table,
             schema_document(list(zip(info.columns, info.type_oids, strict=True)),
                             info.key_columns, self._types),
         )
-        loaded = _Table(info, codec, version)
+        loaded = _Table(info, codec, columns, version)
         self._tables[table] = loaded
         return loaded
 
@@ -345,29 +371,24 @@ class PgSource:
     ) -> Chunk:
         captured = self._table(table)
         sql = queries.chunk_sql(captured.info.shape, first=after is None)
-        params: list[object] = [*(after or ()), *upper, limit]
-        rows = self._select(table, sql, params)
-        codec = captured.codec
-        chunk = [ChunkRow(codec.key(values), codec.row(values)) for values in rows]
+        rows = self._select(table, sql, [*(after or ()), *upper, limit])
+        keys, afters = captured.columns.encode(_columns(rows, len(captured.info.columns)))
         last = None if not rows else tuple(str(rows[-1][i]) for i in captured.key_positions)
-        return Chunk(chunk, last, captured.version)
+        return Chunk(keys, afters, last, captured.version)
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
         captured = self._table(table)
         info = captured.info
         params = queries.key_params(keys, len(info.key_columns))
         rows = self._select(table, queries.keys_sql(info.shape), params)
-        codec = captured.codec
-        found: dict[str, str] = {}
-        missing: list[KeyTexts] = []
-        for values in rows:
-            index = int(str(values[0])) - 1
-            row = values[1:]
-            if row[captured.key_positions[0]] is None:
-                missing.append(keys[index])
-                continue
-            found.setdefault(codec.key(row), codec.row(row))
-        return KeysChunk([ChunkRow(k, v) for k, v in found.items()], missing, captured.version)
+        first_key = 1 + captured.key_positions[0]
+        missing = [keys[int(str(row[0])) - 1] for row in rows if row[first_key] is None]
+        found = [row[1:] for row in rows if row[first_key] is not None]
+        encoded_keys, afters = captured.columns.encode(_columns(found, len(info.columns)))
+        if len(set(encoded_keys.to_pylist())) != len(encoded_keys):  # "1" and "01" given
+            unique = pc.index_in(pc.unique(encoded_keys), encoded_keys)
+            encoded_keys, afters = encoded_keys.take(unique), afters.take(unique)
+        return KeysChunk(encoded_keys, afters, missing, captured.version)
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         """Refuse keys whose values do not fit the key columns' types."""
@@ -388,15 +409,9 @@ class PgSource:
         """Run one SELECT; return every cell as PostgreSQL's text output (None for NULL)."""
         try:
             with _connection_errors(f"reading {table}"):
-                cursor = self.conn.execute(sql.encode(), params)
-                result = cursor.pgresult
-                assert result is not None
-                width = result.nfields
-                get = result.get_value
-                return [
-                    tuple(None if (v := get(r, c)) is None else v.decode() for c in range(width))
-                    for r in range(result.ntuples)
-                ]
+                cursor = self._text_cursor()
+                cursor.execute(sql.encode(), params)
+                return cursor.fetchall()
         except psycopg.errors.UndefinedTable as exc:
             raise DumpFailed(f"table {table} does not exist any more") from exc
         except psycopg.errors.InsufficientPrivilege as exc:
@@ -404,7 +419,20 @@ class PgSource:
         except psycopg.errors.UndefinedColumn as exc:
             raise SourceUnavailable(f"{table} changed while it was read; retrying") from exc
 
+    def _text_cursor(self) -> psycopg.Cursor[TextRow]:
+        """A cursor that loads every value as its text output, in C (psycopg's TextLoader).
+
+        Types psycopg does not know (enums, domains of this database) load as text anyway.
+        """
+        if self._cursor is None or self._cursor.closed:
+            cursor = self.conn.cursor()
+            for oid in _builtin_oids():
+                cursor.adapters.register_loader(oid, TextLoader)
+            self._cursor = cursor
+        return self._cursor
+
     def close(self) -> None:
+        self._cursor = None
         if self._stream is not None:
             self._stream.close()
             self._stream = None

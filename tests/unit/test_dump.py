@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dblog_worker.dump import ActiveDump, ChunkPlan, WindowRead
-from dblog_worker.events import ChangeEvent, Op, Origin
+from dblog_worker.events import ChangeEvent, Op, Origin, Watermark
 from dblog_worker.position import Position
 from dblog_worker.requests import DumpKind, DumpRequest, KeyTexts, RequestState, TableProgress
 from dblog_worker.window import WindowClosed
@@ -44,9 +44,10 @@ def rows(table: str, *keys: int) -> tuple[ChangeEvent, ...]:
 def closed(
     table: str, events: tuple[ChangeEvent, ...], selected: int, dump_id: str = DUMP
 ) -> WindowClosed:
+    """A window of ``selected`` rows of which ``events`` survived (the first ones)."""
     return WindowClosed(
-        table=table, dump_id=dump_id, events=events, selected=selected,
-        dropped=selected - len(events),
+        table=table, dump_id=dump_id, high=Watermark("run.1.hw", Position(10, 0), 5),
+        survivors=range(len(events)), selected=selected, schema_version=1,
     )
 
 

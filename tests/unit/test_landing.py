@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dblog_worker.events import ChangeEvent, Op, Origin
+from dblog_worker.events import ChangeEvent, DumpRows, Op, Origin
 from dblog_worker.landing import (
     MAX_ROW_GROUP_ROWS,
     SEGMENT_SCHEMA,
@@ -501,3 +501,41 @@ def test_a_corrupt_schema_file_is_reported(zone: LandingZone) -> None:
     (zone.table_dir(TABLE) / "schema-000002.json").write_text("[1]")
     with pytest.raises(ValueError, match=r"schema-000002\.json"):
         zone.schemas(TABLE)
+
+
+def test_a_segment_mixes_log_events_and_window_rows(tmp_path: Path) -> None:
+    zone = LandingZone(tmp_path, "src")
+    high = Position(7, 2, 0)
+    rows = DumpRows(TABLE, pa.array(["[2]", "[3]"]), pa.array(['{"id":2}', '{"id":3}']),
+                    high, 1_700_000_000_000_000, 4, "dump-9")
+    items: list[ChangeEvent | DumpRows] = [
+        event(7, 1, key="[9]"), rows, event(8, 0, key="[2]", op=Op.UPDATE)
+    ]
+    segment = zone.commit_segment(TABLE, items)
+    assert (segment.first, segment.last) == (Position(7, 1), Position(8, 0))
+    landed = read_events(zone, TABLE)
+    assert [(e["position"], e["op"], e["origin"], e["key"], e["dump_id"], e["schema_version"])
+            for e in landed] == [
+        (Position(7, 1).encode(), "c", "log", "[9]", None, 1),
+        (Position(7, 2, 1).encode(), "r", "dump", "[2]", "dump-9", 4),
+        (Position(7, 2, 2).encode(), "r", "dump", "[3]", "dump-9", 4),
+        (Position(8, 0).encode(), "u", "log", "[2]", None, 1),
+    ]
+    assert landed[1]["after"] == '{"id":2}' and landed[1]["before"] is None
+    with pytest.raises(ValueError, match="not after the last committed"):
+        zone.commit_segment(TABLE, [rows])
+
+
+@pytest.mark.parametrize("high", [Position(5, 3, 0), Position(2**64 - 1, 7, 99_990),
+                                  Position(1, 1, 2**40)])
+def test_dump_row_positions_are_the_high_watermark_plus_their_index(
+    tmp_path: Path, high: Position
+) -> None:
+    zone = LandingZone(tmp_path, "src")
+    count = 20
+    rows = DumpRows(TABLE, pa.array([f"[{i}]" for i in range(count)]),
+                    pa.array(["{}"] * count), high, 0, 1, "dump-1")
+    zone.commit_segment(TABLE, [rows])
+    assert [e["position"] for e in read_events(zone, TABLE)] == [
+        high.dump_row(i).encode() for i in range(count)
+    ]

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import pytest
 
 from dblog_worker.errors import ProtocolError
-from dblog_worker.events import ChangeEvent, ChunkRow, Op, Origin, Watermark
+from dblog_worker.events import ChangeEvent, Op, Origin, Watermark
 from dblog_worker.position import Position
-from dblog_worker.window import Reconciler, WindowState
+from dblog_worker.window import Reconciler, WindowState, dump_events
 
 RUN = "run1"
 TABLE = "public.t"
@@ -48,8 +48,9 @@ def run_script(
     """
     reconciler = Reconciler(run_id)
     tokens = reconciler.next_tokens()
-    rows = [ChunkRow(key(name), f'{{"k":"{name}"}}') for name in chunk]
-    reconciler.open(TABLE, tokens, rows, dump_id="d1", schema_version=1)
+    keys = [key(name) for name in chunk]
+    afters = [f'{{"k":"{name}"}}' for name in chunk]
+    reconciler.open(TABLE, tokens, keys, dump_id="d1", schema_version=1)
     output: list[ChangeEvent] = []
     for index, step in enumerate(script, start=1):
         position = Position(index, 0, 0)
@@ -71,7 +72,7 @@ def run_script(
             token = {"lw": tokens.low, "hw": tokens.high}.get(step.kind, step.kind)
             closed = reconciler.on_watermark(Watermark(token, position, index))
             if closed is not None:
-                output.extend(closed.events)
+                output.extend(dump_events(closed, keys, afters))
     positions = [event.position for event in output]
     assert positions == sorted(positions) and len(set(positions)) == len(positions)
     return [_render(event) for event in output]
@@ -190,19 +191,21 @@ def test_reconciliation(chunk: list[str], script: list[Step], expected: list[str
 def test_composite_keys_collide_only_on_the_whole_key() -> None:
     reconciler = Reconciler(RUN)
     tokens = reconciler.next_tokens()
-    rows = [ChunkRow('[1,"a"]', "{}"), ChunkRow('[1,"b"]', "{}"), ChunkRow('[2,"a"]', "{}")]
-    reconciler.open(TABLE, tokens, rows, dump_id="d", schema_version=3)
+    keys = ['[1,"a"]', '[1,"b"]', '[2,"a"]']
+    reconciler.open(TABLE, tokens, keys, dump_id="d", schema_version=3)
     reconciler.on_watermark(Watermark(tokens.low, Position(1, 0), 0))
     reconciler.on_change(
         ChangeEvent(TABLE, Op.UPDATE, Position(2, 0), '[1,"b"]', "{}", None, Origin.LOG, 0, 3)
     )
     closed = reconciler.on_watermark(Watermark(tokens.high, Position(3, 0), 42))
     assert closed is not None
-    assert [e.key for e in closed.events] == ['[1,"a"]', '[2,"a"]']
-    assert [e.position for e in closed.events] == [Position(3, 0, 1), Position(3, 0, 2)]
-    assert all(e.commit_ts_us == 42 and e.schema_version == 3 for e in closed.events)
+    assert list(closed.survivors) == [0, 2]
+    events = dump_events(closed, keys, ["{a}", "{b}", "{c}"])
+    assert [(e.key, e.after) for e in events] == [('[1,"a"]', "{a}"), ('[2,"a"]', "{c}")]
+    assert [e.position for e in events] == [Position(3, 0, 1), Position(3, 0, 2)]
+    assert all(e.commit_ts_us == 42 and e.schema_version == 3 for e in events)
     assert all(e.origin is Origin.DUMP and e.op is Op.READ and e.dump_id == "d"
-               for e in closed.events)
+               for e in events)
     assert (closed.selected, closed.dropped) == (3, 1)
 
 
@@ -237,7 +240,7 @@ def test_duplicate_key_in_chunk_raises() -> None:
     reconciler = Reconciler(RUN)
     with pytest.raises(ProtocolError, match="same key twice"):
         reconciler.open(TABLE, reconciler.next_tokens(),
-                        [ChunkRow("[1]", "{}"), ChunkRow("[1]", "{}")], "d", 1)
+                        ["[1]", "[1]"], "d", 1)
 
 
 def test_states_and_tokens_follow_the_window() -> None:
@@ -250,7 +253,7 @@ def test_states_and_tokens_follow_the_window() -> None:
     reconciler.on_watermark(Watermark(second.low, Position(1, 0), 0))
     assert reconciler.window_state is WindowState.IN_WINDOW
     closed = reconciler.on_watermark(Watermark(second.high, Position(2, 0), 0))
-    assert closed is not None and closed.events == () and not reconciler.window_open
+    assert closed is not None and list(closed.survivors) == [] and not reconciler.window_open
 
 
 @pytest.mark.parametrize("run_id", ["", "a.b"])
