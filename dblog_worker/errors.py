@@ -5,7 +5,8 @@
     DblogError                  base of everything dblog raises on purpose
      ├── TransientError         retry with backoff: the same action may succeed later
      │    ├── SourceUnavailable     the source database is unreachable or dropped us
-     │    └── StateUnavailable      Redis is unreachable
+     │    ├── StateUnavailable      Redis is unreachable
+     │    └── OutputUnavailable     the landing zone cannot be written (disk full, ...)
      └── TerminalError          retrying cannot help: a person must act
           ├── ConfigError           the configuration or the source's settings are wrong
           ├── RequestRejected       a dump request or control command is invalid
@@ -31,6 +32,10 @@ class SourceUnavailable(TransientError):
 
 class StateUnavailable(TransientError):
     """Redis, the control plane, is unreachable."""
+
+
+class OutputUnavailable(TransientError):
+    """The landing zone cannot be written now (disk full, permissions, storage gone)."""
 
 
 class TerminalError(DblogError):

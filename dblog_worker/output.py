@@ -1,16 +1,39 @@
-"""The output buffer: events wait here, per table and in order, until the next flush.
+"""The output buffer: events wait here, per table and in order, until they are written.
 
-A flush commits one segment per table to the landing zone; when it returns, every
-event added so far is durable. Events at or before a table's last committed
-position are dropped: they are a replay of output that is already durable (the log
-restarts from the checkpoint, which trails the landing zone after a crash).
+``submit`` hands everything buffered to a writer thread, which commits one segment
+per table to the landing zone (pyarrow writes and fsyncs without holding the GIL,
+so the log and the next chunk go on meanwhile). At most one write runs at a time:
+``submit`` first waits for the previous one. When ``wait`` returns, every event
+submitted so far is durable.
+
+Events at or before a table's last committed position are dropped: they are a
+replay of output that is already durable (the log restarts from the checkpoint,
+which trails the landing zone after a crash).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+
+from dblog_worker.errors import OutputUnavailable
 from dblog_worker.events import ChangeEvent, DumpRows
 from dblog_worker.landing import Item, LandingZone
 from dblog_worker.position import Position
+
+
+@contextmanager
+def landing_errors() -> Iterator[None]:
+    """The landing zone's storage failing is transient: the session retries from the
+    checkpoint, and nothing after it is lost."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputUnavailable(
+            f"cannot write the landing zone ({exc}); the checkpoint stays where it is and "
+            "the log is read again from there once the landing zone is writable"
+        ) from exc
 
 
 class OutputBuffer:
@@ -19,6 +42,8 @@ class OutputBuffer:
         self._landed = dict(landed)
         self._replay_until = max(landed.values(), default=None)
         self._events: dict[str, list[Item]] = {}
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="dblog-output")
+        self._writing: Future[dict[str, tuple[Position, int]]] | None = None
         self.count = 0
         self.replayed = 0  # events dropped as already durable
         self.emitted = 0  # events made durable by this buffer
@@ -51,15 +76,42 @@ class OutputBuffer:
             return True
         return False
 
+    def submit(self) -> None:
+        """Hand every buffered event to the writer; returns when the previous write is done."""
+        self.wait()
+        batch, self._events, self.count = self._events, {}, 0
+        self._writing = self._writer.submit(self._write, batch)
+
+    def _write(self, batch: dict[str, list[Item]]) -> dict[str, tuple[Position, int]]:
+        """In the writer thread: one segment per table; its last position and size."""
+        written = {}
+        for table, events in batch.items():
+            segment = self._landing.commit_segment(table, events)
+            written[table] = (segment.last,
+                              sum(len(e) if type(e) is DumpRows else 1 for e in events))
+        return written
+
+    @property
+    def writing(self) -> bool:
+        return self._writing is not None and not self._writing.done()
+
+    def wait(self) -> int:
+        """Wait for the write in flight; raise what it raised. Returns how many it wrote."""
+        future, self._writing = self._writing, None
+        if future is None:
+            return 0
+        written = 0
+        for table, (last, count) in future.result().items():
+            self._landed[table] = last
+            written += count
+        self.emitted += written
+        return written
+
     def flush(self) -> int:
-        """Commit every buffered event; returns how many became durable."""
-        flushed = 0
-        for table, events in self._events.items():
-            if events:
-                segment = self._landing.commit_segment(table, events)
-                self._landed[table] = segment.last
-                flushed += sum(len(e) if type(e) is DumpRows else 1 for e in events)
-        self._events.clear()
-        self.count = 0
-        self.emitted += flushed
-        return flushed
+        """Write everything buffered, and wait for it."""
+        self.submit()
+        return self.wait()
+
+    def close(self) -> None:
+        """Let a write in flight finish (or fail); nothing is written afterwards."""
+        self._writer.shutdown(wait=True)

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 
 from dblog_worker.landing import LandingZone
+from dblog_worker.output import landing_errors
 
 
 class SchemaRegistry:
@@ -19,6 +20,10 @@ class SchemaRegistry:
         self._known: dict[str, dict[str, int]] = {}
 
     def version(self, table: str, schema: Mapping[str, object]) -> int:
+        with landing_errors():
+            return self._version(table, schema)
+
+    def _version(self, table: str, schema: Mapping[str, object]) -> int:
         text = json.dumps(schema, sort_keys=True)
         known = self._known.get(table)
         if known is None:

@@ -25,6 +25,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import FrameType
 
 import pyarrow as pa
@@ -47,10 +48,16 @@ from dblog_worker.events import (
     Watermark,
 )
 from dblog_worker.landing import LandingZone
-from dblog_worker.output import OutputBuffer
+from dblog_worker.output import OutputBuffer, landing_errors
 from dblog_worker.pg.source import PgSource, SchemaVersion
 from dblog_worker.position import ZERO, Position
-from dblog_worker.requests import DEFAULT_CHUNK_SIZE, DumpKind, KeyTexts, RequestState
+from dblog_worker.requests import (
+    DEFAULT_CHUNK_SIZE,
+    DumpKind,
+    KeyTexts,
+    RequestState,
+    TableProgress,
+)
 from dblog_worker.schemas import SchemaRegistry
 from dblog_worker.source import Source
 from dblog_worker.state import StateStore
@@ -108,6 +115,19 @@ class Worker:
             time.sleep(min(0.1, end - time.monotonic()))
 
 
+@dataclass
+class Covered:
+    """What a write covers: saved to Redis, and confirmed to the source, once it is durable."""
+
+    checkpoint: str | None
+    incomplete: dict[str, dict[KeyTexts, None]]
+    finish: ActiveDump | None  # a dump whose every closed window is in this write
+    finished: bool
+    failure: str | None
+    progress: dict[str, list[TableProgress]] = field(default_factory=dict)
+    missing: dict[str, list[KeyTexts]] = field(default_factory=dict)
+
+
 class Session:
     """One connected run: from the saved checkpoint until a failure or a stop."""
 
@@ -128,6 +148,7 @@ class Session:
         self.high_written_before: Position = ZERO  # log end once the open window's HW committed
         self.incomplete: dict[str, dict[KeyTexts, None]] = {}  # keys to dump: rows the log cut
         self.window_rows: tuple[pa.Array, pa.Array] | None = None  # the open window's chunk
+        self.in_flight: Covered | None = None  # what the write in flight covers
 
     def run(self) -> None:
         try:
@@ -137,6 +158,8 @@ class Session:
             self._flush()
             log.info("stopped at checkpoint %s", self.checkpoint)
         finally:
+            if self.output is not None:
+                self.output.close()  # a write in flight ends before the next session starts
             self.source.close()
             self.state.close()
 
@@ -156,7 +179,8 @@ class Session:
             saved = created
             self.state.save_progress(saved, {}, {})
         self.checkpoint = self.source.start(saved)
-        self.output = OutputBuffer(self.worker.landing, self.worker.landing.recover())
+        with landing_errors():
+            self.output = OutputBuffer(self.worker.landing, self.worker.landing.recover())
         log.info("session %s streaming %s from %s", self.run_id,
                  self.config.source.safe_dsn(), self.checkpoint)
         self._control(time.monotonic())
@@ -200,10 +224,15 @@ class Session:
         if (dump is not None and dump.runnable and not reconciler.window_open
                 and now >= dump.next_window_at and dump.open_read is None):
             self._window(dump)
-        if output.count >= self.config.flush_max_events or (
-            now - self.last_flush >= self.config.flush_interval_s
+        if self.in_flight is not None and (
+            not output.writing or output.count >= self.config.flush_max_events
         ):
-            self._flush()
+            self._complete()  # waits only when the next batch is full already
+        if self.in_flight is None and (
+            output.count >= self.config.flush_max_events
+            or now - self.last_flush >= self.config.flush_interval_s
+        ):
+            self._submit()
         if now - self.last_heartbeat >= self.config.heartbeat_interval_s:
             self.source.heartbeat()
             self.last_heartbeat = now
@@ -280,53 +309,77 @@ class Session:
 
     # -- durability -------------------------------------------------------------
 
-    def _flush(self) -> None:
-        """Commit the output, then save what it covers, then confirm the log."""
-        assert self.output is not None
-        self.output.flush()
-        self.last_flush = time.monotonic()
-        self._repair_incomplete()
-        progress, missing = {}, {}
+    def _submit(self) -> None:
+        """Hand the output to the writer, with what it covers: saved once it is durable."""
+        assert self.output is not None and self.in_flight is None
         dump = self.dump
+        covered = Covered(
+            checkpoint=self.pending_checkpoint,
+            incomplete=self.incomplete,
+            finish=None if dump is None or dump.open_read is not None else dump,
+            finished=dump is not None and dump.finished,
+            failure=None if dump is None else dump.failure,
+        )
+        self.incomplete = {}
         if dump is not None:
             tables, keys = dump.take_unsaved()
-            if tables:
-                progress[dump.id] = tables
+            if tables:  # copies: later windows change the live ones
+                covered.progress[dump.id] = [TableProgress.from_json(t.to_json()) for t in tables]
             if keys:
-                missing[dump.id] = keys
-        checkpoint = self.pending_checkpoint
+                covered.missing[dump.id] = keys
+        self.output.submit()
+        self.in_flight = covered
+        self.last_flush = time.monotonic()
+
+    def _complete(self) -> None:
+        """Once the write is durable: save the checkpoint and progress, then confirm the log."""
+        assert self.output is not None
+        covered, self.in_flight = self.in_flight, None
+        if covered is None:
+            return
+        with landing_errors():
+            self.output.wait()
+        self._repair_incomplete(covered.incomplete, covered.checkpoint)
+        checkpoint = covered.checkpoint
         if checkpoint == self.checkpoint:
             checkpoint = None
-        if checkpoint is not None or progress or missing:
-            self.state.save_progress(checkpoint, progress, missing)
+        if checkpoint is not None or covered.progress or covered.missing:
+            self.state.save_progress(checkpoint, covered.progress, covered.missing)
         if checkpoint is not None:
             self.checkpoint = checkpoint
             self.source.confirm(checkpoint)
-        if dump is not None and dump.open_read is None:
-            self._finish(dump)
+        if covered.finish is not None and covered.finish is self.dump:
+            self._finish(covered.finish, covered.finished, covered.failure)
 
-    def _repair_incomplete(self) -> None:
+    def _flush(self) -> None:
+        """Write everything buffered and save what it covers; wait for all of it."""
+        self._complete()
+        self._submit()
+        self._complete()
+
+    def _repair_incomplete(
+        self, incomplete: dict[str, dict[KeyTexts, None]], checkpoint: str | None
+    ) -> None:
         """Queue a primary-key dump of rows the log left incomplete, before the checkpoint
         moves past them: the dump reads them whole, later, inside a window."""
-        for table, keys in self.incomplete.items():
+        for table, keys in incomplete.items():
             request = self.state.create_request(
                 DumpKind.KEYS, [table], chunk_size=DEFAULT_CHUNK_SIZE, delay_ms=0,
-                keys=list(keys), client_token=f"incomplete:{table}:{self.pending_checkpoint}",
+                keys=list(keys), client_token=f"incomplete:{table}:{checkpoint}",
             )
             log.warning(
                 "%d change(s) of %s came without their whole row (the table's REPLICA "
                 "IDENTITY is not FULL; run ALTER TABLE ... REPLICA IDENTITY FULL): dump %s "
                 "reads them", len(keys), table, request.id,
             )
-        self.incomplete.clear()
 
-    def _finish(self, dump: ActiveDump) -> None:
+    def _finish(self, dump: ActiveDump, finished: bool, failure: str | None) -> None:
         """End a dump whose last window is durable (or that failed)."""
         try:
-            if dump.failure is not None:
-                self.state.transition(dump.id, RequestState.FAILED, error=dump.failure)
-                log.warning("dump %s failed: %s", dump.id, dump.failure)
-            elif dump.finished and dump.request.state is RequestState.RUNNING:
+            if failure is not None:
+                self.state.transition(dump.id, RequestState.FAILED, error=failure)
+                log.warning("dump %s failed: %s", dump.id, failure)
+            elif finished and dump.request.state is RequestState.RUNNING:
                 self.state.transition(dump.id, RequestState.COMPLETED)
                 log.info("dump %s completed", dump.id)
             else:

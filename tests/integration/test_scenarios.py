@@ -596,3 +596,29 @@ def test_rows_the_log_cut_short_are_dumped_again(
         store.close()
     assert worker.alive()
     assert_converged(backend, T1)
+
+
+def test_landing_zone_unwritable_then_fixed(
+    backend: Backend, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    """A write that fails stops the checkpoint where it was; once fixed, nothing is lost."""
+    backend.create(T1, 0)
+    config = backend.config_path([T1])
+    worker = worker_process(config)
+    backend.execute(f"INSERT INTO {T1} VALUES (1, nextval('versions'), 'first')")
+    table_dir = backend.landing / SOURCE / "public.items"
+    wait_for(lambda: any(table_dir.glob("segment-*")), 30, "the first segment", worker.log)
+    saved = checkpoint(backend.redis_url)
+    aside = table_dir.with_name("aside")
+    table_dir.rename(aside)
+    table_dir.write_text("not a directory")  # the table's directory cannot be written
+    backend.execute(f"INSERT INTO {T1} SELECT g, nextval('versions'), 'x' "
+                    "FROM generate_series(2, 100) g")
+    wait_for(lambda: "cannot write the landing zone" in worker.log(), 30, "the failure",
+             worker.log)
+    time.sleep(1)
+    assert checkpoint(backend.redis_url) == saved
+    assert worker.alive()
+    table_dir.unlink()
+    aside.rename(table_dir)
+    assert_converged(backend, T1)
