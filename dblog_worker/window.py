@@ -63,7 +63,7 @@ class WindowClosed:
 
 class _OpenWindow:
     __slots__ = ("dump_id", "keys", "schema_version", "state", "table", "tokens", "touched",
-                 "truncated", "wanted")
+                 "truncated")
 
     def __init__(
         self,
@@ -75,10 +75,7 @@ class _OpenWindow:
     ) -> None:
         self.table = table
         self.tokens = tokens
-        self.keys = keys
-        self.wanted = set(keys)
-        if len(self.wanted) != len(keys):
-            raise ProtocolError(f"chunk of {table} holds the same key twice")
+        self.keys = keys  # unique: a primary key; read only if an event touched the table
         self.touched: set[str] = set()
         self.truncated = False
         self.dump_id = dump_id
@@ -135,7 +132,7 @@ class Reconciler:
             return
         if event.op is Op.TRUNCATE:
             window.truncated = True
-        elif event.key in window.wanted:
+        elif event.key is not None:
             window.touched.add(event.key)
 
     def on_watermark(self, watermark: Watermark) -> WindowClosed | None:

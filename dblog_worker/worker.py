@@ -24,7 +24,7 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -113,6 +113,28 @@ class Worker:
         end = time.monotonic() + seconds
         while not self.stopping and time.monotonic() < end:
             time.sleep(min(0.1, end - time.monotonic()))
+
+
+class KeyColumn(Sequence[str]):
+    """The chunk's keys for the reconciler, turned into Python strings only if it asks."""
+
+    def __init__(self, keys: pa.Array) -> None:
+        self._keys = keys
+        self._list: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def _strings(self) -> list[str]:
+        if self._list is None:
+            self._list = self._keys.to_pylist()
+        return self._list
+
+    def __getitem__(self, index: int) -> str:  # type: ignore[override]
+        return self._strings()[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._strings())
 
 
 @dataclass
@@ -302,7 +324,7 @@ class Session:
         read.selected = len(rows[0])
         self.source.write_watermark(tokens.high)
         self.high_written_before = self.source.log_position()
-        self.reconciler.open(plan.table, tokens, rows[0].to_pylist(), dump.id, version)
+        self.reconciler.open(plan.table, tokens, KeyColumn(rows[0]), dump.id, version)
         self.window_rows = rows
         dump.open_read = read
         self.windows += 1

@@ -11,16 +11,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg.types.string import TextLoader
 
-from dblog_worker.columns import ColumnCodec
+from dblog_worker.columns import ColumnCodec, text_columns
 from dblog_worker.config import SourceConfig
 from dblog_worker.errors import (
     ConfigError,
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 SchemaVersion = Callable[[str, Mapping[str, object]], int]
 TextRow = tuple[str | None, ...]
+REFRESH_S = 1.0  # how old the catalog description of a table being dumped may be
 
 HEARTBEAT = "heartbeat"  # a watermark value of no window: the reconciler ignores it
 
@@ -64,13 +65,6 @@ def _builtin_oids() -> frozenset[int]:
         if info.array_oid:
             oids.add(info.array_oid)
     return frozenset(oids)
-
-
-def _columns(rows: Sequence[TextRow], width: int) -> list[pa.Array]:
-    """Rows of texts to one pa.string() array per column."""
-    if not rows:
-        return [pa.array([], pa.string()) for _ in range(width)]
-    return [pa.array(column, pa.string()) for column in zip(*rows, strict=True)]
 
 
 class _Table:
@@ -112,6 +106,7 @@ class PgSource:
         self._tables: dict[str, _Table] = {}
         self._stream: ReplicationStream | None = None
         self._cursor: psycopg.Cursor[TextRow] | None = None
+        self._refreshed: dict[str, float] = {}
         self.translator = LogTranslator(config.name, self._describe)
 
     # -- connection and checks ------------------------------------------------
@@ -286,6 +281,7 @@ class PgSource:
         with _connection_errors("reading the catalog"):
             self._types = catalog.load_types(self.conn, oids, self._types)
         codec = RowCodec(names, oids, key, self._types)
+        columns = ColumnCodec(names, oids, key, self._types)
         version = self._schema_version(
             table, schema_document(list(zip(names, oids, strict=True)), key, self._types)
         )
@@ -295,7 +291,7 @@ class PgSource:
                         "ALTER TABLE %s REPLICA IDENTITY FULL;", table, relation.replica_identity,
                         queries.qualified(*catalog.split_table(table)))
         return RelationView(RelationKind.CAPTURED, table, codec, version,
-                            full_identity=relation.replica_identity == "f")
+                            full_identity=relation.replica_identity == "f", columns=columns)
 
     # -- watermarks -----------------------------------------------------------
 
@@ -354,9 +350,13 @@ class PgSource:
         return self._tables.get(table) or self._load(table)
 
     def refresh(self, table: str) -> None:
-        """Read the table's columns from the catalog again (before a window, not in it)."""
+        """Read the table's columns from the catalog again (before a window, not in it);
+        at most every REFRESH_S: a column added since is in the next chunks."""
         self._captured(table)
-        self._load(table)
+        now = time.monotonic()
+        if now - self._refreshed.get(table, 0.0) >= REFRESH_S:
+            self._load(table)
+            self._refreshed[table] = now
 
     def key_arity(self, table: str) -> int:
         return len(self._table(table).info.key_columns)
@@ -372,7 +372,7 @@ class PgSource:
         captured = self._table(table)
         sql = queries.chunk_sql(captured.info.shape, first=after is None)
         rows = self._select(table, sql, [*(after or ()), *upper, limit])
-        keys, afters = captured.columns.encode(_columns(rows, len(captured.info.columns)))
+        keys, afters = captured.columns.encode(text_columns(rows, len(captured.info.columns)))
         last = None if not rows else tuple(str(rows[-1][i]) for i in captured.key_positions)
         return Chunk(keys, afters, last, captured.version)
 
@@ -384,7 +384,7 @@ class PgSource:
         first_key = 1 + captured.key_positions[0]
         missing = [keys[int(str(row[0])) - 1] for row in rows if row[first_key] is None]
         found = [row[1:] for row in rows if row[first_key] is not None]
-        encoded_keys, afters = captured.columns.encode(_columns(found, len(info.columns)))
+        encoded_keys, afters = captured.columns.encode(text_columns(found, len(info.columns)))
         if len(set(encoded_keys.to_pylist())) != len(encoded_keys):  # "1" and "01" given
             unique = pc.index_in(pc.unique(encoded_keys), encoded_keys)
             encoded_keys, afters = encoded_keys.take(unique), afters.take(unique)

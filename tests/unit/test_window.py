@@ -236,13 +236,6 @@ def test_second_window_while_one_is_open_raises() -> None:
         reconciler.open(TABLE, reconciler.next_tokens(), [], "d", 1)
 
 
-def test_duplicate_key_in_chunk_raises() -> None:
-    reconciler = Reconciler(RUN)
-    with pytest.raises(ProtocolError, match="same key twice"):
-        reconciler.open(TABLE, reconciler.next_tokens(),
-                        ["[1]", "[1]"], "d", 1)
-
-
 def test_states_and_tokens_follow_the_window() -> None:
     reconciler = Reconciler(RUN)
     first, second = reconciler.next_tokens(), reconciler.next_tokens()
