@@ -217,12 +217,6 @@ class ColumnCodec:
         keys = _join(key_cores, [""] * len(key_cores), "[", "]")
         return keys, rows
 
-    def rows(self, rows: Sequence[Sequence[str | None]]) -> list[str]:
-        """``RowCodec.row`` of each row, computed column-wise."""
-        _, encoded = self.encode(text_columns(rows, len(self._encoders)))
-        result: list[str] = encoded.to_pylist()
-        return result
-
 
 def text_columns(rows: Sequence[Sequence[str | None]], width: int) -> list[Any]:
     """Rows of PostgreSQL texts to one pa.string() array per column."""

@@ -8,7 +8,6 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from dblog_worker.columns import ColumnCodec
 from dblog_worker.position import Position
 
 
@@ -25,28 +24,19 @@ class Origin(StrEnum):
     DUMP = "dump"
 
 
-class RawRow(NamedTuple):
-    """A row image not serialized yet: its values' texts, and the codec that serializes
-    them. The output writer does it, column-wise, to the bytes ``RowCodec.row`` gives."""
-
-    codec: ColumnCodec
-    values: tuple[str | None, ...]
-
-
 class ChangeEvent(NamedTuple):
     """One output event (a NamedTuple: immutable, and cheap on the hot path).
 
     ``key`` is the canonical JSON array of the primary-key values and ``after`` /
     ``before`` the canonical JSON objects of the row images (see
-    :mod:`dblog_worker.values`); a truncate has neither key nor images. On the log's hot
-    path ``after`` may still be a :class:`RawRow`, serialized by the output writer.
+    :mod:`dblog_worker.values`); a truncate has neither key nor images.
     """
 
     table: str
     op: Op
     position: Position
     key: str | None
-    after: str | RawRow | None
+    after: str | None
     before: str | None
     origin: Origin
     commit_ts_us: int

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dblog_worker.events import ChangeEvent, DumpRows, RawRow
+from dblog_worker.events import ChangeEvent, DumpRows
 from dblog_worker.position import Position
 from dblog_worker.requests import MAX_CHUNK_SIZE
 
@@ -237,7 +237,7 @@ def _event_arrays(events: Sequence[ChangeEvent]) -> list[pa.Array]:
         pa.array(op, pa.string()),
         pa.array(origin, pa.string()),
         pa.array(key, pa.string()),
-        pa.array(_serialized(after), pa.string()),
+        pa.array(after, pa.string()),
         pa.array(before, pa.string()),
         pa.array(commit_ts, _TIMESTAMP),
         pa.array(version, pa.int32()),
@@ -257,26 +257,6 @@ def _dump_positions(high: Position, count: int) -> pa.Array:
     if first + count - 1 <= MAX_CHUNK_SIZE:
         return pc.binary_join_element_wise(prefix, _hex_suffixes().slice(first - 1, count), "")
     return pa.array([f"{prefix}{sub:016x}" for sub in range(first, first + count)], pa.string())
-
-
-def _serialized(afters: Sequence[str | RawRow | None]) -> Sequence[str | None]:
-    """Row images with every :class:`RawRow` serialized, column-wise per codec."""
-    pending: dict[int, tuple[RawRow, list[int]]] = {}
-    for index, after in enumerate(afters):
-        if type(after) is RawRow:
-            entry = pending.get(id(after.codec))
-            if entry is None:
-                pending[id(after.codec)] = (after, [index])
-            else:
-                entry[1].append(index)
-    if not pending:
-        return afters  # type: ignore[return-value]
-    result = list(afters)
-    for first, indices in pending.values():
-        texts = first.codec.rows([afters[i].values for i in indices])  # type: ignore[union-attr]
-        for index, text in zip(indices, texts, strict=True):
-            result[index] = text
-    return result  # type: ignore[return-value]
 
 
 def _dump_arrays(rows: DumpRows) -> list[pa.Array]:

@@ -164,10 +164,15 @@ def server_problems(conn: psycopg.Connection[tuple[object, ...]]) -> list[Proble
     ).fetchone()
     if role is not None and not (role[1] or role[2]):
         problems.append(Problem(
-            f"role {role[0]} may not stream the log (it lacks REPLICATION)",
+            f"role {quote_ident(str(role[0]))} may not stream the log (it lacks REPLICATION)",
             f"ALTER ROLE {quote_ident(str(role[0]))} WITH REPLICATION;",
         ))
     return problems
+
+
+def _database(conn: psycopg.Connection[tuple[object, ...]]) -> str:
+    row = conn.execute("SELECT current_database()").fetchone()
+    return str(row[0]) if row else "<database>"
 
 
 def _role(conn: psycopg.Connection[tuple[object, ...]]) -> str:
@@ -240,6 +245,16 @@ def publication_problems(
     ).fetchone()
     if superuser is not None and superuser[0]:
         return []
+    problems = []
+    if not exists:
+        can = conn.execute("SELECT has_database_privilege(current_database(), 'CREATE')"
+                           ).fetchone()
+        if can is None or not can[0]:
+            problems.append(Problem(
+                f"publication {publication} does not exist and role {_role(conn)} may not "
+                "create publications in this database (CREATE on the database)",
+                f"GRANT CREATE ON DATABASE {quote_ident(_database(conn))} TO {_role(conn)};",
+            ))
     not_owned = []
     for schema, name in sorted(wanted):
         owned = conn.execute(
@@ -250,7 +265,7 @@ def publication_problems(
         if owned is not None and not owned[0]:
             not_owned.append(f"{schema}.{name}")
     if not not_owned:
-        return []
+        return problems
     names = ", ".join(qualified(s, n) for s, n in sorted(wanted))
     verb = f"ALTER PUBLICATION {quote_ident(publication)} SET TABLE" if exists else (
         f"CREATE PUBLICATION {quote_ident(publication)} FOR TABLE")
@@ -262,10 +277,10 @@ def publication_problems(
         # preflight passes: the fix creates it, owned by the worker's role
         first = (f"CREATE SCHEMA IF NOT EXISTS {SCHEMA} AUTHORIZATION {role}; "
                  f"{WATERMARK_DDL}; ALTER TABLE {watermark} OWNER TO {role}; ")
+    state = "does not hold exactly the captured tables" if exists else "does not exist"
     return [Problem(
-        f"publication {publication} {'lacks tables' if exists else 'does not exist'} and role "
-        f"{role} does not own {', '.join(not_owned)}, so it cannot "
-        f"{'alter' if exists else 'create'} it",
+        f"publication {publication} {state} and role {role} does not own "
+        f"{', '.join(not_owned)}, so it cannot {'alter' if exists else 'create'} it",
         f"{first}{verb} {names}; -- as the tables' owner or a superuser",
     )]
 

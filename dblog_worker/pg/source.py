@@ -231,7 +231,7 @@ class PgSource:
         if row is None:
             raise LogGone(
                 f"replication slot {self.config.slot} does not exist any more: the log since "
-                f"checkpoint {checkpoint} is gone. Run `dblog reset --config <file>` to start "
+                f"checkpoint {checkpoint} is gone. Run `dblog reset --yes --config <file>` to start "
                 "capture anew, then `dblog dump --all` to bring the output back in sync"
             )
         lsn = pg.parse_lsn(checkpoint) if checkpoint else 0
@@ -281,7 +281,6 @@ class PgSource:
         with _connection_errors("reading the catalog"):
             self._types = catalog.load_types(self.conn, oids, self._types)
         codec = RowCodec(names, oids, key, self._types)
-        columns = ColumnCodec(names, oids, key, self._types)
         version = self._schema_version(
             table, schema_document(list(zip(names, oids, strict=True)), key, self._types)
         )
@@ -291,7 +290,7 @@ class PgSource:
                         "ALTER TABLE %s REPLICA IDENTITY FULL;", table, relation.replica_identity,
                         queries.qualified(*catalog.split_table(table)))
         return RelationView(RelationKind.CAPTURED, table, codec, version,
-                            full_identity=relation.replica_identity == "f", columns=columns)
+                            full_identity=relation.replica_identity == "f")
 
     # -- watermarks -----------------------------------------------------------
 

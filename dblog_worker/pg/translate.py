@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from dblog_worker.columns import ColumnCodec
 from dblog_worker.errors import ProtocolError
 from dblog_worker.events import (
     ChangeEvent,
@@ -23,7 +22,6 @@ from dblog_worker.events import (
     LogItem,
     Op,
     Origin,
-    RawRow,
     Watermark,
 )
 from dblog_worker.pg import pgoutput as pg
@@ -47,7 +45,6 @@ class RelationView:
     schema_version: int = 0
     full_identity: bool = False
     watermark_columns: tuple[int, int] = (0, 1)  # positions of (source, value)
-    columns: ColumnCodec | None = None  # when set, inserts leave their rows to the writer
 
 
 Describe = Callable[[pg.Relation], RelationView]
@@ -72,11 +69,9 @@ class LogTranslator:
                 codec = view.codec
                 assert codec is not None
                 new = message.new
-                after = (codec.row(new) if view.columns is None  # type: ignore[arg-type]
-                         else RawRow(view.columns, new))  # type: ignore[arg-type]
                 out.append(ChangeEvent(
                     view.table, Op.CREATE, Position(self._lsn, self._index),
-                    codec.key(new), after, None,  # type: ignore[arg-type]
+                    codec.key(new), codec.row(new), None,  # type: ignore[arg-type]
                     Origin.LOG, self._ts, view.schema_version,
                 ))
                 self._index += 1

@@ -182,7 +182,7 @@ def test_role_without_replication_and_select(
                           ["public.items"])
     result = preflight(config)
     assert result.returncode == 1, result
-    assert f"role {role} may not stream the log (it lacks REPLICATION)" in result.stdout
+    assert f'role "{role}" may not stream the log (it lacks REPLICATION)' in result.stdout
     assert "may not SELECT from public.items" in result.stdout
     # Fixes are run by an administrator, so they must name the worker's role: CURRENT_USER
     # or a placeholder would grant to the administrator, or not run at all.
@@ -192,7 +192,7 @@ def test_role_without_replication_and_select(
                                f'CREATE SCHEMA dblog AUTHORIZATION "{role}";')
                if fix not in printed]
     assert not missing, f"fixes not printed: {missing}\n{result.stdout}"
-    assert_run_stops(config, fixes(result.stdout), f"role {role} may not stream the log")
+    assert_run_stops(config, fixes(result.stdout), f'role "{role}" may not stream the log')
     assert source_objects(pg_dsn) == (0, 0, 0)
 
 
@@ -283,3 +283,23 @@ def test_wal_level_replica(
         assert source_objects(dsn) == (0, 0, 0)
     finally:
         replica_server.drop_database(name)
+
+
+def test_owner_without_create_on_the_database(
+    tmp_path: Path, pg_dsn: str, redis_url: str, postgres_server: PostgresServer, role: str
+) -> None:
+    """CREATE PUBLICATION needs CREATE on the database, even for the tables' owner."""
+    create_test_table(pg_dsn, "public.items", rows=3)
+    database = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
+    execute(pg_dsn, f'ALTER TABLE public.items OWNER TO "{role}"')
+    execute(pg_dsn, f'ALTER ROLE "{role}" WITH REPLICATION')
+    execute(pg_dsn, f'CREATE SCHEMA dblog AUTHORIZATION "{role}"')
+    execute(pg_dsn, f'REVOKE CREATE ON DATABASE "{database}" FROM PUBLIC')
+    config = write_config(tmp_path, dsn_as(postgres_server, pg_dsn, role), redis_url,
+                          ["public.items"])
+    result = preflight(config)
+    assert result.returncode == 1, result
+    assert f'GRANT CREATE ON DATABASE "{database}" TO "{role}";' in fixes(result.stdout)
+    for fix in fixes(result.stdout):
+        execute(pg_dsn, fix)
+    assert preflight(config).returncode == 0

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dblog_worker.events import ChangeEvent, DumpRows, Op, Origin, RawRow
+from dblog_worker.events import ChangeEvent, DumpRows, Op, Origin
 from dblog_worker.landing import (
     MAX_ROW_GROUP_ROWS,
     SEGMENT_SCHEMA,
@@ -39,7 +39,7 @@ def event(
     table: str = TABLE,
     op: Op = Op.CREATE,
     key: str | None = "[1]",
-    after: str | RawRow | None = '{"id":1}',
+    after: str | None = '{"id":1}',
     before: str | None = None,
     origin: Origin = Origin.LOG,
     ts: int = 1_700_000_000_000_000,
@@ -538,28 +538,4 @@ def test_dump_row_positions_are_the_high_watermark_plus_their_index(
     zone.commit_segment(TABLE, [rows])
     assert [e["position"] for e in read_events(zone, TABLE)] == [
         high.dump_row(i).encode() for i in range(count)
-    ]
-
-
-def test_raw_rows_are_serialized_like_row_codec(tmp_path: Path) -> None:
-    """Inserts from the log leave their row images to the writer: same bytes, any codec."""
-    from dblog_worker.columns import ColumnCodec
-    from dblog_worker.values import BUILTIN_TYPES, RowCodec
-
-    shapes = {
-        "a": (["id", "name"], [23, 25], ["id"]),
-        "b": (["k", "flag", "n"], [25, 16, 1700], ["k"]),
-    }
-    columns = {name: ColumnCodec(*shape, BUILTIN_TYPES) for name, shape in shapes.items()}
-    rows = {name: RowCodec(*shape, BUILTIN_TYPES) for name, shape in shapes.items()}
-    values = [("a", ("1", 'x "q" \\ é')), ("b", ("k1", "t", "1.50")), ("a", ("2", None)),
-              ("b", ("k2", None, "NaN"))]
-    events = [
-        event(10, i, after=RawRow(columns[name], texts) if i % 3 else rows[name].row(texts))
-        for i, (name, texts) in enumerate(values)
-    ]
-    zone = LandingZone(tmp_path, "src")
-    zone.commit_segment(TABLE, events)
-    assert [e["after"] for e in read_events(zone, TABLE)] == [
-        rows[name].row(texts) for name, texts in values
     ]
