@@ -231,8 +231,8 @@ class PgSource:
         if row is None:
             raise LogGone(
                 f"replication slot {self.config.slot} does not exist any more: the log since "
-                f"checkpoint {checkpoint} is gone. Run `dblog reset --yes --config <file>` to start "
-                "capture anew, then `dblog dump --all` to bring the output back in sync"
+                f"checkpoint {checkpoint} is gone. Run `dblog reset --yes --config <file>` to "
+                "start capture anew, then `dblog dump --all` to bring the output back in sync"
             )
         lsn = pg.parse_lsn(checkpoint) if checkpoint else 0
         self.translator = LogTranslator(self.name, self._describe)
