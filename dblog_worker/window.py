@@ -98,6 +98,11 @@ class Reconciler:
         return self._window is not None
 
     @property
+    def watching(self) -> bool:
+        """A window is between its LW and HW: log events may remove chunk rows."""
+        return self._window is not None and self._window.state is WindowState.IN_WINDOW
+
+    @property
     def window_state(self) -> WindowState | None:
         return None if self._window is None else self._window.state
 

@@ -220,10 +220,12 @@ class Session:
         items: list[LogItem] = []
         self.source.poll(self._poll_timeout(now), items)
         output, reconciler = self.output, self.reconciler
+        add, on_change, watching = output.add, reconciler.on_change, reconciler.watching
         for item in items:
             if type(item) is ChangeEvent:
-                output.add(item)
-                reconciler.on_change(item)
+                add(item)
+                if watching:
+                    on_change(item)
             elif type(item) is Checkpoint:
                 self.pending_checkpoint = self.source.encode_checkpoint(item)
                 if reconciler.window_open and item.position > self.high_written_before:
@@ -233,6 +235,7 @@ class Session:
                     )
             elif type(item) is Watermark:
                 closed = reconciler.on_watermark(item)
+                watching = reconciler.watching
                 if closed is not None:
                     self._emit_survivors(closed)
                     if self.dump is not None:

@@ -232,7 +232,7 @@ def decode_message(payload: bytes | memoryview) -> Message:
             if buf[5] != 0x4E:
                 raise ProtocolError(f"pgoutput Insert has {chr(buf[5])!r} where 'N' belongs")
             new, off = _tuple(buf, 6, end)
-            msg = Insert(oid, new)
+            msg = tuple.__new__(Insert, (oid, new))  # the NamedTuple, built in C
         elif tag == 0x55:  # 'U'
             oid = _u32(buf, 1)[0]
             kind = buf[5]

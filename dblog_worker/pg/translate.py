@@ -28,6 +28,8 @@ from dblog_worker.pg import pgoutput as pg
 from dblog_worker.position import Position
 from dblog_worker.values import RowCodec
 
+_new = tuple.__new__
+
 
 class RelationKind(Enum):
     CAPTURED = "captured"
@@ -69,11 +71,12 @@ class LogTranslator:
                 codec = view.codec
                 assert codec is not None
                 new = message.new
-                out.append(ChangeEvent(
-                    view.table, Op.CREATE, Position(self._lsn, self._index),
+                # tuple.__new__ builds the NamedTuples in C: the same values, half the time
+                out.append(_new(ChangeEvent, (
+                    view.table, Op.CREATE, _new(Position, (self._lsn, self._index, 0)),
                     codec.key(new), codec.row(new), None,  # type: ignore[arg-type]
-                    Origin.LOG, self._ts, view.schema_version,
-                ))
+                    Origin.LOG, self._ts, view.schema_version, None,
+                )))
                 self._index += 1
             elif view.kind is RelationKind.WATERMARK:
                 self._watermark(out, view, message.new)
