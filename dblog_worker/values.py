@@ -483,6 +483,7 @@ class RowCodec:
     __slots__ = (
         "_key_encoders",
         "_key_positions",
+        "_key_row",
         "_prefixes",
         "_row_encoders",
         "_width",
@@ -517,6 +518,9 @@ class RowCodec:
         self._row_encoders = encoders
         self._key_positions = tuple((position[k], encoders[position[k]]) for k in key_columns)
         self._key_encoders = tuple(encoders[position[k]] for k in key_columns)
+        self._key_row = _compile_key_row(
+            encoders, self._prefixes, tuple(position[k] for k in key_columns)
+        )
 
     def row(self, values: Sequence[str | None]) -> str:
         """The canonical JSON object of a row: ``{"col":value,...}`` in column order."""
@@ -532,6 +536,11 @@ class RowCodec:
             )
             + "}"
         )
+
+    def key_row(self, values: Sequence[str | None]) -> tuple[str, str]:
+        """``(key(values), row(values))`` in one pass, each value encoded once: the log's
+        hot path. The function is generated per table (see :func:`_compile_key_row`)."""
+        return self._key_row(values)
 
     def key(self, values: Sequence[str | None]) -> str:
         """The canonical JSON array of the key columns' values, taken from a full row."""
@@ -561,3 +570,37 @@ class RowCodec:
             )
             + "]"
         )
+
+
+def _compile_key_row(
+    encoders: Sequence[Encoder], prefixes: Sequence[str], key_positions: Sequence[int]
+) -> Callable[[Sequence[str | None]], tuple[str, str]]:
+    """A function ``values -> (key, row)`` for one table, with no loop and no dispatch.
+
+    Generated the way ``dataclasses`` generates ``__init__``: the source holds only
+    names made from column numbers; every value (encoders, the escaped column-name
+    prefixes) comes in through the namespace, so no column name is ever code.
+    """
+    width = len(encoders)
+    namespace: dict[str, object] = {}
+    lines = [
+        "def key_row(values):",
+        f"    ({''.join(f'v{i}, ' for i in range(width))}) = values",
+    ]
+    for i, encoder in enumerate(encoders):
+        if encoder is str:  # numbers: the text is the JSON
+            lines.append(f"    x{i} = 'null' if v{i} is None else v{i}")
+        else:
+            namespace[f"e{i}"] = encoder
+            lines.append(f"    x{i} = 'null' if v{i} is None else e{i}(v{i})")
+    parts = []
+    for i, prefix in enumerate(prefixes):
+        namespace[f"p{i}"] = ("{" if i == 0 else ",") + prefix
+        parts += [f"p{i}", f"x{i}"]
+    key = ", ".join(f"x{i}" for i in key_positions)
+    key_text = f"'[' + ','.join(({key},)) + ']'" if key_positions else "'[]'"
+    row_text = f"''.join(({', '.join(parts)}, '}}'))" if parts else "'{}'"
+    lines.append(f"    return {key_text}, {row_text}")
+    exec("\n".join(lines), namespace)  # noqa: S102 - names only, see the docstring
+    function: Callable[[Sequence[str | None]], tuple[str, str]] = namespace["key_row"]  # type: ignore[assignment]
+    return function

@@ -72,10 +72,10 @@ class LogTranslator:
                 assert codec is not None
                 new = message.new
                 # tuple.__new__ builds the NamedTuples in C: the same values, half the time
+                key, after = codec.key_row(new)  # type: ignore[arg-type]
                 out.append(_new(ChangeEvent, (
                     view.table, Op.CREATE, _new(Position, (self._lsn, self._index, 0)),
-                    codec.key(new), codec.row(new), None,  # type: ignore[arg-type]
-                    Origin.LOG, self._ts, view.schema_version, None,
+                    key, after, None, Origin.LOG, self._ts, view.schema_version, None,
                 )))
                 self._index += 1
             elif view.kind is RelationKind.WATERMARK:
@@ -131,12 +131,12 @@ class LogTranslator:
                     self._append(out, view, Op.DELETE, old_key, None, before)
             out.append(IncompleteRow(view.table, new_key))
             return
-        key, after = codec.key(new_texts), codec.row(new_texts)
+        key, after = codec.key_row(new_texts)
         if old_texts is None:
             self._append(out, view, Op.UPDATE, key, after, None)
             return
-        old_key = codec.key(old_texts)
-        before = None if full_old is None else codec.row(old_texts)
+        old_key, old_row = codec.key_row(old_texts)
+        before = None if full_old is None else old_row
         if old_key == key:
             self._append(out, view, Op.UPDATE, key, after, before)
         else:
@@ -150,8 +150,8 @@ class LogTranslator:
         if texts is None:
             out.append(IncompleteRow(view.table, _key_texts(message.old, view)))
             return
-        before = None if message.old_is_key_only else codec.row(texts)
-        self._append(out, view, Op.DELETE, codec.key(texts), None, before)
+        key, row = codec.key_row(texts)
+        self._append(out, view, Op.DELETE, key, None, None if message.old_is_key_only else row)
 
     def _append(
         self, out: list[LogItem], view: RelationView, op: Op,
