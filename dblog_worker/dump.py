@@ -9,6 +9,7 @@ saved to Redis only after the window's rows are durable (``take_unsaved``).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from dblog_worker.requests import DumpKind, DumpRequest, KeyTexts, RequestState, TableProgress
@@ -43,10 +44,15 @@ class ActiveDump:
         self.request = request
         self.progress = {t: progress.get(t) or TableProgress(t) for t in request.tables}
         self.next_window_at = 0.0
-        self.open_read: WindowRead | None = None
+        self.open_reads: deque[WindowRead] = deque()  # windows open, oldest first
         self.failure: str | None = None
         self._unsaved: set[str] = set(request.tables)
         self._missing: list[KeyTexts] = []
+        # Where reading goes on while windows are open: it runs ahead of progress, which
+        # changes only when a window closes.
+        self._read_after: dict[str, KeyTexts] = {}
+        self._read_key_index: dict[str, int] = {}
+        self._read_all: set[str] = set()
 
     @property
     def id(self) -> str:
@@ -61,7 +67,11 @@ class ActiveDump:
         return all(p.done for p in self.progress.values())
 
     def current_table(self) -> TableProgress | None:
-        return next((p for p in self.progress.values() if not p.done), None)
+        """The first table with chunks left to read (its last windows may still be open)."""
+        return next(
+            (p for p in self.progress.values() if not p.done and p.table not in self._read_all),
+            None,
+        )
 
     def set_upper_bound(self, table: TableProgress, upper: KeyTexts | None) -> None:
         table.started = True
@@ -77,17 +87,35 @@ class ActiveDump:
             return None
         limit = self.request.chunk_size
         if self.request.kind is DumpKind.KEYS:
-            return ChunkPlan(table.table, limit, key_index=table.next_key_index)
+            index = self._read_key_index.get(table.table, table.next_key_index)
+            return ChunkPlan(table.table, limit, key_index=index)
         if not table.started or table.upper_bound is None:
             return None
-        after = None if table.last_key is None else tuple(table.last_key)
+        after = self._read_after.get(table.table)
+        if after is None and table.last_key is not None:
+            after = tuple(table.last_key)
         return ChunkPlan(table.table, limit, after=after, upper=tuple(table.upper_bound))
 
+    def window_opened(self, read: WindowRead) -> None:
+        """A window was opened with this read: the next chunk starts after it."""
+        self.open_reads.append(read)
+        table = read.plan.table
+        if read.failure is not None:
+            self.failure = read.failure  # no more windows; the request fails once this closes
+        elif self.request.kind is DumpKind.KEYS:
+            self._read_key_index[table] = read.plan.key_index + read.keys_read
+            if self._read_key_index[table] >= self.request.key_count:
+                self._read_all.add(table)
+        else:
+            if read.last_key is not None:
+                self._read_after[table] = read.last_key
+            if read.selected < read.plan.limit:
+                self._read_all.add(table)
+
     def window_closed(self, closed: WindowClosed, now: float) -> None:
-        read = self.open_read
-        self.open_read = None
-        if read is None or closed.dump_id != self.id:
+        if not self.open_reads or closed.dump_id != self.id:
             return
+        read = self.open_reads.popleft()
         table = self.progress[read.plan.table]
         table.chunks += 1
         table.selected += closed.selected

@@ -26,6 +26,7 @@ LW, LW twice, a token of no open window -- is a :class:`ProtocolError`.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -84,27 +85,36 @@ class _OpenWindow:
 
 
 class Reconciler:
-    """Keeps the one open window of a worker run and applies the rule to it."""
+    """Keeps the open windows of a worker run, oldest first, and applies the rule.
+
+    Windows never overlap in the log: the worker writes a window's LW only after the
+    previous HW has committed. So several may be open (their chunks read, their
+    watermarks still on the way), but only the oldest can be between its LW and HW.
+    """
 
     def __init__(self, run_id: str) -> None:
         if not run_id or "." in run_id:
             raise ValueError("run id must be non-empty and contain no '.'")
         self.run_id = run_id
         self._next_window = 1
-        self._window: _OpenWindow | None = None
+        self._windows: deque[_OpenWindow] = deque()
 
     @property
     def window_open(self) -> bool:
-        return self._window is not None
+        return bool(self._windows)
+
+    @property
+    def open_windows(self) -> int:
+        return len(self._windows)
 
     @property
     def watching(self) -> bool:
         """A window is between its LW and HW: log events may remove chunk rows."""
-        return self._window is not None and self._window.state is WindowState.IN_WINDOW
+        return bool(self._windows) and self._windows[0].state is WindowState.IN_WINDOW
 
     @property
     def window_state(self) -> WindowState | None:
-        return None if self._window is None else self._window.state
+        return self._windows[0].state if self._windows else None
 
     def next_tokens(self) -> WindowTokens:
         """Tokens for the next window; write LW before the chunk SELECT, HW after."""
@@ -122,18 +132,14 @@ class Reconciler:
         schema_version: int,
     ) -> None:
         """Register the keys of the chunk selected between the two watermark writes."""
-        if self._window is not None:
-            raise ProtocolError(
-                f"window {self._window.tokens.low} of {self._window.table} is still open"
-            )
-        self._window = _OpenWindow(table, tokens, keys, dump_id, schema_version)
+        self._windows.append(_OpenWindow(table, tokens, keys, dump_id, schema_version))
 
     def on_change(self, event: ChangeEvent) -> None:
         """Step 6: a log event inside the window removes the chunk rows it touches."""
-        window = self._window
-        if window is None or window.state is not WindowState.IN_WINDOW:
+        if not self._windows:
             return
-        if event.table != window.table:
+        window = self._windows[0]
+        if window.state is not WindowState.IN_WINDOW or event.table != window.table:
             return
         if event.op is Op.TRUNCATE:
             window.truncated = True
@@ -145,9 +151,9 @@ class Reconciler:
         token = watermark.token
         if token.split(".", 1)[0] != self.run_id:
             return None
-        window = self._window
-        if window is None:
+        if not self._windows:
             raise ProtocolError(f"watermark {token} of this run arrived, but no window is open")
+        window = self._windows[0]
         if token == window.tokens.low:
             if window.state is WindowState.IN_WINDOW:
                 raise ProtocolError(f"low watermark {token} arrived twice")
@@ -156,8 +162,13 @@ class Reconciler:
         if token == window.tokens.high:
             if window.state is not WindowState.IN_WINDOW:
                 raise ProtocolError(f"high watermark {token} arrived before its low watermark")
-            self._window = None
+            self._windows.popleft()
             return _close(window, watermark)
+        if any(token in (later.tokens.low, later.tokens.high) for later in self._windows):
+            raise ProtocolError(
+                f"watermark {token} arrived before window {window.tokens.low} closed: "
+                "windows overlap in the log"
+            )
         raise ProtocolError(
             f"watermark {token} of this run is not one of the open window "
             f"({window.tokens.low}, {window.tokens.high})"

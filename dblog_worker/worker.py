@@ -24,6 +24,7 @@ import signal
 import socket
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
@@ -50,7 +51,7 @@ from dblog_worker.events import (
 from dblog_worker.landing import LandingZone
 from dblog_worker.output import OutputBuffer, landing_errors
 from dblog_worker.pg.source import PgSource, SchemaVersion
-from dblog_worker.position import ZERO, Position
+from dblog_worker.position import Position
 from dblog_worker.requests import (
     DEFAULT_CHUNK_SIZE,
     DumpKind,
@@ -67,6 +68,7 @@ log = logging.getLogger(__name__)
 
 SourceFactory = Callable[[Config, SchemaVersion], Source]
 EMPTY = pa.array([], pa.string())
+MAX_OPEN_WINDOWS = 2  # chunks read ahead while earlier windows' watermarks travel
 
 
 def pg_source(config: Config, schema_version: SchemaVersion) -> Source:
@@ -167,9 +169,9 @@ class Session:
         self.started_at = time.time()
         self.last_flush = self.last_control = self.last_status = self.last_heartbeat = 0.0
         self.windows = 0
-        self.high_written_before: Position = ZERO  # log end once the open window's HW committed
         self.incomplete: dict[str, dict[KeyTexts, None]] = {}  # keys to dump: rows the log cut
-        self.window_rows: tuple[pa.Array, pa.Array] | None = None  # the open window's chunk
+        # the open windows' chunks (keys, rows) and the log's end once their HW committed
+        self.window_rows: deque[tuple[pa.Array, pa.Array, Position]] = deque()
         self.in_flight: Covered | None = None  # what the write in flight covers
 
     def run(self) -> None:
@@ -228,7 +230,7 @@ class Session:
                     on_change(item)
             elif type(item) is Checkpoint:
                 self.pending_checkpoint = self.source.encode_checkpoint(item)
-                if reconciler.window_open and item.position > self.high_written_before:
+                if self.window_rows and item.position > self.window_rows[0][2]:
                     raise SourceUnavailable(
                         "the log went past the high watermark without it: is the watermark "
                         "table still in the publication? The next session restores it"
@@ -246,8 +248,7 @@ class Session:
         if now - self.last_control >= self.config.control_interval_s:
             self._control(now)
         dump = self.dump
-        if (dump is not None and dump.runnable and not reconciler.window_open
-                and now >= dump.next_window_at and dump.open_read is None):
+        if dump is not None and self._may_open(dump, now):
             self._window(dump)
         if self.in_flight is not None and (
             not output.writing or output.count >= self.config.flush_max_events
@@ -267,9 +268,8 @@ class Session:
 
     def _emit_survivors(self, closed: WindowClosed) -> None:
         """Algorithm 1, step 7: the chunk rows no log event touched, at HW's position."""
-        assert self.output is not None and self.window_rows is not None
-        keys, afters = self.window_rows
-        self.window_rows = None
+        assert self.output is not None
+        keys, afters, _ = self.window_rows.popleft()
         if len(closed.survivors) < closed.selected:
             survivors = pa.array(closed.survivors, pa.int32())
             keys, afters = keys.take(survivors), afters.take(survivors)
@@ -279,11 +279,18 @@ class Session:
                 closed.schema_version, closed.dump_id,
             ))
 
+    def _may_open(self, dump: ActiveDump, now: float) -> bool:
+        """Without a delay, the next window opens while the last one's watermarks are on
+        their way (windows stay apart in the log: the next LW is written after HW)."""
+        most = MAX_OPEN_WINDOWS if dump.request.delay_ms == 0 else 1
+        return (dump.runnable and now >= dump.next_window_at
+                and self.reconciler.open_windows < most and len(dump.open_reads) < most)
+
     def _poll_timeout(self, now: float) -> float:
         deadline = min(self.last_flush + self.config.flush_interval_s,
                        self.last_control + self.config.control_interval_s)
         dump = self.dump
-        if dump is not None and dump.runnable and not self.reconciler.window_open:
+        if dump is not None and self._may_open(dump, max(now, dump.next_window_at)):
             deadline = min(deadline, dump.next_window_at)
         return max(0.0, min(0.2, deadline - now))
 
@@ -326,10 +333,9 @@ class Session:
             read.failure = str(exc)
         read.selected = len(rows[0])
         self.source.write_watermark(tokens.high)
-        self.high_written_before = self.source.log_position()
+        self.window_rows.append((*rows, self.source.log_position()))
         self.reconciler.open(plan.table, tokens, KeyColumn(rows[0]), dump.id, version)
-        self.window_rows = rows
-        dump.open_read = read
+        dump.window_opened(read)
         self.windows += 1
 
     # -- durability -------------------------------------------------------------
@@ -341,7 +347,7 @@ class Session:
         covered = Covered(
             checkpoint=self.pending_checkpoint,
             incomplete=self.incomplete,
-            finish=None if dump is None or dump.open_read is not None else dump,
+            finish=None if dump is None or dump.open_reads else dump,
             finished=dump is not None and dump.finished,
             failure=None if dump is None else dump.failure,
         )

@@ -64,12 +64,12 @@ def read_and_close(
 ) -> ChunkPlan:
     plan = dump.plan()
     assert plan is not None
-    dump.open_read = WindowRead(
+    dump.window_opened(WindowRead(
         plan, selected=selected, last_key=last_key, keys_read=keys_read,
         missing=missing or [], failure=failure,
-    )
+    ))
     dump.window_closed(closed(plan.table, rows(plan.table, *kept), selected), now)
-    assert dump.open_read is None
+    assert not dump.open_reads
     return plan
 
 
@@ -269,12 +269,12 @@ def test_closed_window_of_another_dump_is_ignored() -> None:
     dump.take_unsaved()
     plan = dump.plan()
     assert plan is not None
-    dump.open_read = WindowRead(plan, selected=2, last_key=("2",))
+    dump.window_opened(WindowRead(plan, selected=2, last_key=("2",)))
     dump.window_closed(closed(A, rows(A, 1, 2), 2, dump_id="dump-9"), 100.0)
     assert dump.progress[A] == TableProgress(A, started=True, upper_bound=["10"])
     assert dump.next_window_at == 0.0
     assert dump.take_unsaved() == ([], [])
-    assert dump.plan() == plan
+    assert len(dump.open_reads) == 1  # still waiting for its own window
 
 
 def test_closed_window_without_open_read_is_ignored() -> None:
@@ -285,3 +285,23 @@ def test_closed_window_without_open_read_is_ignored() -> None:
     assert dump.progress[A] == TableProgress(A, started=True, upper_bound=["10"])
     assert dump.next_window_at == 0.0
     assert dump.take_unsaved() == ([], [])
+
+
+def test_reading_runs_ahead_of_progress() -> None:
+    """A second chunk is planned after the first one's last key while its window is open;
+    progress moves only as the windows close, in order."""
+    dump = ActiveDump(request(), {})
+    dump.set_upper_bound(dump.progress[A], ("10",))
+    first = dump.plan()
+    assert first is not None and first.after is None
+    dump.window_opened(WindowRead(first, selected=2, last_key=("2",)))
+    second = dump.plan()
+    assert second is not None and second.after == ("2",)
+    dump.window_opened(WindowRead(second, selected=1, last_key=("3",)))  # short: A is read
+    assert dump.current_table() is not None and dump.current_table() is not dump.progress[A]
+    assert dump.progress[A].last_key is None
+    dump.window_closed(closed(A, rows(A, 1, 2), 2), 1.0)
+    assert (dump.progress[A].last_key, dump.progress[A].done) == (["2"], False)
+    dump.window_closed(closed(A, rows(A, 3), 1), 2.0)
+    assert (dump.progress[A].last_key, dump.progress[A].done) == (["3"], True)
+    assert not dump.open_reads

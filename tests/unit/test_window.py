@@ -229,11 +229,35 @@ def test_watermark_of_this_run_without_open_window_raises() -> None:
         reconciler.on_watermark(Watermark(f"{RUN}.1.lw", Position(1, 0), 0))
 
 
-def test_second_window_while_one_is_open_raises() -> None:
+def test_windows_open_in_turn_and_close_in_order() -> None:
+    """A second window may be opened before the first closes: its LW comes after HW1."""
     reconciler = Reconciler(RUN)
-    reconciler.open(TABLE, reconciler.next_tokens(), [], "d", 1)
-    with pytest.raises(ProtocolError, match="still open"):
-        reconciler.open(TABLE, reconciler.next_tokens(), [], "d", 1)
+    first, second = reconciler.next_tokens(), reconciler.next_tokens()
+    reconciler.open(TABLE, first, ["[1]", "[2]"], "d", 1)
+    reconciler.open(TABLE, second, ["[3]", "[4]"], "d", 1)
+    assert reconciler.open_windows == 2
+    update = ChangeEvent(TABLE, Op.UPDATE, Position(2, 0), "[3]", "{}", None, Origin.LOG, 0, 1)
+    reconciler.on_watermark(Watermark(first.low, Position(1, 0), 0))
+    reconciler.on_change(update)  # inside window 1: key 3 is not in its chunk
+    closed = reconciler.on_watermark(Watermark(first.high, Position(3, 0), 0))
+    assert closed is not None and list(closed.survivors) == [0, 1]
+    assert not reconciler.watching
+    reconciler.on_change(update._replace(key="[4]"))  # between the windows: drops nothing
+    reconciler.on_watermark(Watermark(second.low, Position(4, 0), 0))
+    reconciler.on_change(update._replace(key="[3]"))
+    closed = reconciler.on_watermark(Watermark(second.high, Position(5, 0), 0))
+    assert closed is not None and list(closed.survivors) == [1]
+    assert not reconciler.window_open
+
+
+def test_windows_that_overlap_in_the_log_raise() -> None:
+    reconciler = Reconciler(RUN)
+    first, second = reconciler.next_tokens(), reconciler.next_tokens()
+    reconciler.open(TABLE, first, [], "d", 1)
+    reconciler.open(TABLE, second, [], "d", 1)
+    reconciler.on_watermark(Watermark(first.low, Position(1, 0), 0))
+    with pytest.raises(ProtocolError, match="windows overlap"):
+        reconciler.on_watermark(Watermark(second.low, Position(2, 0), 0))
 
 
 def test_states_and_tokens_follow_the_window() -> None:
