@@ -270,7 +270,7 @@ def run_in_thread(
     config: Config, hooks: dict[str, Callable[[str], None]]
 ) -> tuple[Worker, threading.Thread]:
     class Source(HookedSource):
-        pass
+        """HookedSource with this test's hooks (a class per test: hooks are a class value)."""
 
     Source.hooks = hooks
 

@@ -310,7 +310,7 @@ def test_a_failed_write_leaves_no_temp_file(zone: LandingZone) -> None:
     zone.commit_segment(TABLE, [event(1)])
 
     class Boom(Exception):
-        pass
+        """What the failing write raises."""
 
     def fail(*args: object, **kwargs: object) -> None:
         raise Boom
