@@ -445,40 +445,45 @@ def test_cancel_stops_the_dump_and_the_next_one_runs(
 # -- the source and Redis go away ------------------------------------------------------
 
 
-def test_source_restart_mid_dump(backend: Backend, postgres_server: PostgresServer,
-                                 worker_process: Callable[..., WorkerProcess]) -> None:
+def outage_mid_dump(backend: Backend, worker_process: Callable[..., WorkerProcess],
+                    outage: Callable[[], None], logged: str) -> None:
+    """A dump of 5000 rows in small chunks; ``outage`` strikes after five chunks (and
+    writes to the table meanwhile); the dump still completes and the output converges."""
     backend.create(T1, 5000)
     config = backend.config_path([T1])
     worker = worker_process(config)
     request_id = dump(config, "--table", T1, "--chunk-size", "50", "--delay-ms", "5")
     wait_for(lambda: chunks(backend, request_id) >= 5, 30, "five chunks", worker.log)
-    postgres_server.restart()
-    backend.execute(f"UPDATE {T1} SET version = nextval('versions') WHERE mod(id, 70) = 0")
+    outage()
     state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"], 90,
                          worker)
     assert state["state"] == "completed", state
-    assert "session ended" in worker.log()
+    assert logged in worker.log()
     assert_converged(backend, T1)
+
+
+def test_source_restart_mid_dump(backend: Backend, postgres_server: PostgresServer,
+                                 worker_process: Callable[..., WorkerProcess]) -> None:
+    def restart() -> None:
+        postgres_server.restart()
+        backend.execute(f"UPDATE {T1} SET version = nextval('versions') WHERE mod(id, 70) = 0")
+
+    outage_mid_dump(backend, worker_process, restart, "session ended")
 
 
 def test_redis_unavailable_mid_dump(backend: Backend, redis_server: RedisServer,
                                     worker_process: Callable[..., WorkerProcess]) -> None:
-    backend.create(T1, 5000)
-    config = backend.config_path([T1])
-    worker = worker_process(config)
-    request_id = dump(config, "--table", T1, "--chunk-size", "50", "--delay-ms", "5")
-    wait_for(lambda: chunks(backend, request_id) >= 5, 30, "five chunks", worker.log)
-    os.kill(redis_server.pid, signal.SIGSTOP)
-    try:
-        backend.execute(f"UPDATE {T1} SET version = nextval('versions') WHERE mod(id, 30) = 0")
-        time.sleep(7)  # longer than the worker's Redis timeout
-    finally:
-        os.kill(redis_server.pid, signal.SIGCONT)
-    state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"], 90,
-                         worker)
-    assert state["state"] == "completed", state
-    assert "Redis is unreachable" in worker.log()
-    assert_converged(backend, T1)
+    def hang() -> None:
+        os.kill(redis_server.pid, signal.SIGSTOP)
+        try:
+            backend.execute(
+                f"UPDATE {T1} SET version = nextval('versions') WHERE mod(id, 30) = 0"
+            )
+            time.sleep(7)  # longer than the worker's Redis timeout
+        finally:
+            os.kill(redis_server.pid, signal.SIGCONT)
+
+    outage_mid_dump(backend, worker_process, hang, "Redis is unreachable")
 
 
 def test_redis_data_lost_is_refused(backend: Backend, redis_url: str,
