@@ -8,6 +8,8 @@ date style, bytea output, float digits) differ from the worker's.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -226,11 +228,7 @@ def test_every_type_dump_and_log_give_identical_bytes(
 ) -> None:
     execute(pg_dsn, ALL_TYPES_DDL)
     config = write_config(tmp_path, pg_dsn, redis_url, ["public.all_types"])
-    worker = WorkerProcess(config, tmp_path / "worker.log").start()
-    try:
-        # The worker is up once it has created its slot; rows inserted after that are logged.
-        wait_for(lambda: _slot_exists(pg_dsn), 20, "the replication slot",
-                 lambda: worker.log()[-4000:])
+    with streaming_worker(config, tmp_path, pg_dsn) as worker:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             for row in ROWS:
                 conn.execute(f"INSERT INTO public.all_types ({COLUMNS}) VALUES {row}".encode())
@@ -260,8 +258,6 @@ def test_every_type_dump_and_log_give_identical_bytes(
         for key in KEYS:
             assert by_key[key] == logged[key], f"key {key}: primary-key dump and log differ"
         assert worker.alive()
-    finally:
-        worker.stop()
 
     row1 = logged["[1]"]
     # No insignificant whitespace, columns in table order.
@@ -337,6 +333,18 @@ def test_every_type_dump_and_log_give_identical_bytes(
         json.loads(logged[key])
 
 
+@contextmanager
+def streaming_worker(config: Path, tmp_path: Path, dsn: str) -> Iterator[WorkerProcess]:
+    """``dblog run``, up once its slot exists: rows written after that are logged."""
+    worker = WorkerProcess(config, tmp_path / "worker.log").start()
+    try:
+        wait_for(lambda: _slot_exists(dsn), 20, "the replication slot",
+                 lambda: worker.log()[-4000:])
+        yield worker
+    finally:
+        worker.stop()
+
+
 def _slot_exists(dsn: str) -> bool:
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM pg_replication_slots "
@@ -371,10 +379,7 @@ def test_unchanged_toasted_values_are_carried_by_updates(
     assert all(len(p) == 102_400 for p in payloads.values())
     assert all(int(str(row[3])) > 50_000 for row in stored)  # not compressed away
 
-    worker = WorkerProcess(config, tmp_path / "worker.log").start()
-    try:
-        wait_for(lambda: _slot_exists(pg_dsn), 20, "the replication slot",
-                 lambda: worker.log()[-4000:])
+    with streaming_worker(config, tmp_path, pg_dsn) as worker:
         execute(pg_dsn, "UPDATE public.big SET counter = counter + 1;"
                         "UPDATE public.big SET counter = counter + 1 WHERE id = 1;")
         events = wait_for_updates(tmp_path, worker, {"[1]": 2, "[2]": 1})
@@ -397,8 +402,6 @@ def test_unchanged_toasted_values_are_carried_by_updates(
         keys_id = run_dump(config, redis_url, worker, "--table", "public.big",
                            "--keys", "[1, 2]")
         assert wait_dump_rows(tmp_path, "public.big", keys_id, 2, worker) == logged
-    finally:
-        worker.stop()
 
 
 def wait_for_updates(tmp_path: Path, worker: WorkerProcess,
@@ -439,10 +442,7 @@ def test_database_session_defaults_do_not_change_the_bytes(
     assert shown == ("Asia/Kolkata", "01/01/2024 12:00:00 IST", "LATIN1")
 
     config = write_config(tmp_path, pg_dsn, redis_url, ["public.times"])
-    worker = WorkerProcess(config, tmp_path / "worker.log").start()
-    try:
-        wait_for(lambda: _slot_exists(pg_dsn), 20, "the replication slot",
-                 lambda: worker.log()[-4000:])
+    with streaming_worker(config, tmp_path, pg_dsn) as worker:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             # Literals without an offset are read in the session's (Kolkata) time zone.
             conn.execute(
@@ -461,8 +461,6 @@ def test_database_session_defaults_do_not_change_the_bytes(
         keys_id = run_dump(config, redis_url, worker, "--table", "public.times",
                            "--keys", "[1, 2, 3]")
         by_key = wait_dump_rows(tmp_path, "public.times", keys_id, 3, worker)
-    finally:
-        worker.stop()
     assert dumped == logged
     assert by_key == logged
     assert logged["[1]"] == (
