@@ -51,16 +51,33 @@ WARMUP_S = 2.0
 TARGET_P99_S = 2.0
 
 
-class Trickle(threading.Thread):
+class Background(threading.Thread):
+    """A daemon thread that works until stopped; ``stop`` raises what its run raised."""
+
+    what = "thread"
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+        if self.error is not None:
+            raise RuntimeError(f"the {self.what} failed: {self.error!r}")
+
+
+class Trickle(Background):
     """Single-row insert transactions at a steady rate, until stopped."""
 
+    what = "trickle"
+
     def __init__(self, dsn: str, first_id: int) -> None:
-        super().__init__(daemon=True)
+        super().__init__()
         self.dsn = dsn
         self.next_id = first_id
         self.committed: list[int] = []
-        self.stopping = threading.Event()
-        self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
@@ -79,22 +96,17 @@ class Trickle(threading.Thread):
         except BaseException as exc:  # reported by stop()
             self.error = exc
 
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join(30)
-        if self.error is not None:
-            raise RuntimeError(f"the trickle failed: {self.error!r}")
 
 
-class Watcher(threading.Thread):
+class Watcher(Background):
     """Polls a table's landing directory; per row id: (commit time, arrival time)."""
 
+    what = "landing watcher"
+
     def __init__(self, directory: Path) -> None:
-        super().__init__(daemon=True)
+        super().__init__()
         self.directory = directory
         self.rows: dict[int, tuple[float, float]] = {}
-        self.stopping = threading.Event()
-        self.error: BaseException | None = None
 
     def run(self) -> None:
         seen: set[str] = set()
@@ -118,11 +130,6 @@ class Watcher(threading.Thread):
         except BaseException as exc:  # reported by stop()
             self.error = exc
 
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join(30)
-        if self.error is not None:
-            raise RuntimeError(f"the landing watcher failed: {self.error!r}")
 
 
 def one_run(env: Environment, options: Options, index: int) -> dict[str, float]:
