@@ -142,3 +142,32 @@ def test_secrets_never_reach_logs_or_output(pg_dsn: str, redis_url: str, tmp_pat
     assert " streaming user=postgres" in worker.log()
     for text in [*outputs, worker.log()]:
         assert secret not in text
+
+
+def test_the_worker_writes_only_its_watermark_row(
+    pg_dsn: str, redis_url: str, tmp_path: Path
+) -> None:
+    """Invariant 6: a dump reads the captured tables and writes nothing but dblog.watermark."""
+    create_test_table(pg_dsn, T1, rows=500)
+    config = write_config(tmp_path, pg_dsn, redis_url, [T1])
+    worker = started(config, tmp_path)
+    try:
+        request = cli(config, "dump", "--all", "--chunk-size", "50")
+        wait_request(redis_url, "src", request.stdout.split()[0], ["completed"], 60, worker)
+    finally:
+        worker.stop()
+
+    def written() -> dict[str, tuple[int, int, int]]:
+        with psycopg.connect(pg_dsn) as conn:
+            rows = conn.execute(
+                "SELECT schemaname || '.' || relname, n_tup_ins, n_tup_upd, n_tup_del "
+                "FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0"
+            ).fetchall()
+        return {str(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in rows}
+
+    # statistics reach the view a moment after the writing backend's transactions
+    wait_for(lambda: "dblog.watermark" in written(), 20, "the statistics")
+    stats = written()
+    assert set(stats) == {T1, "dblog.watermark"}, stats
+    assert stats[T1] == (500, 0, 0)  # the test's own inserts; the dump changed nothing
+    assert stats["dblog.watermark"][1] >= 2 * 10  # LW and HW of every chunk, heartbeats
