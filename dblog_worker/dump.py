@@ -66,6 +66,11 @@ class ActiveDump:
     def finished(self) -> bool:
         return all(p.done for p in self.progress.values())
 
+    @property
+    def ending(self) -> bool:
+        """Every window closed and nothing more to read: the next write can end the dump."""
+        return not self.open_reads and (self.finished or self.failure is not None)
+
     def current_table(self) -> TableProgress | None:
         """The first table with chunks left to read (its last windows may still be open)."""
         return next(

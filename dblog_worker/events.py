@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
@@ -9,6 +11,8 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from dblog_worker.position import Position
+
+Encoded = tuple[pa.Array, pa.Array]  # (keys, afters): pa.string() arrays of canonical JSON
 
 
 class Op(StrEnum):
@@ -79,6 +83,35 @@ class DumpRows:
     @property
     def last(self) -> Position:
         return self.high.dump_row(len(self.keys) - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRows:
+    """A window's surviving rows while its chunk is still being encoded in another thread.
+
+    The output writer waits for the chunk and turns this into :class:`DumpRows`, so that
+    the log goes on meanwhile; ``count`` is the number of survivors.
+    """
+
+    table: str
+    chunk: Future[Encoded]
+    survivors: Sequence[int]  # indices into the chunk, in chunk order
+    count: int
+    high: Position
+    commit_ts_us: int
+    schema_version: int
+    dump_id: str
+
+    def __len__(self) -> int:
+        return self.count
+
+    def rows(self) -> DumpRows:
+        keys, afters = self.chunk.result()
+        if self.count < len(keys):
+            survivors = pa.array(self.survivors, pa.int32())
+            keys, afters = keys.take(survivors), afters.take(survivors)
+        return DumpRows(self.table, keys, afters, self.high, self.commit_ts_us,
+                        self.schema_version, self.dump_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """The output buffer: events wait here, per table and in order, until they are written.
 
-``submit`` hands everything buffered to a writer thread, which commits one segment
-per table to the landing zone (pyarrow writes and fsyncs without holding the GIL,
+``submit`` hands everything buffered to a writer thread, which waits for the dump
+rows still being encoded (:class:`PendingRows`) and commits one segment per table
+to the landing zone (pyarrow writes and fsyncs without holding the GIL,
 so the log and the next chunk go on meanwhile). At most one write runs at a time:
 ``submit`` first waits for the previous one. When ``wait`` returns, every event
 submitted so far is durable.
@@ -18,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
 from dblog_worker.errors import OutputUnavailable
-from dblog_worker.events import ChangeEvent, DumpRows
+from dblog_worker.events import ChangeEvent, DumpRows, PendingRows
 from dblog_worker.landing import Item, LandingZone
 from dblog_worker.position import Position
 
@@ -41,7 +42,7 @@ class OutputBuffer:
         self._landing = landing
         self._landed = dict(landed)
         self._replay_until = max(landed.values(), default=None)
-        self._events: dict[str, list[Item]] = {}
+        self._events: dict[str, list[Item | PendingRows]] = {}
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="dblog-output")
         self._writing: Future[dict[str, tuple[Position, int]]] | None = None
         self.count = 0
@@ -57,7 +58,7 @@ class OutputBuffer:
         events.append(event)
         self.count += 1
 
-    def add_rows(self, rows: DumpRows) -> None:
+    def add_rows(self, rows: DumpRows | PendingRows) -> None:
         """A window's surviving rows (never a replay: every window is new)."""
         events = self._events.get(rows.table)
         if events is None:
@@ -82,11 +83,14 @@ class OutputBuffer:
         batch, self._events, self.count = self._events, {}, 0
         self._writing = self._writer.submit(self._write, batch)
 
-    def _write(self, batch: dict[str, list[Item]]) -> dict[str, tuple[Position, int]]:
+    def _write(
+        self, batch: dict[str, list[Item | PendingRows]]
+    ) -> dict[str, tuple[Position, int]]:
         """In the writer thread: one segment per table; its last position and size."""
         written = {}
-        for table, events in batch.items():
-            segment = self._landing.commit_segment(table, events)
+        for table, pending in batch.items():
+            events = [e.rows() if type(e) is PendingRows else e for e in pending]
+            segment = self._landing.commit_segment(table, events)  # type: ignore[arg-type]
             written[table] = (segment.last,
                               sum(len(e) if type(e) is DumpRows else 1 for e in events))
         return written

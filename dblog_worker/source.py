@@ -6,28 +6,30 @@ checkpoint, write a watermark, and read a chunk. Nothing here is database specif
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
 
-from dblog_worker.events import Checkpoint, LogItem
+from dblog_worker.events import Checkpoint, Encoded, LogItem
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """Rows of one chunk SELECT, column-wise in key order, and the last key it selected.
+    """One chunk SELECT: how many rows it selected, the last key, and its rows to encode.
 
-    ``keys`` and ``afters`` are pa.string() arrays of the canonical key and row JSON.
+    ``encode()`` gives the rows, in key order, as pa.string() arrays of canonical key and
+    row JSON. The worker calls it in another thread, off the path from LW to HW to the
+    next LW: it must use nothing but what the chunk holds.
     """
 
-    keys: pa.Array
-    afters: pa.Array
+    rows: int
     last_key: KeyTexts | None
     schema_version: int
+    encode: Callable[[], Encoded]
 
 
 @dataclass(frozen=True, slots=True)

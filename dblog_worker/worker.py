@@ -5,9 +5,11 @@ One thread does everything, in this order, again and again:
 1. read what the log has (``Source.poll``) and pass each event to the output and to
    the reconciler; a high watermark releases the surviving chunk rows;
 2. if a dump is running, no window is open and its delay has passed: write LW,
-   select the chunk, write HW (the only time the log waits);
-3. every flush interval (or when the buffer is full): commit the output, then save
-   the checkpoint and the progress the output now covers, then confirm the log;
+   select the chunk, write HW (the only time the log waits); the chunk's rows are
+   encoded to JSON by a second thread meanwhile, needed only when HW comes back;
+3. every flush interval (or when the buffer is full, or a dump's last window has
+   closed): commit the output, then save the checkpoint and the progress the output
+   now covers, then confirm the log;
 4. every control interval: read the request's state and knobs from Redis.
 
 A session ends on any transient failure (source or Redis gone): buffered output is
@@ -26,6 +28,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -43,9 +46,10 @@ from dblog_worker.errors import (
 from dblog_worker.events import (
     ChangeEvent,
     Checkpoint,
-    DumpRows,
+    Encoded,
     IncompleteRow,
     LogItem,
+    PendingRows,
     Watermark,
 )
 from dblog_worker.landing import LandingZone
@@ -69,6 +73,7 @@ log = logging.getLogger(__name__)
 SourceFactory = Callable[[Config, SchemaVersion], Source]
 EMPTY = pa.array([], pa.string())
 MAX_OPEN_WINDOWS = 2  # chunks read ahead while earlier windows' watermarks travel
+WRITE_POLL_S = 0.005  # how often the loop looks whether a write in flight is durable
 
 
 def pg_source(config: Config, schema_version: SchemaVersion) -> Source:
@@ -117,19 +122,27 @@ class Worker:
             time.sleep(min(0.1, end - time.monotonic()))
 
 
-class KeyColumn(Sequence[str]):
-    """The chunk's keys for the reconciler, turned into Python strings only if it asks."""
+def _done(rows: Encoded) -> Future[Encoded]:
+    future: Future[Encoded] = Future()
+    future.set_result(rows)
+    return future
 
-    def __init__(self, keys: pa.Array) -> None:
-        self._keys = keys
+
+class KeyColumn(Sequence[str]):
+    """The chunk's keys for the reconciler: encoded in another thread, turned into Python
+    strings only if it asks (an event touched the table in the window)."""
+
+    def __init__(self, count: int, rows: Future[Encoded]) -> None:
+        self._count = count
+        self._rows = rows
         self._list: list[str] | None = None
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return self._count
 
     def _strings(self) -> list[str]:
         if self._list is None:
-            self._list = self._keys.to_pylist()
+            self._list = self._rows.result()[0].to_pylist()
         return self._list
 
     def __getitem__(self, index: int) -> str:  # type: ignore[override]
@@ -171,8 +184,10 @@ class Session:
         self.windows = 0
         self.incomplete: dict[str, dict[KeyTexts, None]] = {}  # keys to dump: rows the log cut
         # the open windows' chunks (keys, rows) and the log's end once their HW committed
-        self.window_rows: deque[tuple[pa.Array, pa.Array, Position]] = deque()
+        self.window_rows: deque[tuple[Future[Encoded], Position]] = deque()
+        self.encoder = ThreadPoolExecutor(1, thread_name_prefix="dblog-encode")
         self.in_flight: Covered | None = None  # what the write in flight covers
+        self.ended = ""  # the dump whose ending write was submitted
 
     def run(self) -> None:
         try:
@@ -182,6 +197,7 @@ class Session:
             self._flush()
             log.info("stopped at checkpoint %s", self.checkpoint)
         finally:
+            self.encoder.shutdown(cancel_futures=True)
             if self.output is not None:
                 self.output.close()  # a write in flight ends before the next session starts
             self.source.close()
@@ -230,7 +246,7 @@ class Session:
                     on_change(item)
             elif type(item) is Checkpoint:
                 self.pending_checkpoint = self.source.encode_checkpoint(item)
-                if self.window_rows and item.position > self.window_rows[0][2]:
+                if self.window_rows and item.position > self.window_rows[0][1]:
                     raise SourceUnavailable(
                         "the log went past the high watermark without it: is the watermark "
                         "table still in the publication? The next session restores it"
@@ -257,6 +273,7 @@ class Session:
         if self.in_flight is None and (
             output.count >= self.config.flush_max_events
             or now - self.last_flush >= self.config.flush_interval_s
+            or (dump is not None and dump.ending and dump.id != self.ended)
         ):
             self._submit()
         if now - self.last_heartbeat >= self.config.heartbeat_interval_s:
@@ -269,14 +286,12 @@ class Session:
     def _emit_survivors(self, closed: WindowClosed) -> None:
         """Algorithm 1, step 7: the chunk rows no log event touched, at HW's position."""
         assert self.output is not None
-        keys, afters, _ = self.window_rows.popleft()
-        if len(closed.survivors) < closed.selected:
-            survivors = pa.array(closed.survivors, pa.int32())
-            keys, afters = keys.take(survivors), afters.take(survivors)
-        if len(keys):
-            self.output.add_rows(DumpRows(
-                closed.table, keys, afters, closed.high.position, closed.high.commit_ts_us,
-                closed.schema_version, closed.dump_id,
+        rows, _ = self.window_rows.popleft()
+        if closed.survivors:
+            self.output.add_rows(PendingRows(
+                closed.table, rows, closed.survivors, len(closed.survivors),
+                closed.high.position, closed.high.commit_ts_us, closed.schema_version,
+                closed.dump_id,
             ))
 
     def _may_open(self, dump: ActiveDump, now: float) -> bool:
@@ -284,11 +299,14 @@ class Session:
         their way (windows stay apart in the log: the next LW is written after HW)."""
         most = MAX_OPEN_WINDOWS if dump.request.delay_ms == 0 else 1
         return (dump.runnable and now >= dump.next_window_at
-                and self.reconciler.open_windows < most and len(dump.open_reads) < most)
+                and self.reconciler.open_windows < most and len(dump.open_reads) < most
+                and dump.current_table() is not None)
 
     def _poll_timeout(self, now: float) -> float:
-        deadline = min(self.last_flush + self.config.flush_interval_s,
-                       self.last_control + self.config.control_interval_s)
+        flush_at = self.last_flush + self.config.flush_interval_s
+        if self.in_flight is not None:  # the next flush waits for the write: look again soon
+            flush_at = max(flush_at, now + WRITE_POLL_S)
+        deadline = min(flush_at, self.last_control + self.config.control_interval_s)
         dump = self.dump
         if dump is not None and self._may_open(dump, max(now, dump.next_window_at)):
             deadline = min(deadline, dump.next_window_at)
@@ -317,24 +335,24 @@ class Session:
         tokens = self.reconciler.next_tokens()
         self.source.write_watermark(tokens.low)
         read = WindowRead(plan, selected=0, last_key=None, keys_read=len(keys))
-        rows = (EMPTY, EMPTY)
+        rows = _done((EMPTY, EMPTY))
         version = 0
         try:
             if dump.request.kind is DumpKind.KEYS:
                 batch = self.source.read_keys(plan.table, keys)
-                rows, read.missing = (batch.keys, batch.afters), batch.missing
-                version = batch.schema_version
+                rows, read.missing = _done((batch.keys, batch.afters)), batch.missing
+                read.selected, version = len(batch.keys), batch.schema_version
             else:
                 assert plan.upper is not None
                 chunk = self.source.read_chunk(plan.table, plan.after, plan.upper, plan.limit)
-                rows, read.last_key = (chunk.keys, chunk.afters), chunk.last_key
-                version = chunk.schema_version
+                rows, read.last_key = self.encoder.submit(chunk.encode), chunk.last_key
+                read.selected, version = chunk.rows, chunk.schema_version
         except (DumpFailed, RequestRejected) as exc:
             read.failure = str(exc)
-        read.selected = len(rows[0])
         self.source.write_watermark(tokens.high)
-        self.window_rows.append((*rows, self.source.log_position()))
-        self.reconciler.open(plan.table, tokens, KeyColumn(rows[0]), dump.id, version)
+        self.window_rows.append((rows, self.source.log_position()))
+        self.reconciler.open(plan.table, tokens, KeyColumn(read.selected, rows), dump.id,
+                             version)
         dump.window_opened(read)
         self.windows += 1
 
@@ -344,6 +362,8 @@ class Session:
         """Hand the output to the writer, with what it covers: saved once it is durable."""
         assert self.output is not None and self.in_flight is None
         dump = self.dump
+        if dump is not None and dump.ending:
+            self.ended = dump.id  # this write ends it: no more writes out of turn for it
         covered = Covered(
             checkpoint=self.pending_checkpoint,
             incomplete=self.incomplete,

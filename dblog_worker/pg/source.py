@@ -17,7 +17,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import pyarrow as pa
 import pyarrow.compute as pc
+from psycopg.pq.abc import PGresult
 from psycopg.types.string import TextLoader
 
 from dblog_worker.columns import ColumnCodec, text_columns
@@ -29,7 +31,7 @@ from dblog_worker.errors import (
     RequestRejected,
     SourceUnavailable,
 )
-from dblog_worker.events import Checkpoint, LogItem
+from dblog_worker.events import Checkpoint, Encoded, LogItem
 from dblog_worker.pg import catalog, queries
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.catalog import SCHEMA, WATERMARK_DDL, TableInfo
@@ -65,6 +67,24 @@ def _builtin_oids() -> frozenset[int]:
         if info.array_oid:
             oids.add(info.array_oid)
     return frozenset(oids)
+
+
+def _text(cell: bytes | None) -> str:
+    if cell is None:  # a primary key column is NOT NULL
+        raise SourceUnavailable("the chunk's last key has a NULL; retrying")
+    return bytes(cell).decode()
+
+
+def _encode_result(codec: ColumnCodec, result: PGresult) -> Encoded:
+    """A chunk's rows as canonical JSON, read column by column from the query result.
+
+    PostgreSQL sends valid UTF-8 (the worker refuses other encodings), so the cells'
+    bytes are viewed as strings without decoding them one by one.
+    """
+    count, get = result.ntuples, result.get_value
+    columns = [pa.array([get(r, c) for r in range(count)], pa.binary()).view(pa.string())
+               for c in range(result.nfields)]
+    return codec.encode(columns)
 
 
 class _Table:
@@ -370,10 +390,14 @@ class PgSource:
     ) -> Chunk:
         captured = self._table(table)
         sql = queries.chunk_sql(captured.info.shape, first=after is None)
-        rows = self._select(table, sql, [*(after or ()), *upper, limit])
-        keys, afters = captured.columns.encode(text_columns(rows, len(captured.info.columns)))
-        last = None if not rows else tuple(str(rows[-1][i]) for i in captured.key_positions)
-        return Chunk(keys, afters, last, captured.version)
+        result = self._run(table, sql, [*(after or ()), *upper, limit]).pgresult
+        assert result is not None
+        count = result.ntuples
+        last = None
+        if count:
+            last = tuple(_text(result.get_value(count - 1, i)) for i in captured.key_positions)
+        return Chunk(count, last, captured.version,
+                     functools.partial(_encode_result, captured.columns, result))
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
         captured = self._table(table)
@@ -406,11 +430,17 @@ class PgSource:
 
     def _select(self, table: str, sql: str, params: Sequence[object]) -> list[TextRow]:
         """Run one SELECT; return every cell as PostgreSQL's text output (None for NULL)."""
+        cursor = self._run(table, sql, params)
+        with _connection_errors(f"reading {table}"):
+            return cursor.fetchall()
+
+    def _run(self, table: str, sql: str, params: Sequence[object]) -> psycopg.Cursor[TextRow]:
+        """Run one SELECT of ``table``: its result is the cursor's."""
         try:
             with _connection_errors(f"reading {table}"):
                 cursor = self._text_cursor()
                 cursor.execute(sql.encode(), params)
-                return cursor.fetchall()
+                return cursor
         except psycopg.errors.UndefinedTable as exc:
             raise DumpFailed(f"table {table} does not exist any more") from exc
         except psycopg.errors.InsufficientPrivilege as exc:

@@ -516,6 +516,22 @@ def test_sigterm_flushes_and_exits(backend: Backend,
     assert [e["key"] for e in read_events(LandingZone(backend.landing, SOURCE), T1)] == ["[1]"]
 
 
+def test_a_dump_ends_without_waiting_for_the_flush_interval(
+    backend: Backend, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    """The write that holds a dump's last window is made as soon as that window closes."""
+    backend.create(T1, 500)
+    config = backend.config_path([T1], flush_interval_s=60)
+    worker = worker_process(config)
+    request_id = dump(config, "--table", T1, "--chunk-size", "64")
+    state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"], 30,
+                         worker)
+    assert state["state"] == "completed", state
+    dumped = [e for e in read_events(LandingZone(backend.landing, SOURCE), T1)
+              if e["dump_id"] == request_id]
+    assert len(dumped) == 500
+
+
 def test_watermark_table_removed_from_publication_is_restored(
     backend: Backend, worker_process: Callable[..., WorkerProcess]
 ) -> None:

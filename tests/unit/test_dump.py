@@ -305,3 +305,27 @@ def test_reading_runs_ahead_of_progress() -> None:
     dump.window_closed(closed(A, rows(A, 3), 1), 2.0)
     assert (dump.progress[A].last_key, dump.progress[A].done) == (["3"], True)
     assert not dump.open_reads
+
+
+def test_ending_waits_for_the_last_window_to_close() -> None:
+    dump = ActiveDump(request(tables=(A,)), {})
+    dump.set_upper_bound(dump.progress[A], ("10",))
+    assert not dump.ending
+    plan = dump.plan()
+    assert plan is not None
+    dump.window_opened(WindowRead(plan, selected=1, last_key=("10",), keys_read=0))
+    assert not dump.ending  # read to the end, but its last window is still open
+    dump.window_closed(closed(A, rows(A, 10), 1), 5.0)
+    assert dump.finished and dump.ending
+
+
+def test_a_failed_dump_ends_once_its_windows_close() -> None:
+    dump = ActiveDump(request(tables=(A,)), {})
+    dump.set_upper_bound(dump.progress[A], ("10",))
+    plan = dump.plan()
+    assert plan is not None
+    dump.window_opened(WindowRead(plan, selected=0, last_key=None, keys_read=0,
+                                  failure="table public.a was dropped"))
+    assert not dump.ending
+    dump.window_closed(closed(A, (), 0), 5.0)
+    assert not dump.finished and dump.ending

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
-from dblog_worker.events import ChangeEvent, Op, Origin
+from dblog_worker.events import ChangeEvent, Encoded, Op, Origin, PendingRows
 from dblog_worker.landing import LandingZone, read_events
 from dblog_worker.output import OutputBuffer
 from dblog_worker.position import Position
@@ -165,3 +167,46 @@ def test_resume_from_what_the_landing_zone_recovers(tmp_path: Path) -> None:
     assert [row["position"] for row in read_events(zone, B)] == [
         Position(p, 0).encode() for p in (11, 13)
     ]
+
+
+def pending(table: str, high: int, keys: list[int], survivors: list[int]) -> PendingRows:
+    chunk: Future[Encoded] = Future()
+    chunk.set_result((pa.array([f"[{k}]" for k in keys]),
+                      pa.array([f'{{"id":{k}}}' for k in keys])))
+    return PendingRows(table, chunk, survivors, len(survivors), Position(high, 0),
+                       1_700_000_000_000_000, 1, "dump-1")
+
+
+def test_pending_rows_keep_their_survivors_in_chunk_order(tmp_path: Path) -> None:
+    zone = LandingZone(tmp_path, SOURCE)
+    buffer = OutputBuffer(zone, {})
+    buffer.add(event(A, 10))
+    buffer.add_rows(pending(A, 20, [1, 2, 3, 4], [0, 2, 3]))  # a log event touched [2]
+    buffer.add_rows(pending(A, 30, [5, 6], [0, 1]))
+    buffer.add(event(A, 40))
+    assert buffer.count == 7
+    assert buffer.flush() == 7
+    assert [(row["key"], row["position"]) for row in read_events(zone, A)] == [
+        ("[10]", Position(10, 0).encode()),
+        ("[1]", Position(20, 0).dump_row(0).encode()),
+        ("[3]", Position(20, 0).dump_row(1).encode()),
+        ("[4]", Position(20, 0).dump_row(2).encode()),
+        ("[5]", Position(30, 0).dump_row(0).encode()),
+        ("[6]", Position(30, 0).dump_row(1).encode()),
+        ("[40]", Position(40, 0).encode()),
+    ]
+
+
+def test_a_chunk_that_failed_to_encode_fails_the_write(tmp_path: Path) -> None:
+    """The encoder's error reaches the worker when it waits for the write: nothing of the
+    batch is written, and the session ends with it."""
+    zone = LandingZone(tmp_path, SOURCE)
+    buffer = OutputBuffer(zone, {})
+    chunk: Future[Encoded] = Future()
+    chunk.set_exception(ValueError("malformed bool 'x'"))
+    buffer.add(event(A, 10))
+    buffer.add_rows(PendingRows(A, chunk, [0], 1, Position(20, 0), 0, 1, "dump-1"))
+    buffer.submit()
+    with pytest.raises(ValueError, match="malformed bool"):
+        buffer.wait()
+    assert zone.segments(A) == []
