@@ -21,9 +21,8 @@ from pathlib import Path
 
 from dblog_worker import __version__
 from dblog_worker import config as config_module
-from dblog_worker.config import Config
+from dblog_worker.config import MYSQL, Config
 from dblog_worker.errors import DblogError, DumpFailed, RequestRejected, TerminalError
-from dblog_worker.pg.source import PgSource
 from dblog_worker.requests import (
     COMMANDS,
     DEFAULT_CHUNK_SIZE,
@@ -33,6 +32,7 @@ from dblog_worker.requests import (
     TableProgress,
     parse_keys,
 )
+from dblog_worker.source import open_source
 from dblog_worker.state import StateStore
 
 
@@ -136,7 +136,7 @@ def _run(config: Config, args: argparse.Namespace) -> int:
 
 
 def _preflight(config: Config, args: argparse.Namespace) -> int:
-    source = PgSource(config.source, lambda table, schema: 0)
+    source = open_source(config.source, lambda table, schema: 0)
     source.connect()
     try:
         problems = source.preflight()
@@ -161,7 +161,7 @@ def _dump(config: Config, args: argparse.Namespace) -> int:
         except OSError as exc:
             raise RequestRejected(f"cannot read the keys file: {exc}") from None
     kind = DumpKind.ALL if args.all else DumpKind.TABLES
-    source = PgSource(config.source, lambda table, schema: 0)
+    source = open_source(config.source, lambda table, schema: 0)
     source.connect()
     try:
         for table in tables:
@@ -321,8 +321,12 @@ def _reset(config: Config, args: argparse.Namespace) -> int:
             "ago: stop it first (it would write its checkpoint back), or add --force"
         )
     state.forget_checkpoint()
-    print(f"checkpoint of source {config.source.name} forgotten; drop the slot with "
-          f"SELECT pg_drop_replication_slot('{config.source.slot}'); if it still exists")
+    if config.source.kind == MYSQL:
+        print(f"checkpoint of source {config.source.name} forgotten; the worker starts at the "
+              "end of the binary log")
+    else:
+        print(f"checkpoint of source {config.source.name} forgotten; drop the slot with "
+              f"SELECT pg_drop_replication_slot('{config.source.slot}'); if it still exists")
     return 0
 
 

@@ -15,6 +15,10 @@
     [landing]
     path = "/var/lib/dblog/landing"
 
+A MySQL or MariaDB source (``kind = "mysql"``; ``"mariadb"`` is the same) takes a
+URL, ``dsn = "mysql://dblog@db:3306"``, tables named ``database.table``, and
+``server_id``, the replica id it uses to read the binary log.
+
 Every option with its default is in ``docs/configuration.md``.
 """
 
@@ -24,10 +28,12 @@ import difflib
 import os
 import re
 import tomllib
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -36,18 +42,53 @@ from dblog_worker.errors import ConfigError
 NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 
+POSTGRESQL = "postgresql"
+MYSQL = "mysql"
+KINDS = {"postgresql": POSTGRESQL, "mysql": MYSQL, "mariadb": MYSQL}
+
+
 @dataclass(frozen=True)
 class SourceConfig:
     name: str
-    kind: str
+    kind: str  # POSTGRESQL or MYSQL
     dsn: str = field(repr=False)
     tables: tuple[str, ...]
     slot: str
     publication: str
+    server_id: int = 0  # MySQL: the replica id of the binary log connection
 
     def safe_dsn(self) -> str:
         """The DSN with any password removed: the only form that may be logged."""
+        if self.kind == MYSQL:
+            return redact_url(self.dsn)
         return redact_dsn(self.dsn)
+
+    def mysql_connect_args(self) -> dict[str, Any]:
+        """Keyword arguments for ``pymysql.connect`` from a ``mysql://`` URL."""
+        return mysql_url_args(self.dsn)
+
+
+def mysql_url_args(url: str) -> dict[str, Any]:
+    """``mysql://user:password@host:port/`` to ``pymysql.connect`` keyword arguments."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
+        raise ValueError("a MySQL DSN is a URL like mysql://user@host:3306")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError("a MySQL DSN names no database and takes no options: mysql://user@host:3306")
+    return {
+        "host": parts.hostname,
+        "port": parts.port or 3306,
+        "user": unquote(parts.username or ""),
+        "password": unquote(parts.password or ""),
+    }
+
+
+def redact_url(url: str) -> str:
+    try:
+        args = mysql_url_args(url)
+    except ValueError:
+        return "<unparseable dsn>"
+    return f"mysql://{quote(args['user'], safe='')}@{args['host']}:{args['port']}"
 
 
 @dataclass(frozen=True)
@@ -84,7 +125,7 @@ def load(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
 
 KNOWN: Mapping[str, frozenset[str]] = {
     "source": frozenset({"name", "kind", "dsn", "dsn_env", "password_env", "tables", "slot",
-                         "publication"}),
+                         "publication", "server_id"}),
     "redis": frozenset({"url", "url_env"}),
     "landing": frozenset({"path", "flush_interval_s", "flush_max_events"}),
     "worker": frozenset({"heartbeat_interval_s", "status_interval_s", "control_interval_s",
@@ -121,26 +162,29 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             f"source.name {name!r} must be 1-40 characters of a-z, 0-9 and _, starting "
             "with a letter (it names the replication slot and the Redis keys)"
         )
-    kind = source.get("kind", "postgresql")
-    if kind != "postgresql":
-        raise ConfigError(f"source.kind {kind!r} is not supported; use \"postgresql\"")
+    kind_name = source.get("kind", POSTGRESQL)
+    kind = KINDS.get(kind_name) if isinstance(kind_name, str) else None
+    if kind is None:
+        raise ConfigError(
+            f"source.kind {kind_name!r} is not supported; use one of "
+            + ", ".join(f'"{k}"' for k in KINDS)
+        )
     dsn = _secret(source, "dsn", env, "source.dsn")
     password_env = source.get("password_env")
+    password = None
     if password_env is not None:
         if password_env not in env:
             raise ConfigError(f"source.password_env names {password_env}, which is not set")
-        dsn = make_conninfo(dsn, password=env[password_env])
-    try:
-        conninfo_to_dict(dsn)
-    except Exception as exc:
-        raise ConfigError(f"source.dsn is not a valid libpq connection string: {exc}") from None
+        password = env[password_env]
+    dsn = _mysql_dsn(dsn, password) if kind == MYSQL else _pg_dsn(dsn, password)
     tables = source.get("tables")
     if not isinstance(tables, list) or not tables or not all(isinstance(t, str) for t in tables):
         raise ConfigError('source.tables must be a non-empty list like ["public.orders"]')
+    qualified = "database.table" if kind == MYSQL else "schema.table"
     for table in tables:
         schema_name, _, table_name = table.partition(".")
         if not schema_name or not table_name:
-            raise ConfigError(f"source.tables: {table!r} must be schema-qualified: schema.table")
+            raise ConfigError(f"source.tables: {table!r} must be qualified: {qualified}")
     redis_section = _table(data, "redis")
     landing = _table(data, "landing")
     worker = data.get("worker", {})
@@ -154,6 +198,7 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             tables=tuple(dict.fromkeys(tables)),
             slot=_identifier(source, "slot", f"dblog_{name}"),
             publication=_identifier(source, "publication", f"dblog_{name}"),
+            server_id=_integer(source, "server_id", default_server_id(name), 1, 2**32 - 1),
         ),
         redis_url=_secret(redis_section, "url", env, "redis.url"),
         landing_path=Path(_str(landing, "landing.path")),
@@ -164,6 +209,33 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         control_interval_s=_number(worker, "control_interval_s", 0.2, 0.01, 10),
         reconnect_max_s=_number(worker, "reconnect_max_s", 30.0, 0.1, 600),
     )
+
+
+def default_server_id(name: str) -> int:
+    """A replica id derived from the source name, away from the small ids servers use."""
+    return 1_000_000_000 + zlib.crc32(name.encode()) % 1_000_000_000
+
+
+def _pg_dsn(dsn: str, password: str | None) -> str:
+    if password is not None:
+        dsn = make_conninfo(dsn, password=password)
+    try:
+        conninfo_to_dict(dsn)
+    except Exception as exc:
+        raise ConfigError(f"source.dsn is not a valid libpq connection string: {exc}") from None
+    return dsn
+
+
+def _mysql_dsn(dsn: str, password: str | None) -> str:
+    try:
+        args = mysql_url_args(dsn)
+    except ValueError as exc:
+        raise ConfigError(f"source.dsn: {exc}") from None
+    if password is not None:
+        args["password"] = password
+    user = quote(args["user"], safe="")
+    secret = f":{quote(args['password'], safe='')}" if args["password"] else ""
+    return f"mysql://{user}{secret}@{args['host']}:{args['port']}"
 
 
 def _table(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:

@@ -119,9 +119,12 @@ class Checkpoint:
     """A transaction boundary of the log: everything before ``position`` has been read.
 
     For PostgreSQL the position is (end LSN of a commit, or a keepalive's WAL end, 0, 0).
+    ``resume`` is where the source restarts the log from this point, when the position
+    alone cannot say it (MySQL: binlog file name, position and GTID state).
     """
 
     position: Position
+    resume: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

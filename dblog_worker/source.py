@@ -6,15 +6,26 @@ checkpoint, write a watermark, and read a chunk. Nothing here is database specif
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
 
+from dblog_worker.config import MYSQL, SourceConfig
 from dblog_worker.events import Checkpoint, Encoded, LogItem
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
+
+SchemaVersion = Callable[[str, Mapping[str, object]], int]  # (table, schema) → version
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something that stops capture, and the change that fixes it."""
+
+    what: str
+    fix: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +57,9 @@ class Source(Protocol):
     name: str
 
     def connect(self) -> None: ...
+
+    def preflight(self) -> list[Problem]:
+        """Every problem that stops capture, each with its fix. Changes nothing."""
 
     def capture_exists(self) -> bool:
         """Whether the database already keeps a log position for us (a slot)."""
@@ -89,3 +103,14 @@ class Source(Protocol):
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None: ...
 
     def close(self) -> None: ...
+
+
+def open_source(config: SourceConfig, schema_version: SchemaVersion) -> Source:
+    """The source of ``config``'s kind (not connected yet)."""
+    if config.kind == MYSQL:
+        from dblog_worker.mysql.source import MySqlSource
+
+        return MySqlSource(config, schema_version)
+    from dblog_worker.pg.source import PgSource
+
+    return PgSource(config, schema_version)

@@ -54,7 +54,6 @@ from dblog_worker.events import (
 )
 from dblog_worker.landing import LandingZone
 from dblog_worker.output import OutputBuffer, landing_errors
-from dblog_worker.pg.source import PgSource, SchemaVersion
 from dblog_worker.position import Position
 from dblog_worker.requests import (
     DEFAULT_CHUNK_SIZE,
@@ -64,7 +63,7 @@ from dblog_worker.requests import (
     TableProgress,
 )
 from dblog_worker.schemas import SchemaRegistry
-from dblog_worker.source import Source
+from dblog_worker.source import SchemaVersion, Source, open_source
 from dblog_worker.state import StateStore
 from dblog_worker.window import Reconciler, WindowClosed
 
@@ -76,13 +75,13 @@ MAX_OPEN_WINDOWS = 2  # chunks read ahead while earlier windows' watermarks trav
 WRITE_POLL_S = 0.005  # how often the loop looks whether a write in flight is durable
 
 
-def pg_source(config: Config, schema_version: SchemaVersion) -> Source:
-    return PgSource(config.source, schema_version)
+def default_source(config: Config, schema_version: SchemaVersion) -> Source:
+    return open_source(config.source, schema_version)
 
 
 class Worker:
     def __init__(
-        self, config: Config, *, adopt_slot: bool = False, source: SourceFactory = pg_source
+        self, config: Config, *, adopt_slot: bool = False, source: SourceFactory = default_source
     ) -> None:
         self.config = config
         self.adopt_slot = adopt_slot

@@ -1,4 +1,4 @@
-"""Shared fixtures: throwaway PostgreSQL and Redis servers (see tests/services.py).
+"""Shared fixtures: throwaway PostgreSQL, MariaDB and Redis servers (see tests/services.py).
 
 Servers start lazily, on the first test that asks for them, once per session.
 """
@@ -11,12 +11,18 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.services import PostgresServer, RedisServer
+from tests.services import MariaDBServer, PostgresServer, RedisServer
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     with PostgresServer().start() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[MariaDBServer]:
+    with MariaDBServer().start() as server:
         yield server
 
 
@@ -34,6 +40,16 @@ def pg_dsn(postgres_server: PostgresServer) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex[:16]}"
     yield postgres_server.create_database(name)
     postgres_server.drop_database(name)
+
+
+@pytest.fixture
+def mariadb_database(mariadb_server: MariaDBServer) -> Iterator[str]:
+    """Name of a fresh utf8mb4 database, dropped after the test."""
+    if not mariadb_server.running:  # a previous test stopped or killed it
+        mariadb_server.restart()
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    yield mariadb_server.create_database(name)
+    mariadb_server.drop_database(name)
 
 
 @pytest.fixture

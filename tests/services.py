@@ -1,14 +1,15 @@
-"""Throwaway PostgreSQL and Redis servers for the test suite.
+"""Throwaway PostgreSQL, MariaDB and Redis servers for the test suite.
 
 The servers run from the locally installed binaries (no Docker), on free ports, with all of
 their state in a private temporary directory that is removed by ``stop()``. They never touch the
-machine's own PostgreSQL (5432) or Redis (6379).
+machine's own PostgreSQL (5432), MariaDB (3306) or Redis (6379).
 
 PostgreSQL refuses to run as root, so when the test process is root, ``initdb`` and ``postgres``
 are started as the ``postgres`` OS user (``subprocess`` ``user=``/``group=``) on a directory that
-user owns. Every server is a direct child process of the test process (never daemonized), started
-in its own session (so a Ctrl-C in the terminal reaches pytest, not the servers) and, on Linux,
-with a parent-death signal so that it does not outlive a test process that is killed outright.
+user owns; mariadbd is told ``--user=root`` instead. Every server is a direct child
+process of the test process (never daemonized), started in its own session (so a Ctrl-C in the
+terminal reaches pytest, not the servers) and, on Linux, with a parent-death signal so that it
+does not outlive a test process that is killed outright.
 ``atexit`` stops anything still running at interpreter exit.
 """
 
@@ -31,13 +32,22 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+from urllib.parse import quote
 
 import psycopg
+import pymysql
 import redis
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-__all__ = ["PostgresServer", "RedisServer", "ServiceError", "find_pg_bindir", "free_port"]
+__all__ = [
+    "MariaDBServer",
+    "PostgresServer",
+    "RedisServer",
+    "ServiceError",
+    "find_pg_bindir",
+    "free_port",
+]
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 30.0
@@ -402,6 +412,270 @@ class PostgresServer(_Server):
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+def _find_binary(name: str, fallback: str) -> str:
+    return shutil.which(name) or fallback
+
+
+def _option_name(key: str) -> str:
+    return key.replace("_", "-")
+
+
+def _quote_ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+class MariaDBServer(_Server):
+    """A private MariaDB server with a row-based binary log, listening on 127.0.0.1.
+
+    ``root`` logs in over TCP without a password. The server character set is ``utf8mb4`` with
+    ``utf8mb4_general_ci``, the 10.11 default collation of utf8mb4, so that server, database and
+    ``CHARACTER SET utf8mb4`` column defaults all agree.
+    """
+
+    COLLATION = "utf8mb4_general_ci"
+
+    def __init__(
+        self,
+        port: int | None = None,
+        settings: Mapping[str, str] | None = None,
+        mariadbd: str | None = None,
+        install_db: str | None = None,
+    ) -> None:
+        """``settings`` override or add server options (``binlog-format``, ...; ``_`` and ``-``
+        are interchangeable). A value of ``""`` passes a bare ``--option``, and ``skip-<option>``
+        also drops that default: ``{"skip-log-bin": ""}`` runs without a binary log."""
+        super().__init__(port)
+        self.mariadbd = mariadbd or _find_binary("mariadbd", "/usr/sbin/mariadbd")
+        self.install_db = install_db or _find_binary(
+            "mariadb-install-db", "/usr/bin/mariadb-install-db"
+        )
+        self.extra_settings = {_option_name(k): v for k, v in (settings or {}).items()}
+        self._fixed_port = port is not None
+        # mariadbd refuses to run as root unless told to; it then keeps its uid (and so the
+        # parent-death signal, which a uid switch would clear).
+        self._user_option = ["--user=root"] if os.geteuid() == 0 else []
+
+    # -- paths ------------------------------------------------------------------------------
+
+    @property
+    def base_dir(self) -> Path:
+        if self._base is None:
+            raise ServiceError("MariaDBServer has not been started")
+        return self._base
+
+    @property
+    def data_dir(self) -> Path:
+        return self.base_dir / "data"
+
+    @property
+    def socket_path(self) -> Path:
+        return self.base_dir / "mariadb.sock"
+
+    @property
+    def log_path(self) -> Path:
+        return self.base_dir / "mariadb.log"
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Install fresh system tables and start the server; returns once root can log in."""
+        if self._base is not None:
+            raise ServiceError("MariaDBServer already started")
+        self._base = Path(tempfile.mkdtemp(prefix="dblog-mariadb-"))
+        self._register_atexit()
+        try:
+            for sub in ("binlog", "tmp"):
+                (self._base / sub).mkdir()
+            self._install_db()
+            attempts = 1 if self._fixed_port else 5
+            for attempt in range(attempts):
+                if self._port is None or attempt > 0:
+                    self._port = free_port()
+                try:
+                    self._launch()
+                    break
+                except ServiceError:
+                    # Another process may have grabbed the port between free_port() and bind().
+                    if attempt + 1 == attempts or "already in use" not in _tail(self.log_path):
+                        raise
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def restart(self) -> None:
+        """Clean shutdown, then start again on the same port and data directory."""
+        self._shutdown()
+        self._launch()
+
+    def kill(self) -> None:
+        """SIGKILL the server (simulates a crash); ``restart()`` brings it back."""
+        if self._proc is not None:
+            _stop_process(self._proc, [])
+            self._proc = None
+
+    def _shutdown(self) -> None:
+        if self._proc is not None:
+            _stop_process(self._proc, [signal.SIGTERM])
+            self._proc = None
+
+    def _common_options(self) -> list[str]:
+        # --no-defaults must come first: /etc/mysql and ~/.my.cnf are never read.
+        return [
+            "--no-defaults",
+            *self._user_option,
+            f"--datadir={self.data_dir}",
+            f"--tmpdir={self.base_dir / 'tmp'}",
+            "--innodb-buffer-pool-size=128M",
+            "--innodb-log-file-size=32M",
+        ]
+
+    def _install_db(self) -> None:
+        cmd = [
+            self.install_db,
+            *self._common_options(),
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+            "--skip-name-resolve",
+        ]
+        try:
+            result = subprocess.run(
+                cmd,
+                cwd=self.base_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                check=False,
+                timeout=4 * START_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ServiceError(f"mariadb-install-db timed out:\n{exc.output!r}") from exc
+        if result.returncode != 0:
+            out = result.stdout.decode(errors="replace")
+            raise ServiceError(f"mariadb-install-db failed (exit {result.returncode}):\n{out}")
+
+    def _server_options(self) -> list[str]:
+        """The mariadbd command-line options, after ``settings``."""
+        options = {
+            "log-bin": str(self.base_dir / "binlog" / "mariadb-bin"),
+            "binlog-format": "ROW",
+            "binlog-row-image": "FULL",
+            "binlog-row-metadata": "FULL",
+            "server-id": "1",
+            "character-set-server": "utf8mb4",
+            "collation-server": self.COLLATION,
+            "skip-name-resolve": "",
+            # Speed over durability (like fsync=off for PostgreSQL); kill() loses nothing, as
+            # the writes are in the OS page cache.
+            "innodb-flush-log-at-trx-commit": "2",
+            "innodb-doublewrite": "0",
+            "sync-binlog": "0",
+            "max-connections": "200",
+            "bind-address": HOST,
+            "port": str(self.port),
+            "socket": str(self.socket_path),
+            "pid-file": str(self.base_dir / "mariadb.pid"),
+            "log-error": str(self.log_path),
+            **self.extra_settings,
+        }
+        for key in self.extra_settings:
+            if key.startswith("skip-"):
+                options.pop(key.removeprefix("skip-"), None)
+        return [f"--{k}={v}" if v else f"--{k}" for k, v in options.items()]
+
+    def _launch(self) -> None:
+        cmd = [self.mariadbd, *self._common_options(), *self._server_options()]
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                cmd,
+                cwd=self.base_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent(signal.SIGKILL),
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                code = self._proc.returncode
+                self._proc = None
+                raise ServiceError(
+                    f"mariadbd exited with {code} during startup; log tail:\n"
+                    f"{_tail(self.log_path)}"
+                )
+            try:
+                # read_timeout: whoever else may hold the port need not answer the handshake.
+                with (
+                    pymysql.connect(**self.connect_args(), connect_timeout=2, read_timeout=2)
+                    as conn,
+                    conn.cursor() as cur,
+                ):
+                    cur.execute("SELECT 1")
+                return
+            except pymysql.MySQLError as exc:
+                last_error = exc
+                time.sleep(0.05)
+        self._shutdown()
+        raise ServiceError(
+            f"mariadbd did not accept connections within {START_TIMEOUT:.0f}s "
+            f"(last error: {last_error}); log tail:\n{_tail(self.log_path)}"
+        )
+
+    # -- databases --------------------------------------------------------------------------
+
+    def connect_args(
+        self, database: str | None = None, user: str = "root", password: str = ""
+    ) -> dict[str, object]:
+        """Keyword arguments for ``pymysql.connect(**args)``."""
+        return {
+            "host": HOST,
+            "port": self.port,
+            "user": user,
+            "password": password,
+            "database": database,
+            "charset": "utf8mb4",
+            "autocommit": True,
+        }
+
+    def url(
+        self, database: str | None = None, user: str = "root", password: str | None = None
+    ) -> str:
+        """``mysql://user[:password]@127.0.0.1:port[/database]``, percent-encoded."""
+        auth = quote(user, safe="")
+        if password is not None:
+            auth += ":" + quote(password, safe="")
+        path = "/" + quote(database, safe="") if database else ""
+        return f"mysql://{auth}@{HOST}:{self.port}{path}"
+
+    def _admin(self) -> pymysql.Connection:
+        return pymysql.connect(**self.connect_args(), connect_timeout=2)
+
+    def create_database(self, name: str) -> str:
+        """CREATE DATABASE ``name`` (utf8mb4); returns ``name``."""
+        with self._admin() as conn, conn.cursor() as cur:
+            cur.execute(
+                f"CREATE DATABASE {_quote_ident(name)}"
+                f" CHARACTER SET utf8mb4 COLLATE {self.COLLATION}"
+            )
+        return name
+
+    def drop_database(self, name: str) -> None:
+        """Drop the database ``name`` (if it exists), killing the sessions that use it."""
+        with self._admin() as conn, conn.cursor() as cur:
+            cur.execute(
+                "SELECT id FROM information_schema.processlist"
+                " WHERE db = %s AND id <> CONNECTION_ID()",
+                (name,),
+            )
+            for (session_id,) in cur.fetchall():
+                with contextlib.suppress(pymysql.MySQLError):  # it may have just ended
+                    cur.execute("KILL %s", (session_id,))
+            cur.execute(f"SET SESSION lock_wait_timeout = {int(START_TIMEOUT)}")
+            cur.execute(f"DROP DATABASE IF EXISTS {_quote_ident(name)}")
 
 
 class RedisServer(_Server):

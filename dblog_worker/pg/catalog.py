@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import psycopg
 
 from dblog_worker.pg.queries import TableShape, qualified, quote_ident
+from dblog_worker.source import Problem
 from dblog_worker.values import BUILTIN_TYPES, PgType
 
 SCHEMA = "dblog"
@@ -20,12 +21,6 @@ WATERMARK_DDL = (
     f"CREATE TABLE {SCHEMA}.{WATERMARK_TABLE} "
     "(source text PRIMARY KEY, value text NOT NULL, written_at timestamptz NOT NULL)"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    what: str
-    fix: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -39,12 +39,11 @@ from dblog_worker.pg.stream import ReplicationStream
 from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
-from dblog_worker.source import Chunk, KeysChunk
+from dblog_worker.source import Chunk, KeysChunk, Problem, SchemaVersion
 from dblog_worker.values import PgType, RowCodec, libpq_options
 
 log = logging.getLogger(__name__)
 
-SchemaVersion = Callable[[str, Mapping[str, object]], int]
 TextRow = tuple[str | None, ...]
 REFRESH_S = 1.0  # how old the catalog description of a table being dumped may be
 
@@ -147,7 +146,7 @@ class PgSource:
     def tables(self) -> Sequence[str]:
         return self.config.tables
 
-    def preflight(self) -> list[catalog.Problem]:
+    def preflight(self) -> list[Problem]:
         """Every problem that stops capture, each with its fix. Changes nothing."""
         with _connection_errors("preflight"):
             problems = catalog.server_problems(self.conn)

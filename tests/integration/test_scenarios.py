@@ -28,9 +28,9 @@ import redis
 from dblog_worker import config as config_module
 from dblog_worker.config import Config
 from dblog_worker.landing import LandingZone, read_events
-from dblog_worker.pg.source import PgSource, SchemaVersion
+from dblog_worker.pg.source import PgSource
 from dblog_worker.requests import KeyTexts
-from dblog_worker.source import Chunk, KeysChunk
+from dblog_worker.source import Chunk, KeysChunk, SchemaVersion
 from dblog_worker.state import StateStore
 from dblog_worker.worker import Worker
 from tests.integration.harness import (

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from dblog_worker.config import Config, SourceConfig, load, parse, redact_dsn
+from dblog_worker.config import (
+    Config,
+    SourceConfig,
+    default_server_id,
+    load,
+    parse,
+    redact_dsn,
+)
 from dblog_worker.errors import ConfigError
 
 FULL = """
@@ -88,6 +95,7 @@ def test_full_config(tmp_path: Path) -> None:
             tables=("public.orders", "public.customers"),
             slot="shop_slot",
             publication="shop_pub",
+            server_id=default_server_id("shop"),
         ),
         redis_url=REDIS_URL,
         landing_path=Path("/var/lib/dblog/landing"),
@@ -112,6 +120,7 @@ def test_defaults(tmp_path: Path) -> None:
             tables=("public.orders",),
             slot="dblog_shop",
             publication="dblog_shop",
+            server_id=default_server_id("shop"),
         ),
         redis_url="redis://127.0.0.1:6379/0",
         landing_path=Path("/data/landing"),
@@ -199,8 +208,19 @@ def test_good_source_names(name: str) -> None:
             )
             for bad in ["Shop", "1shop", "_shop", "shop-eu", "shop.eu", "a" * 41, "shop\n"]
         ],
-        pytest.param({"source": {"kind": "mysql"}}, {},
-                     "source.kind 'mysql' is not supported; use \"postgresql\"", id="kind"),
+        pytest.param({"source": {"kind": "oracle"}}, {},
+                     "source.kind 'oracle' is not supported; use one of \"postgresql\", "
+                     "\"mysql\", \"mariadb\"", id="kind"),
+        pytest.param({"source": {"kind": "mysql", "dsn": "host=db user=x"}}, {},
+                     "source.dsn: a MySQL DSN is a URL like mysql://user@host:3306",
+                     id="mysql-libpq-dsn"),
+        pytest.param({"source": {"kind": "mysql", "dsn": "mysql://u@db:3306/shop"}}, {},
+                     "source.dsn: a MySQL DSN names no database and takes no options: "
+                     "mysql://user@host:3306",
+                     id="mysql-database-in-dsn"),
+        pytest.param({"source": {"server_id": 0}}, {},
+                     "server_id must be an integer from 1 to 4294967295, got 0",
+                     id="server-id"),
         pytest.param({"source": {"dsn": None}}, {}, "source.dsn must be a non-empty string",
                      id="no-dsn"),
         pytest.param({"source": {"dsn": "host=db port"}}, {},
@@ -218,13 +238,13 @@ def test_good_source_names(name: str) -> None:
                      'source.tables must be a non-empty list like ["public.orders"]',
                      id="tables-number"),
         pytest.param({"source": {"tables": ["public.a", "orders"]}}, {},
-                     "source.tables: 'orders' must be schema-qualified: schema.table",
+                     "source.tables: 'orders' must be qualified: schema.table",
                      id="unqualified"),
         pytest.param({"source": {"tables": ["public."]}}, {},
-                     "source.tables: 'public.' must be schema-qualified: schema.table",
+                     "source.tables: 'public.' must be qualified: schema.table",
                      id="empty-table-name"),
         pytest.param({"source": {"tables": [".orders"]}}, {},
-                     "source.tables: '.orders' must be schema-qualified: schema.table",
+                     "source.tables: '.orders' must be qualified: schema.table",
                      id="empty-schema-name"),
         pytest.param({"source": {"dsn_env": "NOPE"}}, {},
                      "source.dsn_env names NOPE, which is not set", id="dsn_env-unset"),
@@ -369,3 +389,44 @@ def test_misspelt_options_are_refused(extra: str, message: str) -> None:
     data = tomllib.loads(text + extra)
     with pytest.raises(ConfigError, match=re.escape(message)):
         parse(data, {})
+
+
+MYSQL = """
+[source]
+name = "shop"
+kind = "mariadb"
+dsn = "mysql://dblog@db.internal:3307"
+password_env = "SHOP_DB_PASSWORD"
+tables = ["shop.orders", "billing.invoices"]
+server_id = 4242
+
+[redis]
+url = "redis://127.0.0.1:6379/0"
+
+[landing]
+path = "/data/landing"
+"""
+
+
+def test_mysql_source(tmp_path: Path) -> None:
+    source = load(write(tmp_path, MYSQL), ENV).source
+    assert (source.kind, source.tables, source.server_id) == (
+        "mysql", ("shop.orders", "billing.invoices"), 4242)
+    assert source.mysql_connect_args() == {
+        "host": "db.internal", "port": 3307, "user": "dblog", "password": PASSWORD,
+    }
+    assert source.safe_dsn() == "mysql://dblog@db.internal:3307"
+    assert PASSWORD not in repr(source)
+
+
+def test_mysql_password_with_url_characters(tmp_path: Path) -> None:
+    odd = "p@ss:w/rd%?"
+    source = load(write(tmp_path, MYSQL), {"SHOP_DB_PASSWORD": odd}).source
+    assert source.mysql_connect_args()["password"] == odd
+    assert odd not in source.safe_dsn()
+
+
+def test_server_id_defaults_to_one_per_source_name() -> None:
+    assert default_server_id("shop") == default_server_id("shop")
+    assert default_server_id("shop") != default_server_id("billing")
+    assert 1_000_000_000 <= default_server_id("shop") < 2_000_000_000

@@ -1,0 +1,389 @@
+"""One MySQL or MariaDB server, as the worker sees it: binlog capture and chunk reads.
+
+Two connections: the binary log (``binlog.BinlogReader``, in its own thread) and one
+PyMySQL connection in autocommit for everything else -- watermark writes, the
+catalog, and chunk SELECTs, each a single statement: non-stale reads, no locks, no
+``FLUSH TABLES``, no ``LOCK TABLES``. The MySQL server keeps no replication state
+for us (no slot): the checkpoint in Redis is the whole of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+import pymysql
+
+from dblog_worker.config import SourceConfig
+from dblog_worker.errors import (
+    ConfigError,
+    DumpFailed,
+    LogGone,
+    RequestRejected,
+    SourceUnavailable,
+)
+from dblog_worker.events import Checkpoint, Encoded, LogItem
+from dblog_worker.mysql import catalog
+from dblog_worker.mysql.binlog import (
+    BinlogCheckpoint,
+    BinlogReader,
+    BinlogTranslator,
+    TableView,
+    file_number,
+)
+from dblog_worker.mysql.catalog import SCHEMA, TableShape, qualified
+from dblog_worker.mysql.values import (
+    COLUMNS_SQL,
+    MyColumn,
+    MyRowCodec,
+    column_from_binlog,
+    column_from_information_schema,
+    dump_connection_options,
+    schema_document,
+    select_list,
+)
+from dblog_worker.position import Position
+from dblog_worker.requests import KeyTexts
+from dblog_worker.source import Chunk, KeysChunk, Problem, SchemaVersion
+
+log = logging.getLogger(__name__)
+
+REFRESH_S = 1.0  # how old the catalog description of a table being dumped may be
+HEARTBEAT = "heartbeat"
+# Errors that mean the server is gone or restarting: the session retries.
+_CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
+_NO_TABLE, _NO_COLUMN, _DENIED = 1146, 1054, (1142, 1143, 1227)
+
+
+@contextmanager
+def _connection_errors(what: str) -> Iterator[None]:
+    try:
+        yield
+    except _CONNECTION_ERRORS as exc:
+        code = exc.args[0] if exc.args else None
+        if code in _DENIED or code in (_NO_TABLE, _NO_COLUMN):
+            raise
+        raise SourceUnavailable(f"{what}: the source database is unreachable: {exc}") from exc
+
+
+class _Table:
+    """A captured table as information_schema describes it now."""
+
+    __slots__ = ("codec", "columns", "key_positions", "shape", "version")
+
+    def __init__(self, shape: TableShape, columns: Sequence[MyColumn], codec: MyRowCodec,
+                 version: int) -> None:
+        self.shape = shape
+        self.columns = tuple(columns)
+        self.codec = codec
+        self.version = version
+        self.key_positions = tuple(shape.columns.index(k) for k in shape.key)
+
+
+def _encode_rows(codec: MyRowCodec, rows: Sequence[Sequence[Any]]) -> Encoded:
+    key_row = codec.key_row_from_dump
+    pairs = [key_row(r) for r in rows]
+    return (pa.array([k for k, _ in pairs], pa.string()),
+            pa.array([r for _, r in pairs], pa.string()))
+
+
+class MySqlSource:
+    """One MySQL or MariaDB server: the captured tables of one or more databases."""
+
+    def __init__(self, config: SourceConfig, schema_version: SchemaVersion) -> None:
+        self.config = config
+        self.name = config.name
+        self._schema_version = schema_version
+        self._args = config.mysql_connect_args()
+        self._conn: pymysql.connections.Connection[Any] | None = None
+        self._tables: dict[str, _Table] = {}
+        self._refreshed: dict[str, float] = {}
+        self._reader: BinlogReader | None = None
+        self._is_mariadb = False
+
+    # -- connection and checks ------------------------------------------------
+
+    def connect(self) -> None:
+        with _connection_errors("connecting"):
+            self._conn = pymysql.connect(**self._args, **dump_connection_options(),
+                                         autocommit=True, connect_timeout=10)
+        version = str(self._one("SELECT VERSION()")[0])
+        self._is_mariadb = "mariadb" in version.lower()
+
+    @property
+    def conn(self) -> pymysql.connections.Connection[Any]:
+        if self._conn is None or not self._conn.open:
+            raise SourceUnavailable("not connected to the source database")
+        return self._conn
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with _connection_errors("querying"), self.conn.cursor() as cursor:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
+        rows = self._rows(sql, params)
+        if not rows:
+            raise SourceUnavailable(f"{sql.split()[0]} returned no row")
+        return rows[0]
+
+    def preflight(self) -> list[Problem]:
+        """Every problem that stops capture, each with its fix. Changes nothing."""
+        names = [setting[0] for setting in catalog.REQUIRED_SETTINGS]
+        placeholders = ", ".join(["%s"] * len(names))
+        settings = {
+            str(n).lower(): str(v) for n, v in self._rows(
+                f"SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
+                f"WHERE VARIABLE_NAME IN ({placeholders})", [n.upper() for n in names])
+        }
+        problems = catalog.setting_problems(settings)
+        user = str(self._one("SELECT CURRENT_USER()")[0])
+        account = "'{}'@'{}'".format(*user.rsplit("@", 1)) if "@" in user else user
+        scopes = catalog.grants(self._rows("SHOW GRANTS"))
+        if not catalog.has_privilege(scopes, "REPLICATION SLAVE"):
+            problems.append(Problem(
+                f"{account} may not read the binary log (REPLICATION SLAVE)",
+                f"GRANT REPLICATION SLAVE ON *.* TO {account};"))
+        if not any(catalog.has_privilege(scopes, p)
+                   for p in ("REPLICATION CLIENT", "BINLOG MONITOR", "SUPER")):
+            problems.append(Problem(
+                f"{account} may not read the binary log position (REPLICATION CLIENT; "
+                "MariaDB 10.5+: BINLOG MONITOR)",
+                f"GRANT REPLICATION CLIENT ON *.* TO {account};"))
+        for privilege in ("INSERT", "UPDATE", "SELECT"):
+            if not catalog.has_privilege(scopes, privilege, SCHEMA, "watermark"):
+                problems.append(Problem(
+                    f"{account} may not {privilege} the watermark table {SCHEMA}.watermark",
+                    f"GRANT SELECT, INSERT, UPDATE ON `{SCHEMA}`.* TO {account};"))
+                break
+        if not self._rows("SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
+                          (SCHEMA,)) and not catalog.has_privilege(scopes, "CREATE", SCHEMA):
+            problems.append(Problem(
+                f"the database {SCHEMA} does not exist and {account} may not create it",
+                f"CREATE DATABASE `{SCHEMA}`; GRANT SELECT, INSERT, UPDATE, CREATE ON "
+                f"`{SCHEMA}`.* TO {account};"))
+        for table in self.config.tables:
+            problems += self._table_problems(table, scopes, account)
+        return problems
+
+    def _table_problems(self, table: str, scopes: dict[str, set[str]],
+                        account: str) -> list[Problem]:
+        database, name = catalog.split_table(table)
+        if not self._rows("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                          "AND TABLE_NAME = %s", (database, name)):
+            return [Problem(f"table {table} does not exist (or {account} cannot see it)",
+                            "create it, grant SELECT on it, or remove it from source.tables")]
+        problems = []
+        if not self._rows(catalog.KEY_COLUMNS_SQL, (database, name)):
+            problems.append(Problem(
+                f"table {table} has no primary key: its rows cannot be told apart",
+                f"ALTER TABLE {qualified(table)} ADD PRIMARY KEY (...);"))
+        if not catalog.has_privilege(scopes, "SELECT", database, name):
+            problems.append(Problem(f"{account} may not SELECT from {table}",
+                                    f"GRANT SELECT ON {qualified(table)} TO {account};"))
+        return problems
+
+    def prepare(self) -> str | None:
+        """Check, create the watermark table, and return the log's end now."""
+        problems = self.preflight()
+        if problems:
+            raise ConfigError(
+                "the source is not ready for capture:\n"
+                + "\n".join(f"- {p.what}\n  fix: {p.fix}" for p in problems)
+            )
+        with _connection_errors("setup"):
+            self._rows(f"CREATE DATABASE IF NOT EXISTS `{SCHEMA}` CHARACTER SET utf8mb4")
+            self._rows(catalog.WATERMARK_DDL)
+            self._rows(f"INSERT IGNORE INTO `{SCHEMA}`.`watermark` (source, value, written_at) "
+                       "VALUES (%s, '', UTC_TIMESTAMP(6))", (self.name,))
+        for table in self.config.tables:
+            self._load(table)
+        return self._current().encode()
+
+    def capture_exists(self) -> bool:
+        return False  # the server keeps no position for its binlog readers
+
+    def _current(self) -> BinlogCheckpoint:
+        """The end of the binary log now, with the GTID state there (MariaDB)."""
+        row = self._one("SHOW MASTER STATUS")
+        file, pos = str(row[0]), int(row[1])
+        gtid = ""
+        if self._is_mariadb:
+            gtid = str(self._one("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))[0] or "")
+        return BinlogCheckpoint(file, pos, gtid)
+
+    # -- the log --------------------------------------------------------------
+
+    def start(self, checkpoint: str | None) -> str:
+        start = BinlogCheckpoint.decode(checkpoint) if checkpoint else self._current()
+        files = {str(r[0]) for r in self._rows("SHOW BINARY LOGS")}
+        if start.file not in files and not (self._is_mariadb and start.gtid):
+            raise LogGone(
+                f"the binary log file {start.file} of checkpoint {start.encode()} is gone "
+                f"(purged; the server has {', '.join(sorted(files)) or 'none'}): the changes "
+                "since then are lost. Run `dblog reset --yes --config <file>`, start the "
+                "worker, then `dblog dump --all` to bring the output back in sync"
+            )
+        translator = BinlogTranslator(self.name, self.config.tables, self._describe, start)
+        databases = {catalog.split_table(t)[0] for t in self.config.tables}
+        self._reader = BinlogReader(
+            self._args, self.config.server_id, start, translator, databases,
+            by_gtid=self._is_mariadb and bool(start.gtid), is_mariadb=self._is_mariadb,
+        )
+        self._reader.start()
+        return start.encode()
+
+    def poll(self, timeout: float, out: list[LogItem]) -> None:
+        if self._reader is None:
+            raise SourceUnavailable("the binary log is not being read")
+        self._reader.poll(timeout, out)
+
+    def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
+        assert checkpoint.resume is not None
+        return checkpoint.resume
+
+    def confirm(self, checkpoint: str) -> None:
+        """Nothing to tell the server: it keeps binlogs by time, not for its readers."""
+
+    def log_position(self) -> Position:
+        row = self._one("SHOW MASTER STATUS")
+        return Position(file_number(str(row[0])), int(row[1]))
+
+    def lag_bytes(self) -> int:
+        if self._reader is None:
+            return 0
+        end, received = self.log_position(), self._reader.received
+        return max(0, end.minor - received.minor) if end.major == received.major else 0
+
+    def _describe(self, table: str, event: Any) -> TableView:
+        """A captured table's codec for rows decoded from the binlog (in the reader)."""
+        columns = [column_from_binlog(c) for c in event.columns]
+        key = event.primary_key  # in column order, which need not be the key's order
+        key_columns = [key] if isinstance(key, str) else list(key or ())
+        if not key_columns:
+            raise SourceUnavailable(f"the binary log carries no primary key of {table}")
+        known = self._tables.get(table)
+        if known is not None and set(known.shape.key) == set(key_columns):
+            key_columns = list(known.shape.key)
+        version = self._schema_version(table, schema_document(columns, key_columns))
+        return TableView(table, MyRowCodec(columns, key_columns), version)
+
+    # -- watermarks -----------------------------------------------------------
+
+    def write_watermark(self, token: str) -> None:
+        """Write a watermark; returns once it is committed (an upsert: a lost row comes back)."""
+        with _connection_errors("writing a watermark"), self.conn.cursor() as cursor:
+            cursor.execute(catalog.WATERMARK_UPSERT, (self.name, token))
+
+    def heartbeat(self) -> None:
+        self.write_watermark(HEARTBEAT)
+
+    # -- chunks ---------------------------------------------------------------
+
+    def _captured(self, table: str) -> None:
+        if table not in self.config.tables:
+            raise RequestRejected(
+                f"table {table} is not captured by source {self.name}; captured: "
+                + ", ".join(self.config.tables)
+            )
+
+    def _load(self, table: str) -> _Table:
+        database, name = catalog.split_table(table)
+        rows = self._rows(COLUMNS_SQL, (database, name))
+        key = tuple(str(r[0]) for r in self._rows(catalog.KEY_COLUMNS_SQL, (database, name)))
+        if not rows or not key:
+            raise DumpFailed(f"table {table} " + ("does not exist any more" if not rows
+                                                  else "has no primary key"))
+        columns = [column_from_information_schema(r) for r in rows]
+        shape = TableShape(table, tuple(c.name for c in columns), key,
+                           select_list(columns), select_list(columns, "t"))
+        version = self._schema_version(table, schema_document(columns, list(key)))
+        loaded = _Table(shape, columns, MyRowCodec(columns, list(key)), version)
+        self._tables[table] = loaded
+        return loaded
+
+    def _table(self, table: str) -> _Table:
+        self._captured(table)
+        return self._tables.get(table) or self._load(table)
+
+    def refresh(self, table: str) -> None:
+        self._captured(table)
+        now = time.monotonic()
+        if now - self._refreshed.get(table, 0.0) >= REFRESH_S:
+            self._load(table)
+            self._refreshed[table] = now
+
+    def key_arity(self, table: str) -> int:
+        return len(self._table(table).shape.key)
+
+    def upper_bound(self, table: str) -> KeyTexts | None:
+        captured = self._table(table)
+        rows = self._select(table, catalog.upper_bound_sql(captured.shape), ())
+        return None if not rows else captured.codec.key_texts_from_dump(rows[0])
+
+    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
+                   limit: int) -> Chunk:
+        captured = self._table(table)
+        params_of = captured.codec.key_params
+        params = [] if after is None else catalog.after_params(params_of(after))
+        params += catalog.at_most_params(params_of(upper))
+        sql = catalog.chunk_sql(captured.shape, first=after is None)
+        rows = self._select(table, sql, [*params, limit])
+        last = None if not rows else captured.codec.key_texts_from_dump(rows[-1])
+        return Chunk(len(rows), last, captured.version,
+                     functools.partial(_encode_rows, captured.codec, rows))
+
+    def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
+        captured = self._table(table)
+        if not keys:
+            empty = pa.array([], pa.string())
+            return KeysChunk(empty, empty, [], captured.version)
+        params: list[Any] = []
+        for index, key in enumerate(keys):
+            params += [index, *captured.codec.key_params(key)]
+        rows = self._select(table, catalog.keys_sql(captured.shape, len(keys)), params)
+        first_key = 1 + captured.key_positions[0]
+        missing = [keys[int(row[0])] for row in rows if row[first_key] is None]
+        found: dict[str, Any] = {}
+        for row in rows:
+            if row[first_key] is not None:
+                found.setdefault(captured.codec.key_from_dump(row[1:]), row[1:])
+        encoded_keys, afters = _encode_rows(captured.codec, list(found.values()))
+        return KeysChunk(encoded_keys, afters, missing, captured.version)
+
+    def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
+        """Refuse keys whose values do not fit the key columns' types."""
+        codec = self._table(table).codec
+        for key in keys:
+            try:
+                codec.key_params(key)
+            except ValueError as exc:
+                raise RequestRejected(f"key {list(key)} does not fit {table}: {exc}") from None
+
+    def _select(self, table: str, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        try:
+            return self._rows(sql, params)
+        except (*_CONNECTION_ERRORS, pymysql.err.ProgrammingError) as exc:
+            code = exc.args[0] if exc.args else None
+            if code == _NO_TABLE:
+                raise DumpFailed(f"table {table} does not exist any more") from exc
+            if code in _DENIED:
+                raise DumpFailed(f"the worker may not read {table}: {exc}") from exc
+            if code == _NO_COLUMN:
+                raise SourceUnavailable(f"{table} changed while it was read; retrying") from exc
+            raise
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._conn is not None:
+            with contextlib.suppress(Exception):  # a broken connection may not close cleanly
+                self._conn.close()
+            self._conn = None

@@ -1,0 +1,1174 @@
+r"""Canonical serialization of MySQL/MariaDB values: same value, same bytes.
+
+The worker reads every row two ways: from a dump chunk's ``SELECT`` (PyMySQL, text
+protocol) and from the binary log (mysql-replication's ``BinLogStreamReader``, whose row
+events carry Python values).  :class:`MyRowCodec` turns either into the same canonical
+JSON, per column type, so a row from a dump and the same row from the log serialize to
+identical bytes.
+
+The dump path reads MySQL's own text output: the chunk connection is opened with
+:func:`dump_connection_options` (``conv=DUMP_CONV`` keeps PyMySQL's parameter escaping
+but decodes no result value, so a cell is the server's text as ``str``, or ``bytes`` for
+binary strings and BIT, or ``None``), runs with :data:`MY_SESSION_SETTINGS`, and selects
+the columns with :func:`select_list` (FLOAT and DOUBLE are read as ``CAST(c AS DOUBLE)``:
+MariaDB prints a FLOAT column with 6 significant digits, which loses the value).  The log
+path takes ``row["values"]`` (or ``before_values``/``after_values``) and the matching
+``none_sources`` of a row event; the server must log with ``binlog_format=ROW``,
+``binlog_row_image=FULL`` and ``binlog_row_metadata=FULL`` (column names, signedness,
+charsets, ENUM/SET members), and the reader must keep ``ignore_decode_errors=False``.
+
+Canonical encodings (dump text / binlog value → JSON)
+=====================================================
+
+==========================  ================================================================
+MySQL type                  canonical JSON; examples
+==========================  ================================================================
+NULL                        ``null``, for every type
+TINYINT ... BIGINT,         number: ``-128`` → ``-128``, ``18446744073709551615`` →
+signed or UNSIGNED          ``18446744073709551615``; ZEROFILL padding dropped: ``00042`` →
+(BOOL is TINYINT(1))        ``42``
+DECIMAL(p,s)                string keeping the scale: ``1.50`` → ``"1.50"``, ``-0.50`` →
+                            ``"-0.50"``, ``Decimal('0E-30')`` → ``"0.000...0"`` (30 zeros);
+                            ZEROFILL padding dropped
+FLOAT                       number: the shortest decimal that round-trips in float32 (parsed
+                            to a double and rounded to float32), written as Python's
+                            ``repr`` of that decimal without a trailing ``.0``:
+                            ``0.10000000149011612`` → ``0.1``, ``16777216.0`` →
+                            ``16777216``, ``3.4028234663852886e+38`` → ``3.4028235e+38``,
+                            ``1.401298464324817e-45`` → ``1e-45``
+DOUBLE                      number: Python's ``repr`` (shortest round-trip digits) without a
+                            trailing ``.0``: ``0.30000000000000004``, ``1e20`` → ``1e+20``,
+                            ``0.000012345`` → ``1.2345e-05``, ``5e-324``, ``1.0`` → ``1``
+CHAR, VARCHAR, *TEXT,       string: ``'😀'`` → ``"😀"``; CHAR trailing spaces are stripped on
+MariaDB JSON (a LONGTEXT)   both paths, VARCHAR/TEXT keep them; a MariaDB JSON document is
+                            its text as stored: ``{"a":  1}`` → ``"{\"a\":  1}"``
+BINARY, VARBINARY, *BLOB    string, standard base64 (``+/``, ``=`` padding): ``0x00ff`` →
+                            ``"AP8="``, empty → ``""``; BINARY(n) is always its n bytes,
+                            zero-padded (the log strips the padding, the codec restores it)
+DATE                        string: ``"2024-02-29"``
+DATETIME(fsp)               string, exactly fsp fraction digits: ``"2024-02-29 12:34:56"``,
+                            DATETIME(3) ``"9999-12-31 23:59:59.999"``
+TIMESTAMP(fsp)              string in UTC, like DATETIME: ``"2038-01-19 03:14:07.999999"``
+zero and invalid dates      ``null`` on both paths (the log cannot tell them from NULL): DATE
+                            ``0000-00-00``, ``2020-05-00``, ``0000-01-01``; the same in
+                            DATETIME; TIMESTAMP ``0000-00-00 00:00:00``
+TIME(fsp)                   string, exactly fsp fraction digits, hours beyond 24 and negative
+                            values as MySQL prints them: ``"-838:59:59"``,
+                            ``"-00:00:01.2345"``, ``"100:00:01.500000"``
+YEAR                        number: ``2024``, ``0000`` → ``0``
+ENUM                        string, the member: ``"y'q"``; the invalid value ``""``
+SET                         string, the members in definition order joined by ``,``, as
+                            MySQL prints them: ``"p,r"``; the empty set ``""`` (the log needs
+                            ``none_sources`` to tell it from NULL)
+BIT(n)                      number: ``b'1000000001'`` → ``513``
+JSON (MySQL 8 only)         string, MySQL's text of the document: ``"{\"a\": [1, 2]}"``.
+                            The log path rebuilds that text from mysql-replication's decoded
+                            document; this is UNTESTED (only MariaDB is available here) and
+                            is known to differ for doubles written in other forms than
+                            MySQL's and for a document that is the JSON literal ``null``
+                            (decoded as SQL NULL)
+GEOMETRY and the spatial    unsupported: :func:`column_from_information_schema` and
+types, MariaDB UUID, INET4, :func:`column_from_binlog` raise ValueError naming the column and
+INET6, YEAR(2), others      type (the log shows UUID/INET4/INET6 as BINARY(16)/BINARY(4),
+                            which :func:`column_from_binlog` cannot tell apart)
+==========================  ================================================================
+
+Strings are JSON-escaped like ``json.dumps(s, ensure_ascii=False)``.  A row is a JSON
+object ``{"col":value,...}`` in table column order with no whitespace; a key is a JSON
+array ``[value,...]`` of the key columns' values in key order.
+
+Key texts (:meth:`MyRowCodec.key_texts_from_dump`, ``..._from_binlog``) are one text per
+key column, identical on both paths: the JSON value's text unquoted (``"42"``,
+``"1.50"``, ``"abc"``, base64 for binary, ``"2024-01-01 00:00:00.000"``).
+:meth:`MyRowCodec.key_params` turns such texts (or texts typed by a user) into the values
+to bind for ``WHERE (k1,k2) > (%s,%s)`` so that the comparison matches ``ORDER BY k1, k2``:
+int for integers, YEAR and BIT, ``Decimal`` for DECIMAL, the exact float32 value for FLOAT,
+``bytes`` for binary strings, the 1-based member index for ENUM and the member bitmask for
+SET (both sort by number), ``str`` otherwise.
+
+Known limits: ENUM/SET members with characters outside the BMP (emoji) are shown as ``?``
+by MariaDB's ``information_schema`` (utf8mb3), so such a column's descriptor differs
+between the two sources (:func:`same_column` tells), and a codec built from
+``information_schema`` raises ValueError for a logged SET value holding such a member and
+for such an ENUM/SET key text in :meth:`MyRowCodec.key_params`; a codec built from the
+binlog's descriptors has the true members and encodes the dump path identically.
+Non-UTF-8 character sets are read by the log path with Python's codec of that name
+(latin1 as cp1252, as PyMySQL does); bytes that codec rejects make mysql-replication
+raise, and so does a DATE with an impossible day (``2020-02-31``, possible only with
+``ALLOW_INVALID_DATES``).  TIMESTAMP values after 2038 (MariaDB 11.5+) are not decoded by
+mysql-replication 1.0.17.  An ENUM's explicit ``''`` member and its invalid value (index 0)
+print the same, so both are ``""`` and :meth:`MyRowCodec.key_params` takes ``""`` for the
+member.  The log path undoes mysql-replication 1.0.17's decoding of negative TIME values
+with a fraction (``-00:00:01.25`` comes as ``-00:00:01.75``, see
+:func:`_negative_fraction_fix`); tests/integration/test_mysql_values.py fails if a release
+changes it.  The pre-MySQL-5.6.4 DATETIME/TIME/TIMESTAMP binlog formats are mapped but
+untested.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import math
+import re
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+from json.encoder import encode_basestring
+from types import MappingProxyType
+from typing import Any
+
+from pymysql import converters
+from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
+
+__all__ = [
+    "BINLOG_READER_OPTIONS",
+    "COLUMNS_SQL",
+    "DUMP_CONV",
+    "MY_SESSION_SETTINGS",
+    "Kind",
+    "MyColumn",
+    "MyRowCodec",
+    "column_from_binlog",
+    "column_from_information_schema",
+    "dump_connection_options",
+    "same_column",
+    "schema_document",
+    "select_list",
+    "session_init_command",
+]
+
+Cell = str | bytes | None
+"""A dump cell as PyMySQL returns it with :data:`DUMP_CONV`."""
+
+MY_SESSION_SETTINGS: Mapping[str, str] = MappingProxyType(
+    {
+        # TIMESTAMP values are printed in the session time zone; the log has them in UTC.
+        "time_zone": "+00:00",
+        # Without PAD_CHAR_TO_FULL_LENGTH (CHAR read without its padding, as the log has it)
+        # and without NO_BACKSLASH_ESCAPES (PyMySQL escapes parameters with backslashes).
+        "sql_mode": "STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION",
+        "character_set_results": "utf8mb4",
+    }
+)
+"""Session variables every connection of a MySQL source sets (values as ``SELECT
+@@session.<name>`` shows them)."""
+
+DUMP_CONV: Mapping[Any, Any] = MappingProxyType(
+    {k: v for k, v in converters.conversions.items() if not isinstance(k, int)}
+)
+"""PyMySQL ``conv`` of the dump connection: PyMySQL's encoders of Python parameter types,
+no decoder of result column types, so every cell is the server's text."""
+
+BINLOG_READER_OPTIONS: Mapping[str, object] = MappingProxyType(
+    {
+        # With True, mysql-replication drops undecodable bytes: the log would differ.
+        "ignore_decode_errors": False,
+    }
+)
+"""Keyword arguments of ``BinLogStreamReader`` that the values depend on.  Do not pass
+``is_mariadb`` (it ignores file/position resumption); nothing else changes values."""
+
+COLUMNS_SQL = (
+    "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE,"
+    " DATETIME_PRECISION, CHARACTER_SET_NAME, CHARACTER_OCTET_LENGTH"
+    " FROM information_schema.COLUMNS"
+    " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+    " ORDER BY ORDINAL_POSITION"
+)
+"""The columns of one table, in order; parameters ``(schema, table)``.  Each row goes to
+:func:`column_from_information_schema`."""
+
+
+def session_init_command() -> str:
+    """The ``SET`` statement of :data:`MY_SESSION_SETTINGS` (PyMySQL's ``init_command``)."""
+    assignments = ", ".join(f"{name} = '{value}'" for name, value in MY_SESSION_SETTINGS.items())
+    return "SET SESSION " + assignments
+
+
+def dump_connection_options() -> dict[str, object]:
+    """Keyword arguments for ``pymysql.connect`` of a dump (chunk) connection, besides the
+    host, port, credentials and database; the default cursor (tuples) is expected."""
+    return {
+        "charset": "utf8mb4",
+        "use_unicode": True,
+        "conv": dict(DUMP_CONV),
+        "init_command": session_init_command(),
+    }
+
+
+# --- column descriptors ---------------------------------------------------------------------
+
+
+class Kind(StrEnum):
+    """What the encoding of a column depends on, besides its parameters."""
+
+    INTEGER = "integer"
+    DECIMAL = "decimal"
+    FLOAT = "float"
+    DOUBLE = "double"
+    TEXT = "text"
+    BINARY = "binary"
+    DATE = "date"
+    DATETIME = "datetime"
+    TIMESTAMP = "timestamp"
+    TIME = "time"
+    YEAR = "year"
+    ENUM = "enum"
+    SET = "set"
+    BIT = "bit"
+    JSON = "json"
+
+
+_NUMERIC_KINDS = frozenset({Kind.INTEGER, Kind.DECIMAL, Kind.FLOAT, Kind.DOUBLE})
+_FSP_KINDS = frozenset({Kind.DATETIME, Kind.TIMESTAMP, Kind.TIME})
+
+
+@dataclass(frozen=True, slots=True)
+class MyColumn:
+    """A column as far as its canonical encoding goes."""
+
+    name: str
+    kind: Kind
+    unsigned: bool = False  # INTEGER, DECIMAL, FLOAT, DOUBLE
+    scale: int = 0  # DECIMAL
+    fsp: int = 0  # DATETIME, TIMESTAMP, TIME: fraction digits, 0..6
+    length: int = 0  # BINARY(n): n; 0 for every other type
+    members: tuple[str, ...] = ()  # ENUM, SET: in definition order
+
+
+_INFORMATION_SCHEMA_KINDS: Mapping[str, Kind] = {
+    "tinyint": Kind.INTEGER,
+    "smallint": Kind.INTEGER,
+    "mediumint": Kind.INTEGER,
+    "int": Kind.INTEGER,
+    "bigint": Kind.INTEGER,
+    "decimal": Kind.DECIMAL,
+    "float": Kind.FLOAT,
+    "double": Kind.DOUBLE,
+    "char": Kind.TEXT,
+    "varchar": Kind.TEXT,
+    "tinytext": Kind.TEXT,
+    "text": Kind.TEXT,
+    "mediumtext": Kind.TEXT,
+    "longtext": Kind.TEXT,
+    "binary": Kind.BINARY,
+    "varbinary": Kind.BINARY,
+    "tinyblob": Kind.BINARY,
+    "blob": Kind.BINARY,
+    "mediumblob": Kind.BINARY,
+    "longblob": Kind.BINARY,
+    "date": Kind.DATE,
+    "datetime": Kind.DATETIME,
+    "timestamp": Kind.TIMESTAMP,
+    "time": Kind.TIME,
+    "year": Kind.YEAR,
+    "enum": Kind.ENUM,
+    "set": Kind.SET,
+    "bit": Kind.BIT,
+    "json": Kind.JSON,
+}
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _number(value: object) -> int:
+    return 0 if value is None else int(_text(value))
+
+
+def column_from_information_schema(row: Sequence[object]) -> MyColumn:
+    """The descriptor of a row of :data:`COLUMNS_SQL` (a tuple, with
+    values as PyMySQL gives them with or without :data:`DUMP_CONV`)."""
+    name, data_type, column_type = _text(row[0]), _text(row[1]).lower(), _text(row[2]).lower()
+    scale, fsp, octet_length = row[4], row[5], row[7]
+    kind = _INFORMATION_SCHEMA_KINDS.get(data_type)
+    if kind is None or column_type.startswith("year(2)"):
+        raise ValueError(f"column {name!r}: type {column_type!r} is not supported")
+    unsigned = kind in _NUMERIC_KINDS and " unsigned" in column_type
+    if kind is Kind.DECIMAL:
+        return MyColumn(name, kind, unsigned=unsigned, scale=_number(scale))
+    if kind in _FSP_KINDS:
+        return MyColumn(name, kind, fsp=_number(fsp))
+    if kind is Kind.BINARY and data_type == "binary":
+        return MyColumn(name, kind, length=_number(octet_length))
+    if kind is Kind.ENUM or kind is Kind.SET:
+        return MyColumn(name, kind, members=_parse_members(name, _text(row[2])))
+    return MyColumn(name, kind, unsigned=unsigned)
+
+
+_MEMBER = re.compile(r"'((?:[^'\\]|''|\\.)*)'(,|\)$)", re.DOTALL)
+_MEMBER_ESCAPE = re.compile(r"''|\\(.)", re.DOTALL)
+_MEMBER_ESCAPES = {"0": "\0", "n": "\n", "r": "\r", "t": "\t", "b": "\b", "Z": "\x1a"}
+
+
+def _unescape_member(m: re.Match[str]) -> str:
+    if m.group(0) == "''":
+        return "'"
+    char = m.group(1)
+    return _MEMBER_ESCAPES.get(char, char)
+
+
+def _parse_members(name: str, column_type: str) -> tuple[str, ...]:
+    """The members of ``enum('a','b''c')`` / ``set(...)`` as ``information_schema`` shows them."""
+    start = column_type.find("(") + 1
+    members = []
+    position = start
+    while position < len(column_type):
+        m = _MEMBER.match(column_type, position)
+        if m is None or start == 0:
+            raise ValueError(f"column {name!r}: cannot read the members of {column_type!r}")
+        members.append(_MEMBER_ESCAPE.sub(_unescape_member, m.group(1)))
+        position = m.end()
+    return tuple(members)
+
+
+_BINLOG_KINDS: Mapping[int, Kind] = {
+    FIELD_TYPE.TINY: Kind.INTEGER,
+    FIELD_TYPE.SHORT: Kind.INTEGER,
+    FIELD_TYPE.INT24: Kind.INTEGER,
+    FIELD_TYPE.LONG: Kind.INTEGER,
+    FIELD_TYPE.LONGLONG: Kind.INTEGER,
+    FIELD_TYPE.NEWDECIMAL: Kind.DECIMAL,
+    FIELD_TYPE.FLOAT: Kind.FLOAT,
+    FIELD_TYPE.DOUBLE: Kind.DOUBLE,
+    FIELD_TYPE.VARCHAR: Kind.TEXT,
+    FIELD_TYPE.VAR_STRING: Kind.TEXT,
+    FIELD_TYPE.STRING: Kind.TEXT,
+    FIELD_TYPE.BLOB: Kind.TEXT,
+    FIELD_TYPE.DATE: Kind.DATE,
+    FIELD_TYPE.DATETIME: Kind.DATETIME,
+    FIELD_TYPE.DATETIME2: Kind.DATETIME,
+    FIELD_TYPE.TIMESTAMP: Kind.TIMESTAMP,
+    FIELD_TYPE.TIMESTAMP2: Kind.TIMESTAMP,
+    FIELD_TYPE.TIME: Kind.TIME,
+    FIELD_TYPE.TIME2: Kind.TIME,
+    FIELD_TYPE.YEAR: Kind.YEAR,
+    FIELD_TYPE.ENUM: Kind.ENUM,
+    FIELD_TYPE.SET: Kind.SET,
+    FIELD_TYPE.BIT: Kind.BIT,
+    FIELD_TYPE.JSON: Kind.JSON,
+}
+_BINLOG_TYPE_NAMES: Mapping[int, str] = {
+    value: name.lower()
+    for name, value in vars(FIELD_TYPE).items()
+    if name.isupper() and isinstance(value, int)
+}
+
+
+def column_from_binlog(column: Any) -> MyColumn:
+    """The descriptor of a ``pymysqlreplication.column.Column`` of a table map event (the
+    server must log with ``binlog_row_metadata=FULL``)."""
+    name = getattr(column, "name", None)
+    if not name or name.startswith("UNKNOWN_COL"):
+        raise ValueError(
+            "the binlog carries no column names: the server needs binlog_row_metadata=FULL"
+        )
+    kind = _BINLOG_KINDS.get(column.type)
+    if kind is None:
+        type_name = _BINLOG_TYPE_NAMES.get(column.type, str(column.type))
+        raise ValueError(f"column {name!r}: type {type_name!r} is not supported")
+    if kind is Kind.TEXT and column.character_set_name == "binary":
+        fixed = column.type == FIELD_TYPE.STRING
+        return MyColumn(name, Kind.BINARY, length=column.max_length if fixed else 0)
+    if kind in _NUMERIC_KINDS:
+        scale = column.decimals if kind is Kind.DECIMAL else 0
+        return MyColumn(name, kind, unsigned=bool(column.unsigned), scale=scale)
+    if kind in _FSP_KINDS:
+        return MyColumn(name, kind, fsp=getattr(column, "fsp", 0))
+    if kind is Kind.ENUM or kind is Kind.SET:
+        members = column.enum_values if kind is Kind.ENUM else column.set_values
+        if members is None:
+            raise ValueError(f"column {name!r}: the binlog carries no {kind} members")
+        # mysql-replication puts the invalid value '' (index 0) before the ENUM's members.
+        return MyColumn(name, kind, members=tuple(members[1:] if kind is Kind.ENUM else members))
+    return MyColumn(name, kind)
+
+
+_OUTSIDE_BMP = re.compile("[\U00010000-\U0010ffff]")
+
+
+def same_column(from_information_schema: MyColumn, from_binlog: MyColumn) -> bool:
+    """Whether two descriptors describe the same column: equal, except that
+    ``information_schema`` (utf8mb3) shows each ENUM/SET member character outside the BMP
+    as ``?``.  When they differ only so, build the codec from the binlog descriptor."""
+    shown = tuple(_OUTSIDE_BMP.sub("?", member) for member in from_binlog.members)
+    return from_information_schema == replace(from_binlog, members=shown)
+
+
+def _quote_identifier(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def select_list(columns: Sequence[MyColumn], qualifier: str = "") -> str:
+    """The select list of a dump SELECT of ``columns``, in order: what the dump path
+    encodes.  ``qualifier``, a table alias, prefixes each column (``t`` → ``t.`a```)."""
+    prefix = _quote_identifier(qualifier) + "." if qualifier else ""
+    parts = []
+    for column in columns:
+        quoted = prefix + _quote_identifier(column.name)
+        if column.kind is Kind.FLOAT or column.kind is Kind.DOUBLE:
+            parts.append(f"CAST({quoted} AS DOUBLE)")
+        else:
+            parts.append(quoted)
+    return ", ".join(parts)
+
+
+def schema_document(columns: Sequence[MyColumn], key_columns: Sequence[str]) -> dict[str, object]:
+    """The schema of one table version, as the landing zone records it.
+
+    The same for descriptors from either source: ENUM/SET members are written as
+    ``information_schema`` shows them (see :func:`same_column`).
+    """
+    described = []
+    for column in columns:
+        entry: dict[str, object] = {"name": column.name, "type": str(column.kind)}
+        if column.kind in _NUMERIC_KINDS:
+            entry["unsigned"] = column.unsigned
+        if column.kind is Kind.DECIMAL:
+            entry["scale"] = column.scale
+        if column.kind in _FSP_KINDS:
+            entry["fsp"] = column.fsp
+        if column.length:
+            entry["length"] = column.length
+        if column.kind is Kind.ENUM or column.kind is Kind.SET:
+            entry["members"] = [_OUTSIDE_BMP.sub("?", member) for member in column.members]
+        described.append(entry)
+    return {"columns": described, "key": list(key_columns)}
+
+
+# --- canonical texts ----------------------------------------------------------------------
+
+# How a column's canonical text becomes JSON: as is (a number), quoted and escaped, or just
+# quoted (texts that never hold a character JSON escapes: digits, dates, base64).
+_NUMBER, _STRING, _PLAIN = "number", "string", "plain"
+
+_F32 = struct.Struct("<f")
+_F32_FORMATS = tuple(f".{digits}g" for digits in range(1, 10))
+_EPOCH = datetime.datetime(1970, 1, 1)  # naive UTC, as mysql-replication decodes
+
+
+def _double_text(value: float) -> str:
+    if not math.isfinite(value):
+        raise ValueError(f"not a MySQL DOUBLE value: {value!r}")
+    text = repr(value)
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _to_float32(value: float) -> float:
+    try:
+        result: float = _F32.unpack(_F32.pack(value))[0]
+    except OverflowError:
+        raise ValueError(f"not a MySQL FLOAT value: {value!r}") from None
+    return result
+
+
+def _float32_text(value: float) -> str:
+    """The shortest ``%g`` decimal whose float32 is ``value``'s, in :func:`_double_text` form."""
+    value = _to_float32(value)
+    text = format(value, _F32_FORMATS[-1])
+    for spec in _F32_FORMATS:
+        candidate = format(value, spec)
+        try:
+            if _F32.unpack(_F32.pack(float(candidate)))[0] == value:
+                text = candidate
+                break
+        except OverflowError:  # rounded up past the largest float32
+            continue
+    return _double_text(float(text))
+
+
+def _unpadded_integer(text: str) -> str:
+    """An integer's text without ZEROFILL padding (called for texts starting with 0)."""
+    return str(int(text))
+
+
+def _unpadded_decimal(text: str) -> str:
+    """A decimal's text without ZEROFILL padding (called for texts starting with 0)."""
+    stripped = text.lstrip("0")
+    return stripped if stripped[:1].isdigit() else "0" + stripped
+
+
+def _dump_decimal(text: str) -> str:
+    return text if text[0] != "0" else _unpadded_decimal(text)
+
+
+def _dump_integer(text: str) -> str:
+    return text if text[0] != "0" else _unpadded_integer(text)
+
+
+def _dump_float(text: str) -> str:
+    return _float32_text(float(text))
+
+
+def _dump_double(text: str) -> str:
+    return _double_text(float(text))
+
+
+def _base64(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+def _dump_binary(data: bytes | str) -> str:
+    if not isinstance(data, bytes):
+        raise ValueError("binary column read as text: the dump connection must use DUMP_CONV")
+    return _base64(data)
+
+
+def _valid_date_text(text: str) -> bool:
+    """Whether ``YYYY-MM-DD...`` is a calendar date (the log has None for the others)."""
+    year, month, day = text[0:4], text[5:7], text[8:10]
+    if year == "0000" or month == "00" or day == "00":
+        return False
+    if day <= "28":
+        return True
+    try:
+        datetime.date(int(year), int(month), int(day))
+    except ValueError:
+        return False
+    return True
+
+
+def _dump_date(text: str) -> str | None:
+    return text if _valid_date_text(text) else None
+
+
+def _dump_timestamp(text: str) -> str | None:
+    # A TIMESTAMP is 1970..2038 or the zero value 0000-00-00 00:00:00.
+    return text if text[0] != "0" else None
+
+
+def _dump_year(text: str) -> str:
+    return str(int(text))
+
+
+def _dump_bit(data: bytes | str) -> str:
+    if not isinstance(data, bytes):
+        raise ValueError("BIT column read as text: the dump connection must use DUMP_CONV")
+    return str(int.from_bytes(data, "big"))
+
+
+def _binlog_integer(value: int) -> str:
+    return str(int(value))
+
+
+def _binlog_text(value: str | bytes) -> str:
+    if not isinstance(value, str):
+        raise ValueError(
+            "the binlog gave bytes for a text column: its character set has no Python codec"
+        )
+    return value
+
+
+def _binlog_bit(bits: str) -> str:
+    return str(int(bits, 2))
+
+
+def _binlog_date(value: datetime.date) -> str:
+    return value.isoformat()
+
+
+def _binlog_year(value: int) -> str:
+    # The log stores YEAR as year - 1900, and 0 for 0000.
+    return "0" if value == 1900 else str(value)
+
+
+def _negative_fraction_fix(micros: int) -> int:
+    """The true magnitude of a negative TIME(fsp>0) value decoded by mysql-replication.
+
+    It decodes ``-S.f`` (f > 0) as ``-(S + 1 - f)``: MySQL stores the integer part rounded
+    down and the fraction as its complement, and the library takes both as they are.
+    """
+    seconds, fraction = divmod(micros, 1_000_000)
+    return micros if fraction == 0 else seconds * 1_000_000 + (1_000_000 - fraction)
+
+
+def _time_text(value: datetime.timedelta, fsp: int) -> str:
+    micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    sign = ""
+    if micros < 0:
+        sign, micros = "-", _negative_fraction_fix(-micros)
+    seconds, fraction = divmod(micros, 1_000_000)
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    text = f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}"
+    return text + f".{fraction:06d}"[: fsp + 1] if fsp else text
+
+
+def _datetime_text(value: datetime.datetime, fsp: int) -> str:
+    text = value.isoformat(" ", "microseconds")
+    return text[: 20 + fsp] if fsp else text[:19]
+
+
+def _mysql_json_text(document: object) -> str:
+    """MySQL's text of a JSON document decoded by mysql-replication (UNTESTED, see above)."""
+    if document is None:
+        return "null"
+    if document is True:
+        return "true"
+    if document is False:
+        return "false"
+    if isinstance(document, bytes):
+        return encode_basestring(document.decode())
+    if isinstance(document, str):
+        return encode_basestring(document)
+    if isinstance(document, int):
+        return str(document)
+    if isinstance(document, float):
+        text = repr(document)
+        if "e" in text:
+            mantissa, exponent = text.split("e")
+            return f"{mantissa}e{int(exponent)}"
+        return text
+    if isinstance(document, Decimal):
+        return format(document, "f")
+    if isinstance(document, datetime.datetime):
+        return '"' + document.isoformat(" ", "microseconds") + '"'
+    if isinstance(document, datetime.date):
+        return '"' + document.isoformat() + '"'
+    if isinstance(document, datetime.timedelta):
+        return '"' + _time_text(document, 6) + '"'
+    if isinstance(document, list):
+        return "[" + ", ".join(_mysql_json_text(item) for item in document) + "]"
+    if isinstance(document, dict):
+        items = (
+            f"{_mysql_json_text(key)}: {_mysql_json_text(item)}" for key, item in document.items()
+        )
+        return "{" + ", ".join(items) + "}"
+    raise ValueError(f"unexpected JSON value from the binlog: {document!r}")
+
+
+# --- key parameters -----------------------------------------------------------------------
+
+_DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DATETIME_TEXT = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d{1,6})?")
+_TIME_TEXT = re.compile(r"-?\d{2,3}:\d{2}:\d{2}(\.\d{1,6})?")
+
+
+_INTEGER_TEXT = re.compile(r"-?\d+")
+
+
+def _param_integer(text: str) -> int:
+    if _INTEGER_TEXT.fullmatch(text) is None:
+        raise ValueError(f"not an integer: {text!r}")
+    return int(text)
+
+
+def _param_decimal(text: str) -> Decimal:
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise ValueError(f"not a decimal: {text!r}") from None
+    if not value.is_finite():
+        raise ValueError(f"not a decimal: {text!r}")
+    return value
+
+
+def _param_float(text: str) -> float:
+    return _to_float32(float(text))
+
+
+def _param_double(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"not a MySQL DOUBLE value: {text!r}")
+    return value
+
+
+def _param_binary(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error:
+        raise ValueError(f"not standard base64: {text!r}") from None
+
+
+def _param_matching(pattern: re.Pattern[str], what: str) -> Callable[[str], object]:
+    def param(text: str) -> str:
+        if pattern.fullmatch(text) is None:
+            raise ValueError(f"not a {what} text: {text!r}")
+        return text
+
+    return param
+
+
+def _param_enum(members: tuple[str, ...]) -> Callable[[str], object]:
+    indexes = {member: index for index, member in enumerate(members, 1)}
+
+    def param(text: str) -> int:
+        try:
+            return indexes[text]
+        except KeyError:
+            if text == "":
+                return 0  # the invalid value (an explicit '' member prints the same)
+            raise ValueError(f"not a member of ENUM{members!r}: {text!r}") from None
+
+    return param
+
+
+def _param_set(members: tuple[str, ...]) -> Callable[[str], object]:
+    bits = {member: 1 << index for index, member in enumerate(members)}
+
+    def param(text: str) -> int:
+        mask = 0
+        for member in text.split(",") if text else ():
+            try:
+                mask |= bits[member]
+            except KeyError:
+                raise ValueError(f"not a member of SET{members!r}: {member!r}") from None
+        return mask
+
+    return param
+
+
+def _param_text(text: str) -> str:
+    return text
+
+
+# --- per-column encodings -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Encoding:
+    """How one column's values become its canonical text and JSON.
+
+    ``dump``/``binlog`` give the canonical text of a non-NULL cell/value, None for a value
+    that is null in JSON (zero dates, then ``nullable``); ``dump`` None means the cell is
+    the text.  ``style`` says how the text becomes JSON.  ``dump_inline`` is the generated
+    dump code's ``(extra null test or "", text)`` of a cell ``{v}``, ``{d}`` being ``dump``:
+    the same result as ``dump`` with fewer calls.
+    """
+
+    dump: Callable[[Any], str | None] | None
+    binlog: Callable[[Any], str | None]
+    style: str
+    param: Callable[[str], object]
+    nullable: bool = False
+    dump_inline: tuple[str, str] | None = None
+
+
+def _binlog_set(members: tuple[str, ...]) -> Callable[[Any], str | None]:
+    def text(value: set[str] | frozenset[str]) -> str:
+        ordered = [member for member in members if member in value]
+        if len(ordered) != len(value):
+            unknown = sorted(value - set(members))
+            raise ValueError(
+                f"SET value has members {unknown!r} not in the codec's {members!r} (MariaDB's"
+                " information_schema shows characters outside the BMP as '?'"
+                "; build the codec from column_from_binlog)"
+            )
+        return ",".join(ordered)
+
+    return text
+
+
+def _binlog_binary(length: int) -> Callable[[Any], str | None]:
+    def text(value: bytes | str) -> str:
+        if isinstance(value, str):
+            if value:
+                raise ValueError("the binlog gave text for a binary column")
+            value = b""  # mysql-replication gives '' for an empty binary string
+        return _base64(value.ljust(length, b"\0"))
+
+    return text
+
+
+def _binlog_decimal(scale: int) -> Callable[[Any], str | None]:
+    spec = f".{scale}f"
+
+    def text(value: Decimal) -> str:
+        return format(value, spec)
+
+    return text
+
+
+def _binlog_datetime(fsp: int) -> Callable[[Any], str | None]:
+    def text(value: datetime.datetime) -> str:
+        return _datetime_text(value, fsp)
+
+    return text
+
+
+def _binlog_timestamp(fsp: int) -> Callable[[Any], str | None]:
+    def text(value: datetime.datetime) -> str | None:
+        # The zero TIMESTAMP is stored as 0 seconds, decoded as the epoch.
+        return None if value == _EPOCH else _datetime_text(value, fsp)
+
+    return text
+
+
+def _binlog_time(fsp: int) -> Callable[[Any], str | None]:
+    def text(value: datetime.timedelta) -> str:
+        return _time_text(value, fsp)
+
+    return text
+
+
+# _dump_integer/_dump_decimal without the call when there is no padding to drop.
+_UNPADDED_INLINE = "({v} if {v}[0] != '0' else {d}({v}))"
+
+
+def _encoding(column: MyColumn) -> _Encoding:
+    kind = column.kind
+    if kind is Kind.INTEGER:
+        return _Encoding(
+            _dump_integer,
+            _binlog_integer,
+            _NUMBER,
+            _param_integer,
+            dump_inline=("", _UNPADDED_INLINE),
+        )
+    if kind is Kind.DECIMAL:
+        return _Encoding(
+            _dump_decimal,
+            _binlog_decimal(column.scale),
+            _PLAIN,
+            _param_decimal,
+            dump_inline=("", _UNPADDED_INLINE),
+        )
+    if kind is Kind.FLOAT:
+        return _Encoding(_dump_float, _float32_text, _NUMBER, _param_float)
+    if kind is Kind.DOUBLE:
+        return _Encoding(_dump_double, _double_text, _NUMBER, _param_double)
+    if kind is Kind.TEXT:
+        return _Encoding(None, _binlog_text, _STRING, _param_text)
+    if kind is Kind.BINARY:
+        return _Encoding(_dump_binary, _binlog_binary(column.length), _PLAIN, _param_binary)
+    if kind is Kind.DATE:
+        return _Encoding(
+            _dump_date, _binlog_date, _PLAIN, _param_matching(_DATE_TEXT, "DATE"), nullable=True
+        )
+    if kind is Kind.DATETIME:
+        return _Encoding(
+            _dump_date,
+            _binlog_datetime(column.fsp),
+            _PLAIN,
+            _param_matching(_DATETIME_TEXT, "DATETIME"),
+            nullable=True,
+        )
+    if kind is Kind.TIMESTAMP:
+        return _Encoding(
+            _dump_timestamp,
+            _binlog_timestamp(column.fsp),
+            _PLAIN,
+            _param_matching(_DATETIME_TEXT, "TIMESTAMP"),
+            nullable=True,
+            dump_inline=("{v}[0] == '0'", "{v}"),
+        )
+    if kind is Kind.TIME:
+        return _Encoding(
+            None, _binlog_time(column.fsp), _PLAIN, _param_matching(_TIME_TEXT, "TIME")
+        )
+    if kind is Kind.YEAR:
+        return _Encoding(_dump_year, _binlog_year, _NUMBER, _param_integer)
+    if kind is Kind.ENUM:
+        return _Encoding(None, _binlog_text, _STRING, _param_enum(column.members))
+    if kind is Kind.SET:
+        return _Encoding(None, _binlog_set(column.members), _STRING, _param_set(column.members))
+    if kind is Kind.BIT:
+        return _Encoding(_dump_bit, _binlog_bit, _NUMBER, _param_integer)
+    if kind is Kind.JSON:
+        return _Encoding(None, _mysql_json_text, _STRING, _param_text)
+    raise ValueError(f"column {column.name!r}: unknown kind {kind!r}")
+
+
+# --- rows ---------------------------------------------------------------------------------
+
+
+def _styled(style: str, text: str) -> str:
+    """Source of the JSON of canonical text ``text`` (an expression) in ``style``."""
+    if style == _NUMBER:
+        return text
+    if style == _PLAIN:
+        return f"'\"' + {text} + '\"'"
+    return f"quote({text})"
+
+
+def _json_of_text(style: str, text: str) -> str:
+    if style == _NUMBER:
+        return text
+    if style == _PLAIN:
+        return '"' + text + '"'
+    return encode_basestring(text)
+
+
+class _Source:
+    """Source lines of one generated function; values reach it only by namespace names."""
+
+    def __init__(self, signature: str) -> None:
+        self.lines = [f"def {signature}:"]
+        self.namespace: dict[str, object] = {"quote": encode_basestring}
+
+    def add(self, line: str) -> None:
+        self.lines.append("    " + line)
+
+    def bind(self, name: str, value: object) -> str:
+        self.namespace[name] = value
+        return name
+
+    def compile(self, name: str) -> Callable[..., Any]:
+        exec("\n".join(self.lines), self.namespace)  # noqa: S102 - names only, see _Source
+        function: Callable[..., Any] = self.namespace[name]  # type: ignore[assignment]
+        return function
+
+
+def _dump_fragment(source: _Source, i: int, encoding: _Encoding) -> None:
+    """Line computing ``x{i}``, the JSON of cell ``v{i}``."""
+    v, style = f"v{i}", encoding.style
+    if encoding.dump_inline is not None:
+        d = source.bind(f"d{i}", encoding.dump)
+        test, text = (part.format(v=v, d=d) for part in encoding.dump_inline)
+        null_test = f"{v} is None or {test}" if test else f"{v} is None"
+        source.add(f"x{i} = 'null' if {null_test} else {_styled(style, text)}")
+    elif encoding.dump is None:
+        source.add(f"x{i} = 'null' if {v} is None else {_styled(style, v)}")
+    elif encoding.nullable:
+        d = source.bind(f"d{i}", encoding.dump)
+        styled = _styled(style, f"t{i}")
+        source.add(f"x{i} = 'null' if {v} is None or (t{i} := {d}({v})) is None else {styled}")
+    else:
+        d = source.bind(f"d{i}", encoding.dump)
+        source.add(f"x{i} = 'null' if {v} is None else {_styled(style, f'{d}({v})')}")
+
+
+def _binlog_fragment(source: _Source, i: int, column: MyColumn, encoding: _Encoding) -> None:
+    """Lines computing ``x{i}``, the JSON of the column's value in ``values``."""
+    v = f"v{i}"
+    n = source.bind(f"n{i}", column.name)
+    b = source.bind(f"b{i}", encoding.binlog)
+    source.add(f"{v} = values[{n}]")
+    if column.kind is Kind.SET:
+        # mysql-replication gives None for the empty set; none_sources tells it from NULL.
+        absent = f"('\"\"' if none_sources and none_sources.get({n}) == EMPTY_SET else 'null')"
+        source.bind("EMPTY_SET", NONE_SOURCE.EMPTY_SET)
+    else:
+        absent = "'null'"
+    if encoding.nullable:
+        styled = _styled(encoding.style, f"t{i}")
+        source.add(f"x{i} = {absent} if {v} is None or (t{i} := {b}({v})) is None else {styled}")
+    else:
+        source.add(f"x{i} = {absent} if {v} is None else {_styled(encoding.style, f'{b}({v})')}")
+
+
+def _key_array(positions: Sequence[int]) -> str:
+    """Source of the key's JSON array of fragments ``x{i}``."""
+    if not positions:
+        return "'[]'"
+    return "'[' + ','.join((" + "".join(f"x{i}, " for i in positions) + ")) + ']'"
+
+
+def _row_object(source: _Source, names: Sequence[str]) -> str:
+    """Source of the row's JSON object of fragments ``x{i}``."""
+    parts = []
+    for i, name in enumerate(names):
+        prefix = ("{" if i == 0 else ",") + encode_basestring(name) + ":"
+        parts += [source.bind(f"p{i}", prefix), f"x{i}"]
+    return f"''.join(({', '.join(parts)}, '}}'))" if parts else "'{}'"
+
+
+class MyRowCodec:
+    """Serializes rows of one table version: built once per column list, used per row.
+
+    The dump methods take a row's cells as PyMySQL returns them with :data:`DUMP_CONV`
+    from a SELECT of :func:`select_list`; the binlog methods take a row event's values
+    (``row["values"]``, ``row["before_values"]``, ``row["after_values"]``) and, so that an
+    empty SET is not taken for NULL, the matching ``none_sources`` dict.  The functions
+    are generated per table: one line per column, no loop and no dispatch.
+    """
+
+    __slots__ = (
+        "_binlog_key",
+        "_binlog_key_row",
+        "_binlog_row",
+        "_dump_key",
+        "_dump_key_row",
+        "_dump_row",
+        "_encodings",
+        "_key_positions",
+        "columns",
+        "key_columns",
+    )
+
+    def __init__(self, columns: Sequence[MyColumn], key_columns: Sequence[str]) -> None:
+        position: dict[str, int] = {}
+        for i, column in enumerate(columns):
+            if column.name in position:
+                raise ValueError(f"duplicate column name {column.name!r}")
+            position[column.name] = i
+        missing = [k for k in key_columns if k not in position]
+        if missing:
+            raise ValueError(f"key columns {missing!r} are not among the columns")
+        if len(set(key_columns)) != len(key_columns):
+            raise ValueError(f"duplicate key columns in {list(key_columns)!r}")
+        self.columns: tuple[MyColumn, ...] = tuple(columns)
+        self.key_columns: tuple[str, ...] = tuple(key_columns)
+        self._encodings = tuple(_encoding(column) for column in columns)
+        self._key_positions = tuple(position[k] for k in key_columns)
+        self._dump_row = self._compile_dump(key=False, row=True)
+        self._dump_key = self._compile_dump(key=True, row=False)
+        self._dump_key_row = self._compile_dump(key=True, row=True)
+        self._binlog_row = self._compile_binlog(key=False, row=True)
+        self._binlog_key = self._compile_binlog(key=True, row=False)
+        self._binlog_key_row = self._compile_binlog(key=True, row=True)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(column.name for column in self.columns)
+
+    def _result(self, source: _Source, key: bool, row: bool) -> str:
+        results = []
+        if key:
+            results.append(_key_array(self._key_positions))
+        if row:
+            results.append(_row_object(source, self.column_names))
+        return ", ".join(results)
+
+    def _compile_dump(self, key: bool, row: bool) -> Callable[..., Any]:
+        source = _Source("encode(cells)")
+        width = len(self.columns)
+        source.add(f"({''.join(f'v{i}, ' for i in range(width))}) = cells")
+        needed = range(width) if row else self._key_positions
+        for i in needed:
+            _dump_fragment(source, i, self._encodings[i])
+        source.add(f"return {self._result(source, key, row)}")
+        return source.compile("encode")
+
+    def _compile_binlog(self, key: bool, row: bool) -> Callable[..., Any]:
+        source = _Source("encode(values, none_sources)")
+        needed = range(len(self.columns)) if row else self._key_positions
+        for i in needed:
+            _binlog_fragment(source, i, self.columns[i], self._encodings[i])
+        source.add(f"return {self._result(source, key, row)}")
+        return source.compile("encode")
+
+    # -- dump path -----------------------------------------------------------------------
+
+    def row_from_dump(self, cells: Sequence[Cell]) -> str:
+        """The canonical JSON object of a dump row."""
+        result: str = self._dump_row(cells)
+        return result
+
+    def key_from_dump(self, cells: Sequence[Cell]) -> str:
+        """The canonical JSON array of a dump row's key columns."""
+        result: str = self._dump_key(cells)
+        return result
+
+    def key_row_from_dump(self, cells: Sequence[Cell]) -> tuple[str, str]:
+        """``(key_from_dump(cells), row_from_dump(cells))``, each value encoded once."""
+        result: tuple[str, str] = self._dump_key_row(cells)
+        return result
+
+    def key_texts_from_dump(self, cells: Sequence[Cell]) -> tuple[str, ...]:
+        """The canonical text of each key column of a dump row, in key order."""
+        if len(cells) != len(self.columns):
+            raise ValueError(f"row has {len(cells)} cells, the table {len(self.columns)} columns")
+        texts = []
+        for i in self._key_positions:
+            cell, dump = cells[i], self._encodings[i].dump
+            text: str | None
+            if cell is None:
+                text = None
+            elif dump is not None:
+                text = dump(cell)
+            elif isinstance(cell, str):
+                text = cell
+            else:
+                raise ValueError(f"key column {self.columns[i].name!r}: bytes cell {cell!r}")
+            texts.append(self._key_text(i, text))
+        return tuple(texts)
+
+    # -- binlog path ---------------------------------------------------------------------
+
+    def row_from_binlog(
+        self, values: Mapping[str, object], none_sources: Mapping[str, str] | None = None
+    ) -> str:
+        """The canonical JSON object of a row image of a binlog row event."""
+        result: str = self._call_binlog(self._binlog_row, values, none_sources)
+        return result
+
+    def key_from_binlog(
+        self, values: Mapping[str, object], none_sources: Mapping[str, str] | None = None
+    ) -> str:
+        """The canonical JSON array of the key columns of a binlog row image."""
+        result: str = self._call_binlog(self._binlog_key, values, none_sources)
+        return result
+
+    def key_row_from_binlog(
+        self, values: Mapping[str, object], none_sources: Mapping[str, str] | None = None
+    ) -> tuple[str, str]:
+        """``(key_from_binlog(...), row_from_binlog(...))``, each value encoded once."""
+        result: tuple[str, str] = self._call_binlog(self._binlog_key_row, values, none_sources)
+        return result
+
+    def key_texts_from_binlog(
+        self, values: Mapping[str, object], none_sources: Mapping[str, str] | None = None
+    ) -> tuple[str, ...]:
+        """The canonical text of each key column of a binlog row image, in key order."""
+        texts = []
+        for i in self._key_positions:
+            column = self.columns[i]
+            value = self._binlog_value(values, column.name)
+            if value is None and column.kind is Kind.SET and none_sources:
+                text = "" if none_sources.get(column.name) == NONE_SOURCE.EMPTY_SET else None
+            else:
+                text = None if value is None else self._encodings[i].binlog(value)
+            texts.append(self._key_text(i, text))
+        return tuple(texts)
+
+    def _call_binlog(
+        self,
+        encode: Callable[..., Any],
+        values: Mapping[str, object],
+        none_sources: Mapping[str, str] | None,
+    ) -> Any:
+        try:
+            return encode(values, none_sources)
+        except KeyError as exc:
+            raise ValueError(
+                f"the binlog row has no column {exc.args[0]!r}"
+                " (the server needs binlog_row_image=FULL and binlog_row_metadata=FULL)"
+            ) from None
+
+    @staticmethod
+    def _binlog_value(values: Mapping[str, object], name: str) -> object:
+        try:
+            return values[name]
+        except KeyError:
+            raise ValueError(
+                f"the binlog row has no column {name!r}"
+                " (the server needs binlog_row_image=FULL and binlog_row_metadata=FULL)"
+            ) from None
+
+    # -- keys ----------------------------------------------------------------------------
+
+    def _key_text(self, i: int, text: str | None) -> str:
+        if text is None:
+            column = self.columns[i]
+            raise ValueError(f"key column {column.name!r} is NULL or a zero date")
+        return text
+
+    def key_params(self, texts: Sequence[str]) -> list[object]:
+        """The parameters to bind for key texts (from this codec or typed by a user), in key
+        order: see the module docstring.  Raises ValueError for a text the column cannot hold."""
+        if len(texts) != len(self._key_positions):
+            raise ValueError(f"{len(texts)} key texts for {len(self._key_positions)} key columns")
+        params = []
+        for i, text in zip(self._key_positions, texts, strict=True):
+            try:
+                params.append(self._encodings[i].param(text))
+            except ValueError as exc:
+                raise ValueError(f"key column {self.columns[i].name!r}: {exc}") from None
+        return params
+
+    def key_from_texts(self, texts: Sequence[str]) -> str:
+        """The canonical JSON array of canonical key texts (as the ``key_texts_*`` give)."""
+        if len(texts) != len(self._key_positions):
+            raise ValueError(f"{len(texts)} key texts for {len(self._key_positions)} key columns")
+        parts = [
+            _json_of_text(self._encodings[i].style, text)
+            for i, text in zip(self._key_positions, texts, strict=True)
+        ]
+        return "[" + ",".join(parts) + "]"
