@@ -2,25 +2,32 @@
 """The dblog demo: capture a small shop database under live writes, dump it, check the result.
 
 Run it through ``./scripts/demo`` (which prepares the machine and the venv), or directly with
-the venv's interpreter: ``.venv/bin/python scripts/demo.py [--keep]``. What it does:
+the venv's interpreter: ``.venv/bin/python scripts/demo.py [--source mariadb] [--keep]``.
+What it does:
 
-1. starts a throwaway PostgreSQL (``wal_level=logical``) and Redis on free ports
-   (``tests/services.py``; nothing touches the machine's own servers);
-2. creates ``public.customers`` and ``public.orders`` (REPLICA IDENTITY FULL), fills them,
-   writes a worker configuration and starts ``dblog run``;
+1. starts a throwaway source database and Redis on free ports (``tests/services.py``; nothing
+   touches the machine's own servers): PostgreSQL (``wal_level=logical``) by default, MariaDB
+   (row-based binary log) with ``--source mariadb``;
+2. creates ``customers`` and ``orders`` (PostgreSQL: ``public.*``, REPLICA IDENTITY FULL;
+   MariaDB: ``shop.*``), fills them, writes a worker configuration and starts ``dblog run``;
 3. runs a live write load (inserts, updates, deletes, primary-key changes) in a thread;
 4. requests ``dblog dump --all --chunk-size 2000`` and follows it with ``dblog wait``, then
    a primary-key dump of a few customers, some of which do not exist;
 5. stops the load, waits until the worker's checkpoint passes the source's last write, replays
    the landing zone in position order and compares it with the source tables, byte for byte
-   in the canonical encoding of ``dblog_worker.values``;
+   in the canonical encoding of ``dblog_worker.values`` (MariaDB: ``dblog_worker.mysql.values``);
 6. prints a summary and stops everything (``--keep``: leaves it running until Ctrl-C).
+
+What differs between the two databases (server, schema, SQL of the load, reading the source
+rows, the log position) is in one class per kind, :class:`PostgresShop` and
+:class:`MariaDBShop`; the rest of the story is shared.
 
 Exit status: 0 when every table converged, 1 otherwise (or when something failed on the way).
 """
 
 from __future__ import annotations
 
+import abc
 import argparse
 import contextlib
 import ctypes
@@ -37,83 +44,38 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/services.py starts the throwaway servers
 
 import psycopg  # noqa: E402
+import pymysql  # noqa: E402
 
+from dblog_worker.config import default_server_id, mysql_url_args  # noqa: E402
 from dblog_worker.landing import LandingZone, read_events  # noqa: E402
+from dblog_worker.mysql.binlog import BinlogCheckpoint, file_number  # noqa: E402
+from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL  # noqa: E402
+from dblog_worker.mysql.values import (  # noqa: E402
+    COLUMNS_SQL,
+    MyRowCodec,
+    column_from_information_schema,
+    dump_connection_options,
+    select_list,
+)
 from dblog_worker.pg import catalog  # noqa: E402
 from dblog_worker.pg.pgoutput import parse_lsn  # noqa: E402
 from dblog_worker.requests import RequestState, TableProgress  # noqa: E402
 from dblog_worker.state import StateStore  # noqa: E402
 from dblog_worker.values import RowCodec, libpq_options  # noqa: E402
-from tests.services import PostgresServer, RedisServer  # noqa: E402
+from tests.services import MariaDBServer, PostgresServer, RedisServer  # noqa: E402
 
 SOURCE = "shop"
 DATABASE = "shop"
-CUSTOMERS = "public.customers"
-ORDERS = "public.orders"
-TABLES = (CUSTOMERS, ORDERS)
 MISSING_BASE = 90_000_000  # primary keys from here on never exist
-
-SCHEMA_SQL = """
-CREATE SEQUENCE versions;
-CREATE TABLE customers (
-    id          bigint PRIMARY KEY,
-    name        text NOT NULL,
-    email       text,
-    country     char(2) NOT NULL,
-    balance     numeric(12, 2) NOT NULL,
-    tags        text[],
-    created_at  timestamptz NOT NULL,
-    version     bigint NOT NULL
-);
-CREATE TABLE orders (
-    id           bigint PRIMARY KEY,
-    customer_id  bigint NOT NULL,
-    status       text NOT NULL,
-    amount       numeric(10, 2) NOT NULL,
-    items        jsonb NOT NULL,
-    note         text,
-    created_at   timestamptz NOT NULL,
-    updated_at   timestamptz NOT NULL,
-    version      bigint NOT NULL
-);
-ALTER TABLE customers REPLICA IDENTITY FULL;
-ALTER TABLE orders REPLICA IDENTITY FULL;
-"""
-
-FILL_CUSTOMERS = """
-INSERT INTO customers
-SELECT g, 'customer ' || g,
-       CASE WHEN g %% 7 = 0 THEN NULL ELSE 'c' || g || '@example.com' END,
-       (ARRAY['DE', 'FR', 'US', 'JP', 'BR'])[1 + g %% 5],
-       round((g %% 1000) * 1.37, 2),
-       CASE WHEN g %% 3 = 0 THEN ARRAY['vip', 'café'] END,
-       timestamptz '2024-01-01 00:00:00+00' + g * interval '1 minute',
-       nextval('versions')
-FROM generate_series(1, %s) AS g
-"""
-
-FILL_ORDERS = """
-INSERT INTO orders
-SELECT g, 1 + g %% %s,
-       (ARRAY['new', 'paid', 'shipped', 'delivered'])[1 + g %% 4],
-       round((g %% 500) + 0.99, 2),
-       jsonb_build_object('sku', 'SKU-' || g %% 97, 'qty', 1 + g %% 5),
-       CASE WHEN g %% 11 = 0 THEN 'gift 🎁' END,
-       timestamptz '2024-06-01 00:00:00+00' + g * interval '10 seconds',
-       timestamptz '2024-06-01 00:00:00+00' + g * interval '10 seconds',
-       nextval('versions')
-FROM generate_series(1, %s) AS g
-"""
-
 
 # -- output ---------------------------------------------------------------------------
 
@@ -146,14 +108,17 @@ class Options:
     chunk_size: int
     warmup_s: float
     seed: int
+    source: str = "postgresql"
 
 
 def parse_args(argv: Sequence[str] | None) -> Options:
     parser = argparse.ArgumentParser(
-        description="Run the dblog demo: a live PostgreSQL source, dumps under load, and a "
-        "check that the landing zone converges to the source.")
+        description="Run the dblog demo: a live PostgreSQL or MariaDB source, dumps under load, "
+        "and a check that the landing zone converges to the source.")
+    parser.add_argument("--source", choices=list(SHOPS), default="postgresql",
+                        help="the source database to capture from (default: %(default)s)")
     parser.add_argument("--keep", action="store_true",
-                        help="leave PostgreSQL, Redis and the worker running until Ctrl-C")
+                        help="leave the database, Redis and the worker running until Ctrl-C")
     parser.add_argument("--workdir", type=Path,
                         help="where the configuration, worker log and landing zone go "
                         "(default: a new directory under the temp dir)")
@@ -167,7 +132,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     if args.customers < 10 or args.orders < 10:
         parser.error("--customers and --orders need at least 10 rows")
     return Options(args.keep, args.workdir, args.customers, args.orders, args.chunk_size,
-                   args.warmup_s, args.seed)
+                   args.warmup_s, args.seed, args.source)
 
 
 class DemoFailed(Exception):
@@ -269,14 +234,14 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
-def write_config(path: Path, dsn: str, redis_url: str, landing: Path) -> None:
+def write_config(path: Path, shop: Shop, redis_url: str, landing: Path) -> None:
     path.write_text(f"""\
 # Written by scripts/demo.py. Every option: docs/configuration.md.
 [source]
 name = "{SOURCE}"
-kind = "postgresql"
-dsn = {json.dumps(dsn)}
-tables = {json.dumps(list(TABLES))}
+kind = "{shop.kind}"
+dsn = {json.dumps(shop.dsn)}
+tables = {json.dumps(list(shop.tables))}
 
 [redis]
 url = {json.dumps(redis_url)}
@@ -293,12 +258,406 @@ reconnect_max_s = 2.0
 """)
 
 
-def create_shop(dsn: str, customers: int, orders: int) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(SCHEMA_SQL.encode())
-        conn.execute(FILL_CUSTOMERS.encode(), (customers,))
-        conn.execute(FILL_ORDERS.encode(), (customers, orders))
-        conn.execute(b"ANALYZE customers, orders")
+# -- the source databases: what differs per kind --------------------------------------------
+
+
+class LoadSession(Protocol):
+    """One connection of the write load, in autocommit between transactions."""
+
+    def transaction(self) -> contextlib.AbstractContextManager[object]: ...
+
+    def execute(self, sql: str, params: Sequence[object]) -> None: ...
+
+
+class Shop(abc.ABC):
+    """A started throwaway server of one kind with the shop database on it.
+
+    Everything the story needs of the source database goes through here: the server and its
+    shop, the SQL of the write load, the source rows in the worker's canonical encoding, the
+    log position, and how a user reaches the server. The story itself is written once.
+    """
+
+    kind: ClassVar[str]  # the --source choice and the configuration's source.kind
+    label: ClassVar[str]  # "PostgreSQL"
+    server_note: ClassVar[str]  # how the server is set up for capture
+    shop_note: ClassVar[str]  # how the tables are set up for capture
+    log_name: ClassVar[str]  # what a log position is called
+    customers: ClassVar[str]  # table names as the configuration has them
+    orders: ClassVar[str]
+    # The SQL of each statement of the write load (ShopLoad), with the same %s parameters in
+    # every kind: insert order (id, customer, amount, items), update order (status, id),
+    # delete order (id), change order key (new id, id), update customer (tags, id), insert
+    # customer (id, name), delete customer (id).
+    statements: ClassVar[Mapping[str, str]]
+
+    dsn: str  # source.dsn of the configuration
+
+    @classmethod
+    @abc.abstractmethod
+    def started(cls) -> contextlib.AbstractContextManager[Shop]:
+        """Start a server, create the shop database on it; stop the server on exit."""
+
+    @property
+    def tables(self) -> tuple[str, str]:
+        return (self.customers, self.orders)
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """``PostgreSQL 15 on port 5432``."""
+
+    @abc.abstractmethod
+    def create_shop(self, customers: int, orders: int) -> None:
+        """Create the tables and the version sequence, fill the tables."""
+
+    @abc.abstractmethod
+    def load_session(self) -> contextlib.AbstractContextManager[LoadSession]:
+        """A connection of the write load."""
+
+    def tags(self, tags: list[str] | None) -> object:
+        """The parameter of a customer's ``tags``."""
+        return tags
+
+    @abc.abstractmethod
+    def source_rows(self, table: str) -> dict[str, str]:
+        """The table now, key -> row, in the canonical encoding the worker writes."""
+
+    @abc.abstractmethod
+    def log_end(self) -> tuple[str, tuple[int, ...]]:
+        """The end of the source's log now: its text, and what checkpoints compare with."""
+
+    @abc.abstractmethod
+    def checkpoint_position(self, checkpoint: str) -> tuple[int, ...]:
+        """A checkpoint of the worker, comparable with :meth:`log_end`."""
+
+    @abc.abstractmethod
+    def streaming(self, checkpoint: str) -> str:
+        """Where the worker reads the log from, in a few words."""
+
+    @abc.abstractmethod
+    def client(self, sql: str | None = None) -> str:
+        """The shell command of the database's client on the shop (running ``sql``)."""
+
+
+class PostgresShop(Shop):
+    kind = "postgresql"
+    label = "PostgreSQL"
+    server_note = "wal_level=logical"
+    shop_note = "REPLICA IDENTITY FULL"
+    log_name = "WAL position"
+    customers = "public.customers"
+    orders = "public.orders"
+
+    SCHEMA_SQL = """
+CREATE SEQUENCE versions;
+CREATE TABLE customers (
+    id          bigint PRIMARY KEY,
+    name        text NOT NULL,
+    email       text,
+    country     char(2) NOT NULL,
+    balance     numeric(12, 2) NOT NULL,
+    tags        text[],
+    created_at  timestamptz NOT NULL,
+    version     bigint NOT NULL
+);
+CREATE TABLE orders (
+    id           bigint PRIMARY KEY,
+    customer_id  bigint NOT NULL,
+    status       text NOT NULL,
+    amount       numeric(10, 2) NOT NULL,
+    items        jsonb NOT NULL,
+    note         text,
+    created_at   timestamptz NOT NULL,
+    updated_at   timestamptz NOT NULL,
+    version      bigint NOT NULL
+);
+ALTER TABLE customers REPLICA IDENTITY FULL;
+ALTER TABLE orders REPLICA IDENTITY FULL;
+"""
+
+    FILL_CUSTOMERS = """
+INSERT INTO customers
+SELECT g, 'customer ' || g,
+       CASE WHEN g %% 7 = 0 THEN NULL ELSE 'c' || g || '@example.com' END,
+       (ARRAY['DE', 'FR', 'US', 'JP', 'BR'])[1 + g %% 5],
+       round((g %% 1000) * 1.37, 2),
+       CASE WHEN g %% 3 = 0 THEN ARRAY['vip', 'café'] END,
+       timestamptz '2024-01-01 00:00:00+00' + g * interval '1 minute',
+       nextval('versions')
+FROM generate_series(1, %s) AS g
+"""
+
+    FILL_ORDERS = """
+INSERT INTO orders
+SELECT g, 1 + g %% %s,
+       (ARRAY['new', 'paid', 'shipped', 'delivered'])[1 + g %% 4],
+       round((g %% 500) + 0.99, 2),
+       jsonb_build_object('sku', 'SKU-' || g %% 97, 'qty', 1 + g %% 5),
+       CASE WHEN g %% 11 = 0 THEN 'gift 🎁' END,
+       timestamptz '2024-06-01 00:00:00+00' + g * interval '10 seconds',
+       timestamptz '2024-06-01 00:00:00+00' + g * interval '10 seconds',
+       nextval('versions')
+FROM generate_series(1, %s) AS g
+"""
+
+    statements: ClassVar[Mapping[str, str]] = {
+        "insert order": "INSERT INTO orders VALUES (%s, %s, 'new', %s, %s, NULL, now(), now(), "
+                        "nextval('versions'))",
+        "update order": "UPDATE orders SET status = %s, amount = amount + 1.25, "
+                        "updated_at = now(), version = nextval('versions') WHERE id = %s",
+        "delete order": "DELETE FROM orders WHERE id = %s",
+        "change order key": "UPDATE orders SET id = %s, version = nextval('versions') "
+                            "WHERE id = %s",
+        "update customer": "UPDATE customers SET balance = balance - 0.50, tags = %s, "
+                           "version = nextval('versions') WHERE id = %s",
+        "insert customer": "INSERT INTO customers VALUES (%s, %s, NULL, 'NL', 0, NULL, now(), "
+                           "nextval('versions'))",
+        "delete customer": "DELETE FROM customers WHERE id = %s",
+    }
+
+    def __init__(self, server: PostgresServer) -> None:
+        self.server = server
+        self.dsn = server.create_database(DATABASE)
+
+    @classmethod
+    @contextlib.contextmanager
+    def started(cls) -> Iterator[PostgresShop]:
+        with PostgresServer().start() as server:
+            yield cls(server)
+
+    def describe(self) -> str:
+        return f"PostgreSQL {self.server.bindir.parent.name} on port {self.server.port}"
+
+    def create_shop(self, customers: int, orders: int) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(self.SCHEMA_SQL.encode())
+            conn.execute(self.FILL_CUSTOMERS.encode(), (customers,))
+            conn.execute(self.FILL_ORDERS.encode(), (customers, orders))
+            conn.execute(b"ANALYZE customers, orders")
+
+    @contextlib.contextmanager
+    def load_session(self) -> Iterator[LoadSession]:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            yield _PgSession(conn)
+
+    def source_rows(self, table: str) -> dict[str, str]:
+        with psycopg.connect(self.dsn, options=libpq_options()) as conn:
+            info = catalog.load_table(conn, table)
+            if info is None:
+                raise DemoFailed(f"table {table} is gone")
+            types = catalog.load_types(conn, info.type_oids, catalog.builtin_types())
+            codec = RowCodec(info.columns, info.type_oids, info.key_columns, types)
+            columns = ", ".join(f'"{c}"' for c in info.columns)
+            result = conn.execute(f"SELECT {columns} FROM {table}".encode()).pgresult
+            assert result is not None
+            rows: dict[str, str] = {}
+            for r in range(result.ntuples):
+                values = tuple(None if (v := result.get_value(r, c)) is None else v.decode()
+                               for c in range(result.nfields))
+                rows[codec.key(values)] = codec.row(values)
+            return rows
+
+    def log_end(self) -> tuple[str, tuple[int, ...]]:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert row is not None
+        return str(row[0]), (parse_lsn(str(row[0])),)
+
+    def checkpoint_position(self, checkpoint: str) -> tuple[int, ...]:
+        return (parse_lsn(checkpoint),)
+
+    def streaming(self, checkpoint: str) -> str:
+        return f"streaming from slot dblog_{SOURCE}"
+
+    def client(self, sql: str | None = None) -> str:
+        psql = shutil.which("psql") or str(self.server.bindir / "psql")
+        command = f"{psql} {shlex.quote(self.server.dsn(dbname=DATABASE))}"
+        return command if sql is None else f'{command} -c "{sql}"'
+
+
+class _PgSession:
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def transaction(self) -> contextlib.AbstractContextManager[object]:
+        return self.conn.transaction()
+
+    def execute(self, sql: str, params: Sequence[object]) -> None:
+        self.conn.execute(sql.encode(), params)
+
+
+class MariaDBShop(Shop):
+    kind = "mariadb"
+    label = "MariaDB"
+    server_note = "binlog_format=ROW"
+    shop_note = "InnoDB, binlog_row_image=FULL"
+    log_name = "binlog position"
+    customers = f"{DATABASE}.customers"
+    orders = f"{DATABASE}.orders"
+
+    # A MariaDB JSON column is a LONGTEXT (its text as written), an ENUM is its member, a
+    # TIMESTAMP is read in UTC: the codec's dump and binlog paths must agree on each.
+    SCHEMA_SQL = (
+        "CREATE SEQUENCE versions",
+        """CREATE TABLE customers (
+    id          bigint PRIMARY KEY,
+    name        varchar(100) NOT NULL,
+    email       varchar(200),
+    country     char(2) NOT NULL,
+    balance     decimal(12, 2) NOT NULL,
+    tags        json,
+    created_at  datetime(6) NOT NULL,
+    version     bigint NOT NULL
+)""",
+        """CREATE TABLE orders (
+    id           bigint PRIMARY KEY,
+    customer_id  bigint NOT NULL,
+    status       enum('new', 'paid', 'shipped', 'delivered', 'returned', 'lost') NOT NULL,
+    amount       decimal(10, 2) NOT NULL,
+    items        json NOT NULL,
+    note         varchar(200),
+    created_at   timestamp(6) NOT NULL,
+    updated_at   timestamp(6) NOT NULL,
+    version      bigint NOT NULL
+)""",
+    )
+
+    # seq_1_to_<n> is MariaDB's Sequence engine; the counts are formatted in (integers).
+    FILL_CUSTOMERS = """
+INSERT INTO customers
+SELECT seq, CONCAT('customer ', seq),
+       IF(seq % 7 = 0, NULL, CONCAT('c', seq, '@example.com')),
+       ELT(1 + seq % 5, 'DE', 'FR', 'US', 'JP', 'BR'),
+       ROUND((seq % 1000) * 1.37, 2),
+       IF(seq % 3 = 0, JSON_ARRAY('vip', 'café'), NULL),
+       TIMESTAMP '2024-01-01 00:00:00' + INTERVAL seq MINUTE,
+       NEXT VALUE FOR versions
+FROM seq_1_to_{customers}
+"""
+
+    FILL_ORDERS = """
+INSERT INTO orders
+SELECT seq, 1 + seq % {customers},
+       ELT(1 + seq % 4, 'new', 'paid', 'shipped', 'delivered'),
+       ROUND((seq % 500) + 0.99, 2),
+       JSON_OBJECT('sku', CONCAT('SKU-', seq % 97), 'qty', 1 + seq % 5),
+       IF(seq % 11 = 0, 'gift 🎁', NULL),
+       TIMESTAMP '2024-06-01 00:00:00' + INTERVAL seq * 10 SECOND,
+       TIMESTAMP '2024-06-01 00:00:00' + INTERVAL seq * 10 SECOND,
+       NEXT VALUE FOR versions
+FROM seq_1_to_{orders}
+"""
+
+    statements: ClassVar[Mapping[str, str]] = {
+        "insert order": "INSERT INTO orders VALUES (%s, %s, 'new', %s, %s, NULL, "
+                        "CURRENT_TIMESTAMP(6), CURRENT_TIMESTAMP(6), NEXT VALUE FOR versions)",
+        "update order": "UPDATE orders SET status = %s, amount = amount + 1.25, "
+                        "updated_at = CURRENT_TIMESTAMP(6), version = NEXT VALUE FOR versions "
+                        "WHERE id = %s",
+        "delete order": "DELETE FROM orders WHERE id = %s",
+        "change order key": "UPDATE orders SET id = %s, version = NEXT VALUE FOR versions "
+                            "WHERE id = %s",
+        "update customer": "UPDATE customers SET balance = balance - 0.50, tags = %s, "
+                           "version = NEXT VALUE FOR versions WHERE id = %s",
+        "insert customer": "INSERT INTO customers VALUES (%s, %s, NULL, 'NL', 0, NULL, "
+                           "UTC_TIMESTAMP(6), NEXT VALUE FOR versions)",
+        "delete customer": "DELETE FROM customers WHERE id = %s",
+    }
+
+    def __init__(self, server: MariaDBServer) -> None:
+        self.server = server
+        server.create_database(DATABASE)
+        self.dsn = server.url()
+
+    @classmethod
+    @contextlib.contextmanager
+    def started(cls) -> Iterator[MariaDBShop]:
+        with MariaDBServer().start() as server:
+            yield cls(server)
+
+    def _connect(self) -> Any:
+        return pymysql.connect(**self.server.connect_args(DATABASE))
+
+    def describe(self) -> str:
+        with self._connect() as conn, conn.cursor() as cursor:
+            cursor.execute("SELECT VERSION()")
+            version = str(cursor.fetchone()[0]).split("-")[0]
+        return f"MariaDB {version} on port {self.server.port}"
+
+    def create_shop(self, customers: int, orders: int) -> None:
+        with self._connect() as conn, conn.cursor() as cursor:
+            for statement in self.SCHEMA_SQL:
+                cursor.execute(statement)
+            cursor.execute(self.FILL_CUSTOMERS.format(customers=int(customers)))
+            cursor.execute(self.FILL_ORDERS.format(customers=int(customers),
+                                                   orders=int(orders)))
+            cursor.execute("ANALYZE TABLE customers, orders")
+            cursor.fetchall()
+
+    @contextlib.contextmanager
+    def load_session(self) -> Iterator[LoadSession]:
+        with self._connect() as conn:
+            yield _MySession(conn)
+
+    def tags(self, tags: list[str] | None) -> object:
+        return None if tags is None else json.dumps(tags, ensure_ascii=False)
+
+    def source_rows(self, table: str) -> dict[str, str]:
+        # The worker's dump path: its connection options, select list and codec.
+        database, name = table.split(".", 1)
+        args = mysql_url_args(self.dsn)
+        with pymysql.connect(**args, **dump_connection_options()) as conn, \
+                conn.cursor() as cursor:
+            cursor.execute(COLUMNS_SQL, (database, name))
+            columns = [column_from_information_schema(r) for r in cursor.fetchall()]
+            cursor.execute(KEY_COLUMNS_SQL, (database, name))
+            key = [str(r[0]) for r in cursor.fetchall()]
+            if not columns or not key:
+                raise DemoFailed(f"table {table} is gone")
+            codec = MyRowCodec(columns, key)
+            cursor.execute(f"SELECT {select_list(columns)} FROM `{database}`.`{name}`")
+            return dict(codec.key_row_from_dump(cells) for cells in cursor.fetchall())
+
+    def log_end(self) -> tuple[str, tuple[int, ...]]:
+        with self._connect() as conn, conn.cursor() as cursor:
+            cursor.execute("SHOW MASTER STATUS")
+            file, pos = cursor.fetchone()[:2]
+        return f"{file}:{pos}", (file_number(str(file)), int(pos))
+
+    def checkpoint_position(self, checkpoint: str) -> tuple[int, ...]:
+        position = BinlogCheckpoint.decode(checkpoint).position
+        return (position.major, position.minor)
+
+    def streaming(self, checkpoint: str) -> str:
+        start = BinlogCheckpoint.decode(checkpoint)
+        return (f"reading the binary log from {start.file}:{start.pos} as replica server_id "
+                f"{default_server_id(SOURCE)}")
+
+    def client(self, sql: str | None = None) -> str:
+        mariadb = shutil.which("mariadb") or "mariadb"
+        command = f"{mariadb} -h 127.0.0.1 -P {self.server.port} -u root {DATABASE}"
+        return command if sql is None else f'{command} -e "{sql}"'
+
+
+class _MySession:
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[object]:
+        self.conn.begin()
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.rollback()
+            raise
+        self.conn.commit()
+
+    def execute(self, sql: str, params: Sequence[object]) -> None:
+        with self.conn.cursor() as cursor:
+            cursor.execute(sql, tuple(params))
+
+
+SHOPS: dict[str, type[Shop]] = {PostgresShop.kind: PostgresShop, MariaDBShop.kind: MariaDBShop}
 
 
 # -- the write load ---------------------------------------------------------------------
@@ -317,9 +676,9 @@ class ShopLoad(threading.Thread):
     versions of a key only grow: the replay checks that they do along the output too.
     """
 
-    def __init__(self, dsn: str, customers: int, orders: int, seed: int) -> None:
+    def __init__(self, shop: Shop, customers: int, orders: int, seed: int) -> None:
         super().__init__(name="shop-load", daemon=True)
-        self.dsn = dsn
+        self.shop = shop
         self.random = random.Random(seed)
         self.customers = customers
         self.orders = orders
@@ -331,65 +690,49 @@ class ShopLoad(threading.Thread):
 
     def run(self) -> None:
         try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
+            with self.shop.load_session() as session:
                 while not self.stop_event.is_set():
-                    with conn.transaction():
+                    with session.transaction():
                         for _ in range(self.random.choice((1, 1, 2, 4))):
-                            self._statement(conn)
+                            self._statement(session)
                     self.stats.transactions += 1
                     time.sleep(0.001)
         except BaseException as exc:  # reported by stop()
             self.error = exc
 
-    def _statement(self, conn: psycopg.Connection[Any]) -> None:
+    def _statement(self, session: LoadSession) -> None:
         rnd = self.random
         order = rnd.randint(1, self.next_order - 1)
         customer = rnd.randint(1, self.next_customer - 1)
         action = rnd.random()
+        params: tuple[object, ...]
         if action < 0.15:
             kind = "insert order"
-            conn.execute(
-                "INSERT INTO orders VALUES (%s, %s, 'new', %s, %s, NULL, now(), now(), "
-                "nextval('versions'))",
-                (self.next_order, customer, rnd.randint(100, 99_999) / 100,
-                 json.dumps({"sku": f"SKU-{rnd.randint(1, 97)}", "qty": rnd.randint(1, 5)})),
-            )
+            params = (self.next_order, customer, rnd.randint(100, 99_999) / 100,
+                      json.dumps({"sku": f"SKU-{rnd.randint(1, 97)}", "qty": rnd.randint(1, 5)}))
             self.next_order += 1
         elif action < 0.60:
             kind = "update order"
-            conn.execute(
-                "UPDATE orders SET status = %s, amount = amount + 1.25, updated_at = now(), "
-                "version = nextval('versions') WHERE id = %s",
-                (rnd.choice(("paid", "shipped", "delivered", "returned")), order),
-            )
+            params = (rnd.choice(("paid", "shipped", "delivered", "returned")), order)
         elif action < 0.70:
             kind = "delete order"
-            conn.execute("DELETE FROM orders WHERE id = %s", (order,))
+            params = (order,)
         elif action < 0.75:
             kind = "change order key"
-            conn.execute(
-                "UPDATE orders SET id = %s, version = nextval('versions') WHERE id = %s",
-                (self.next_order, order),
-            )
+            params = (self.next_order, order)
             self.next_order += 1
         elif action < 0.95:
             kind = "update customer"
-            conn.execute(
-                "UPDATE customers SET balance = balance - 0.50, tags = %s, "
-                "version = nextval('versions') WHERE id = %s",
-                (rnd.choice((None, ["vip"], ["new", "ünïcode ✓"])), customer),
-            )
+            params = (self.shop.tags(rnd.choice((None, ["vip"], ["new", "ünïcode ✓"]))),
+                      customer)
         elif action < 0.98:
             kind = "insert customer"
-            conn.execute(
-                "INSERT INTO customers VALUES (%s, %s, NULL, 'NL', 0, NULL, now(), "
-                "nextval('versions'))",
-                (self.next_customer, f"customer {self.next_customer}"),
-            )
+            params = (self.next_customer, f"customer {self.next_customer}")
             self.next_customer += 1
         else:
             kind = "delete customer"
-            conn.execute("DELETE FROM customers WHERE id = %s", (customer,))
+            params = (customer,)
+        session.execute(self.shop.statements[kind], params)
         self.stats.statements[kind] += 1
 
     def stop(self) -> None:
@@ -400,25 +743,6 @@ class ShopLoad(threading.Thread):
 
 
 # -- checking the output ------------------------------------------------------------------
-
-
-def source_rows(dsn: str, table: str) -> dict[str, str]:
-    """The table now, key -> row, in the canonical encoding the worker writes."""
-    with psycopg.connect(dsn, options=libpq_options()) as conn:
-        info = catalog.load_table(conn, table)
-        if info is None:
-            raise DemoFailed(f"table {table} is gone")
-        types = catalog.load_types(conn, info.type_oids, catalog.builtin_types())
-        codec = RowCodec(info.columns, info.type_oids, info.key_columns, types)
-        columns = ", ".join(f'"{c}"' for c in info.columns)
-        result = conn.execute(f"SELECT {columns} FROM {table}".encode()).pgresult
-        assert result is not None
-        rows: dict[str, str] = {}
-        for r in range(result.ntuples):
-            values = tuple(None if (v := result.get_value(r, c)) is None else v.decode()
-                           for c in range(result.nfields))
-            rows[codec.key(values)] = codec.row(values)
-        return rows
 
 
 @dataclass
@@ -489,8 +813,8 @@ class TableCheck:
                 and not self.replayed.time_travel and not self.replayed.out_of_order)
 
 
-def check_table(dsn: str, landing: Path, table: str) -> TableCheck:
-    expected = source_rows(dsn, table)
+def check_table(shop: Shop, landing: Path, table: str) -> TableCheck:
+    expected = shop.source_rows(table)
     replayed = replay(landing, table)
     got = replayed.rows
     different = sum(1 for k, row in expected.items() if k in got and got[k] != row)
@@ -502,17 +826,14 @@ def check_table(dsn: str, landing: Path, table: str) -> TableCheck:
     )
 
 
-def wait_drained(state: StateStore, dsn: str, dblog: Dblog, timeout: float = 60) -> str:
-    """Wait until the saved checkpoint passes the source's WAL position of now."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-    assert row is not None
-    target = str(row[0])
+def wait_drained(state: StateStore, shop: Shop, dblog: Dblog, timeout: float = 60) -> str:
+    """Wait until the saved checkpoint passes the source's log position of now."""
+    target, end = shop.log_end()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         dblog.check_worker()
         saved = state.checkpoint()
-        if saved is not None and parse_lsn(saved) >= parse_lsn(target):
+        if saved is not None and shop.checkpoint_position(saved) >= end:
             return target
         time.sleep(0.1)
     raise DemoFailed(f"the checkpoint did not reach {target} within {timeout:.0f} s"
@@ -533,12 +854,6 @@ def wait_worker_ready(state: StateStore, dblog: Dblog, timeout: float = 60) -> N
 # -- the demo ---------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def services() -> Iterator[tuple[PostgresServer, RedisServer]]:
-    with PostgresServer().start() as postgres, RedisServer().start() as redis_server:
-        yield postgres, redis_server
-
-
 def run(options: Options) -> int:
     started = time.monotonic()
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix="dblog-demo-"))
@@ -548,24 +863,23 @@ def run(options: Options) -> int:
         shutil.rmtree(landing)
     config = workdir / "worker.toml"
 
-    heading("starting a throwaway PostgreSQL (wal_level=logical) and Redis")
-    with services() as (postgres, redis_server):
-        dsn = postgres.create_database(DATABASE)
-        say(f"   PostgreSQL {postgres.bindir.parent.name} on port {postgres.port}, "
-            f"Redis on port {redis_server.port}")
+    kind = SHOPS[options.source]
+    heading(f"starting a throwaway {kind.label} ({kind.server_note}) and Redis")
+    with kind.started() as shop, RedisServer().start() as redis_server:
+        say(f"   {shop.describe()}, Redis on port {redis_server.port}")
 
         heading(f"creating the shop: {number(options.customers)} customers, "
-                f"{number(options.orders)} orders (REPLICA IDENTITY FULL)")
-        create_shop(dsn, options.customers, options.orders)
-        write_config(config, dsn, redis_server.url, landing)
+                f"{number(options.orders)} orders ({shop.shop_note})")
+        shop.create_shop(options.customers, options.orders)
+        write_config(config, shop, redis_server.url, landing)
         say(f"   worker configuration: {config}")
 
         dblog = Dblog(config, workdir)
         state = StateStore(redis_server.url, SOURCE)
-        load = ShopLoad(dsn, options.customers, options.orders, options.seed)
+        load = ShopLoad(shop, options.customers, options.orders, options.seed)
         try:
-            return demo(options, started, dsn, postgres, redis_server, dblog, state, load,
-                        landing, workdir)
+            return demo(options, started, shop, redis_server, dblog, state, load, landing,
+                        workdir)
         finally:
             if load.is_alive():
                 load.stop_event.set()
@@ -575,19 +889,18 @@ def run(options: Options) -> int:
             if code not in (None, 0) and not failing:
                 say(f"   the worker exited with {code}" + dblog.worker_log_tail())
             state.close()
-            heading("stopping PostgreSQL and Redis")
+            heading(f"stopping {shop.label} and Redis")
 
 
-def demo(options: Options, started: float, dsn: str, postgres: PostgresServer,
-         redis_server: RedisServer, dblog: Dblog, state: StateStore, load: ShopLoad,
-         landing: Path, workdir: Path) -> int:
+def demo(options: Options, started: float, shop: Shop, redis_server: RedisServer,
+         dblog: Dblog, state: StateStore, load: ShopLoad, landing: Path, workdir: Path) -> int:
     heading("checking the source")
     dblog.run("preflight")
 
     heading("starting the worker: dblog run")
     dblog.start_worker()
     wait_worker_ready(state, dblog)
-    say(f"   streaming from slot dblog_{SOURCE}; log: {dblog.log_path}")
+    say(f"   {shop.streaming(state.checkpoint() or '')}; log: {dblog.log_path}")
 
     heading(f"starting the live write load ({options.warmup_s:.0f} s before the dump)")
     load.start()
@@ -602,7 +915,7 @@ def demo(options: Options, started: float, dsn: str, postgres: PostgresServer,
     heading("dumping some customers by primary key (two of them never existed)")
     keys = sorted(random.Random(options.seed).sample(range(1, options.customers + 1), 5))
     keys += [MISSING_BASE + 1, MISSING_BASE + 2]
-    output = dblog.run("dump", "--table", CUSTOMERS, "--keys", json.dumps(keys))
+    output = dblog.run("dump", "--table", shop.customers, "--keys", json.dumps(keys))
     key_dump = output.split()[0]
     dblog.run("wait", key_dump, "--timeout", "120", stream=True, timeout=140)
     dblog.run("show", key_dump)
@@ -611,15 +924,15 @@ def demo(options: Options, started: float, dsn: str, postgres: PostgresServer,
     time.sleep(1.0)  # a little more load after the dumps
     heading("stopping the load; waiting for the worker to drain the log")
     load.stop()
-    target = wait_drained(state, dsn, dblog)
+    target = wait_drained(state, shop, dblog)
     say(f"   {number(load.stats.transactions)} transactions, "
         f"{number(sum(load.stats.statements.values()))} row writes: "
         + ", ".join(f"{n} {kind}" for kind, n in sorted(load.stats.statements.items())))
-    say(f"   the worker's checkpoint {state.checkpoint()} has reached the source's WAL "
-        f"position {target}")
+    say(f"   the worker's checkpoint {state.checkpoint()} has reached the source's "
+        f"{shop.log_name} {target}")
 
     heading("replaying the landing zone in position order and comparing with the source")
-    checks = [check_table(dsn, landing, table) for table in TABLES]
+    checks = [check_table(shop, landing, table) for table in shop.tables]
     progress = {r.id: state.progress(r.id) for r in state.list_requests()}
     requests = {r.id: r for r in state.list_requests()}
     status = state.status()
@@ -634,7 +947,7 @@ def demo(options: Options, started: float, dsn: str, postgres: PostgresServer,
     else:
         say("\nRESULT: NOT converged" + ("" if dumps_ok else " (a dump did not complete)"))
     if options.keep:
-        keep_running(postgres, redis_server, dblog, workdir)
+        keep_running(shop, redis_server, dblog, workdir)
     return 0 if converged and dumps_ok else 1
 
 
@@ -698,13 +1011,10 @@ def summary(options: Options, started: float, checks: Sequence[TableCheck],
     dblog.run("list")
 
 
-def keep_running(postgres: PostgresServer, redis_server: RedisServer, dblog: Dblog,
-                 workdir: Path) -> None:
-    psql = shutil.which("psql") or str(postgres.bindir / "psql")
+def keep_running(shop: Shop, redis_server: RedisServer, dblog: Dblog, workdir: Path) -> None:
     heading("still running (--keep); Ctrl-C stops everything")
-    dsn = shlex.quote(postgres.dsn(dbname=DATABASE))
     cli = dblog.shown
-    say(f"   PostgreSQL   {psql} {dsn}")
+    say(f"   {shop.label:<12} {shop.client()}")
     say(f"   Redis        redis-cli -p {redis_server.port} --scan --pattern 'dblog:v1:{SOURCE}:*'")
     say(f"   config       {dblog.config}")
     say(f"   worker log   {dblog.log_path}")
@@ -715,11 +1025,11 @@ def keep_running(postgres: PostgresServer, redis_server: RedisServer, dblog: Dbl
         f"PATH={shlex.quote(str(dblog.bin))}:$PATH")
     say(f"     {cli} status")
     say(f"     {cli} list")
-    say(f"     {psql} {dsn} -c \"UPDATE orders SET status = 'lost' WHERE id = 1\"")
-    say(f"     {cli} dump --table {ORDERS} --chunk-size 500 --delay-ms 200")
+    say("     " + shop.client("UPDATE orders SET status = 'lost' WHERE id = 1"))
+    say(f"     {cli} dump --table {shop.orders} --chunk-size 500 --delay-ms 200")
     say(f"     {cli} show dump-3; {cli} pause dump-3; {cli} resume dump-3")
     say(f"     {cli} wait dump-3")
-    say(f"     {cli} dump --table {CUSTOMERS} --keys '[1, 2, 3]' --wait")
+    say(f"     {cli} dump --table {shop.customers} --keys '[1, 2, 3]' --wait")
     say("")
     with contextlib.suppress(KeyboardInterrupt):
         while True:
