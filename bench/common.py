@@ -1,13 +1,18 @@
 """What the benchmarks share: options, throwaway servers, the worker as a child process.
 
-Every benchmark runs in an :class:`Environment`: its own PostgreSQL cluster and Redis
-server (from ``tests.services``: free ports, private temporary directories, removed at
-the end) and a work directory for worker configurations, logs and the landing zone.
-PostgreSQL runs with ``fsync=off`` and ``full_page_writes=off`` as the test suite does;
-the worker's landing zone is written with fsync as in production.
+Every benchmark runs in an :class:`Environment` for one source kind
+(``Options.source``: ``postgresql`` or ``mariadb``): its own database server -- a
+PostgreSQL cluster or a MariaDB server -- and Redis server (from ``tests.services``: free
+ports, private temporary directories, removed at the end) and a work directory for
+worker configurations, logs and the landing zone. PostgreSQL runs with ``fsync=off``
+and ``full_page_writes=off`` as the test suite does, MariaDB with
+``innodb_flush_log_at_trx_commit=2``, ``sync_binlog=0`` and no doublewrite (the test
+suite's settings, the same trade); the worker's landing zone is written with fsync as
+in production.
 
 The worker runs as ``python -m dblog_worker run`` (:class:`WorkerRun`), one process per
-source name; a fresh source name gives a fresh slot, publication and landing directory.
+source name; a fresh source name gives a fresh landing directory (and, on PostgreSQL, a
+fresh slot and publication; on MariaDB a fresh replica id).
 """
 
 from __future__ import annotations
@@ -35,11 +40,14 @@ from typing import Any, Self
 import psutil
 import psycopg
 import pyarrow.parquet as pq
+import pymysql
 import redis
 
+from dblog_worker.config import mysql_url_args
 from dblog_worker.landing import LandingZone
+from dblog_worker.mysql.binlog import BinlogCheckpoint, file_number
 from dblog_worker.pg.pgoutput import parse_lsn
-from tests.services import PostgresServer, RedisServer, find_pg_bindir
+from tests.services import MariaDBServer, PostgresServer, RedisServer, find_pg_bindir
 
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK_SIZE = 10_000
@@ -48,6 +56,15 @@ POSTGRES_NOTE = (
     "throwaway PostgreSQL from tests/services.py: fsync=off, full_page_writes=off, "
     "synchronous_commit=on, shared_buffers=128MB; the landing zone is fsynced"
 )
+MARIADB_NOTE = (
+    "throwaway MariaDB from tests/services.py: binlog_format=ROW, binlog_row_image=FULL, "
+    "binlog_row_metadata=FULL, innodb_flush_log_at_trx_commit=2, sync_binlog=0, "
+    "innodb_doublewrite=0, innodb_buffer_pool_size=128M; the landing zone is fsynced"
+)
+POSTGRESQL = "postgresql"
+MARIADB = "mariadb"
+SOURCES = (POSTGRESQL, MARIADB)
+MARIADB_DATABASE = "bench"
 
 Result = dict[str, Any]
 
@@ -60,6 +77,8 @@ class Options:
     memory_rows: tuple[int, int] = (1_000_000, 5_000_000)
     idle_s: float = 30.0
     profile_dir: Path | None = None
+    profile_gil: bool = False
+    source: str = POSTGRESQL
 
 
 def die_with_parent() -> Callable[[], None] | None:
@@ -109,7 +128,7 @@ def _command_version(command: Sequence[str]) -> str:
 
 
 @cache
-def _static_machine() -> dict[str, Any]:
+def _static_machine(source: str) -> dict[str, Any]:
     model = "unknown"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         for line in f:
@@ -118,16 +137,32 @@ def _static_machine() -> dict[str, Any]:
                 break
     redis_binary = shutil.which("redis-server") or "/usr/bin/redis-server"
     redis_version = re.search(r"v=(\S+)", _command_version([redis_binary, "--version"]))
-    return {
+    common = {
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)),
         "cpu_model": model,
         "memory_mb": psutil.virtual_memory().total // 2**20,
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "postgresql": _command_version([str(find_pg_bindir() / "postgres"), "--version"]),
+    }
+    redis_and_arrow = {
         "redis": redis_version[1] if redis_version else "unknown",
         "pyarrow": _package_version("pyarrow"),
+    }
+    if source == MARIADB:
+        mariadbd = MariaDBServer().mariadbd
+        return {
+            **common,
+            "mariadb": _command_version([mariadbd, "--version"]),
+            **redis_and_arrow,
+            "pymysql": _package_version("PyMySQL"),
+            "mysql_replication": _package_version("mysql-replication"),
+            "mariadb_settings": MARIADB_NOTE,
+        }
+    return {
+        **common,
+        "postgresql": _command_version([str(find_pg_bindir() / "postgres"), "--version"]),
+        **redis_and_arrow,
         "psycopg": _package_version("psycopg"),
         "postgres_settings": POSTGRES_NOTE,
     }
@@ -142,9 +177,9 @@ def _package_version(name: str) -> str:
         return "unknown"
 
 
-def machine() -> dict[str, Any]:
+def machine(source: str = POSTGRESQL) -> dict[str, Any]:
     """Static facts plus the load average now (the machine is shared)."""
-    return {**_static_machine(), "loadavg_1m": rounded(os.getloadavg()[0], 2)}
+    return {**_static_machine(source), "loadavg_1m": rounded(os.getloadavg()[0], 2)}
 
 
 def emit(result: Result, out: Path | None) -> None:
@@ -159,27 +194,48 @@ def emit(result: Result, out: Path | None) -> None:
 
 
 class Environment:
-    """PostgreSQL, Redis and a work directory for one benchmark; all removed at exit."""
+    """A database server of ``options.source``'s kind, Redis and a work directory for one
+    benchmark; all removed at exit.
+
+    PostgreSQL: database ``bench``, tables in ``public``, ``dsn`` a libpq string.
+    MariaDB: database ``bench`` (tables ``bench.<name>``), ``dsn`` the worker's
+    ``mysql://root@127.0.0.1:PORT`` URL.
+    """
 
     def __init__(self, name: str, options: Options) -> None:
+        if options.source not in SOURCES:
+            raise ValueError(f"unknown source kind {options.source!r}")
         self.name = name
         self.options = options
+        self.kind = options.source
         self.postgres = PostgresServer()
+        self.mariadb = MariaDBServer()
         self.redis = RedisServer()
         self.workdir = Path(tempfile.mkdtemp(prefix=f"dblog-bench-{name}-"))
         self.landing = self.workdir / "landing"
         self.workers: list[WorkerRun] = []
         self.dsn = ""
 
+    @property
+    def is_mariadb(self) -> bool:
+        return self.kind == MARIADB
+
     def __enter__(self) -> Self:
         try:
-            self.postgres.start()
+            if self.is_mariadb:
+                self.mariadb.start()
+                self.mariadb.create_database(MARIADB_DATABASE)
+                self.dsn = self.mariadb.url()
+                port = self.mariadb.port
+            else:
+                self.postgres.start()
+                self.dsn = self.postgres.create_database("bench")
+                port = self.postgres.port
             self.redis.start()
-            self.dsn = self.postgres.create_database("bench")
         except BaseException:
             self.close()
             raise
-        progress(f"{self.name}: postgres on port {self.postgres.port}, redis on "
+        progress(f"{self.name}: {self.kind} on port {port}, redis on "
                  f"{self.redis.port}, work dir {self.workdir}")
         return self
 
@@ -195,11 +251,28 @@ class Environment:
         for worker in self.workers:
             worker.stop()
         self.postgres.stop()
+        self.mariadb.stop()
         self.redis.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def table(self, name: str) -> str:
+        """A benchmark table's qualified name: ``public.name`` or ``bench.name``."""
+        return f"{MARIADB_DATABASE if self.is_mariadb else 'public'}.{name}"
+
     def connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        """PostgreSQL: an autocommit connection to the database."""
         return psycopg.connect(self.dsn, autocommit=True)
+
+    def mysql_args(self) -> dict[str, Any]:
+        """MariaDB: ``pymysql.connect`` arguments (root, no database), as the worker's."""
+        return mysql_url_args(self.dsn)
+
+    def mysql_connect(self, **options: Any) -> Any:
+        """MariaDB: an autocommit PyMySQL connection, current database ``bench``, UTC."""
+        return pymysql.connect(**{
+            **self.mysql_args(), "database": MARIADB_DATABASE, "autocommit": True,
+            "init_command": "SET time_zone = '+00:00'", **options,
+        })
 
     def redis_client(self) -> redis.Redis:
         return redis.Redis.from_url(self.redis.url, decode_responses=True)
@@ -210,6 +283,30 @@ class Environment:
         self.workers.append(run)
         return run
 
+    def log_position(self) -> tuple[int, int]:
+        """The end of the source's log now: PostgreSQL (0, insert LSN), MariaDB (binlog
+        file number, position), comparable with :meth:`WorkerRun.checkpoint_position`."""
+        if self.is_mariadb:
+            with self.mysql_connect() as conn, conn.cursor() as cursor:
+                return mysql_log_position(cursor)
+        with self.connect() as pg:
+            row = pg.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+            assert row is not None
+            return 0, parse_lsn(str(row[0]))
+
+
+def mysql_log_position(cursor: Any) -> tuple[int, int]:
+    """(binlog file number, position) of ``SHOW MASTER STATUS``."""
+    file, pos = mysql_master_status(cursor)
+    return file_number(file), pos
+
+
+def mysql_master_status(cursor: Any) -> tuple[str, int]:
+    """(binlog file name, position) of ``SHOW MASTER STATUS``."""
+    cursor.execute("SHOW MASTER STATUS")
+    file, pos = cursor.fetchone()[:2]
+    return str(file), int(pos)
+
 
 # -- tables ------------------------------------------------------------------------
 
@@ -219,10 +316,31 @@ ROW_SELECT = (
     "round((g %% 100000) * 1.37, 2), timestamptz '2024-01-01 00:00:00+00' + g * interval '1 s' "
     "FROM generate_series(%s::bigint, %s::bigint) AS g"
 )
+MARIADB_TABLE_COLUMNS = (
+    "id bigint PRIMARY KEY, a int, b varchar(20), c decimal(12,2), d timestamp(6) NULL"
+)
+
+
+def mariadb_row_select(first: int, last: int) -> str:
+    """The MariaDB twin of :data:`ROW_SELECT`: rows ``first..last`` from the SEQUENCE
+    engine's ``seq_<first>_to_<last>`` (the session's time zone must be UTC)."""
+    return (
+        "SELECT seq, (seq * 7919) % 1000003, substr(md5(seq), 1, 20), "
+        "round((seq % 100000) * 1.37, 2), "
+        "timestamp '2024-01-01 00:00:00' + interval seq second "
+        f"FROM seq_{int(first)}_to_{int(last)}"
+    )
 
 
 def create_table(env: Environment, table: str, rows: int) -> None:
-    """The 5-column benchmark table with ``rows`` rows (one INSERT ... SELECT), vacuumed."""
+    """The 5-column benchmark table with ``rows`` rows (one INSERT ... SELECT).
+
+    PostgreSQL: primary key and REPLICA IDENTITY FULL added after the load, vacuumed.
+    MariaDB: InnoDB with the primary key, loaded with ``sql_log_bin = 0`` (the load is
+    not in the binary log: no worker reads it, as workers start at the log's end)."""
+    if env.is_mariadb:
+        create_mariadb_table(env, table, rows)
+        return
     started = time.monotonic()
     with env.connect() as conn:
         conn.execute(f"CREATE TABLE {table} ({TABLE_COLUMNS}) "
@@ -235,6 +353,25 @@ def create_table(env: Environment, table: str, rows: int) -> None:
         size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size(%s))",
                             (table,)).fetchone()
     progress(f"created {table}: {rows} rows, {size[0] if size else '?'}, "
+             f"{time.monotonic() - started:.1f} s")
+
+
+def create_mariadb_table(env: Environment, table: str, rows: int) -> None:
+    started = time.monotonic()
+    database, name = table.split(".", 1)
+    step = 1_000_000  # one transaction per million rows: the undo log stays small
+    with env.mysql_connect() as conn, conn.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE {table} ({MARIADB_TABLE_COLUMNS}) ENGINE=InnoDB")
+        cursor.execute("SET SESSION sql_log_bin = 0")
+        for first in range(1, rows + 1, step):
+            cursor.execute(f"INSERT INTO {table} "
+                           f"{mariadb_row_select(first, min(rows, first + step - 1))}")
+        cursor.execute(f"ANALYZE TABLE {table}")
+        cursor.fetchall()
+        cursor.execute("SELECT data_length + index_length FROM information_schema.TABLES "
+                       "WHERE table_schema = %s AND table_name = %s", (database, name))
+        size = cursor.fetchone()
+    progress(f"created {table}: {rows} rows, {int(size[0]) // 2**20 if size else '?'} MB, "
              f"{time.monotonic() - started:.1f} s")
 
 
@@ -262,6 +399,7 @@ class WorkerRun:
             f"""
 [source]
 name = "{source}"
+kind = "{env.kind}"
 dsn = {json.dumps(env.dsn)}
 tables = {json.dumps(self.tables)}
 
@@ -311,17 +449,28 @@ status_interval_s = 1.0
             self._start_profiler(self.env.options.profile_dir)
         return self
 
-    def _start_profiler(self, directory: Path) -> None:
+    def profile_phase(self, phase: str) -> None:
+        """With ``--profile``: end the worker's profile so far and start another, named
+        after ``phase``, so that each phase of a benchmark has a profile of its own."""
+        if self.env.options.profile_dir is None:
+            return
+        self._stop_profiler()
+        self._start_profiler(self.env.options.profile_dir, f"-{phase}")
+
+    def _start_profiler(self, directory: Path, suffix: str = "") -> None:
         """py-spy (if installed next to this Python) samples the worker, waits included."""
         py_spy = Path(sys.executable).parent / "py-spy"
         if not py_spy.exists():
             progress("--profile: py-spy is not installed in this environment; not profiling")
             return
         directory.mkdir(parents=True, exist_ok=True)
-        out = directory / f"{self.env.name}-{self.source}.txt"
+        gil = self.env.options.profile_gil
+        out = directory / f"{self.env.name}-{self.source}{suffix}{'-gil' if gil else ''}.txt"
+        # --gil: only the samples of the thread holding the GIL (where the CPU time in
+        # Python goes); otherwise every thread, waits included.
         self.profiler = subprocess.Popen(
             [str(py_spy), "record", "--pid", str(self.pid), "--rate", "200", "--format", "raw",
-             "--nonblocking", "--idle", "--output", str(out)],
+             "--nonblocking", *(["--gil"] if gil else ["--idle"]), "--output", str(out)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent(),
         )
         progress(f"profiling worker {self.source} into {out}")
@@ -339,15 +488,7 @@ status_interval_s = 1.0
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
-        if self.profiler is not None:
-            if self.profiler.poll() is None:
-                self.profiler.send_signal(signal.SIGINT)
-            try:
-                self.profiler.wait(60)
-            except subprocess.TimeoutExpired:
-                self.profiler.kill()
-                self.profiler.wait()
-            self.profiler = None
+        self._stop_profiler()
         if self.proc is None:
             return
         if self.proc.poll() is None:
@@ -359,12 +500,25 @@ status_interval_s = 1.0
                 self.proc.wait()
         self.proc = None
 
+    def _stop_profiler(self) -> None:
+        if self.profiler is not None:
+            if self.profiler.poll() is None:
+                self.profiler.send_signal(signal.SIGINT)
+            try:
+                self.profiler.wait(60)
+            except subprocess.TimeoutExpired:
+                self.profiler.kill()
+                self.profiler.wait()
+            self.profiler = None
+
     def cleanup(self) -> None:
-        """Stop, then drop the slot and publication and delete the landing output."""
+        """Stop, then (PostgreSQL) drop the slot and publication, and delete the landing
+        output. A MariaDB server keeps no state for its binlog readers."""
         self.stop()
-        drop_slot(self.env, f"dblog_{self.source}")
-        with self.env.connect() as conn:
-            conn.execute(f"DROP PUBLICATION IF EXISTS dblog_{self.source}".encode())
+        if not self.env.is_mariadb:
+            drop_slot(self.env, f"dblog_{self.source}")
+            with self.env.connect() as conn:
+                conn.execute(f"DROP PUBLICATION IF EXISTS dblog_{self.source}".encode())
         shutil.rmtree(self.env.landing / self.source, ignore_errors=True)
 
     # -- dumps ----------------------------------------------------------------------
@@ -398,6 +552,16 @@ status_interval_s = 1.0
     def checkpoint_lsn(self, client: redis.Redis) -> int:
         value = client.hget(self.key("checkpoint"), "value")
         return parse_lsn(str(value)) if value else 0
+
+    def checkpoint_position(self, client: redis.Redis) -> tuple[int, int]:
+        """The saved checkpoint as :meth:`Environment.log_position` spells positions."""
+        if not self.env.is_mariadb:
+            return 0, self.checkpoint_lsn(client)
+        value = client.hget(self.key("checkpoint"), "value")
+        if not value:
+            return 0, 0
+        checkpoint = BinlogCheckpoint.decode(str(value))
+        return file_number(checkpoint.file), checkpoint.pos
 
     def landed_rows(self, table: str) -> int:
         """Rows in the committed segments of ``table``, from the Parquet footers."""

@@ -1,9 +1,14 @@
 """dump_throughput: a full table dump through the worker vs. the bare keyset SELECTs.
 
-Raw rate: the worker's own chunk query (``queries.chunk_sql``: keyset on the primary
-key up to the table's largest key, ``LIMIT 10000``) run by psycopg over the whole
-table, every cell read as bytes with ``pgresult.get_value`` (text format, as the
-worker reads). Worker rate: ``dblog dump --table ... --chunk-size 10000`` against a
+Raw rate, PostgreSQL: the worker's own chunk query (``queries.chunk_sql``: keyset on
+the primary key up to the table's largest key, ``LIMIT 10000``) run by psycopg over the
+whole table, every cell read as bytes with ``pgresult.get_value`` (text format, as the
+worker reads). Raw rate, MariaDB: the worker's own chunk query
+(``mysql.catalog.chunk_sql`` with ``values.select_list``; key parameters from the
+worker's codec, ``MyRowCodec.key_params``) run by PyMySQL on a connection opened as
+the worker's dump connection (``values.dump_connection_options()``: every cell the
+server's text, the worker's session settings), each chunk read with ``fetchall`` as the
+worker reads it. Worker rate: ``dblog dump --table ... --chunk-size 10000`` against a
 running worker, from the request's creation to its ``completed`` state (both times
 recorded in Redis), i.e. until every row is durable in the landing zone.
 
@@ -18,9 +23,11 @@ import time
 from typing import Any
 
 import psycopg
+import pymysql
 
 from bench.common import (
     CHUNK_SIZE,
+    MARIADB,
     Environment,
     Options,
     Result,
@@ -31,12 +38,21 @@ from bench.common import (
     progress,
     rounded,
 )
+from dblog_worker.mysql import catalog as my_catalog
+from dblog_worker.mysql.values import (
+    COLUMNS_SQL,
+    MyRowCodec,
+    column_from_information_schema,
+    dump_connection_options,
+    select_list,
+)
 from dblog_worker.pg.queries import TableShape, chunk_sql
 from dblog_worker.values import libpq_options
 
 NAME = "dump_throughput"
-TABLE = "public.dump_src"
+TABLE_NAME = "dump_src"
 TARGET_RATIO = 0.4
+TARGET_RATIOS = {MARIADB: 0.5}
 SHAPE = TableShape("public", "dump_src", ("id", "a", "b", "c", "d"), ("id",), ("bigint",))
 
 
@@ -69,15 +85,55 @@ def raw_select(dsn: str, chunk_size: int = CHUNK_SIZE) -> tuple[int, float]:
         return rows, time.perf_counter() - started
 
 
-def worker_dump(env: Environment, source: str, rows: int) -> tuple[float, float]:
+def raw_select_mariadb(env: Environment, table: str,
+                       chunk_size: int = CHUNK_SIZE) -> tuple[int, float]:
+    """The MariaDB twin of :func:`raw_select`: the worker's chunk SQL, cells as the dump
+    connection reads them; (rows, seconds)."""
+    database, name = my_catalog.split_table(table)
+    conn = pymysql.connect(**env.mysql_args(), **dump_connection_options(), autocommit=True)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(COLUMNS_SQL, (database, name))
+            columns = [column_from_information_schema(r) for r in cursor.fetchall()]
+            cursor.execute(my_catalog.KEY_COLUMNS_SQL, (database, name))
+            key = tuple(str(r[0]) for r in cursor.fetchall())
+        shape = my_catalog.TableShape(table, tuple(c.name for c in columns), key,
+                                      select_list(columns), select_list(columns, "t"))
+        codec = MyRowCodec(columns, list(key))
+        first = my_catalog.chunk_sql(shape, first=True)
+        rest = my_catalog.chunk_sql(shape, first=False)
+        started = time.perf_counter()
+        with conn.cursor() as cursor:
+            cursor.execute(my_catalog.upper_bound_sql(shape))
+            upper = my_catalog.at_most_params(codec.key_params(
+                codec.key_texts_from_dump(cursor.fetchone())))
+            params: list[Any] = [*upper, chunk_size]
+            sql = first
+            rows = 0
+            while True:
+                cursor.execute(sql, params)
+                chunk = list(cursor.fetchall())
+                rows += len(chunk)
+                if len(chunk) < chunk_size:
+                    break
+                after = codec.key_params(codec.key_texts_from_dump(chunk[-1]))
+                params = [*my_catalog.after_params(after), *upper, chunk_size]
+                sql = rest
+        return rows, time.perf_counter() - started
+    finally:
+        conn.close()
+
+
+def worker_dump(env: Environment, source: str, table: str,
+                rows: int) -> tuple[float, float]:
     """Seconds from the dump request's creation to its completion; worker CPU seconds."""
-    worker = env.worker(source, [TABLE]).start()
+    worker = env.worker(source, [table]).start()
     try:
         cpu = worker.cpu_seconds()
-        request = worker.request_dump(TABLE)
+        request = worker.request_dump(table)
         created, completed = worker.wait_dump(request, dump_timeout(rows))
         cpu = worker.cpu_seconds() - cpu
-        landed = worker.landed_rows(TABLE)
+        landed = worker.landed_rows(table)
         if landed != rows:
             raise RuntimeError(f"{landed} rows landed, expected {rows}")
     finally:
@@ -87,9 +143,15 @@ def worker_dump(env: Environment, source: str, rows: int) -> tuple[float, float]
 
 def run(options: Options) -> Result:
     rows = options.rows
+    target_ratio = TARGET_RATIOS.get(options.source, TARGET_RATIO)
     with Environment(NAME, options) as env:
-        create_table(env, TABLE, rows)
-        raw_select(env.dsn)  # warm the caches once, untimed
+        table = env.table(TABLE_NAME)
+        create_table(env, table, rows)
+
+        def raw() -> tuple[int, float]:
+            return raw_select_mariadb(env, table) if env.is_mariadb else raw_select(env.dsn)
+
+        raw()  # warm the caches once, untimed
         raw_s: list[float] = []
         worker_s: list[float] = []
         worker_cpu_s: list[float] = []
@@ -97,12 +159,12 @@ def run(options: Options) -> Result:
             order = ("raw", "worker") if i % 2 == 0 else ("worker", "raw")
             for what in order:
                 if what == "raw":
-                    count, seconds = raw_select(env.dsn)
+                    count, seconds = raw()
                     if count != rows:
                         raise RuntimeError(f"raw select read {count} rows, expected {rows}")
                     raw_s.append(seconds)
                 else:
-                    seconds, cpu = worker_dump(env, f"dt{i}", rows)
+                    seconds, cpu = worker_dump(env, f"dt{i}", table, rows)
                     worker_s.append(seconds)
                     worker_cpu_s.append(cpu)
             progress(f"{NAME} run {i + 1}/{options.runs}: raw {rows / raw_s[-1]:,.0f} rows/s, "
@@ -118,11 +180,11 @@ def run(options: Options) -> Result:
         "worker_rows_per_s": round(rows / median(worker_s)),
         "ratio": rounded(ratio),
         "worker_cpu_us_per_row": rounded(median(worker_cpu_s) / rows * 1e6, 2),
-        "target_ratio": TARGET_RATIO,
-        "target_met": ratio >= TARGET_RATIO,
+        "target_ratio": target_ratio,
+        "target_met": ratio >= target_ratio,
         "raw_select_s": [rounded(s) for s in raw_s],
         "worker_s": [rounded(s) for s in worker_s],
         "worker_cpu_s": [rounded(s) for s in worker_cpu_s],
         "run_ratios": [rounded(r) for r in ratios],
-        "machine": machine(),
+        "machine": machine(options.source),
     }

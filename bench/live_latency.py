@@ -14,6 +14,12 @@ the request's creation and its completion). Percentiles per phase and run; the
 reported figures are medians over runs.
 
 Targets: p99 during dump <= 2 s, and <= 2 x idle p99 + the flush interval.
+
+MariaDB (``--source mariadb``): the same on ``bench.trickle`` and ``bench.latency_dump``,
+the trickle through PyMySQL (autocommit). The binary log's commit timestamps have whole
+second resolution (the worker's ``commit_ts`` is that second), so a row's commit time
+is taken as the client's send time instead (``client_ts``, read just before the
+INSERT is sent; it is earlier than the commit, so the latency is an upper bound).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -30,6 +37,7 @@ import pyarrow.parquet as pq
 
 from bench.common import (
     FLUSH_INTERVAL_S,
+    MARIADB,
     Environment,
     Options,
     Result,
@@ -44,8 +52,8 @@ from bench.common import (
 )
 
 NAME = "live_latency"
-DUMP_TABLE = "public.latency_dump"
-TRICKLE = "public.trickle"
+DUMP_TABLE_NAME = "latency_dump"
+TRICKLE_NAME = "trickle"
 RATE_PER_S = 50.0
 WARMUP_S = 2.0
 TARGET_P99_S = 2.0
@@ -73,28 +81,39 @@ class Trickle(Background):
 
     what = "trickle"
 
-    def __init__(self, dsn: str, first_id: int) -> None:
+    def __init__(self, env: Environment, table: str, first_id: int) -> None:
         super().__init__()
-        self.dsn = dsn
+        self.env = env
+        self.table = table
         self.next_id = first_id
         self.committed: list[int] = []
+        self.sent_at: dict[int, float] = {}  # id -> the client's send time (client_ts)
 
     def run(self) -> None:
         try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
-                started = time.monotonic()
-                sent = 0
-                while not self.stopping.is_set():
-                    delay = started + sent / RATE_PER_S - time.monotonic()
-                    if delay > 0:
-                        time.sleep(delay)
-                    conn.execute(f"INSERT INTO {TRICKLE} (id, client_ts) VALUES (%s, %s)".encode(),
-                                 (self.next_id, time.time()))
-                    self.committed.append(self.next_id)
-                    self.next_id += 1
-                    sent += 1
+            if self.env.is_mariadb:
+                with self.env.mysql_connect() as conn, conn.cursor() as cursor:
+                    self._loop(lambda sql, params: cursor.execute(sql, params))
+            else:
+                with psycopg.connect(self.env.dsn, autocommit=True) as pg:
+                    self._loop(lambda sql, params: pg.execute(sql.encode(), params))
         except BaseException as exc:  # reported by stop()
             self.error = exc
+
+    def _loop(self, execute: Callable[[str, tuple[int, float]], object]) -> None:
+        sql = f"INSERT INTO {self.table} (id, client_ts) VALUES (%s, %s)"
+        started = time.monotonic()
+        sent = 0
+        while not self.stopping.is_set():
+            delay = started + sent / RATE_PER_S - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            sent_at = time.time()
+            execute(sql, (self.next_id, sent_at))
+            self.sent_at[self.next_id] = sent_at
+            self.committed.append(self.next_id)
+            self.next_id += 1
+            sent += 1
 
 
 
@@ -133,10 +152,11 @@ class Watcher(Background):
 
 
 def one_run(env: Environment, options: Options, index: int) -> dict[str, float]:
-    worker = env.worker(f"ll{index}", [DUMP_TABLE, TRICKLE],
+    dump_table, trickle_table = env.table(DUMP_TABLE_NAME), env.table(TRICKLE_NAME)
+    worker = env.worker(f"ll{index}", [dump_table, trickle_table],
                         flush_interval_s=FLUSH_INTERVAL_S).start()
-    watcher = Watcher(worker.landing.table_dir(TRICKLE))
-    trickle = Trickle(env.dsn, first_id=index * 10_000_000 + 1)
+    watcher = Watcher(worker.landing.table_dir(trickle_table))
+    trickle = Trickle(env, trickle_table, first_id=index * 10_000_000 + 1)
     try:
         watcher.start()
         trickle.start()
@@ -144,7 +164,7 @@ def one_run(env: Environment, options: Options, index: int) -> dict[str, float]:
         idle_from = time.time()
         time.sleep(options.idle_s)
         idle_to = time.time()
-        request = worker.request_dump(DUMP_TABLE)
+        request = worker.request_dump(dump_table)
         dump_from, dump_to = worker.wait_dump(request, dump_timeout(options.rows))
         trickle.stop()
         wait_until(lambda: all(i in watcher.rows for i in trickle.committed), 30,
@@ -154,8 +174,11 @@ def one_run(env: Environment, options: Options, index: int) -> dict[str, float]:
         trickle.stopping.set()
         watcher.stopping.set()
         worker.cleanup()
-    idle = [a - c for c, a in watcher.rows.values() if idle_from <= c < idle_to]
-    dump = [a - c for c, a in watcher.rows.values() if dump_from <= c <= dump_to]
+    landed = list(watcher.rows.values())
+    if env.is_mariadb:  # the binlog's commit time is whole seconds: the client's send time
+        landed = [(trickle.sent_at[i], a) for i, (_, a) in watcher.rows.items()]
+    idle = [a - c for c, a in landed if idle_from <= c < idle_to]
+    dump = [a - c for c, a in landed if dump_from <= c <= dump_to]
     result = {
         "idle_p50_s": percentile(idle, 50), "idle_p99_s": percentile(idle, 99),
         "idle_max_s": max(idle), "idle_events": len(idle),
@@ -170,12 +193,19 @@ def one_run(env: Environment, options: Options, index: int) -> dict[str, float]:
 
 def run(options: Options) -> Result:
     with Environment(NAME, options) as env:
-        create_table(env, DUMP_TABLE, options.rows)
-        with env.connect() as conn:
-            conn.execute(f"CREATE TABLE {TRICKLE} (id bigint PRIMARY KEY, "
-                         "sent_at timestamptz NOT NULL DEFAULT clock_timestamp(), "
-                         "client_ts double precision NOT NULL)".encode())
-            conn.execute(f"ALTER TABLE {TRICKLE} REPLICA IDENTITY FULL".encode())
+        create_table(env, env.table(DUMP_TABLE_NAME), options.rows)
+        trickle = env.table(TRICKLE_NAME)
+        if env.is_mariadb:
+            with env.mysql_connect() as my, my.cursor() as cursor:
+                cursor.execute(f"CREATE TABLE {trickle} (id bigint PRIMARY KEY, "
+                               "sent_at timestamp(6) NOT NULL DEFAULT current_timestamp(6), "
+                               "client_ts double NOT NULL) ENGINE=InnoDB")
+        else:
+            with env.connect() as conn:
+                conn.execute(f"CREATE TABLE {trickle} (id bigint PRIMARY KEY, "
+                             "sent_at timestamptz NOT NULL DEFAULT clock_timestamp(), "
+                             "client_ts double precision NOT NULL)".encode())
+                conn.execute(f"ALTER TABLE {trickle} REPLICA IDENTITY FULL".encode())
         runs = [one_run(env, options, i) for i in range(options.runs)]
 
     def med(name: str) -> float:
@@ -183,6 +213,8 @@ def run(options: Options) -> Result:
 
     idle_p99, dump_p99 = med("idle_p99_s"), med("dump_p99_s")
     bound = 2 * idle_p99 + FLUSH_INTERVAL_S
+    mariadb: Result = {"commit_time": "client send time (binlog commit timestamps are whole "
+                                      "seconds)"} if options.source == MARIADB else {}
     return {
         "benchmark": NAME,
         "rows": options.rows,
@@ -205,5 +237,6 @@ def run(options: Options) -> Result:
         "target_met": dump_p99 <= TARGET_P99_S and dump_p99 <= bound,
         "run_dump_p99_s": [rounded(r["dump_p99_s"]) for r in runs],
         "run_idle_p99_s": [rounded(r["idle_p99_s"]) for r in runs],
-        "machine": machine(),
+        **mariadb,
+        "machine": machine(options.source),
     }

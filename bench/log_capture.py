@@ -16,6 +16,21 @@ keepalives) on its own slot, over the same workload, timed the same way.
 
 Each run does both phases, alternating the order, each on a freshly truncated table with
 only its own slot in place (so neither decoder competes with the other).
+
+MariaDB (``--source mariadb``): the same workload (``INSERT ... SELECT`` from the
+SEQUENCE engine's ``seq_<first>_to_<last>``, autocommit: one statement, one
+transaction) into ``bench.log_src``; the end of the last transaction is ``SHOW MASTER
+STATUS`` right after it, and the worker is done when its Redis checkpoint (binlog file
+and position, saved once durable) reaches it. Raw: ``python -m bench.log_capture
+--binlog-reader SPEC``, mysql-replication alone: a ``BinLogStreamReader`` with the
+worker's options (``binlog.BinlogReader``: blocking, 1 s heartbeat, the same event
+types and schemas, ``values.BINLOG_READER_OPTIONS``, resuming by file and position; its
+own replica id) from the binlog position before the workload, decoding every row of
+the table's row events (``event.rows``) until it has all of them. Then a second phase
+on the same rows: ``rows`` rows updated (``UPDATE ... SET a = a + 1, d = d + INTERVAL 1
+SECOND WHERE id BETWEEN ...``, 100 transactions), raw reader (a new one, from the
+position before the updates) vs. the same worker, timed the same way. Target: worker
+inserts/s >= 0.8 x raw inserts/s, measured in the same run; updates are reported only.
 """
 
 from __future__ import annotations
@@ -32,6 +47,7 @@ import psycopg
 from psycopg import pq
 
 from bench.common import (
+    MARIADB,
     ROOT,
     Environment,
     Options,
@@ -41,7 +57,10 @@ from bench.common import (
     drop_slot,
     insert_rows,
     machine,
+    mariadb_row_select,
     median,
+    mysql_log_position,
+    mysql_master_status,
     progress,
     rounded,
     wait_until,
@@ -127,6 +146,8 @@ def raw_phase(env: Environment, rows: int) -> dict[str, float]:
 
 
 def run(options: Options) -> Result:
+    if options.source == MARIADB:
+        return run_mariadb(options)
     rows = options.rows
     with Environment(NAME, options) as env:
         create_table(env, TABLE, 0)
@@ -227,7 +248,230 @@ def reader_main(dsn: str, slot: str, publication: str, expected: int) -> int:
     return 0
 
 
+# -- MariaDB -------------------------------------------------------------------------
+
+MY_TABLE_NAME = "log_src"
+MY_TARGET_RATIO = 0.8
+RAW_SERVER_ID = 4_242_424  # the raw reader's replica id (a worker's is 10**9 + crc32)
+INSERT, UPDATE = "insert", "update"
+
+
+def my_workload(env: Environment, table: str, rows: int,
+                kind: str) -> tuple[float, float, tuple[int, int]]:
+    """Insert (or update) rows 1..rows in TRANSACTIONS autocommit statements; (first
+    commit, last commit) as Unix times and the binlog position after the last one."""
+    per = rows // TRANSACTIONS
+    first_commit = 0.0
+    with env.mysql_connect() as conn, conn.cursor() as cursor:
+        for t in range(TRANSACTIONS):
+            first, last = t * per + 1, rows if t == TRANSACTIONS - 1 else (t + 1) * per
+            if kind == INSERT:
+                cursor.execute(f"INSERT INTO {table} {mariadb_row_select(first, last)}")
+            else:
+                cursor.execute(f"UPDATE {table} SET a = a + 1, d = d + INTERVAL 1 SECOND "
+                               "WHERE id BETWEEN %s AND %s", (first, last))
+            if t == 0:
+                first_commit = time.time()
+        committed = time.time()
+        return first_commit, committed, mysql_log_position(cursor)
+
+
+def my_reset_table(env: Environment, table: str) -> None:
+    with env.mysql_connect() as conn, conn.cursor() as cursor:
+        cursor.execute(f"TRUNCATE TABLE {table}")
+
+
+def my_worker_phase(env: Environment, source: str, table: str,
+                    rows: int) -> dict[str, dict[str, float]]:
+    """One worker: the inserts, then the updates; per kind, timings and CPU seconds."""
+    worker = env.worker(source, [table]).start()
+    result: dict[str, dict[str, float]] = {}
+    try:
+        with env.redis_client() as client:
+            for kind, timeout in ((INSERT, 120 + rows / 5_000), (UPDATE, 120 + rows / 2_000)):
+                worker.profile_phase(kind)
+                cpu = worker.cpu_seconds()
+                first, committed, last = my_workload(env, table, rows, kind)
+
+                def passed(last: tuple[int, int] = last) -> bool:
+                    return worker.checkpoint_position(client) >= last
+
+                wait_until(passed, timeout, "the worker's checkpoint to pass the last commit",
+                           worker.check_alive, 0.01)
+                durable = time.time()
+                cpu = worker.cpu_seconds() - cpu
+                result[kind] = {"workload_s": committed - first, "seconds": durable - first,
+                                "cpu_s": cpu}
+            worker.profile_phase("end")
+        landed, expected = worker.landed_rows(table), 2 * rows
+        if landed != expected:
+            raise RuntimeError(f"{landed} rows landed, expected {expected}")
+    finally:
+        worker.cleanup()
+    return result
+
+
+def my_raw_phase(env: Environment, table: str, rows: int) -> dict[str, dict[str, float]]:
+    """A raw reader for the inserts, then another for the updates."""
+    database, name = table.split(".", 1)
+    result: dict[str, dict[str, float]] = {}
+    for kind in (INSERT, UPDATE):
+        with env.mysql_connect() as conn, conn.cursor() as cursor:
+            file, pos = mysql_master_status(cursor)
+        args = env.mysql_args()
+        spec = {"host": args["host"], "port": args["port"], "user": args["user"],
+                "password": args["password"], "file": file, "pos": pos,
+                "database": database, "table": name, "rows": rows}
+        reader = subprocess.Popen(
+            [sys.executable, "-m", "bench.log_capture", "--binlog-reader", json.dumps(spec)],
+            stdout=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=die_with_parent(),
+        )
+        try:
+            assert reader.stdout is not None
+            if reader.stdout.readline().strip() != "ready":
+                raise RuntimeError("the raw binlog reader did not start")
+            first, committed, _ = my_workload(env, table, rows, kind)
+            out, _ = reader.communicate(timeout=120 + rows / 2_000)
+            report: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        finally:
+            if reader.poll() is None:
+                reader.kill()
+                reader.wait()
+        if report["rows"] != rows:
+            raise RuntimeError(f"raw reader saw {report['rows']} {kind}s, expected {rows}")
+        result[kind] = {"workload_s": committed - first, "seconds": report["last_at"] - first,
+                        "row_events": report["row_events"]}
+    return result
+
+
+def run_mariadb(options: Options) -> Result:
+    rows = options.rows
+    with Environment(NAME, options) as env:
+        table = env.table(MY_TABLE_NAME)
+        create_table(env, table, 0)
+        worker: list[dict[str, dict[str, float]]] = []
+        raw: list[dict[str, dict[str, float]]] = []
+        for i in range(options.runs):
+            order = ("raw", "worker") if i % 2 == 0 else ("worker", "raw")
+            for what in order:
+                my_reset_table(env, table)
+                if what == "raw":
+                    raw.append(my_raw_phase(env, table, rows))
+                else:
+                    worker.append(my_worker_phase(env, f"lc{i}", table, rows))
+            progress(f"{NAME} run {i + 1}/{options.runs}: inserts: raw "
+                     f"{rows / raw[-1][INSERT]['seconds']:,.0f} rows/s, worker "
+                     f"{rows / worker[-1][INSERT]['seconds']:,.0f} events/s (inserting took "
+                     f"{worker[-1][INSERT]['workload_s']:.2f} s); updates: raw "
+                     f"{rows / raw[-1][UPDATE]['seconds']:,.0f} rows/s, worker "
+                     f"{rows / worker[-1][UPDATE]['seconds']:,.0f} events/s (updating took "
+                     f"{worker[-1][UPDATE]['workload_s']:.2f} s)")
+
+    def figures(kind: str) -> dict[str, Any]:
+        raw_s = [r[kind]["seconds"] for r in raw]
+        worker_s = [w[kind]["seconds"] for w in worker]
+        ratios = [r / w for r, w in zip(raw_s, worker_s, strict=True)]
+        return {
+            "raw_rows_per_s": round(rows / median(raw_s)),
+            "worker_events_per_s": round(rows / median(worker_s)),
+            "ratio": rounded(median(ratios)),
+            "worker_cpu_us_per_event": rounded(
+                median([w[kind]["cpu_s"] for w in worker]) / rows * 1e6, 2),
+            "workload_s": rounded(median([p[kind]["workload_s"] for p in raw + worker])),
+            "raw_row_events": round(median([r[kind]["row_events"] for r in raw])),
+            "raw_s": [rounded(s) for s in raw_s],
+            "worker_s": [rounded(s) for s in worker_s],
+            "run_ratios": [rounded(r) for r in ratios],
+        }
+
+    inserts, updates = figures(INSERT), figures(UPDATE)
+    return {
+        "benchmark": NAME,
+        "rows": rows,
+        "transactions": TRANSACTIONS,
+        "runs": options.runs,
+        "raw_inserts_per_s": inserts["raw_rows_per_s"],
+        "worker_events_per_s": inserts["worker_events_per_s"],
+        "ratio": inserts["ratio"],
+        "worker_cpu_us_per_event": inserts["worker_cpu_us_per_event"],
+        "target_ratio": MY_TARGET_RATIO,
+        "target_met": inserts["ratio"] >= MY_TARGET_RATIO,
+        "insert_s": inserts["workload_s"],
+        "raw_row_events": inserts["raw_row_events"],
+        "raw_s": inserts["raw_s"],
+        "worker_s": inserts["worker_s"],
+        "run_ratios": inserts["run_ratios"],
+        "raw_updates_per_s": updates["raw_rows_per_s"],
+        "worker_update_events_per_s": updates["worker_events_per_s"],
+        "update_ratio": updates["ratio"],
+        "worker_cpu_us_per_update_event": updates["worker_cpu_us_per_event"],
+        "update_s": updates["workload_s"],
+        "raw_update_row_events": updates["raw_row_events"],
+        "raw_update_s": updates["raw_s"],
+        "worker_update_s": updates["worker_s"],
+        "update_run_ratios": updates["run_ratios"],
+        "machine": machine(options.source),
+    }
+
+
+def binlog_reader_main(spec: dict[str, Any]) -> int:
+    """mysql-replication alone, with the worker's reader options: decode every row of the
+    table's row events from the given position until ``rows`` rows; report as JSON."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import (
+        GtidEvent,
+        HeartbeatLogEvent,
+        MariadbGtidEvent,
+        QueryEvent,
+        RotateEvent,
+        XidEvent,
+    )
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    from dblog_worker.mysql.binlog import WATERMARK_SCHEMA
+    from dblog_worker.mysql.values import BINLOG_READER_OPTIONS
+
+    settings = {"host": spec["host"], "port": spec["port"], "user": spec["user"],
+                "password": spec["password"]}
+    # As dblog_worker.mysql.binlog.BinlogReader opens its stream (file/position resume).
+    stream = BinLogStreamReader(
+        connection_settings=settings,
+        ctl_connection_settings={**settings, "database": "information_schema"},
+        server_id=RAW_SERVER_ID,
+        blocking=True,
+        slave_heartbeat=1.0,
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent,
+                     RotateEvent, GtidEvent, MariadbGtidEvent, HeartbeatLogEvent],
+        only_schemas=sorted({spec["database"], WATERMARK_SCHEMA}),
+        enable_logging=False,
+        **BINLOG_READER_OPTIONS,
+        log_file=spec["file"], log_pos=spec["pos"], resume_stream=True,
+    )
+    database, table, expected = spec["database"], spec["table"], int(spec["rows"])
+    row_kinds = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
+    print("ready", flush=True)
+    rows = row_events = events = 0
+    try:
+        while rows < expected:
+            event = stream.fetchone()
+            if event is None:
+                raise RuntimeError("the server ended the binary log stream")
+            events += 1
+            if type(event) in row_kinds and event.schema == database and event.table == table:
+                row_events += 1
+                rows += len(event.rows)  # decodes every row of the event
+        last_at = time.time()
+    finally:
+        stream.close()
+    print(json.dumps({"rows": rows, "row_events": row_events, "events": events,
+                      "last_at": last_at}), flush=True)
+    return 0
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 6 and sys.argv[1] == "--reader":
         sys.exit(reader_main(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])))
-    sys.exit("usage: python -m bench.log_capture --reader DSN SLOT PUBLICATION INSERTS")
+    if len(sys.argv) == 3 and sys.argv[1] == "--binlog-reader":
+        sys.exit(binlog_reader_main(json.loads(sys.argv[2])))
+    sys.exit("usage: python -m bench.log_capture --reader DSN SLOT PUBLICATION INSERTS\n"
+             "       python -m bench.log_capture --binlog-reader SPEC_JSON")

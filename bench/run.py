@@ -1,18 +1,21 @@
-"""Run the benchmarks: ``python -m bench.run [--only NAME] [--rows N] [--runs K] [--quick]``.
+"""Run the benchmarks: ``python -m bench.run [--source KIND] [--only NAME] [--rows N]
+[--runs K] [--quick]``.
 
-One JSON object per benchmark is printed on stdout, one per line (and appended to
-``--out FILE``); progress goes to stderr. See ``docs/benchmarks.md``.
+One JSON object per benchmark and source kind is printed on stdout, one per line (and
+appended to ``--out FILE``), with the kind in its ``source`` field; progress goes to
+stderr. See ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench import dump_throughput, live_latency, log_capture, memory
-from bench.common import Options, Result, emit, progress
+from bench.common import SOURCES, Options, Result, emit, progress
 
 BENCHMARKS: dict[str, Callable[[Options], Result]] = {
     dump_throughput.NAME: dump_throughput.run,
@@ -26,8 +29,12 @@ QUICK_MEMORY_ROWS = (100_000, 500_000)
 QUICK_IDLE_S = 5.0
 
 
-def parse_options(argv: Sequence[str] | None) -> tuple[Options, list[str], Path | None]:
+def parse_options(
+    argv: Sequence[str] | None,
+) -> tuple[Options, list[str], list[str], Path | None]:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument("--source", choices=[*SOURCES, "all"], default="all",
+                        help="the source kind to benchmark (default: all, one after the other)")
     parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
                         help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
     parser.add_argument("--rows", type=int, help="table size (default 1000000; --quick 50000)")
@@ -39,7 +46,11 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, list[str], Path 
     parser.add_argument("--out", type=Path, help="also append the JSON lines to this file")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="sample every worker with py-spy into DIR (raw collapsed stacks)")
+    parser.add_argument("--profile-gil", action="store_true",
+                        help="with --profile: sample only the thread holding the GIL")
     args = parser.parse_args(argv)
+    if args.profile_gil and args.profile is None:
+        parser.error("--profile-gil needs --profile DIR")
     rows = args.rows if args.rows is not None else (QUICK_ROWS if args.quick else 1_000_000)
     runs = args.runs if args.runs is not None else (1 if args.quick else 3)
     if rows < 1_000 or runs < 1:
@@ -47,16 +58,21 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, list[str], Path 
     memory_rows = QUICK_MEMORY_ROWS if args.quick and args.rows is None else (rows, 5 * rows)
     idle_s = args.idle_s if args.idle_s is not None else (QUICK_IDLE_S if args.quick else 30.0)
     options = Options(rows=rows, runs=runs, quick=args.quick, memory_rows=memory_rows,
-                      idle_s=idle_s, profile_dir=args.profile)
-    return options, args.only or list(BENCHMARKS), args.out
+                      idle_s=idle_s, profile_dir=args.profile,
+                      profile_gil=args.profile_gil)
+    sources = list(SOURCES) if args.source == "all" else [args.source]
+    return options, sources, args.only or list(BENCHMARKS), args.out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options, names, out = parse_options(argv)
-    progress(f"benchmarks {', '.join(names)}: {options}")
-    for name in names:
-        progress(f"== {name}")
-        emit(BENCHMARKS[name](options), out)
+    options, sources, names, out = parse_options(argv)
+    shown = dataclasses.replace(options, source="+".join(sources))
+    progress(f"benchmarks {', '.join(names)}: {shown}")
+    for source in sources:
+        for name in names:
+            progress(f"== {name} ({source})")
+            result = BENCHMARKS[name](dataclasses.replace(options, source=source))
+            emit({"benchmark": result["benchmark"], "source": source, **result}, out)
     return 0
 
 

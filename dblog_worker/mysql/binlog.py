@@ -176,6 +176,12 @@ class BinlogTranslator:
         if statement == "BEGIN":
             self.in_transaction = True
             return
+        if statement != "COMMIT":
+            # DDL, perhaps of a captured table. The row events after it describe the table
+            # anew, but a view is found by column names and types only: a new DECIMAL
+            # scale, fraction digits, BINARY length or ENUM/SET members keep both, and
+            # the old codec would write the values wrong (a scale of 2 rounds 1.2345).
+            self._views.clear()
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         table = truncated_table(query, schema or "")
         if table is not None and table in self.tables:
@@ -257,6 +263,24 @@ def _parse_gtids(state: str) -> dict[int, str]:
     return gtids
 
 
+class _Stream(BinLogStreamReader):  # type: ignore[misc]
+    """mysql-replication's reader, except that it never reconnects on its own.
+
+    When its connection drops (errors 2006, 2013) the library opens a new one and goes on:
+    in GTID mode from the GTID it was started at, so the session would read its events and
+    its own watermarks again; by file, from the last event read, inside a transaction
+    perhaps. The session ends instead, and the next one starts from the checkpoint.
+    """
+
+    _connected = False
+
+    def _BinLogStreamReader__connect_to_stream(self) -> None:
+        if self._connected:
+            raise SourceUnavailable("the binary log connection was lost")
+        self._connected = True
+        super()._BinLogStreamReader__connect_to_stream()
+
+
 class BinlogReader:
     """A thread that streams the binary log from a checkpoint into batches of items."""
 
@@ -267,13 +291,13 @@ class BinlogReader:
         self._queue: queue.Queue[list[LogItem] | BaseException] = queue.Queue(_QUEUE_BATCHES)
         self._stopping = threading.Event()
         settings = {"host": connect_args["host"], "port": connect_args["port"],
-                    "user": connect_args["user"], "passwd": connect_args["password"]}
+                    "user": connect_args["user"], "password": connect_args["password"]}
         control = {**settings, "database": "information_schema"}  # not the deprecated db=
         position: dict[str, Any] = (
             {"auto_position": start.gtid, "is_mariadb": True} if by_gtid
             else {"log_file": start.file, "log_pos": start.pos, "resume_stream": True}
         )
-        self._stream = BinLogStreamReader(
+        self._stream = _Stream(
             connection_settings=settings,
             ctl_connection_settings=control,
             server_id=server_id,

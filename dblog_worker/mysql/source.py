@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -58,7 +59,7 @@ REFRESH_S = 1.0  # how old the catalog description of a table being dumped may b
 HEARTBEAT = "heartbeat"
 # Errors that mean the server is gone or restarting: the session retries.
 _CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
-_NO_TABLE, _NO_COLUMN, _DENIED = 1146, 1054, (1142, 1143, 1227)
+_NO_TABLE, _NO_COLUMN, _DENIED = 1146, 1054, (1044, 1142, 1143, 1227)
 
 
 @contextmanager
@@ -99,7 +100,9 @@ class MySqlSource:
     def __init__(self, config: SourceConfig, schema_version: SchemaVersion) -> None:
         self.config = config
         self.name = config.name
-        self._schema_version = schema_version
+        self._registry = schema_version
+        # The binlog reader's thread asks for schema versions too: one at a time.
+        self._versions_lock = threading.Lock()
         self._args = config.mysql_connect_args()
         self._conn: pymysql.connections.Connection[Any] | None = None
         self._tables: dict[str, _Table] = {}
@@ -108,6 +111,10 @@ class MySqlSource:
         self._is_mariadb = False
 
     # -- connection and checks ------------------------------------------------
+
+    def _schema_version(self, table: str, schema: dict[str, object]) -> int:
+        with self._versions_lock:
+            return self._registry(table, schema)
 
     def connect(self) -> None:
         with _connection_errors("connecting"):
@@ -162,12 +169,17 @@ class MySqlSource:
                     f"{account} may not {privilege} the watermark table {SCHEMA}.watermark",
                     f"GRANT SELECT, INSERT, UPDATE ON `{SCHEMA}`.* TO {account};"))
                 break
-        if not self._rows("SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
-                          (SCHEMA,)) and not catalog.has_privilege(scopes, "CREATE", SCHEMA):
+        may_create = catalog.has_privilege(scopes, "CREATE", SCHEMA)
+        if not self._schema_exists():
+            if not may_create:
+                problems.append(Problem(
+                    f"the database {SCHEMA} does not exist and {account} may not create it",
+                    f"CREATE DATABASE IF NOT EXISTS `{SCHEMA}`; GRANT SELECT, INSERT, UPDATE, "
+                    f"CREATE ON `{SCHEMA}`.* TO {account};"))
+        elif not self._watermark_exists() and not may_create:
             problems.append(Problem(
-                f"the database {SCHEMA} does not exist and {account} may not create it",
-                f"CREATE DATABASE `{SCHEMA}`; GRANT SELECT, INSERT, UPDATE, CREATE ON "
-                f"`{SCHEMA}`.* TO {account};"))
+                f"the table {SCHEMA}.watermark does not exist and {account} may not create it",
+                f"GRANT CREATE ON `{SCHEMA}`.* TO {account};"))
         for table in self.config.tables:
             problems += self._table_problems(table, scopes, account)
         return problems
@@ -175,16 +187,21 @@ class MySqlSource:
     def _table_problems(self, table: str, scopes: dict[str, set[str]],
                         account: str) -> list[Problem]:
         database, name = catalog.split_table(table)
+        may_select = catalog.has_privilege(scopes, "SELECT", database, name)
         if not self._rows("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
                           "AND TABLE_NAME = %s", (database, name)):
-            return [Problem(f"table {table} does not exist (or {account} cannot see it)",
-                            "create it, grant SELECT on it, or remove it from source.tables")]
+            if may_select:  # so it would be seen
+                return [Problem(f"table {table} does not exist",
+                                "create it, or remove it from source.tables")]
+            # A table the account has no privilege on is not shown to it: say both.
+            return [Problem(f"{account} may not SELECT from {table} (or it does not exist)",
+                            f"GRANT SELECT ON {qualified(table)} TO {account};")]
         problems = []
         if not self._rows(catalog.KEY_COLUMNS_SQL, (database, name)):
             problems.append(Problem(
                 f"table {table} has no primary key: its rows cannot be told apart",
                 f"ALTER TABLE {qualified(table)} ADD PRIMARY KEY (...);"))
-        if not catalog.has_privilege(scopes, "SELECT", database, name):
+        if not may_select:
             problems.append(Problem(f"{account} may not SELECT from {table}",
                                     f"GRANT SELECT ON {qualified(table)} TO {account};"))
         return problems
@@ -197,14 +214,33 @@ class MySqlSource:
                 "the source is not ready for capture:\n"
                 + "\n".join(f"- {p.what}\n  fix: {p.fix}" for p in problems)
             )
-        with _connection_errors("setup"):
-            self._rows(f"CREATE DATABASE IF NOT EXISTS `{SCHEMA}` CHARACTER SET utf8mb4")
-            self._rows(catalog.WATERMARK_DDL)
+        try:
+            # Only what is missing: CREATE ... IF NOT EXISTS needs the CREATE privilege
+            # even when the object exists, and preflight asks for it only when it does not.
+            if not self._schema_exists():
+                self._rows(f"CREATE DATABASE IF NOT EXISTS `{SCHEMA}` CHARACTER SET utf8mb4")
+            if not self._watermark_exists():
+                self._rows(catalog.WATERMARK_DDL)
             self._rows(f"INSERT IGNORE INTO `{SCHEMA}`.`watermark` (source, value, written_at) "
                        "VALUES (%s, '', UTC_TIMESTAMP(6))", (self.name,))
+        except pymysql.MySQLError as exc:
+            if exc.args and exc.args[0] in _DENIED:
+                raise ConfigError(
+                    f"the worker may not set up capture on the source: {exc}; "
+                    "run `dblog preflight` for the grants it needs") from exc
+            raise
         for table in self.config.tables:
             self._load(table)
         return self._current().encode()
+
+    def _schema_exists(self) -> bool:
+        return bool(self._rows(
+            "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (SCHEMA,)))
+
+    def _watermark_exists(self) -> bool:
+        return bool(self._rows(
+            "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = 'watermark'", (SCHEMA,)))
 
     def capture_exists(self) -> bool:
         return False  # the server keeps no position for its binlog readers

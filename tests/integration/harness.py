@@ -10,15 +10,22 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import psycopg
+import pymysql
+import pymysql.cursors
+import pytest
 import redis
 
 from dblog_worker.landing import LandingZone, read_events
+from dblog_worker.mysql.catalog import qualified
+from dblog_worker.state import StateStore
+from tests.services import MariaDBServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,12 +40,14 @@ def write_config(
     flush_interval_s: float = 0.2,
     heartbeat_interval_s: float = 1.0,
     extra: str = "",
+    kind: str = "postgresql",
 ) -> Path:
     path = directory / f"{name}.toml"
     path.write_text(
         f"""
 [source]
 name = "{name}"
+kind = "{kind}"
 dsn = {json.dumps(dsn)}
 tables = {json.dumps(list(tables))}
 
@@ -184,15 +193,221 @@ def replay(landing: Path, source: str, table: str, version_column: str = "versio
     return result
 
 
+# -- the source databases -------------------------------------------------------------
+
+
+class Session:
+    """One autocommit connection to a source database (a context manager that closes it)."""
+
+    def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement; the number of rows it changed."""
+        raise NotImplementedError
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """Statements executed inside are one transaction."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class PgSession(Session):
+    def __init__(self, dsn: str) -> None:
+        self.conn = psycopg.connect(dsn, autocommit=True)
+
+    def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
+        return self.conn.execute(statement.encode(), params).rowcount
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self.conn.transaction():
+            yield
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class MySession(Session):
+    def __init__(self, connect_args: dict[str, object]) -> None:
+        self.conn = pymysql.connect(**{**connect_args, "autocommit": True})
+
+    def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
+        with self.conn.cursor() as cursor:
+            return int(cursor.execute(statement, tuple(params) or None))
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.conn.begin()
+        try:
+            yield
+        except BaseException:
+            self.conn.rollback()
+            raise
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class Database:
+    """A source database as the tests write to it: the SQL that differs between kinds.
+
+    The test tables have ``id`` (the key), ``version`` (every write takes it from one
+    sequence, :attr:`next_version`, so that a key's versions only grow) and ``payload``.
+    """
+
+    kind: str  # the worker's source.kind
+    dsn: str  # the worker's source.dsn
+    next_version: str  # SQL expression: the next value of the version sequence
+    random_text: str  # SQL expression: a random text
+
+    def table(self, name: str) -> str:
+        """The worker's name of table ``name`` of this database."""
+        raise NotImplementedError
+
+    def connect(self) -> Session:
+        raise NotImplementedError
+
+    def execute(self, statement: str, params: Sequence[Any] = ()) -> None:
+        with self.connect() as session:
+            session.execute(statement, params)
+
+    def create_test_table(self, table: str, rows: int = 0) -> None:
+        """The test table, with ``rows`` rows of ids 10, 20, ..."""
+        raise NotImplementedError
+
+    def series(self, first: int, last: int) -> str:
+        """A FROM item of the integers ``first`` to ``last`` as column ``g``."""
+        raise NotImplementedError
+
+    def upsert(self, table: str) -> str:
+        """Insert row ``%s`` (an id), or give the row a new version and payload."""
+        raise NotImplementedError
+
+    def insert_ignore(self, table: str, values: str) -> str:
+        """``INSERT INTO table VALUES values``, skipping rows whose key exists."""
+        raise NotImplementedError
+
+    def key_change(self, table: str) -> str:
+        """Move row ``%s`` (2nd parameter) to id ``%s`` (1st and 3rd), if that id is free."""
+        return (f"UPDATE {table} SET id = %s, version = {self.next_version} WHERE id = %s "
+                f"AND NOT EXISTS (SELECT 1 FROM {table} AS other WHERE other.id = %s)")
+
+    def rows(self, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
+        """The table as it is, keyed like the output (key columns of integers and text)."""
+        raise NotImplementedError
+
+
+def _keyed(rows: Sequence[dict[str, Any]], key: Sequence[str]) -> dict[str, dict[str, Any]]:
+    return {json.dumps([row[k] for k in key], ensure_ascii=False, separators=(",", ":")): row
+            for row in rows}
+
+
+class PgDatabase(Database):
+    kind = "postgresql"
+    next_version = "nextval('versions')"
+    random_text = "md5(random()::text)"
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def table(self, name: str) -> str:
+        return f"public.{name}"
+
+    def connect(self) -> Session:
+        return PgSession(self.dsn)
+
+    def create_test_table(self, table: str, rows: int = 0) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(TEST_TABLE_DDL.format(table=table).encode())
+            if rows:
+                conn.execute(
+                    f"INSERT INTO {table} (id, version, payload) "
+                    "SELECT g * 10, nextval('versions'), md5(g::text) "
+                    "FROM generate_series(1, %s) g".encode(),
+                    (rows,),
+                )
+
+    def series(self, first: int, last: int) -> str:
+        return f"generate_series({int(first)}, {int(last)}) AS g"
+
+    def upsert(self, table: str) -> str:
+        return (f"INSERT INTO {table} (id, version, payload) VALUES "
+                f"(%s, nextval('versions'), {self.random_text}) ON CONFLICT (id) DO "
+                "UPDATE SET version = nextval('versions'), payload = excluded.payload")
+
+    def insert_ignore(self, table: str, values: str) -> str:
+        return f"INSERT INTO {table} VALUES {values} ON CONFLICT (id) DO NOTHING"
+
+    def rows(self, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
+        with (psycopg.connect(self.dsn) as conn,
+              conn.cursor(row_factory=psycopg.rows.dict_row) as cur):
+            schema, name = table.split(".", 1)
+            cur.execute(f'SELECT * FROM "{schema}"."{name}"'.encode())
+            return _keyed(cur.fetchall(), key)
+
+
+class MariaDatabase(Database):
+    """A database of a MariaDB server; the version sequence is ``versions`` in it."""
+
+    kind = "mariadb"
+    next_version = "NEXTVAL(versions)"
+    random_text = "MD5(RAND())"
+
+    def __init__(self, server: MariaDBServer, name: str) -> None:
+        self.server = server
+        self.name = name
+        self.dsn = server.url()
+
+    def table(self, name: str) -> str:
+        return f"{self.name}.{name}"
+
+    def connect(self) -> Session:
+        return MySession(self.server.connect_args(self.name))
+
+    def create_test_table(self, table: str, rows: int = 0) -> None:
+        with self.connect() as session:
+            session.execute(f"CREATE TABLE IF NOT EXISTS {table} (id int PRIMARY KEY, "
+                            "version bigint NOT NULL, payload text)")
+            session.execute("CREATE SEQUENCE IF NOT EXISTS versions")
+            if rows:
+                session.execute(f"INSERT INTO {table} (id, version, payload) "
+                                f"SELECT g * 10, NEXTVAL(versions), MD5(g) "
+                                f"FROM {self.series(1, rows)}")
+
+    def series(self, first: int, last: int) -> str:
+        return f"(SELECT seq AS g FROM seq_{int(first)}_to_{int(last)}) AS series"
+
+    def upsert(self, table: str) -> str:
+        return (f"INSERT INTO {table} (id, version, payload) VALUES "
+                f"(%s, NEXTVAL(versions), {self.random_text}) ON DUPLICATE KEY "
+                "UPDATE version = NEXTVAL(versions), payload = VALUES(payload)")
+
+    def insert_ignore(self, table: str, values: str) -> str:
+        return f"INSERT IGNORE INTO {table} VALUES {values}"
+
+    def rows(self, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
+        connection = pymysql.connect(**self.server.connect_args(self.name),
+                                     cursorclass=pymysql.cursors.DictCursor)
+        with connection, connection.cursor() as cur:
+            cur.execute(f"SELECT * FROM {qualified(table)}")
+            return _keyed(list(cur.fetchall()), key)
+
+
+def create_test_table(dsn: str, table: str, rows: int = 0) -> None:
+    """The PostgreSQL test table (see :class:`Database`)."""
+    PgDatabase(dsn).create_test_table(table, rows)
+
+
 def source_rows(dsn: str, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
-    """The table as it is, keyed like the output (key columns of integers and text)."""
-    with psycopg.connect(dsn) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
-        schema, name = table.split(".", 1)
-        cur.execute(f'SELECT * FROM "{schema}"."{name}"'.encode())
-        return {
-            json.dumps([row[k] for k in key], ensure_ascii=False, separators=(",", ":")):
-            dict(row) for row in cur.fetchall()
-        }
+    """The PostgreSQL table as it is, keyed like the output."""
+    return PgDatabase(dsn).rows(table, key)
 
 
 # -- a workload -------------------------------------------------------------------
@@ -209,78 +424,220 @@ CREATE SEQUENCE IF NOT EXISTS versions;
 """
 
 
-def create_test_table(dsn: str, table: str, rows: int = 0) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(TEST_TABLE_DDL.format(table=table).encode())
-        if rows:
-            conn.execute(
-                f"INSERT INTO {table} (id, version, payload) "
-                "SELECT g * 10, nextval('versions'), md5(g::text) FROM generate_series(1, %s) g",
-                (rows,),
-            )
-
-
 class Workload(threading.Thread):
     """Seeded random writes: inserts, updates, deletes, key changes, multi-row transactions.
 
     Every write sets ``version`` from one sequence, so a key's versions only grow.
     """
 
-    def __init__(self, dsn: str, tables: Sequence[str], seed: int, *, key_space: int = 2000,
-                 pause_s: float = 0.002) -> None:
+    def __init__(self, database: Database, tables: Sequence[str], seed: int, *,
+                 key_space: int = 2000, pause_s: float = 0.002) -> None:
         super().__init__(daemon=True)
-        self.dsn = dsn
+        self.database = database
         self.tables = list(tables)
         self.random = random.Random(seed)
         self.key_space = key_space
         self.pause_s = pause_s
         self.stop_event = threading.Event()
         self.transactions = 0
+        self.key_changes = 0  # rows whose key the workload changed
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
+            with self.database.connect() as session:
                 while not self.stop_event.is_set():
-                    self._transaction(conn)
+                    self._transaction(session)
                     self.transactions += 1
                     time.sleep(self.pause_s)
         except BaseException as exc:  # reported by stop()
             self.error = exc
 
-    def _transaction(self, conn: psycopg.Connection[Any]) -> None:
-        rnd = self.random
-        with conn.transaction():
+    def _transaction(self, session: Session) -> None:
+        rnd, db = self.random, self.database
+        with session.transaction():
             for _ in range(rnd.choice([1, 1, 1, 2, 5])):
                 table = rnd.choice(self.tables)
                 key = rnd.randrange(1, self.key_space)
                 action = rnd.random()
                 if action < 0.3:
-                    conn.execute(
-                        f"INSERT INTO {table} (id, version, payload) VALUES "
-                        "(%s, nextval('versions'), md5(random()::text)) ON CONFLICT (id) DO "
-                        "UPDATE SET version = nextval('versions'), payload = excluded.payload",
-                        (key,),
-                    )
+                    session.execute(db.upsert(table), (key,))
                 elif action < 0.7:
-                    conn.execute(
-                        f"UPDATE {table} SET version = nextval('versions'), "
-                        "payload = md5(random()::text) WHERE id = %s", (key,),
+                    session.execute(
+                        f"UPDATE {table} SET version = {db.next_version}, "
+                        f"payload = {db.random_text} WHERE id = %s", (key,),
                     )
                 elif action < 0.85:
-                    conn.execute(f"DELETE FROM {table} WHERE id = %s", (key,))
+                    session.execute(f"DELETE FROM {table} WHERE id = %s", (key,))
                 else:
-                    conn.execute(
-                        f"UPDATE {table} SET id = %s, version = nextval('versions') WHERE id = %s "
-                        f"AND NOT EXISTS (SELECT 1 FROM {table} WHERE id = %s)",
-                        (rnd.randrange(1, self.key_space), key, key + 0),
-                    )
+                    target = rnd.randrange(1, self.key_space)
+                    self.key_changes += session.execute(db.key_change(table),
+                                                        (target, key, target))
 
     def stop(self) -> None:
         self.stop_event.set()
         self.join(30)
         if self.error is not None:
             raise AssertionError(f"workload failed: {self.error!r}")
+
+
+# -- the scenario suites' view of a source ---------------------------------------------
+
+
+SOURCE = "src"
+
+
+@dataclass
+class Backend:
+    """How the suite reaches one source database: what differs between PostgreSQL and MariaDB."""
+
+    db: Database
+    redis_url: str
+    tmp: Path
+    restart_source: Callable[[], None]  # a clean restart of the source's server
+
+    @property
+    def kind(self) -> str:
+        return self.db.kind
+
+    @property
+    def t1(self) -> str:
+        return self.db.table("items")
+
+    @property
+    def t2(self) -> str:
+        return self.db.table("orders")
+
+    @property
+    def next_version(self) -> str:
+        """SQL: the next version (one sequence for every write)."""
+        return self.db.next_version
+
+    @property
+    def statement_digits(self) -> int:
+        """The leading hex digits of a position that the rows of one logged change of
+        several rows share: PostgreSQL (commit LSN, index), MySQL (file, event, row)."""
+        return 16 if self.kind == "postgresql" else 32
+
+    def create(self, table: str, rows: int) -> None:
+        self.db.create_test_table(table, rows)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.db.execute(sql, params)
+
+    def connect(self) -> Session:
+        return self.db.connect()
+
+    def rows(self, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
+        return self.db.rows(table, key)
+
+    def workload(self, tables: list[str], seed: int) -> Workload:
+        return Workload(self.db, tables, seed)
+
+    def config_path(self, tables: list[str], **kwargs: Any) -> Path:
+        return write_config(self.tmp, self.db.dsn, self.redis_url, tables, name=SOURCE,
+                            kind=self.db.kind, **kwargs)
+
+    @property
+    def landing(self) -> Path:
+        return self.tmp / "landing"
+
+    def only_postgresql(self, why: str) -> None:
+        if self.kind != "postgresql":
+            pytest.skip(f"PostgreSQL only: {why}")
+
+
+def assert_converged(backend: Backend, *tables: str) -> None:
+    """Wait until the output equals each table; then check it never went back in time."""
+    for table in tables:
+        expected = backend.rows(table)
+
+        def caught_up(table: str = table, expected: dict[str, Any] = expected) -> bool:
+            return replay(backend.landing, SOURCE, table).rows == expected
+
+        wait_for(caught_up, 30, f"the output of {table} to equal the table",
+                 lambda table=table: _difference(backend, table))  # type: ignore[misc]
+        result = replay(backend.landing, SOURCE, table)
+        assert result.time_travel == [], result.time_travel[:10]
+
+
+def _difference(backend: Backend, table: str) -> str:
+    expected = backend.rows(table)
+    got = replay(backend.landing, SOURCE, table).rows
+    missing = sorted(set(expected) - set(got))[:10]
+    extra = sorted(set(got) - set(expected))[:10]
+    wrong = [k for k in expected if k in got and got[k] != expected[k]][:10]
+    return f"missing {missing}, extra {extra}, different {wrong}"
+
+
+def dump(config: Path, *args: str) -> str:
+    result = cli(config, "dump", *args, "--json")
+    request_id: str = json.loads(result.stdout)["id"]
+    return request_id
+
+
+def checkpoint(redis_url: str) -> str | None:
+    store = StateStore(redis_url, SOURCE)
+    try:
+        return store.checkpoint()
+    finally:
+        store.close()
+
+
+def chunks(backend: Backend, request_id: str) -> int:
+    """The chunks the request has read so far, over all its tables."""
+    store = StateStore(backend.redis_url, SOURCE)
+    try:
+        return sum(p.chunks for p in store.progress(request_id).values())
+    finally:
+        store.close()
+
+
+def events_of(backend: Backend, table: str) -> list[dict[str, Any]]:
+    return read_events(LandingZone(backend.landing, SOURCE), table)
+
+
+def outage_mid_dump(backend: Backend, worker_process: Callable[..., WorkerProcess],
+                    outage: Callable[[], None], logged: str) -> None:
+    """A dump of 5000 rows in small chunks; ``outage`` strikes after five chunks (and
+    writes to the table meanwhile); the dump still completes and the output converges."""
+    t1 = backend.t1
+    backend.create(t1, 5000)
+    config = backend.config_path([t1])
+    worker = worker_process(config)
+    request_id = dump(config, "--table", t1, "--chunk-size", "50", "--delay-ms", "5")
+    wait_for(lambda: chunks(backend, request_id) >= 5, 30, "five chunks", worker.log)
+    outage()
+    state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"], 90,
+                         worker)
+    assert state["state"] == "completed", state
+    assert logged in worker.log()
+    assert_converged(backend, t1)
+
+
+class Workers:
+    """Starts ``dblog run`` processes; kills those still running at the end."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self.started: list[WorkerProcess] = []
+
+    def start(self, config: Path, *args: str, streaming: bool = True) -> WorkerProcess:
+        """Start ``dblog run``; unless told otherwise, wait until it streams the log."""
+        process = WorkerProcess(config, self.log_path, *args).start()
+        self.started.append(process)
+        if streaming:
+            count = process.log().count(" streaming ")
+            wait_for(lambda: process.log().count(" streaming ") > count or not process.alive(),
+                     30, "the worker to stream", process.log)
+        return process
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for process in self.started:
+            process.kill()
 
 
 def env_with_path() -> dict[str, str]:

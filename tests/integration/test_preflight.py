@@ -2,29 +2,35 @@
 
 And ``dblog run`` against the same bad setups: it stops at once (exit 1) with the same
 explanation instead of hanging or retrying, and it changes nothing on the source.
+PostgreSQL first, then MariaDB.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
+import pymysql
 import pytest
 from psycopg import sql
 
 from dblog_worker.landing import LandingZone, read_events
+from dblog_worker.mysql.catalog import WATERMARK_DDL
 from tests.integration.harness import (
+    MariaDatabase,
     WorkerProcess,
     cli,
     create_test_table,
     wait_for,
     write_config,
 )
-from tests.services import PostgresServer
+from tests.services import MariaDBServer, PostgresServer
 
 RUN_TIMEOUT_S = 20.0  # `dblog run` against a bad setup must be done well before this
 
@@ -303,3 +309,202 @@ def test_owner_without_create_on_the_database(
     for fix in fixes(result.stdout):
         execute(pg_dsn, fix)
     assert preflight(config).returncode == 0
+
+
+# -- MariaDB ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def binlog_off_server() -> Iterator[MariaDBServer]:
+    """A second throwaway MariaDB without a binary log."""
+    with MariaDBServer(settings={"skip-log-bin": ""}).start() as server:
+        yield server
+
+
+def my_admin(server: MariaDBServer, *statements: str) -> list[tuple[Any, ...]]:
+    """Run statements as root; the rows of the last one."""
+    with pymysql.connect(**server.connect_args()) as conn, conn.cursor() as cursor:
+        for statement in statements:
+            cursor.execute(statement)
+        return list(cursor.fetchall())
+
+
+def run_fixes(server: MariaDBServer, printed: list[str]) -> None:
+    """Run each printed fix as an administrator would paste it: every statement in it."""
+    for fix in printed:
+        statements = re.findall(r"(?:SET GLOBAL|GRANT|CREATE|ALTER)\b[^;]*;", fix)
+        assert statements, f"no SQL in the fix {fix!r}"
+        try:
+            my_admin(server, *statements)
+        except pymysql.MySQLError as exc:
+            pytest.fail(f"printed fix {fix!r} does not run: {exc}")
+
+
+def my_config(tmp_path: Path, server: MariaDBServer, redis_url: str, tables: list[str],
+              user: str = "root") -> Path:
+    return write_config(tmp_path, server.url(user=user), redis_url, tables, kind="mariadb")
+
+
+def test_mariadb_good_setup_is_ready(
+    tmp_path: Path, mariadb_server: MariaDBServer, mariadb_database: str, redis_url: str
+) -> None:
+    database = MariaDatabase(mariadb_server, mariadb_database)
+    database.create_test_table(database.table("items"), 3)
+    config = my_config(tmp_path, mariadb_server, redis_url, [database.table("items")])
+    result = preflight(config)
+    assert result.returncode == 0, result
+    assert "is ready: 1 table(s)" in result.stdout
+    assert "fix:" not in result.stdout
+
+
+def test_mariadb_binary_log_off(
+    tmp_path: Path, binlog_off_server: MariaDBServer, redis_url: str
+) -> None:
+    database = MariaDatabase(binlog_off_server, binlog_off_server.create_database("shop"))
+    database.create_test_table(database.table("items"), 3)
+    config = my_config(tmp_path, binlog_off_server, redis_url, [database.table("items")])
+    assert_refused(
+        config,
+        ["set `log-bin = mysql-bin` in the server's configuration ([mysqld]) and restart it"],
+        what="log_bin is OFF, capture needs ON")
+    assert my_admin(binlog_off_server, "SHOW DATABASES LIKE 'dblog'") == []
+
+
+@pytest.fixture
+def binlog_settings(mariadb_server: MariaDBServer) -> Iterator[None]:
+    """The session server's binlog_* settings, put back after the test."""
+    names = ("binlog_format", "binlog_row_image", "binlog_row_metadata")
+    saved = my_admin(mariadb_server, "SELECT " + ", ".join(f"@@GLOBAL.{n}" for n in names))[0]
+    yield
+    my_admin(mariadb_server, *(f"SET GLOBAL {n} = '{v}'"
+                               for n, v in zip(names, saved, strict=True)))
+
+
+def test_mariadb_binlog_settings(
+    tmp_path: Path, mariadb_server: MariaDBServer, mariadb_database: str, redis_url: str,
+    binlog_settings: None
+) -> None:
+    """Statement-based, minimal row images, minimal row metadata: each named with its
+    fix; the SET GLOBAL in each fix, run as printed, makes the source ready."""
+    database = MariaDatabase(mariadb_server, mariadb_database)
+    database.create_test_table(database.table("items"), 3)
+    my_admin(mariadb_server, "SET GLOBAL binlog_format = 'STATEMENT'",
+             "SET GLOBAL binlog_row_image = 'MINIMAL'",
+             "SET GLOBAL binlog_row_metadata = 'MINIMAL'")
+    config = my_config(tmp_path, mariadb_server, redis_url, [database.table("items")])
+    expected = [
+        f"set `{option} = {value}` in the server's configuration ([mysqld]) and restart it, "
+        f"or SET GLOBAL {name} = '{value}'; (new sessions only)"
+        for name, option, value in (("binlog_format", "binlog-format", "ROW"),
+                                    ("binlog_row_image", "binlog-row-image", "FULL"),
+                                    ("binlog_row_metadata", "binlog-row-metadata", "FULL"))
+    ]
+    assert_refused(config, expected, what="binlog_format is STATEMENT, capture needs ROW")
+    result = preflight(config)
+    assert "binlog_row_image is MINIMAL, capture needs FULL" in result.stdout
+    assert "binlog_row_metadata is MINIMAL, capture needs FULL" in result.stdout
+    run_fixes(mariadb_server, fixes(result.stdout))
+    assert preflight(config).returncode == 0
+
+
+def test_mariadb_table_without_primary_key(
+    tmp_path: Path, mariadb_server: MariaDBServer, mariadb_database: str, redis_url: str
+) -> None:
+    database = MariaDatabase(mariadb_server, mariadb_database)
+    database.create_test_table(database.table("items"))
+    database.execute("CREATE TABLE no_pk (id int, v text)")
+    config = my_config(tmp_path, mariadb_server, redis_url,
+                       [database.table("items"), database.table("no_pk")])
+    assert_refused(config, [f"ALTER TABLE `{mariadb_database}`.`no_pk` ADD PRIMARY KEY (...);"],
+                   what=f"table {mariadb_database}.no_pk has no primary key")
+
+
+def test_mariadb_table_that_does_not_exist(
+    tmp_path: Path, mariadb_server: MariaDBServer, mariadb_database: str, redis_url: str
+) -> None:
+    database = MariaDatabase(mariadb_server, mariadb_database)
+    database.create_test_table(database.table("items"))
+    config = my_config(tmp_path, mariadb_server, redis_url,
+                       [database.table("items"), database.table("nope")])
+    assert_refused(config, ["create it, or remove it from source.tables"],
+                   what=f"table {mariadb_database}.nope does not exist")
+
+
+@pytest.fixture
+def my_user(mariadb_server: MariaDBServer) -> Iterator[str]:
+    """A MariaDB account with no privilege at all."""
+    name = f"worker_{uuid.uuid4().hex[:8]}"
+    my_admin(mariadb_server, f"CREATE USER '{name}'@'%'")
+    yield name
+    my_admin(mariadb_server, f"DROP USER '{name}'@'%'")
+
+
+def test_mariadb_user_without_privileges(
+    tmp_path: Path, mariadb_server: MariaDBServer, mariadb_database: str, redis_url: str,
+    my_user: str
+) -> None:
+    """No REPLICATION SLAVE, no REPLICATION CLIENT, no SELECT: each named with a GRANT to
+    the worker's account; `dblog run` refuses the same way; the fixes, run as printed,
+    make capture work."""
+    database = MariaDatabase(mariadb_server, mariadb_database)
+    items = database.table("items")
+    database.create_test_table(items, 3)
+    my_admin(mariadb_server, "DROP DATABASE IF EXISTS dblog")
+    config = my_config(tmp_path, mariadb_server, redis_url, [items], user=my_user)
+    account = f"'{my_user}'@'%'"
+    result = preflight(config)
+    assert result.returncode == 1, result
+    for what in (f"{account} may not read the binary log (REPLICATION SLAVE)",
+                 f"{account} may not read the binary log position (REPLICATION CLIENT",
+                 f"{account} may not SELECT from {items}"):
+        assert what in result.stdout, result.stdout
+    printed = fixes(result.stdout)
+    assert printed == [
+        f"GRANT REPLICATION SLAVE ON *.* TO {account};",
+        f"GRANT REPLICATION CLIENT ON *.* TO {account};",
+        f"GRANT SELECT, INSERT, UPDATE ON `dblog`.* TO {account};",
+        f"CREATE DATABASE IF NOT EXISTS `dblog`; GRANT SELECT, INSERT, UPDATE, CREATE ON "
+        f"`dblog`.* TO {account};",
+        f"GRANT SELECT ON `{mariadb_database}`.`items` TO {account};",
+    ], result.stdout
+    assert_run_stops(config, printed, f"{account} may not read the binary log")
+    run_fixes(mariadb_server, printed)
+    assert preflight(config).returncode == 0
+    captures(tmp_path, config, database, items)
+
+
+def test_mariadb_user_with_what_preflight_asks_for_runs(
+    tmp_path: Path, mariadb_server: MariaDBServer, mariadb_database: str, redis_url: str,
+    my_user: str
+) -> None:
+    """The watermark table exists (an administrator made it): preflight asks for no CREATE,
+    and the worker starts without it."""
+    database = MariaDatabase(mariadb_server, mariadb_database)
+    items = database.table("items")
+    database.create_test_table(items, 3)
+    account = f"'{my_user}'@'%'"
+    my_admin(mariadb_server, "CREATE DATABASE IF NOT EXISTS dblog", WATERMARK_DDL,
+             f"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO {account}",
+             f"GRANT SELECT, INSERT, UPDATE ON dblog.* TO {account}",
+             f"GRANT SELECT ON {items} TO {account}")
+    config = my_config(tmp_path, mariadb_server, redis_url, [items], user=my_user)
+    result = preflight(config)
+    assert result.returncode == 0, result
+    captures(tmp_path, config, database, items)
+
+
+def captures(tmp_path: Path, config: Path, database: MariaDatabase, table: str) -> None:
+    """``dblog run`` starts and an insert reaches the output."""
+    worker = WorkerProcess(config, tmp_path / "worker.log").start()
+    try:
+        wait_for(lambda: not worker.alive() or " streaming " in worker.log(), 20,
+                 "the worker to stream", lambda: worker.log()[-4000:])
+        assert worker.alive(), f"preflight said ready, but run exited:\n{worker.log()[-4000:]}"
+        database.execute(f"INSERT INTO {table} (id, version, payload) VALUES (4242, 1, 'x')")
+        zone = LandingZone(tmp_path / "landing", "src")
+        wait_for(lambda: any(e["key"] == "[4242]" and e["op"] == "c"
+                             for e in read_events(zone, table)) or not worker.alive(),
+                 20, "the insert in the output", lambda: worker.log()[-4000:])
+        assert worker.alive(), worker.log()[-4000:]
+    finally:
+        worker.kill()

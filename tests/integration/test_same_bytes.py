@@ -2,7 +2,8 @@
 
 Every supported column type, NULL in every column, TOASTed values carried through an
 update that does not touch them, and a database whose own session defaults (time zone,
-date style, bytea output, float digits) differ from the worker's.
+date style, bytea output, float digits) differ from the worker's. Then every type of a
+MariaDB source, the same way.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ import psycopg
 from psycopg import sql
 
 from dblog_worker.landing import LandingZone, read_events
-from tests.integration.harness import WorkerProcess, cli, wait_for, wait_request, write_config
+from tests.integration.harness import (
+    MariaDatabase,
+    WorkerProcess,
+    cli,
+    wait_for,
+    wait_request,
+    write_config,
+)
+from tests.services import MariaDBServer
 
 SOURCE = "src"
 
@@ -476,3 +485,132 @@ def test_database_session_defaults_do_not_change_the_bytes(
         '{"id":3,"tstz":null,"ts":null,"d":null,"iv":null,"f8":null,"f4":null,"b":null,'
         '"a_tstz":null,"t":null}'
     )
+
+
+# -- MariaDB ------------------------------------------------------------------
+
+MY_ALL_TYPES_DDL = """
+CREATE TABLE all_types (
+    id int PRIMARY KEY,
+    touched int NOT NULL DEFAULT 0,
+    c_tiny tinyint, c_utiny tinyint unsigned, c_small smallint, c_umedium mediumint unsigned,
+    c_int int, c_big bigint, c_ubig bigint unsigned, c_zero int(5) zerofill, c_bool bool,
+    c_dec decimal(12,2), c_dec30 decimal(65,30), c_float float, c_double double,
+    c_char char(5), c_varchar varchar(20), c_text text, c_latin varchar(10) CHARACTER SET latin1,
+    c_json json,
+    c_binary binary(4), c_varbinary varbinary(10), c_blob blob,
+    c_date date, c_datetime datetime, c_datetime3 datetime(3), c_ts timestamp NULL,
+    c_ts6 timestamp(6) NULL, c_time time, c_time6 time(6), c_year year,
+    c_enum enum('x','y''q','é'), c_set set('p','q','r'), c_bit bit(10)
+)
+"""
+
+MY_COLUMNS = (
+    "id, c_tiny, c_utiny, c_small, c_umedium, c_int, c_big, c_ubig, c_zero, c_bool, c_dec, "
+    "c_dec30, c_float, c_double, c_char, c_varchar, c_text, c_latin, c_json, c_binary, "
+    "c_varbinary, c_blob, c_date, c_datetime, c_datetime3, c_ts, c_ts6, c_time, c_time6, c_year, "
+    "c_enum, c_set, c_bit"
+)
+
+MY_ROWS = (
+    # 1: ordinary values of every type
+    """(1, -128, 255, -32768, 16777215, -2147483648, -9223372036854775808,
+        18446744073709551615, 42, true, 1.5, 0.000000000000000000000000000001, 0.1,
+        0.30000000000000004, 'ab  ', 'x  ', 'Grüße 😀 "q" \\\\ tab\\tnl\\n', 'é',
+        '{"a":  [1, 2]}', x'61', x'6200', x'00ff', '2024-02-29', '2024-01-02 03:04:05',
+        '2024-01-02 03:04:05.678', '2024-01-02 03:04:05', '2038-01-19 03:14:07.999999',
+        '-838:59:59', '-00:00:01.234567', 2024, 'y''q', 'r,p', b'1000000001')""",
+    # 2: NULL in every column but the key
+    "(2" + ", NULL" * 32 + ")",
+    # 3: the edges: zero dates, the empty set, the invalid enum, 0 and maxima
+    """(3, 127, 0, 32767, 0, 2147483647, 9223372036854775807, 0, 0, false, -0.50, 0, -0e0,
+        1.7976931348623157e308, '', '', '', '', 'null', x'', x'', x'', '0000-00-00',
+        '0000-00-00 00:00:00', '2020-05-00 10:00:00.1', '0000-00-00 00:00:00',
+        '1970-01-01 05:00:01.5', '838:59:59', '24:00:00', 0, '', '', b'0')""",
+    # 4: more floating point
+    """(4, 0, 1, 0, 1, 0, 0, 1, 99999, 127, 9999999999.99, 1.5, 3.4028234e38, 5e-324,
+        'abcde', '😀', NULL, 'ÿ', '[]', x'ffffffff', x'00', NULL, '1000-01-01',
+        '9999-12-31 23:59:59', '9999-12-31 23:59:59.999', '2020-01-01 00:00:00',
+        '2020-01-01 00:00:00.000001', '00:00:00', '00:00:00.000001', 1901, 'é', 'p,q,r',
+        b'1111111111')""",
+)
+MY_KEYS = [f"[{i}]" for i in range(1, len(MY_ROWS) + 1)]
+
+
+def test_mariadb_every_type_dump_and_log_give_identical_bytes(
+    tmp_path: Path, mariadb_server: MariaDBServer, mariadb_database: str, redis_url: str
+) -> None:
+    """Rows of every type the MySQL codec supports, inserted while the worker streams (the
+    log path), then dumped by table and by key (the dump path): for each key the same
+    bytes. Written in a session with its own time zone and SQL mode, which the output
+    must not show."""
+    database = MariaDatabase(mariadb_server, mariadb_database)
+    database.execute(MY_ALL_TYPES_DDL)
+    table = database.table("all_types")
+    config = write_config(tmp_path, mariadb_server.url(), redis_url, [table], kind="mariadb")
+    worker = WorkerProcess(config, tmp_path / "worker.log").start()
+    try:
+        wait_for(lambda: " streaming " in worker.log() or not worker.alive(), 30,
+                 "the worker to stream", lambda: worker.log()[-4000:])
+        with database.connect() as session:
+            session.execute("SET time_zone = '+05:00', sql_mode = ''")
+            for row in MY_ROWS:
+                session.execute(f"INSERT INTO all_types ({MY_COLUMNS}) VALUES {row}")
+        inserted = latest_log_after(wait_log_events(tmp_path, table, MY_KEYS, worker))
+        assert sorted(inserted) == sorted(MY_KEYS)
+        # An update of another column: its before image is the insert's row again.
+        database.execute("UPDATE all_types SET touched = 1")
+        events = wait_log_events(tmp_path, table, MY_KEYS, worker, ops=("u",))
+        updates = {str(e["key"]): e for e in events if e["op"] == "u"}
+        for key in MY_KEYS:
+            assert updates[key]["before"] == inserted[key], f"key {key}: update's before"
+        logged = latest_log_after(events)
+        assert all('"touched":1,' in logged[key] for key in MY_KEYS)
+
+        table_dump = run_dump(config, redis_url, worker, "--table", table)
+        dumped = wait_dump_rows(tmp_path, table, table_dump, len(MY_KEYS), worker)
+        assert sorted(dumped) == sorted(MY_KEYS)
+        for key in MY_KEYS:
+            assert dumped[key] == logged[key], f"key {key}: dump and log differ"
+        keys_dump = run_dump(config, redis_url, worker, "--table", table,
+                             "--keys", json.dumps(list(range(1, len(MY_ROWS) + 1))))
+        by_key = wait_dump_rows(tmp_path, table, keys_dump, len(MY_KEYS), worker)
+        for key in MY_KEYS:
+            assert by_key[key] == logged[key], f"key {key}: primary-key dump and log differ"
+        assert worker.alive()
+    finally:
+        worker.stop()
+
+    row1 = inserted["[1]"]
+    assert row1.startswith('{"id":1,"touched":0,"c_tiny":-128,"c_utiny":255,')
+    assert list(json.loads(row1)) == ["id", "touched", *MY_COLUMNS.split(", ")[1:]]
+    assert '"c_ubig":18446744073709551615,"c_zero":42,"c_bool":1,' in row1
+    assert '"c_dec":"1.50","c_dec30":"0.000000000000000000000000000001",' in row1
+    assert '"c_float":0.1,"c_double":0.30000000000000004,' in row1
+    assert '"c_char":"ab","c_varchar":"x  ",' in row1  # CHAR padding is not data
+    assert json.loads(row1)["c_text"] == 'Grüße 😀 "q" \\ tab\tnl\n'
+    assert '"c_latin":"é","c_json":"{\\"a\\":  [1, 2]}",' in row1
+    assert '"c_binary":"YQAAAA==","c_varbinary":"YgA=","c_blob":"AP8=",' in row1
+    assert '"c_date":"2024-02-29","c_datetime":"2024-01-02 03:04:05",' in row1
+    assert '"c_datetime3":"2024-01-02 03:04:05.678",' in row1
+    assert '"c_ts":"2024-01-01 22:04:05",' in row1  # written at +05:00, in UTC
+    assert '"c_time":"-838:59:59","c_time6":"-00:00:01.234567","c_year":2024,' in row1
+    assert row1.endswith('"c_enum":"y\'q","c_set":"p,r","c_bit":513}')
+
+    doc2 = json.loads(inserted["[2]"])
+    assert all(v is None for k, v in doc2.items() if k not in ("id", "touched"))
+
+    row3 = inserted["[3]"]
+    assert '"c_dec":"-0.50","c_dec30":"0.000000000000000000000000000000","c_float":0,' in row3
+    assert '"c_binary":"AAAAAA==","c_varbinary":"","c_blob":"",' in row3
+    assert ('"c_date":null,"c_datetime":null,"c_datetime3":null,"c_ts":null,'
+            '"c_ts6":"1970-01-01 00:00:01.500000",') in row3  # zero dates are null
+    assert '"c_time6":"24:00:00.000000","c_year":0,"c_enum":"","c_set":"","c_bit":0}' in row3
+
+    row4 = inserted["[4]"]
+    assert '"c_float":3.4028235e+38,"c_double":5e-324,' in row4
+    assert '"c_zero":99999,"c_bool":127,' in row4
+    assert '"c_ts6":"2019-12-31 19:00:00.000001",' in row4
+    assert row4.endswith('"c_enum":"é","c_set":"p,q,r","c_bit":1023}')
+    for key in MY_KEYS:
+        json.loads(logged[key])
