@@ -260,3 +260,49 @@ def test_column_definitions_changed_mid_stream(
     dumped = {str(e["key"]): str(e["after"]) for e in events_of(backend, table)
               if e["dump_id"] == request_id}
     assert dumped == logged
+
+
+# -- minimal source impact --------------------------------------------------------------
+
+
+def tables_written(server: MariaDBServer, start: tuple[str, int]) -> set[str]:
+    """The tables of every row event in the binary log from ``start`` on (its Table_map
+    events say ``table_id: N (database.table)``)."""
+    files = binlog_files(server)
+    written: set[str] = set()
+    for file in files[files.index(start[0]):]:
+        position = start[1] if file == start[0] else 4
+        for row in admin(server, f"SHOW BINLOG EVENTS IN '{file}' FROM {int(position)}"):
+            if row[2] == "Table_map":
+                written.add(str(row[5]).rsplit("(", 1)[1].rstrip(")"))
+    return written
+
+
+def lock_statements(server: MariaDBServer) -> dict[str, int]:
+    rows = admin(server, "SHOW GLOBAL STATUS WHERE Variable_name IN "
+                         "('Com_lock_tables', 'Com_flush', 'Com_lock_tables_for_backup', "
+                         "'Com_backup_lock')")
+    return {str(name): int(value) for name, value in rows}
+
+
+def test_the_worker_writes_only_its_watermark_row(
+    backend: Backend, mariadb_server: MariaDBServer,
+    worker_process: Callable[..., WorkerProcess]
+) -> None:
+    """Invariant 6 on MariaDB: a dump of every kind writes nothing but dblog.watermark (the
+    binary log, which records every write, maps no other table), and no statement locks or
+    flushes tables."""
+    backend.create(backend.t1, 500)
+    config = backend.config_path([backend.t1])
+    worker = worker_process(config)
+    start = admin(mariadb_server, "SHOW MASTER STATUS")[0]
+    locks = lock_statements(mariadb_server)
+    for scope in (["--all"], ["--table", backend.t1], ["--table", backend.t1, "--keys", "[10, 20, 7]"]):
+        request_id = dump(config, *scope, "--chunk-size", "50")
+        state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
+                             60, worker)
+        assert state["state"] == "completed", state
+    assert tables_written(mariadb_server, (str(start[0]), int(start[1]))) == {"dblog.watermark"}
+    assert lock_statements(mariadb_server) == locks
+    dumped = [e for e in events_of(backend, backend.t1) if e["origin"] == "dump"]
+    assert len(dumped) == 500 + 500 + 2
