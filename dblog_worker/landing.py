@@ -18,13 +18,15 @@ directories; it caches the newest segment of each table it has written to.
 
 from __future__ import annotations
 
+import array
+import binascii
 import functools
 import io
 import itertools
 import json
 import os
 import re
-import struct
+import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -85,7 +87,6 @@ _PERCENT_RE = re.compile(r"%([0-9A-F]{2})")
 _SEGMENT_RE = re.compile(r"segment-([0-9]{12})-([0-9a-f]{48})-([0-9a-f]{48})\.parquet")
 _SCHEMA_RE = re.compile(r"schema-([0-9]{6})\.json")
 
-_pack_position = struct.Struct(">QQQ").pack
 _get_table = attrgetter("table")
 
 
@@ -226,14 +227,12 @@ Item = ChangeEvent | DumpRows
 
 def _event_arrays(events: Sequence[ChangeEvent]) -> list[pa.Array]:
     """Segment columns of log events, built column-wise (the hot path)."""
-    # ChangeEvent is a NamedTuple: zip transposes in C. struct+hex is ~6x faster than
-    # Position.encode() and gives the same 48 lower-case hex digits.
+    # ChangeEvent is a NamedTuple: zip transposes in C.
     (_, op, position, key, after, before, origin, commit_ts, version, dump_id) = zip(
         *events, strict=True
     )
-    pack = _pack_position
     return [
-        pa.array([pack(*p).hex() for p in position], pa.string()),
+        _log_positions(position),
         pa.array(op, pa.string()),
         pa.array(origin, pa.string()),
         pa.array(key, pa.string()),
@@ -243,6 +242,18 @@ def _event_arrays(events: Sequence[ChangeEvent]) -> list[pa.Array]:
         pa.array(version, pa.int32()),
         pa.array(dump_id, pa.string()),
     ]
+
+
+def _log_positions(positions: Sequence[Position]) -> pa.Array:
+    """Position.encode() of each position, with no Python code per position: the same 48
+    lower-case hex digits (three big-endian 64-bit numbers), 2.5x faster."""
+    words = array.array("Q", itertools.chain.from_iterable(positions))
+    if sys.byteorder == "little":
+        words.byteswap()
+    count = len(positions)
+    offsets = pa.array(range(0, 48 * count + 1, 48), pa.int32())
+    return pa.StringArray.from_buffers(count, offsets.buffers()[1],
+                                       pa.py_buffer(binascii.hexlify(words)))
 
 
 @functools.cache

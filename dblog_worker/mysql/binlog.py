@@ -40,6 +40,7 @@ from pymysqlreplication.event import (
     RotateEvent,
     XidEvent,
 )
+from pymysqlreplication.gtid import Gtid, GtidSet
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from dblog_worker.errors import LogGone, ProtocolError, SourceUnavailable
@@ -60,7 +61,8 @@ _ER_GTID_OR_FILE_GONE = {1236}  # ER_MASTER_FATAL_ERROR_READING_BINLOG
 @dataclass(frozen=True, slots=True)
 class BinlogCheckpoint:
     """Where to resume: the end of a transaction, by file and position, and the GTID
-    state there (MariaDB: one ``domain-server-seq`` per domain; empty if unknown)."""
+    state there: MariaDB, one ``domain-server-seq`` per domain; MySQL, the executed GTID
+    set (``uuid:1-77,uuid2:1-5``); empty where GTIDs are off or unknown."""
 
     file: str
     pos: int
@@ -84,6 +86,11 @@ class BinlogCheckpoint:
     @property
     def position(self) -> Position:
         return Position(file_number(self.file), self.pos)
+
+    @property
+    def mysql_gtid_set(self) -> bool:
+        """The GTID state is a MySQL GTID set (``uuid:interval``), not MariaDB's."""
+        return ":" in self.gtid
 
 
 def file_number(name: str) -> int:
@@ -144,13 +151,18 @@ class BinlogTranslator:
         self._views: dict[tuple[str, int], TableView] = {}
         self._versions: dict[str, int] = {}  # the last schema version seen per table
         self.file = start.file
-        self._gtids = _parse_gtids(start.gtid)
+        self._gtids = {} if start.mysql_gtid_set else _parse_gtids(start.gtid)
+        # MySQL: the executed set, grown by each committed GTID. Only when it started from
+        # the server's whole set: a set grown from nothing would claim too little.
+        self._gtid_set = GtidSet(start.gtid) if start.mysql_gtid_set else None
         self._pending_gtid: tuple[int, str] | None = None
         self.in_transaction = False
         self._standalone = False
 
     @property
     def gtid(self) -> str:
+        if self._gtid_set is not None:
+            return str(self._gtid_set)
         return ",".join(self._gtids[d] for d in sorted(self._gtids))
 
     def translate(self, event: Any, out: list[LogItem]) -> None:
@@ -164,7 +176,8 @@ class BinlogTranslator:
             self._standalone = bool(event.flags & _FL_STANDALONE)
             self.in_transaction = not self._standalone
         elif kind is GtidEvent:
-            self._pending_gtid = (0, str(event.gtid))
+            if self._gtid_set is not None:
+                self._pending_gtid = (0, str(event.gtid))
         elif kind is QueryEvent:
             self._query(event, out)
         elif kind is RotateEvent:
@@ -195,7 +208,10 @@ class BinlogTranslator:
         self.in_transaction = False
         if self._pending_gtid is not None:
             domain, gtid = self._pending_gtid
-            self._gtids[domain] = gtid
+            if self._gtid_set is not None:
+                self._gtid_set.merge_gtid(Gtid(gtid))
+            else:
+                self._gtids[domain] = gtid
             self._pending_gtid = None
         pos = event.packet.log_pos
         checkpoint = BinlogCheckpoint(self.file, pos, self.gtid)
@@ -294,7 +310,7 @@ class BinlogReader:
                     "user": connect_args["user"], "password": connect_args["password"]}
         control = {**settings, "database": "information_schema"}  # not the deprecated db=
         position: dict[str, Any] = (
-            {"auto_position": start.gtid, "is_mariadb": True} if by_gtid
+            {"auto_position": start.gtid, "is_mariadb": is_mariadb} if by_gtid
             else {"log_file": start.file, "log_pos": start.pos, "resume_stream": True}
         )
         self._stream = _Stream(

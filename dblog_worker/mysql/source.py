@@ -60,6 +60,7 @@ HEARTBEAT = "heartbeat"
 # Errors that mean the server is gone or restarting: the session retries.
 _CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 _NO_TABLE, _NO_COLUMN, _DENIED = 1146, 1054, (1044, 1142, 1143, 1227)
+_PARSE_ERROR = 1064
 
 
 @contextmanager
@@ -109,6 +110,7 @@ class MySqlSource:
         self._refreshed: dict[str, float] = {}
         self._reader: BinlogReader | None = None
         self._is_mariadb = False
+        self._status_sql = "SHOW BINARY LOG STATUS"
 
     # -- connection and checks ------------------------------------------------
 
@@ -245,13 +247,27 @@ class MySqlSource:
     def capture_exists(self) -> bool:
         return False  # the server keeps no position for its binlog readers
 
+    def _binlog_status(self) -> tuple[Any, ...]:
+        """``SHOW BINARY LOG STATUS`` (MySQL 8.2+; 8.4 has nothing else), or ``SHOW MASTER
+        STATUS`` (MariaDB, older MySQL): file, position, ..., and on MySQL the executed
+        GTID set."""
+        if self._status_sql == "SHOW BINARY LOG STATUS":
+            try:
+                return self._one(self._status_sql)
+            except pymysql.err.ProgrammingError as exc:
+                if not exc.args or exc.args[0] != _PARSE_ERROR:
+                    raise
+                self._status_sql = "SHOW MASTER STATUS"
+        return self._one(self._status_sql)
+
     def _current(self) -> BinlogCheckpoint:
-        """The end of the binary log now, with the GTID state there (MariaDB)."""
-        row = self._one("SHOW MASTER STATUS")
+        """The end of the binary log now, with the GTID state there."""
+        row = self._binlog_status()
         file, pos = str(row[0]), int(row[1])
-        gtid = ""
         if self._is_mariadb:
             gtid = str(self._one("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))[0] or "")
+        else:  # Executed_Gtid_Set, consistent with file and position; empty if GTIDs are off
+            gtid = "".join(str(row[4] or "").split()) if len(row) > 4 else ""
         return BinlogCheckpoint(file, pos, gtid)
 
     # -- the log --------------------------------------------------------------
@@ -259,7 +275,7 @@ class MySqlSource:
     def start(self, checkpoint: str | None) -> str:
         start = BinlogCheckpoint.decode(checkpoint) if checkpoint else self._current()
         files = {str(r[0]) for r in self._rows("SHOW BINARY LOGS")}
-        if start.file not in files and not (self._is_mariadb and start.gtid):
+        if start.file not in files and not start.gtid:
             raise LogGone(
                 f"the binary log file {start.file} of checkpoint {start.encode()} is gone "
                 f"(purged; the server has {', '.join(sorted(files)) or 'none'}): the changes "
@@ -270,10 +286,16 @@ class MySqlSource:
         databases = {catalog.split_table(t)[0] for t in self.config.tables}
         self._reader = BinlogReader(
             self._args, self.config.server_id, start, translator, databases,
-            by_gtid=self._is_mariadb and bool(start.gtid), is_mariadb=self._is_mariadb,
+            by_gtid=self._by_gtid(start), is_mariadb=self._is_mariadb,
         )
         self._reader.start()
         return start.encode()
+
+    def _by_gtid(self, start: BinlogCheckpoint) -> bool:
+        """Resume by GTID where the checkpoint has the state of this server's kind."""
+        if self._is_mariadb:
+            return bool(start.gtid) and not start.mysql_gtid_set
+        return start.mysql_gtid_set
 
     def poll(self, timeout: float, out: list[LogItem]) -> None:
         if self._reader is None:
@@ -288,7 +310,7 @@ class MySqlSource:
         """Nothing to tell the server: it keeps binlogs by time, not for its readers."""
 
     def log_position(self) -> Position:
-        row = self._one("SHOW MASTER STATUS")
+        row = self._binlog_status()
         return Position(file_number(str(row[0])), int(row[1]))
 
     def lag_bytes(self) -> int:

@@ -297,7 +297,8 @@ def test_the_worker_writes_only_its_watermark_row(
     worker = worker_process(config)
     start = admin(mariadb_server, "SHOW MASTER STATUS")[0]
     locks = lock_statements(mariadb_server)
-    for scope in (["--all"], ["--table", backend.t1], ["--table", backend.t1, "--keys", "[10, 20, 7]"]):
+    keys = ["--table", backend.t1, "--keys", "[10, 20, 7]"]
+    for scope in (["--all"], ["--table", backend.t1], keys):
         request_id = dump(config, *scope, "--chunk-size", "50")
         state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
                              60, worker)

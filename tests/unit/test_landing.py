@@ -447,13 +447,14 @@ def test_source_name_must_be_plain(tmp_path: Path, source: str) -> None:
         LandingZone(tmp_path, source)
 
 
-@given(st.tuples(u64, u64, u64))
-def test_segment_positions_match_position_encode(parts: tuple[int, int, int]) -> None:
-    # the writer hex-encodes positions itself for speed; it must agree with encode()
+@given(st.lists(st.tuples(u64, u64, u64), min_size=1, max_size=30))
+def test_segment_positions_match_position_encode(parts: list[tuple[int, int, int]]) -> None:
+    # the writer hex-encodes positions itself, all at once; it must agree with encode()
     from dblog_worker.landing import _segment_table
 
-    e = event(*parts)
-    assert _segment_table([e], "s", TABLE).column("position").to_pylist() == [e.position.encode()]
+    events = [event(*p) for p in sorted(parts)]
+    got = _segment_table(events, "s", TABLE).column("position").to_pylist()
+    assert got == [e.position.encode() for e in events]
 
 
 # ----------------------------------------------------------------- schemas
