@@ -1,4 +1,5 @@
-"""Shared fixtures: throwaway PostgreSQL, MariaDB and Redis servers (see tests/services.py).
+"""Shared fixtures: throwaway PostgreSQL, MariaDB and Redis servers (see tests/services.py),
+and a local Spark with the JDBC drivers (tests/spark_local.py).
 
 Servers start lazily, on the first test that asks for them, once per session.
 """
@@ -10,8 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from pyspark.sql import SparkSession
 
 from tests.services import MariaDBServer, PostgresServer, RedisServer
+from tests.spark_local import local_spark
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +33,13 @@ def mariadb_server() -> Iterator[MariaDBServer]:
 def redis_server() -> Iterator[RedisServer]:
     with RedisServer().start() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local[2] SparkSession for the whole run (its JVM takes seconds to start)."""
+    with local_spark() as session:
+        yield session
 
 
 @pytest.fixture

@@ -41,6 +41,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 __all__ = [
+    "HOST",
     "MariaDBServer",
     "PostgresServer",
     "RedisServer",

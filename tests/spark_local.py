@@ -1,0 +1,59 @@
+"""A local Spark for the test suite: ``local[2]`` with the JDBC drivers of Debian's packages.
+
+Spark runs in-process (PySpark starts a JVM through py4j). It binds to 127.0.0.1 only: the
+machine's host name resolves to an address that is not loopback, so ``SPARK_LOCAL_IP``,
+the driver host and its bind address are all set. The JDBC drivers come from
+``libpostgresql-jdbc-java`` and ``libmariadb-java`` (``.ci/run`` installs them), or from
+the jars named in ``DBLOG_JDBC_JARS`` (comma-separated paths).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from tests.services import HOST, ServiceError
+
+__all__ = ["jdbc_jars", "local_spark"]
+
+DEBIAN_JARS = (Path("/usr/share/java/postgresql.jar"),
+               Path("/usr/share/java/mariadb-java-client.jar"))
+
+
+def jdbc_jars() -> list[Path]:
+    """The JDBC driver jars, checked to exist."""
+    named = os.environ.get("DBLOG_JDBC_JARS")
+    jars = [Path(p) for p in named.split(",")] if named else list(DEBIAN_JARS)
+    missing = [str(j) for j in jars if not j.is_file()]
+    if missing:
+        raise ServiceError(
+            f"JDBC driver jars not found: {', '.join(missing)}; install them with "
+            "`apt-get install libpostgresql-jdbc-java libmariadb-java`, or name other jars "
+            "in DBLOG_JDBC_JARS (comma-separated)"
+        )
+    return jars
+
+
+@contextmanager
+def local_spark(app: str = "dblog-tests") -> Iterator[SparkSession]:
+    """A ``local[2]`` SparkSession with the JDBC drivers, stopped at the end."""
+    os.environ["SPARK_LOCAL_IP"] = HOST
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.jars", ",".join(str(j) for j in jdbc_jars()))
+        .config("spark.driver.host", HOST)
+        .config("spark.driver.bindAddress", HOST)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    try:
+        yield session
+    finally:
+        session.stop()
