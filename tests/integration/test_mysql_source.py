@@ -79,6 +79,21 @@ def save_checkpoint(redis_url: str, value: BinlogCheckpoint) -> None:
         store.close()
 
 
+def one_row_then_stop(backend: Backend, worker_process: Callable[..., WorkerProcess],
+                      payload: str) -> Path:
+    """Capture the test table; insert row 1 and stop the worker once it has landed (so
+    the checkpoint is past it). The worker's configuration."""
+    backend.create(backend.t1, 0)
+    config = backend.config_path([backend.t1])
+    worker = worker_process(config)
+    backend.execute(f"INSERT INTO {backend.t1} VALUES (1, {backend.next_version}, %s)",
+                    (payload,))
+    wait_for(lambda: "[1]" in keys_of(backend, backend.t1), 30, "the first insert",
+             worker.log)
+    assert worker.stop() == 0
+    return config
+
+
 # -- several databases ------------------------------------------------------------------
 
 
@@ -154,12 +169,7 @@ def test_purged_binlog_stops_the_worker(
     says the log is gone and that a full dump is needed, and how to ask for it, instead of
     going on without the changes it lost."""
     t1, v = backend.t1, backend.next_version
-    backend.create(t1, 0)
-    config = backend.config_path([t1])
-    worker = worker_process(config)
-    backend.execute(f"INSERT INTO {t1} VALUES (1, {v}, 'kept')")
-    wait_for(lambda: "[1]" in keys_of(backend, t1), 30, "the first insert", worker.log)
-    assert worker.stop() == 0
+    config = one_row_then_stop(backend, worker_process, "kept")
     saved = checkpoint(backend.redis_url)
     assert saved is not None
     at = BinlogCheckpoint.decode(saved)
@@ -203,12 +213,7 @@ def test_resume_from_a_checkpoint(
     resumes after that GTID (its position, here the start of the file, is not used). Either
     way the change before the checkpoint is not read and the change after it is."""
     t1, v = backend.t1, backend.next_version
-    backend.create(t1, 0)
-    config = backend.config_path([t1])
-    worker = worker_process(config)
-    backend.execute(f"INSERT INTO {t1} VALUES (1, {v}, 'first')")
-    wait_for(lambda: "[1]" in keys_of(backend, t1), 30, "the first insert", worker.log)
-    assert worker.stop() == 0
+    config = one_row_then_stop(backend, worker_process, "first")
     admin(mariadb_server, "FLUSH BINARY LOGS")
     backend.execute(f"INSERT INTO {t1} VALUES (100, {v}, 'before the checkpoint')")
     at = master_status(mariadb_server)
