@@ -1,0 +1,148 @@
+"""Remove the target rows whose key the source does not have: what a primary-key dump cannot.
+
+``dblog verify`` reports such keys as *extra*. A primary-key dump of them finds nothing in
+the source and only reports them missing: the worker emits no delete for a key it does not
+find, so the merge never removes the row. The repair DAG removes them here, without ever
+removing a row the source has (again):
+
+1. read each extra key's row in the target, with the position that wrote it
+   (``_dblog_position``; NULL for a row the merge did not write);
+2. look the keys up in the source, as a primary-key dump does;
+3. delete each key the source still lacks, only where the target row still has the
+   position read in 1.
+
+A key the source inserts after 2 reaches the target through the log and the merge: before
+3, the row's position changed and it is kept; after 3, the merge inserts it anew. The
+removal leaves no tombstone: the merge only applies events newer than what it merged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dblog_worker.config import MYSQL, Config
+from dblog_worker.errors import TargetError
+from dblog_worker.mysql.catalog import quote_ident as my_ident
+from dblog_worker.pg.queries import quote_ident as pg_ident
+from dblog_worker.requests import KeyTexts, parse_keys
+from dblog_worker.source import open_source
+from dblog_worker.target.base import POSITION_COLUMN
+from dblog_worker.target.merge import open_target
+from dblog_worker.target.mysql import MySQLTarget
+from dblog_worker.target.mysql import qualified as my_qualified
+from dblog_worker.target.postgres import PostgresTarget
+from dblog_worker.target.postgres import qualified as pg_qualified
+
+__all__ = ["ExtraRemoval", "delete_sql", "position_sql", "remove_extra"]
+
+log = logging.getLogger(__name__)
+
+LOOKUP_BATCH = 1000  # keys per source lookup, as a key dump's batches
+
+
+@dataclass
+class ExtraRemoval:
+    """What :func:`remove_extra` did with each key (as verify and a key dump spell keys)."""
+
+    removed: list[list[object]] = field(default_factory=list)
+    kept: list[tuple[list[object], str]] = field(default_factory=list)  # key, why
+
+
+def _condition(kind: str, key_columns: Sequence[str], types: Mapping[str, str]) -> str:
+    if kind == MYSQL:
+        return " AND ".join(f"{my_ident(c)} = %s" for c in key_columns)
+    # Each key text is cast to its column's type, as the key dump's texts are.
+    return " AND ".join(f"{pg_ident(c)} = CAST(%s AS {types[c]})" for c in key_columns)
+
+
+def position_sql(kind: str, table: str, key_columns: Sequence[str],
+                 types: Mapping[str, str]) -> str:
+    """The position of the target row of one key (parameters: the key's texts)."""
+    ident, qualified = (my_ident, my_qualified) if kind == MYSQL else (pg_ident, pg_qualified)
+    return (f"SELECT {ident(POSITION_COLUMN)} FROM {qualified(table)}"
+            f" WHERE {_condition(kind, key_columns, types)}")
+
+
+def delete_sql(kind: str, table: str, key_columns: Sequence[str],
+               types: Mapping[str, str]) -> str:
+    """Delete the row of one key if it still has a position (parameters: the key's texts,
+    then the position; a NULL position matches NULL)."""
+    ident, qualified = (my_ident, my_qualified) if kind == MYSQL else (pg_ident, pg_qualified)
+    same = "<=> %s" if kind == MYSQL else "IS NOT DISTINCT FROM %s"
+    return (f"DELETE FROM {qualified(table)} WHERE {_condition(kind, key_columns, types)}"
+            f" AND {ident(POSITION_COLUMN)} {same}")
+
+
+def _execute(conn: Any, kind: str, sql: str, params: Sequence[object]) -> tuple[int, list[Any]]:
+    """Run one statement on the target: (rows changed, rows returned)."""
+    if kind == MYSQL:
+        with conn.cursor() as cursor:
+            changed = int(cursor.execute(sql, list(params)))
+            return changed, list(cursor.fetchall() or [])
+    cursor = conn.execute(sql.encode(), list(params))
+    return cursor.rowcount, cursor.fetchall() if cursor.description else []
+
+
+def remove_extra(config: Config, table: str, keys: Sequence[object]) -> ExtraRemoval:
+    """Delete the target rows of ``keys`` (source ``table``'s keys, as verify reports them:
+    a value for a one-column key, a list for a composite one) that the source does not have.
+    """
+    result = ExtraRemoval()
+    if not keys:
+        return result
+    target_config = config.require_target()
+    target_table = target_config.table(table)
+    source = open_source(config.source, lambda name, schema: 0)
+    target = open_target(target_config)
+    source.connect()
+    try:
+        target.connect()
+        columns = target.table_columns(target_table)
+        key_columns = target.primary_key(target_table)
+        if columns is None or not key_columns:
+            raise TargetError(f"target table {target_table} does not exist or has no primary key")
+        if POSITION_COLUMN not in columns:
+            raise TargetError(f"target table {target_table} has no {POSITION_COLUMN} column: "
+                              "its rows were not written by the merge; delete them yourself")
+        arity = source.key_arity(table)
+        values: dict[KeyTexts, list[object]] = {}  # each key's texts -> as it was given
+        for raw in keys:
+            given = list(raw) if isinstance(raw, list) else [raw]
+            values.setdefault(parse_keys([given], arity)[0], given)
+        if not isinstance(target, PostgresTarget | MySQLTarget):
+            raise TargetError(f"cannot remove rows from a {target_config.kind} target")
+        kind = target_config.kind
+        conn: Any = target.conn
+        positions: dict[KeyTexts, object] = {}
+        for key, value in values.items():  # 1. the target rows and their positions, first
+            _, rows = _execute(conn, kind, position_sql(kind, target_table, key_columns, columns),
+                               key)
+            if rows:
+                positions[key] = rows[0][0]
+            else:
+                result.kept.append((value, "not in the target any more"))
+        found = list(positions)
+        lacking: set[KeyTexts] = set()
+        for start in range(0, len(found), LOOKUP_BATCH):  # 2. then the source
+            lacking.update(source.read_keys(table, found[start:start + LOOKUP_BATCH]).missing)
+        for key, position in positions.items():  # 3. delete what the source still lacks
+            value = values[key]
+            if key not in lacking:
+                result.kept.append((value, "the source has it now: a key dump repairs it"))
+                continue
+            changed, _ = _execute(conn, kind,
+                                  delete_sql(kind, target_table, key_columns, columns),
+                                  [*key, position])
+            if changed:
+                result.removed.append(value)
+            else:
+                result.kept.append((value, "the merge wrote it meanwhile"))
+    finally:
+        source.close()
+        target.close()
+    log.info("%s -> %s: removed %d extra row(s), kept %d", table, target_table,
+             len(result.removed), len(result.kept))
+    return result

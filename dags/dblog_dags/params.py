@@ -1,0 +1,177 @@
+"""The fields of the DAGs' trigger forms, as JSON-schema Params, and the check of a dump form.
+
+Airflow validates every field against its schema when a run is triggered (the form, the
+REST API and ``airflow dags trigger`` alike) and refuses the run with the field's name,
+what was wrong and the field's schema, whose ``title`` says what is expected::
+
+    Invalid input for param chunk_size: 0 is less than the minimum of 1
+    Failed validating 'minimum' in schema: {'type': 'integer', 'minimum': 1, ...
+        'title': 'Chunk size: rows per chunk SELECT, 1 to 100,000'}
+
+Rules that join two fields (scope ``keys`` needs one table and keys) cannot be said in one
+field's schema: :func:`check_dump` checks them in the run's first task, ``check``, which
+fails at once with a plain sentence.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow.sdk import Param
+
+from dblog_dags.settings import TABLE_PATTERN
+from dblog_worker.requests import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_MS, MAX_KEYS
+
+__all__ = [
+    "SCOPES",
+    "TABLE_PATTERN",
+    "DumpForm",
+    "check_dump",
+    "chunk_size_param",
+    "conn_id_param",
+    "delay_ms_param",
+    "keys_param",
+    "scope_param",
+    "table_param",
+    "tables_param",
+]
+
+
+SCOPES = {
+    "all": "All tables: every table the worker captures",
+    "tables": "Tables: the tables chosen below, whole",
+    "keys": "Keys: some primary keys of one table",
+}
+
+_TABLE_ITEM = {
+    "type": "string",
+    "pattern": TABLE_PATTERN,
+    "description": "a table: schema.table, e.g. public.orders",
+}
+
+
+def conn_id_param(default: str) -> Param:
+    return Param(
+        default, type="string", minLength=1, maxLength=250, pattern=r"^[A-Za-z0-9_.\-]+$",
+        title="Source: the id of its dblog connection, e.g. dblog_default",
+        description="The connection (type dblog) to the source's worker: its Redis, the "
+                    "source's name and the worker's configuration file.",
+        section="Where",
+    )
+
+
+def scope_param(choices: Sequence[str] = tuple(SCOPES), default: str = "tables") -> Param:
+    return Param(
+        default, type="string", enum=list(choices),
+        values_display={c: SCOPES[c] for c in choices},
+        title="What to dump: one of " + ", ".join(choices),
+        description="All captured tables, the tables chosen below, or some primary keys of "
+                    "one table.",
+        section="What",
+    )
+
+
+def tables_param(options: Sequence[str], default: Sequence[str] = ()) -> Param:
+    """A multi-select of ``options`` (the captured tables); other names may be typed."""
+    extra: dict[str, Any] = {"examples": list(options)} if options else {}
+    return Param(
+        list(default), type="array", items=_TABLE_ITEM, uniqueItems=True,
+        title="Tables: each as schema.table, each once",
+        description="The tables to dump, in this order (scope tables), or the one table "
+                    "whose keys are dumped (scope keys). Leave empty for scope all.",
+        section="What", **extra,
+    )
+
+
+def table_param(options: Sequence[str]) -> Param:
+    """One table, picked from ``options`` or typed; required (no default)."""
+    extra: dict[str, Any] = {"examples": list(options)} if options else {}
+    return Param(
+        type="string", pattern=TABLE_PATTERN,
+        title="Table: schema.table (database.table for MySQL), e.g. public.orders",
+        description="The source table to compare with its target and repair.",
+        section="What", **extra,
+    )
+
+
+def keys_param() -> Param:
+    return Param(
+        None, type=["string", "null"], format="multiline",
+        pattern=r"^\s*(\[[\s\S]*\])?\s*$",
+        title="Keys: a JSON array of primary keys, e.g. [1, 2] or [[7, \"EU\"]]",
+        description='For scope keys: [1, 2, 3] for a one-column key, [[7, "EU"], [8, "US"]] '
+                    "for a composite one (numbers or strings). Keys that do not exist are "
+                    "reported missing. Leave empty for the other scopes.",
+        section="What",
+    )
+
+
+def chunk_size_param(default: int = DEFAULT_CHUNK_SIZE) -> Param:
+    return Param(
+        default, type="integer", minimum=1, maximum=MAX_CHUNK_SIZE,
+        title=f"Chunk size: rows per chunk SELECT, 1 to {MAX_CHUNK_SIZE:,}",
+        description="Rows read per watermark window (keys per batch for a key dump). "
+                    "Smaller chunks are shorter SELECTs on the source.",
+        section="Pace",
+    )
+
+
+def delay_ms_param(default: int = 0, title: str = "Delay") -> Param:
+    return Param(
+        default, type="integer", minimum=0, maximum=MAX_DELAY_MS,
+        title=f"{title}: milliseconds between chunks, 0 to {MAX_DELAY_MS:,}",
+        description="The brake on the source's load: the worker waits this long after each "
+                    "chunk. It can be changed while the dump runs (dblog set).",
+        section="Pace",
+    )
+
+
+@dataclass(frozen=True)
+class DumpForm:
+    """A dump form that passed :func:`check_dump`: what the submit task sends."""
+
+    scope: str
+    tables: list[str]
+    keys: str | None  # the JSON text of the keys (scope keys only)
+
+    def as_xcom(self) -> dict[str, Any]:
+        return {"scope": self.scope, "tables": self.tables, "keys": self.keys}
+
+
+def check_dump(scope: str, tables: Sequence[str] | None, keys: str | None) -> DumpForm:
+    """The rules that join fields of a dump form; ValueError with a plain sentence."""
+    chosen = list(tables or ())
+    text = (keys or "").strip()
+    if scope == "all":
+        if chosen:
+            raise ValueError("Scope all dumps every captured table: leave Tables empty, or "
+                             f"choose scope tables to dump only {', '.join(chosen)}.")
+    elif scope == "tables":
+        if not chosen:
+            raise ValueError("Scope tables needs at least one table in Tables.")
+    elif scope == "keys":
+        if len(chosen) != 1:
+            raise ValueError("Scope keys needs exactly one table in Tables (the table whose "
+                             f"keys are dumped); {len(chosen)} were chosen.")
+        if not text:
+            raise ValueError('Scope keys needs Keys: a JSON array such as [1, 2] or '
+                             '[[7, "EU"], [8, "US"]].')
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"Keys are not valid JSON ({exc.msg} at line {exc.lineno}, "
+                             f"column {exc.colno}).") from None
+        if not isinstance(parsed, list) or not parsed:
+            raise ValueError("Keys must be a non-empty JSON array, e.g. [1, 2].")
+        if len(parsed) > MAX_KEYS:
+            raise ValueError(f"At most {MAX_KEYS:,} keys per dump; {len(parsed):,} were given.")
+        return DumpForm(scope, chosen, text)
+    else:
+        raise ValueError(f"Scope must be one of {', '.join(SCOPES)}; got {scope!r}.")
+    if text:
+        raise ValueError(f"Keys were given with scope {scope}: choose scope keys and one "
+                         "table to dump primary keys, or clear Keys.")
+    return DumpForm(scope, chosen, None)

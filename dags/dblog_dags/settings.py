@@ -1,0 +1,97 @@
+"""The DAGs' settings, read when Airflow parses the DAG files: environment variables only.
+
+=============================  =================  ===============================================
+variable                       default            meaning
+=============================  =================  ===============================================
+``DBLOG_CONN_ID``              ``dblog_default``  the ``dblog`` connection the forms propose
+``DBLOG_CONFIG``               (none)             a worker configuration: its ``source.tables``
+                                                  are the forms' table pick list
+``DBLOG_SPARK_CONN_ID``        ``spark_default``  the Spark connection of the merge tasks
+``DBLOG_POLL_INTERVAL_S``      ``10``             seconds between two reads of a dump's state
+``DBLOG_MERGE_SCHEDULE``       ``*/15 * * * *``   when ``dblog_merge`` runs
+``DBLOG_MERGE_CONNECTIONS``    ``DBLOG_CONN_ID``  the connections ``dblog_merge`` merges, comma
+                                                  separated (one task each)
+``DBLOG_BACKFILL_*``           see dblog_backfill  the backfill's schedule, tables and pace
+=============================  =================  ===============================================
+
+A value that is not valid stops the DAG file with a message naming the variable (an import
+error in Airflow's UI), rather than a DAG that does something else than configured.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+
+__all__ = ["TABLE_PATTERN", "captured_tables", "conn_ids", "env_int", "env_str", "env_tables"]
+
+log = logging.getLogger(__name__)
+
+CONN_ID = re.compile(r"[A-Za-z0-9_.\-]{1,250}")
+TABLE_PATTERN = r"^[^.\s]+\.[^.\s]+$"
+"""``schema.table`` (``database.table`` for MySQL): two names without spaces, one dot."""
+
+
+def env_str(name: str, default: str, environ: Mapping[str, str] | None = None) -> str:
+    """The variable's value, stripped; the default when it is unset or empty."""
+    value = (os.environ if environ is None else environ).get(name, "").strip()
+    return value or default
+
+
+def env_int(name: str, default: int, low: int, high: int,
+            environ: Mapping[str, str] | None = None) -> int:
+    """An integer from ``low`` to ``high``; the default when the variable is unset or empty."""
+    text = env_str(name, "", environ)
+    if not text:
+        return default
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a whole number") from None
+    if not low <= value <= high:
+        raise ValueError(f"{name}={value} is out of range: from {low} to {high}")
+    return value
+
+
+def conn_ids(name: str, default: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    """A comma-separated list of connection ids (duplicates dropped)."""
+    ids = [part.strip() for part in env_str(name, default, environ).split(",") if part.strip()]
+    for conn_id in ids:
+        if not CONN_ID.fullmatch(conn_id):
+            raise ValueError(f"{name}: {conn_id!r} is not a connection id (letters, digits, "
+                             "_ . - only)")
+    return list(dict.fromkeys(ids))
+
+
+def env_tables(name: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    """A comma-separated list of tables, each ``schema.table`` (duplicates dropped)."""
+    tables = [part.strip() for part in env_str(name, "", environ).split(",") if part.strip()]
+    for table in tables:
+        if not re.match(TABLE_PATTERN, table):
+            raise ValueError(f"{name}: {table!r} is not a table as schema.table")
+    return list(dict.fromkeys(tables))
+
+
+def captured_tables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``source.tables`` of the worker configuration ``$DBLOG_CONFIG`` names, for the forms'
+    pick lists; empty when the variable is unset or the file cannot be read (the forms then
+    take any ``schema.table``). Only the TOML is read: no secret is resolved, nothing is
+    connected to."""
+    path = env_str("DBLOG_CONFIG", "", environ)
+    if not path:
+        return []
+    try:
+        with open(path, "rb") as file:
+            document = tomllib.load(file)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        log.warning("DBLOG_CONFIG=%s cannot be read (%s): the forms offer no table list",
+                    path, exc)
+        return []
+    source = document.get("source")
+    tables = source.get("tables") if isinstance(source, dict) else None
+    if not isinstance(tables, list):
+        return []
+    return [t for t in tables if isinstance(t, str)]

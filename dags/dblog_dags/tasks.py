@@ -1,0 +1,45 @@
+"""Tasks that several DAGs run the same way: the merge after a dump, and its verify."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import task
+from airflow.sdk.exceptions import AirflowSkipException
+from dblog_airflow.merge import merge_operator
+
+__all__ = ["merge_after_dump", "verify_dumped"]
+
+
+def merge_after_dump(spark_conn_id: str,
+                     tables: str | Sequence[str] = "{{ params.tables }}") -> SparkSubmitOperator:
+    """The Spark merge of the dumped tables (none chosen, scope all: every table); a merge
+    that runs into another merge of the same table retries."""
+    return merge_operator(
+        "merge",
+        dblog_conn_id="{{ params.conn_id }}",
+        tables=tables,
+        spark_conn_id=spark_conn_id,
+        retries=2,
+        retry_delay=timedelta(minutes=1),
+    )
+
+
+@task(task_id="verify")
+def verify_dumped(**context: Any) -> dict[str, Any]:
+    """dblog verify of the dumped tables; fails with the keys that differ (skipped when the
+    form's Verify is off)."""
+    from dblog_airflow.verify import run_verify
+
+    from dblog_dags.differences import require_equal
+
+    form = context["params"]
+    if not form.get("verify", True):
+        raise AirflowSkipException("Verify is off in the form")
+    tables = form.get("tables") or ([form["table"]] if form.get("table") else None)
+    result = run_verify(form["conn_id"], tables)
+    require_equal(result)
+    return result

@@ -1,0 +1,99 @@
+"""dblog_dump: dump all tables, some tables or some primary keys, then merge and verify.
+
+Triggered by hand (Trigger DAG → the form). Tasks::
+
+    check → submit → wait → should_merge → merge → verify
+
+- **check**: the rules that join the form's fields (scope keys needs one table and keys);
+  fails at once with a plain sentence.
+- **submit**: queues the dump in the worker's Redis (like ``dblog dump``); its XCom is the
+  request id (``dump-7``). A retry returns the same request: no second dump.
+- **wait**: a deferrable sensor: the triggerer follows the dump and logs its progress;
+  fails with the worker's error if the dump failed or was cancelled.
+- **should_merge**: skips the merge and the verify when the form's *Merge* is off.
+- **merge**: the Spark merge (``dblog merge``) of the dumped tables (scope all: every
+  table): what the dump landed and whatever else landed since their last merge.
+- **verify**: ``dblog verify`` of the dumped tables; fails with the differing keys (skipped
+  when the form's *Verify* is off).
+
+Settings (environment variables, read at parse time): ``DBLOG_CONN_ID``, ``DBLOG_CONFIG``
+(the table list of the form), ``DBLOG_SPARK_CONN_ID``, ``DBLOG_POLL_INTERVAL_S``.
+See docs/airflow.md.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.sdk import DAG, Param, task
+from airflow.sdk.exceptions import AirflowFailException
+from dblog_airflow.operators.dump import DblogDumpOperator
+from dblog_airflow.sensors.dump import DblogDumpSensor
+from dblog_dags import params, settings
+from dblog_dags.tasks import merge_after_dump, verify_dumped
+
+CONN_ID = settings.env_str("DBLOG_CONN_ID", "dblog_default")
+SPARK_CONN_ID = settings.env_str("DBLOG_SPARK_CONN_ID", "spark_default")
+POLL_INTERVAL_S = settings.env_int("DBLOG_POLL_INTERVAL_S", 10, 1, 3600)
+TABLES = settings.captured_tables()
+
+with DAG(
+    dag_id="dblog_dump",
+    dag_display_name="dblog: dump tables or keys",
+    description="Dump all tables, some tables or some primary keys; merge; verify",
+    doc_md=__doc__,
+    schedule=None,
+    start_date=datetime(2024, 1, 1),
+    catchup=False,
+    max_active_runs=4,
+    tags=["dblog"],
+    params={
+        "conn_id": params.conn_id_param(CONN_ID),
+        "scope": params.scope_param(),
+        "tables": params.tables_param(TABLES),
+        "keys": params.keys_param(),
+        "chunk_size": params.chunk_size_param(),
+        "delay_ms": params.delay_ms_param(),
+        "merge": Param(True, type="boolean", title="Merge: run the Spark merge afterwards",
+                       section="Afterwards"),
+        "verify": Param(True, type="boolean",
+                        title="Verify: compare the dumped tables with their targets "
+                              "after the merge", section="Afterwards"),
+    },
+) as dag:
+
+    @task
+    def check(**context: Any) -> None:
+        """The rules that join fields of the form."""
+        form = context["params"]
+        try:
+            params.check_dump(form["scope"], form["tables"], form["keys"])
+        except ValueError as exc:
+            raise AirflowFailException(str(exc)) from None
+
+    submit = DblogDumpOperator(
+        task_id="submit",
+        dblog_conn_id="{{ params.conn_id }}",
+        scope="{{ params.scope }}",
+        tables="{{ params.tables }}",
+        keys="{{ params['keys'] or '' }}",
+        chunk_size="{{ params.chunk_size }}",
+        delay_ms="{{ params.delay_ms }}",
+    )
+    wait = DblogDumpSensor(
+        task_id="wait",
+        request_id="{{ ti.xcom_pull(task_ids='submit') }}",
+        dblog_conn_id="{{ params.conn_id }}",
+        poll_interval=POLL_INTERVAL_S,
+        timeout=timedelta(days=3).total_seconds(),
+    )
+
+    @task.short_circuit
+    def should_merge(**context: Any) -> bool:
+        """Skip the merge and the verify when the form's Merge is off."""
+        return bool(context["params"]["merge"])
+
+    merge = merge_after_dump(SPARK_CONN_ID)
+
+    check() >> submit >> wait >> should_merge() >> merge >> verify_dumped()

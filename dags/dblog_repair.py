@@ -1,0 +1,120 @@
+"""dblog_repair: make one target table equal to its source again, key by key.
+
+Triggered by hand with a table. Tasks::
+
+    compare → submit → wait → merge → remove_extra → verify
+
+- **compare**: ``dblog verify`` of the table. Equal: the run ends here, green (the other
+  tasks are skipped). Otherwise its XCom lists the keys that are missing in the target,
+  changed, or extra (in the target only).
+- **submit**: a primary-key dump of exactly those keys (``dblog dump --keys``): the worker
+  reads the missing and changed rows again inside watermark windows; the extra keys it does
+  not find, and reports them missing.
+- **wait**: follows the dump (deferrable); fails with the worker's error.
+- **merge**: the Spark merge of the table (``dblog merge --table``).
+- **remove_extra**: deletes the target rows of the extra keys the source still does not
+  have (the dump emits no delete for a key it does not find), never a row the merge wrote
+  meanwhile.
+- **verify**: ``dblog verify`` of the table again; fails, listing the keys, if any differ.
+
+Settings: ``DBLOG_CONN_ID``, ``DBLOG_CONFIG`` (the table pick list), ``DBLOG_SPARK_CONN_ID``,
+``DBLOG_POLL_INTERVAL_S``. See docs/airflow.md and docs/runbooks/.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.sdk import DAG, task
+from airflow.sdk.exceptions import AirflowFailException
+from dblog_airflow.operators.dump import DblogDumpOperator
+from dblog_airflow.sensors.dump import DblogDumpSensor
+from dblog_dags import params, settings
+from dblog_dags.tasks import merge_after_dump, verify_dumped
+
+CONN_ID = settings.env_str("DBLOG_CONN_ID", "dblog_default")
+SPARK_CONN_ID = settings.env_str("DBLOG_SPARK_CONN_ID", "spark_default")
+POLL_INTERVAL_S = settings.env_int("DBLOG_POLL_INTERVAL_S", 10, 1, 3600)
+TABLES = settings.captured_tables()
+
+log = logging.getLogger(__name__)
+
+with DAG(
+    dag_id="dblog_repair",
+    dag_display_name="dblog: repair a target table",
+    description="Verify a table, dump exactly the keys that differ, merge, verify again",
+    doc_md=__doc__,
+    schedule=None,
+    start_date=datetime(2024, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["dblog"],
+    params={
+        "conn_id": params.conn_id_param(CONN_ID),
+        "table": params.table_param(TABLES),
+        "chunk_size": params.chunk_size_param(),
+        "delay_ms": params.delay_ms_param(),
+    },
+) as dag:
+
+    @task.short_circuit
+    def compare(**context: Any) -> dict[str, Any]:
+        """Verify the table: nothing to repair ends the run (the rest is skipped)."""
+        from dblog_airflow.verify import run_verify
+        from dblog_dags.differences import describe, keys_json
+
+        form = context["params"]
+        table = form["table"]
+        result = run_verify(form["conn_id"], [table])
+        entry = result["tables"][table]
+        if entry.get("error"):
+            raise AirflowFailException(f"{table} could not be compared: {entry['error']}")
+        if entry["equal"]:
+            log.info("%s equals its target: nothing to repair", table)
+            return {}
+        log.info("to repair: %s", " | ".join(describe(result)))
+        return {"keys": keys_json(entry), "extra": entry.get("extra") or []}
+
+    submit = DblogDumpOperator(
+        task_id="submit",
+        dblog_conn_id="{{ params.conn_id }}",
+        scope="keys",
+        tables=["{{ params.table }}"],
+        keys="{{ ti.xcom_pull(task_ids='compare')['keys'] }}",
+        chunk_size="{{ params.chunk_size }}",
+        delay_ms="{{ params.delay_ms }}",
+    )
+    wait = DblogDumpSensor(
+        task_id="wait",
+        request_id="{{ ti.xcom_pull(task_ids='submit') }}",
+        dblog_conn_id="{{ params.conn_id }}",
+        poll_interval=POLL_INTERVAL_S,
+        timeout=timedelta(days=1).total_seconds(),
+    )
+    merge = merge_after_dump(SPARK_CONN_ID, tables=["{{ params.table }}"])
+
+    @task
+    def remove_extra(**context: Any) -> dict[str, Any]:
+        """Delete the target rows of extra keys the source does not have."""
+        from dblog_airflow.hooks.dblog import DblogHook
+        from dblog_dags.extras import remove_extra as remove
+
+        extra = context["ti"].xcom_pull(task_ids="compare")["extra"]
+        if not extra:
+            log.info("no extra keys in the target")
+            return {"removed": [], "kept": []}
+        form = context["params"]
+        hook = DblogHook(form["conn_id"])
+        try:
+            done = remove(hook.load_config(), form["table"], extra)
+        finally:
+            hook.close()
+        for key, why in done.kept:
+            log.info("kept %s: %s", key, why)
+        log.info("removed %d extra row(s) from the target of %s: %s", len(done.removed),
+                 form["table"], done.removed[:100])
+        return {"removed": done.removed, "kept": [[key, why] for key, why in done.kept]}
+
+    compare() >> submit >> wait >> merge >> remove_extra() >> verify_dumped()

@@ -1,0 +1,1 @@
+"""The dblog hook: a dblog connection to the worker's Redis control plane."""

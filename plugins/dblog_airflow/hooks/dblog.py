@@ -1,0 +1,467 @@
+"""DblogHook: dump requests, their progress and their knobs, through a ``dblog`` connection.
+
+The connection (type ``dblog``, default id ``dblog_default``) names the worker's Redis and
+its source::
+
+    host, port            the Redis server                      (port default 6379)
+    login, password       Redis ACL user and password            (optional)
+    schema                the Redis database number              (default 0)
+    extra                 {"source": "shop",                     the worker's [source] name
+                           "config": "/etc/dblog/shop.toml",     its configuration file
+                           "ssl": true}                          rediss:// (optional)
+
+``config`` is optional for dumps of named tables and for waiting; it is needed for a dump
+of all tables (the captured tables are in the worker's configuration, not in Redis), for
+the merge and for verify. When it is set, a dump request is checked against the source
+database like ``dblog dump`` does (the tables are captured, the keys fit the key columns).
+
+The hook never logs the Redis password: its log lines and messages show the URL with the
+password as ``***`` (:attr:`DblogSettings.safe_redis_url`).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import redis
+from airflow.sdk import BaseHook
+
+from dblog_worker import config as config_module
+from dblog_worker.config import MYSQL, NAME, Config
+from dblog_worker.errors import (
+    ConfigError,
+    DblogError,
+    DumpFailed,
+    RequestRejected,
+    SourceUnavailable,
+    StateUnavailable,
+)
+from dblog_worker.requests import (
+    COMMANDS,
+    DEFAULT_CHUNK_SIZE,
+    DumpKind,
+    DumpRequest,
+    KeyTexts,
+    RequestState,
+    TableProgress,
+    describe_keys,
+    parse_keys,
+)
+from dblog_worker.state import StateStore
+
+if TYPE_CHECKING:
+    from airflow.sdk import Connection
+
+__all__ = ["DEFAULT_CONN_ID", "DblogHook", "DblogSettings", "as_int", "as_keys", "as_tables"]
+
+DEFAULT_CONN_ID = "dblog_default"
+DEFAULT_REDIS_PORT = 6379
+SOURCE_CONNECT_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class DblogSettings:
+    """What a ``dblog`` connection says, checked: the Redis URL, the source, the config file."""
+
+    conn_id: str
+    redis_url: str = field(repr=False)
+    safe_redis_url: str  # the URL with the password as ***: the only form that is logged
+    source: str
+    config_path: str | None = None
+
+    @classmethod
+    def from_connection(cls, conn: Connection, extra: Mapping[str, Any]) -> DblogSettings:
+        """Read a connection (its extra already parsed: sync and async callers differ)."""
+        conn_id = conn.conn_id
+        if not conn.host:
+            raise ConfigError(
+                f"connection {conn_id!r} has no host: set it to the Redis server of the dblog "
+                "worker (the host of its [redis] url)"
+            )
+        database = (conn.schema or "0").strip() or "0"
+        if not database.isdigit():
+            raise ConfigError(
+                f"connection {conn_id!r}: schema {conn.schema!r} is not a Redis database "
+                "number; set the number of the worker's Redis database, or leave it empty for 0"
+            )
+        source = _extra(extra, "source")
+        if not isinstance(source, str) or not source:
+            raise ConfigError(
+                f"connection {conn_id!r} has no \"source\" in its extra: set it to the worker's "
+                'source name ([source] name in its configuration), e.g. {"source": "shop"}'
+            )
+        if not NAME.fullmatch(source):
+            raise ConfigError(
+                f"connection {conn_id!r}: source {source!r} is not a dblog source name (1-40 "
+                "characters of a-z, 0-9 and _, starting with a letter)"
+            )
+        config_path = _extra(extra, "config")
+        if config_path is not None and not isinstance(config_path, str):
+            raise ConfigError(f"connection {conn_id!r}: \"config\" in the extra must be the path "
+                              "of the worker's configuration file")
+        ssl = _extra(extra, "ssl")
+        url = partial(redis_url, host=conn.host, port=conn.port or DEFAULT_REDIS_PORT,
+                      login=conn.login, password=conn.password, database=int(database),
+                      ssl=ssl is True or str(ssl).lower() == "true")
+        return cls(
+            conn_id=conn_id,
+            redis_url=url(),
+            safe_redis_url=url(masked=True),
+            source=source,
+            config_path=config_path or None,
+        )
+
+
+def _extra(extra: Mapping[str, Any], name: str) -> Any:
+    """An extra field, as JSON or as a connection form stores it (``extra__dblog__name``)."""
+    value = extra.get(name)
+    return extra.get(f"extra__dblog__{name}") if value in (None, "") else value
+
+
+def redis_url(*, host: str, port: int, login: str | None, password: str | None,
+              database: int, ssl: bool, masked: bool = False) -> str:
+    """``redis[s]://[login[:password]@]host:port/database``, each part quoted; ``masked``
+    writes the password as ``***``."""
+    credentials = ""
+    if login or password:
+        credentials = quote(login or "", safe="")
+        if password:
+            credentials += ":" + ("***" if masked else quote(password, safe=""))
+        credentials += "@"
+    netloc = f"[{host}]" if ":" in host else host
+    return f"{'rediss' if ssl else 'redis'}://{credentials}{netloc}:{port}/{database}"
+
+
+# -- templated values: operators get strings when a template renders a param -----------
+
+
+def as_tables(value: object) -> list[str]:
+    """Table names from a list, a JSON or Python list literal, or one name; duplicates dropped."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.startswith("["):
+            return [text]
+        value = _literal(text, "tables")
+    if not isinstance(value, Sequence) or isinstance(value, str) or not all(
+        isinstance(t, str) and t for t in value
+    ):
+        raise RequestRejected(f"tables must be a list of names like [\"public.orders\"], "
+                              f"got {value!r}")
+    return list(dict.fromkeys(t.strip() for t in value))
+
+
+def as_keys(value: object) -> list[object] | None:
+    """Primary keys from a list, or a JSON (or Python) list literal; None when there are none."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str):
+        value = _literal(value.strip(), "keys")
+    if isinstance(value, tuple):
+        value = list(value)
+    if not isinstance(value, list):
+        raise RequestRejected(
+            f"keys must be a JSON array such as [1, 2] or [[1, \"a\"]], got {value!r}")
+    return [list(k) if isinstance(k, tuple) else k for k in value]
+
+
+def as_int(value: object, what: str) -> int:
+    """An integer knob from an int or its text (a rendered template)."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestRejected(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def _literal(text: str, what: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        try:  # a Python list, as a template renders a list param
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise RequestRejected(f"{what} are not valid JSON: {exc}") from None
+
+
+def _arity(keys: Sequence[object]) -> int:
+    """The key's column count, from the first key (``parse_keys`` checks the others)."""
+    return len(keys[0]) if keys and isinstance(keys[0], list) else 1
+
+
+class DblogHook(BaseHook):
+    """Request, follow and steer dumps of a dblog worker, through its Redis control plane.
+
+    Like the ``dblog`` CLI's dump commands; the worker itself runs elsewhere and picks the
+    requests up. Methods raise dblog's errors: :class:`~dblog_worker.errors.RequestRejected`
+    when a request or command is refused (nothing was queued or changed),
+    :class:`~dblog_worker.errors.ConfigError` for a connection or configuration that needs a
+    change, :class:`~dblog_worker.errors.StateUnavailable` when Redis is unreachable (try
+    again). Call :meth:`close` when done (operators do).
+
+    :param dblog_conn_id: The ``dblog`` connection: Redis, the source name, the worker's
+        configuration file (see the module's documentation).
+    """
+
+    conn_name_attr = "dblog_conn_id"
+    default_conn_name = DEFAULT_CONN_ID
+    conn_type = "dblog"
+    hook_name = "dblog (DBLog capture worker)"
+
+    def __init__(self, dblog_conn_id: str = DEFAULT_CONN_ID) -> None:
+        super().__init__()
+        self.dblog_conn_id = dblog_conn_id
+        self._settings: DblogSettings | None = None
+        self._state: StateStore | None = None
+        self._config: Config | None = None
+
+    # -- the connection -----------------------------------------------------------------
+
+    @property
+    def settings(self) -> DblogSettings:
+        if self._settings is None:
+            conn = self.get_connection(self.dblog_conn_id)
+            self._settings = DblogSettings.from_connection(conn, conn.extra_dejson)
+        return self._settings
+
+    @classmethod
+    async def aget_settings(cls, dblog_conn_id: str = DEFAULT_CONN_ID) -> DblogSettings:
+        """The settings of a connection, from async code (a trigger): no blocking call."""
+        conn = await cls.aget_connection(dblog_conn_id)
+        return DblogSettings.from_connection(conn, await conn.aextra_dejson())
+
+    @property
+    def source(self) -> str:
+        """The worker's source name (the prefix of its Redis keys)."""
+        return self.settings.source
+
+    @property
+    def config_path(self) -> str | None:
+        """The worker's configuration file, when the connection names it."""
+        return self.settings.config_path
+
+    def load_config(self) -> Config:
+        """The worker's configuration (secrets from this process's environment), checked
+        against the connection: both must name the same source."""
+        if self._config is None:
+            path = self.config_path
+            if path is None:
+                raise ConfigError(
+                    f"connection {self.dblog_conn_id!r} names no worker configuration: add "
+                    '"config": "/path/to/worker.toml" to its extra (the merge, verify and dumps '
+                    "of all tables read the source, the tables and the target from it)"
+                )
+            config = config_module.load(path)
+            if config.source.name != self.source:
+                raise ConfigError(
+                    f"connection {self.dblog_conn_id!r} names source {self.source!r} but its "
+                    f"configuration {path} is of source {config.source.name!r}: both must "
+                    "name the same worker"
+                )
+            self._config = config
+        return self._config
+
+    def state(self) -> StateStore:
+        """The Redis state of the source (one client, kept until :meth:`close`)."""
+        if self._state is None:
+            settings = self.settings
+            try:
+                self._state = StateStore(settings.redis_url, settings.source)
+            except ValueError as exc:  # redis-py refuses the URL; its text may hold it
+                raise ConfigError(f"connection {self.dblog_conn_id!r}: {settings.safe_redis_url} "
+                                  f"is not a usable Redis URL ({type(exc).__name__})") from None
+            self.log.info("dblog source %s at %s", settings.source, settings.safe_redis_url)
+        return self._state
+
+    get_conn = state
+
+    def close(self) -> None:
+        if self._state is not None:
+            self._state.close()
+            self._state = None
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Whether Redis answers, and what the worker of the source last reported."""
+        try:
+            settings = self.settings
+            state = self.state()
+            try:
+                state.redis.ping()
+            except redis.RedisError as exc:
+                raise StateUnavailable(
+                    f"Redis at {settings.safe_redis_url} does not answer: {exc}") from None
+            status = state.status()
+        except DblogError as exc:
+            return False, str(exc)
+        finally:
+            self.close()
+        where = f"Redis at {settings.safe_redis_url} answers; source {settings.source}: "
+        if not status:
+            return True, where + "no worker has reported yet (is `dblog run` running?)"
+        age = time.time() - float(status.get("updated_at", "0"))
+        return True, where + (f"worker pid {status.get('pid')} on {status.get('host')} reported "
+                              f"{age:.0f} s ago")
+
+    # -- dumps --------------------------------------------------------------------------
+
+    def submit_dump(
+        self,
+        scope: str,
+        tables: str | Sequence[str] = (),
+        keys: object = None,
+        chunk_size: int | str = DEFAULT_CHUNK_SIZE,
+        delay_ms: int | str = 0,
+        client_token: str | None = None,
+    ) -> DumpRequest:
+        """Queue a dump, like ``dblog dump``; with a ``client_token`` used before, return
+        that request instead (no second dump).
+
+        :param scope: ``"all"`` (the tables given, or when none, every table of the worker's
+            configuration), ``"tables"`` (the tables given) or ``"keys"`` (some primary keys
+            of one table).
+        :param tables: Table names (``schema.table``; ``database.table`` for MySQL).
+        :param keys: For scope ``"keys"``: a list, or its JSON text: ``[1, 2]`` for a
+            one-column key, ``[[1, "a"], [2, "b"]]`` for a composite one.
+        :param chunk_size: Rows per chunk SELECT (1 to 100,000); an int or its text.
+        :param delay_ms: Pause between chunks, in milliseconds; an int or its text.
+        :param client_token: Idempotency token: the same token gives the same request.
+        """
+        kind = _scope(scope)
+        names = as_tables(tables)
+        raw_keys = as_keys(keys)
+        if kind is DumpKind.KEYS and raw_keys is None:
+            raise RequestRejected('scope "keys" needs keys: a JSON array such as [1, 2] or '
+                                  '[[1, "a"], [2, "b"]]')
+        if kind is not DumpKind.KEYS and raw_keys is not None:
+            raise RequestRejected(f'keys were given with scope "{kind.value}": use scope '
+                                  '"keys" and one table to dump primary keys')
+        config = self.load_config() if self.config_path is not None else None
+        if kind is DumpKind.ALL and not names:
+            if config is None:
+                raise RequestRejected(
+                    'scope "all" needs the captured tables: name them, or add the worker\'s '
+                    f'configuration to connection {self.dblog_conn_id!r} ("config" in its extra)')
+            names = list(config.source.tables)
+        if not names:
+            raise RequestRejected(f'scope "{kind.value}" needs at least one table')
+        if kind is DumpKind.KEYS and len(names) != 1:
+            raise RequestRejected(f"a primary-key dump names exactly one table, got {len(names)}")
+        parsed = self._check_with_source(config, names, raw_keys)
+        started = time.time()
+        request = self.state().create_request(
+            kind, names, chunk_size=as_int(chunk_size, "chunk size"),
+            delay_ms=as_int(delay_ms, "delay"), keys=parsed, client_token=client_token)
+        again = client_token is not None and request.created_at < started
+        self.log.info(
+            "%s %s: %s dump of %s%s, chunk size %d, delay %d ms%s", request.id,
+            request.state.value, request.kind.value, ", ".join(request.tables),
+            f" ({request.key_count} keys: {describe_keys(parsed)})" if parsed else "",
+            request.chunk_size, request.delay_ms,
+            f"; client token {client_token} was used before: this is that request, no second "
+            "dump" if again else "")
+        return request
+
+    def _check_with_source(self, config: Config | None, tables: Sequence[str],
+                           raw_keys: list[object] | None) -> list[KeyTexts]:
+        """Refuse what ``dblog dump`` refuses: tables not captured or without a primary key,
+        keys that do not fit the key columns. Without the configuration, or when the source
+        is unreachable, only the keys' shape is checked; the worker checks the rest."""
+        if config is not None:
+            for table in tables:
+                if table not in config.source.tables:
+                    raise RequestRejected(
+                        f"{table} is not a captured table of source {config.source.name} "
+                        f"(source.tables: {', '.join(config.source.tables)})")
+            try:
+                return self._source_keys(config, tables, raw_keys)
+            except SourceUnavailable as exc:
+                self.log.warning(
+                    "source %s (%s) is unreachable, so the tables and keys are not checked "
+                    "against it now; the worker checks them when the dump runs: %s",
+                    config.source.name, config.source.safe_dsn(), exc)
+        return [] if raw_keys is None else parse_keys(raw_keys, _arity(raw_keys))
+
+    def _source_keys(self, config: Config, tables: Sequence[str],
+                     raw_keys: list[object] | None) -> list[KeyTexts]:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        from dblog_worker.source import open_source
+
+        source_config = config.source
+        if source_config.kind != MYSQL and "connect_timeout" not in conninfo_to_dict(
+                source_config.dsn):
+            source_config = dataclasses.replace(source_config, dsn=make_conninfo(
+                source_config.dsn, connect_timeout=SOURCE_CONNECT_TIMEOUT_S))
+        source = open_source(source_config, lambda table, schema: 0)
+        source.connect()
+        try:
+            arities = []
+            for table in tables:
+                try:
+                    arities.append(source.key_arity(table))  # refuses tables gone, keyless
+                except DumpFailed as exc:
+                    raise RequestRejected(str(exc)) from None
+            if raw_keys is None:
+                return []
+            keys = parse_keys(raw_keys, arities[0])
+            source.check_keys(tables[0], keys)
+            return keys
+        finally:
+            source.close()
+
+    def get_request(self, request_id: str) -> DumpRequest:
+        return self.state().get_request(request_id)
+
+    def progress(self, request_id: str) -> dict[str, TableProgress]:
+        """Per table: done, chunks, rows selected and emitted, keys missing."""
+        return self.state().progress(request_id)
+
+    def missing_keys(self, request_id: str) -> list[KeyTexts]:
+        """Keys a primary-key dump did not find in the source."""
+        return self.state().missing_keys(request_id)
+
+    def pause(self, request_id: str) -> RequestState:
+        """Pause a running dump (between chunks); returns the state it was in."""
+        return self._command(request_id, "pause")
+
+    def resume(self, request_id: str) -> RequestState:
+        """Resume a paused dump; returns the state it was in."""
+        return self._command(request_id, "resume")
+
+    def cancel(self, request_id: str) -> RequestState:
+        """Cancel a dump that has not ended; returns the state it was in."""
+        return self._command(request_id, "cancel")
+
+    def _command(self, request_id: str, command: str) -> RequestState:
+        target, only_from = COMMANDS[command]
+        previous = self.state().transition(request_id, target, only_from=only_from)
+        self.log.info("%s: %s -> %s", request_id, previous.value, target.value)
+        return previous
+
+    def set_knobs(self, request_id: str, chunk_size: int | str | None = None,
+                  delay_ms: int | str | None = None) -> DumpRequest:
+        """Change the chunk size and/or delay of a dump that has not ended."""
+        request = self.state().set_knobs(
+            request_id,
+            chunk_size=None if chunk_size is None else as_int(chunk_size, "chunk size"),
+            delay_ms=None if delay_ms is None else as_int(delay_ms, "delay"))
+        self.log.info("%s: chunk size %d, delay %d ms", request.id, request.chunk_size,
+                      request.delay_ms)
+        return request
+
+
+def _scope(scope: object) -> DumpKind:
+    try:
+        return DumpKind(str(scope).strip())
+    except ValueError:
+        raise RequestRejected(f"scope must be one of {', '.join(k.value for k in DumpKind)}; "
+                              f"got {scope!r}") from None

@@ -1,0 +1,141 @@
+"""The Spark merge from a DAG: ``dblog merge`` as a SparkSubmitOperator.
+
+:func:`merge_operator` builds a :class:`DblogMergeOperator`, a ``SparkSubmitOperator``
+that submits the job ``dblog merge`` submits (``dblog_spark/merge.py``) with the same
+options, the worker's configuration taken from the ``dblog`` connection::
+
+    spark-submit --master <the Spark connection's master>
+        --conf spark.sql.session.timeZone=UTC --conf spark.ui.showConsoleProgress=false
+        --conf spark.log.level=WARN [--conf <merge.spark_conf>...]
+        [--conf spark.driver.host=127.0.0.1 --conf spark.driver.bindAddress=127.0.0.1]
+        --jars <merge.jars> --name dblog-merge-<source>
+        .../dblog_spark/merge.py --config <the connection's config> [--table T ...]
+
+The Spark master comes from the Spark connection (``spark_default``: e.g.
+``{"conn_type": "spark", "host": "local[2]"}``), not from the configuration's
+``merge.master``. Everything that needs the connection or the configuration is resolved
+when the task runs, so a DAG file that uses it reads neither. The job exits 1 when a
+table was not merged: the task fails. The target's password is never on the command
+line: the job reads the configuration file and the environment of the Airflow worker.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from dblog_airflow._errors import task_errors
+from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook, as_tables
+from dblog_worker.config import DEFAULT_JARS, Config
+from dblog_worker.target.submit import check_jars, job_path, spark_submit
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+__all__ = ["DblogMergeOperator", "merge_operator"]
+
+LOOPBACK = "127.0.0.1"
+BASE_CONF = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
+             "spark.log.level": "WARN"}
+
+
+class DblogMergeOperator(SparkSubmitOperator):
+    """Merge the landing zone into the target tables with Spark, as ``dblog merge`` does.
+
+    Build it with :func:`merge_operator`. When it runs it reads the worker's configuration
+    (the ``dblog`` connection's ``config``): the JDBC jars (``merge.jars``), extra Spark
+    options (``merge.spark_conf``) and the target come from there; explicit ``jars``,
+    ``conf``, ``env_vars`` or ``spark_binary`` arguments win over them.
+
+    :param dblog_conn_id: The ``dblog`` connection; its extra must name the configuration
+        (templated).
+    :param tables: Source tables to merge, a list (each entry templated) or its JSON text
+        (templated); default: every captured table.
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "tables",
+                                      "dblog_conn_id")
+
+    def __init__(self, *, dblog_conn_id: str = DEFAULT_CONN_ID,
+                 tables: str | Sequence[str] | None = None, **kwargs: Any) -> None:
+        explicit = {name for name in ("jars", "spark_binary", "name") if name in kwargs}
+        kwargs.setdefault("application", str(job_path()))
+        kwargs.setdefault("jars", ",".join(DEFAULT_JARS))
+        kwargs.setdefault("name", "dblog-merge")
+        super().__init__(**kwargs)
+        self._explicit = explicit  # what the DAG gave: the configuration does not override it
+        self.dblog_conn_id = dblog_conn_id
+        self.tables = tables
+
+    def execute(self, context: Context) -> None:
+        hook = DblogHook(self.dblog_conn_id)
+        with task_errors():
+            config = hook.load_config()
+            config.require_target()
+            check_jars(config)
+            self.prepare(config, Path(str(hook.config_path)), self.spark_master())
+        try:
+            super().execute(context)
+        finally:
+            self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        """SparkSubmitHook leaves spark-submit's stdout pipe open: a file descriptor lost
+        per merge in a long-lived Airflow worker."""
+        process = getattr(getattr(self, "_hook", None), "_submit_sp", None)
+        stdout = getattr(process, "stdout", None)
+        if stdout is not None:
+            stdout.close()
+
+    def spark_master(self) -> str:
+        """The host of the Spark connection, e.g. ``local[2]`` for a local master ("yarn"
+        when there is no connection, as Spark's hook assumes)."""
+        try:
+            conn = BaseHook.get_connection(self._conn_id)
+        except AirflowNotFoundException:
+            return "yarn"
+        return conn.host or "yarn"
+
+    def prepare(self, config: Config, config_path: Path, master: str) -> None:
+        """Set the job's arguments, jars, Spark options and environment from the worker's
+        configuration (what ``dblog merge`` takes from it too)."""
+        self.application_args = ["--config", str(config_path.resolve())]
+        for table in as_tables(self.tables):
+            self.application_args += ["--table", table]
+        if "jars" not in self._explicit:
+            self.jars = ",".join(config.merge.jars) or None
+        if "name" not in self._explicit:
+            self.name = f"dblog-merge-{config.source.name}"
+        conf: dict[str, Any] = {**BASE_CONF, **config.merge.spark_conf}
+        env: dict[str, Any] = {}
+        if master.startswith("local"):
+            conf |= {"spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK}
+            env |= {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                    "SPARK_LOCAL_IP": LOOPBACK}
+        self.conf = conf | (self.conf or {})
+        self.env_vars = (env | self.env_vars) if self.env_vars else (env or None)
+        if "spark_binary" not in self._explicit:
+            self._spark_binary = spark_submit()  # on PATH, in $SPARK_HOME/bin, or beside Python
+
+
+def merge_operator(task_id: str, dblog_conn_id: str = DEFAULT_CONN_ID,
+                   tables: str | Sequence[str] | None = None,
+                   spark_conn_id: str = "spark_default", **kwargs: Any) -> SparkSubmitOperator:
+    """A task that merges the landing zone into the target tables (``dblog merge``).
+
+    :param task_id: The task's id.
+    :param dblog_conn_id: The ``dblog`` connection (templated); its extra must name the
+        worker's configuration (``config``), where the target and the landing zone are.
+    :param tables: Source tables to merge, a list (each entry templated) or its JSON text
+        (templated); default: every captured table.
+    :param spark_conn_id: The Spark connection that gives the master.
+    :param kwargs: Further ``SparkSubmitOperator`` / ``BaseOperator`` arguments.
+    """
+    return DblogMergeOperator(task_id=task_id, dblog_conn_id=dblog_conn_id, tables=tables,
+                              conn_id=spark_conn_id, **kwargs)

@@ -1,0 +1,1 @@
+"""Operators: queue a dump, steer it."""

@@ -1,0 +1,75 @@
+"""DblogDumpOperator: queue a dump, once per task instance."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from dblog_airflow._errors import task_errors
+from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook
+from dblog_worker.requests import DEFAULT_CHUNK_SIZE
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+__all__ = ["DblogDumpOperator", "client_token"]
+
+
+def client_token(context: Context) -> str:
+    """``airflow:<dag_id>:<run_id>:<task_id>:<map_index>``: the same for every try of a task
+    instance, so that a retried or re-run submit gets the first request back."""
+    ti = context["ti"]
+    map_index = -1 if ti.map_index is None else ti.map_index
+    return f"airflow:{ti.dag_id}:{ti.run_id}:{ti.task_id}:{map_index}"
+
+
+class DblogDumpOperator(BaseOperator):
+    """Queue a dump for the dblog worker; return its request id (e.g. ``dump-3``).
+
+    The worker runs it in chunks interleaved with the change log, in watermark windows.
+    The request carries a client token made of the DAG, run, task and map index: a retry
+    (or a cleared and re-run task) gets the same request back instead of a second dump.
+    Wait for it with :class:`~dblog_airflow.sensors.dump.DblogDumpSensor`.
+
+    A refused request (an unknown scope, no tables, keys that do not fit the primary key, a
+    table the worker does not capture) fails the task without retries.
+
+    :param scope: ``"all"``, ``"tables"`` or ``"keys"`` (templated). ``"all"`` without
+        tables dumps every table of the worker's configuration (the connection's
+        ``config``).
+    :param tables: Table names, a list or its JSON text (templated).
+    :param keys: For scope ``"keys"``: primary keys of the one table, a list or its JSON
+        text, ``[1, 2]`` or ``[[1, "a"], [2, "b"]]`` (templated).
+    :param chunk_size: Rows per chunk (1 to 100,000; templated).
+    :param delay_ms: Pause between chunks in milliseconds (templated).
+    :param dblog_conn_id: The ``dblog`` connection (templated).
+    """
+
+    template_fields: Sequence[str] = ("scope", "tables", "keys", "chunk_size", "delay_ms",
+                                      "dblog_conn_id")
+    ui_color = "#d6e8f2"
+
+    def __init__(self, *, scope: str, tables: str | Sequence[str] = (), keys: object = None,
+                 chunk_size: int | str = DEFAULT_CHUNK_SIZE, delay_ms: int | str = 0,
+                 dblog_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.scope = scope
+        self.tables = tables
+        self.keys = keys
+        self.chunk_size = chunk_size
+        self.delay_ms = delay_ms
+        self.dblog_conn_id = dblog_conn_id
+
+    def execute(self, context: Context) -> str:
+        hook = DblogHook(self.dblog_conn_id)
+        try:
+            with task_errors():
+                request = hook.submit_dump(
+                    self.scope, self.tables, self.keys,
+                    chunk_size=self.chunk_size, delay_ms=self.delay_ms,
+                    client_token=client_token(context))
+        finally:
+            hook.close()
+        return request.id

@@ -1,0 +1,1 @@
+"""The deferrable sensor that waits for a dump."""

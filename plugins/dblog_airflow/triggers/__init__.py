@@ -1,0 +1,1 @@
+"""The trigger that follows a dump in the triggerer."""

@@ -1,0 +1,200 @@
+"""DblogDumpTrigger: follow a dump request in the triggerer until it ends.
+
+It polls the request in Redis every ``poll_interval`` seconds, logs the progress when it
+changes (tables done, chunks, rows, rows/s since the trigger started, an ETA: for a
+primary-key dump from the keys done, for a table dump with a numeric key from how fast the
+chunks walk up to the table's upper bound) and fires exactly one event::
+
+    {"status": "completed" | "failed" | "cancelled" | "error",
+     "request_id": "dump-3", "message": "...", "rows": 120000}
+
+``failed`` carries the worker's error in ``message``; ``error`` means the trigger could not
+follow the request (no such request, a connection that needs a change). While Redis is
+unreachable it logs a warning and keeps polling: the sensor's timeout bounds the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook
+from dblog_worker.errors import DblogError, StateUnavailable
+from dblog_worker.requests import DumpKind, DumpRequest, RequestState, TableProgress
+from dblog_worker.state import StateStore
+
+__all__ = ["DblogDumpTrigger", "Progress", "describe_progress", "dump_event"]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A dump's progress, summed over its tables (what the worker saved in Redis)."""
+
+    tables_done: int = 0
+    tables: int = 0
+    chunks: int = 0
+    rows: int = 0  # emitted to the landing zone
+    keys_done: int = 0  # primary-key dumps: keys looked up so far
+    keys: int = 0  # primary-key dumps: keys requested
+    missing: int = 0  # primary-key dumps: keys the source does not have
+    # Table dumps: the table being dumped, and its last dumped key and upper bound when the
+    # key is one number (the chunks walk the key space upwards: that gives an ETA).
+    table: str = ""
+    key_at: float | None = None
+    key_bound: float | None = None
+
+    @classmethod
+    def of(cls, request: DumpRequest, progress: Mapping[str, TableProgress]) -> Progress:
+        parts = [progress.get(table) or TableProgress(table) for table in request.tables]
+        current = next((p for p in parts if p.started and not p.done), None)
+        return cls(
+            tables_done=sum(1 for p in parts if p.done), tables=len(request.tables),
+            chunks=sum(p.chunks for p in parts), rows=sum(p.rows for p in parts),
+            keys_done=sum(p.next_key_index for p in parts),
+            keys=request.key_count if request.kind is DumpKind.KEYS else 0,
+            missing=sum(p.missing for p in parts),
+            table=current.table if current else "",
+            key_at=_number(current.last_key) if current else None,
+            key_bound=_number(current.upper_bound) if current else None,
+        )
+
+
+def _number(key: list[str] | None) -> float | None:
+    if key is None or len(key) != 1:
+        return None
+    try:
+        return float(key[0])
+    except ValueError:
+        return None
+
+
+def _table_eta(now: Progress, start: Progress, seconds: float) -> str:
+    """The ETA of the table being dumped, from how fast its key advanced."""
+    if (now.table != start.table or None in (now.key_at, start.key_at, now.key_bound)):
+        return "; ETA unknown (the key is not a number, or the dump moved to another table)"
+    assert now.key_at is not None and start.key_at is not None and now.key_bound is not None
+    speed = (now.key_at - start.key_at) / seconds
+    if speed <= 0:
+        return "; ETA unknown (the key has not advanced since the trigger started)"
+    left = now.tables - now.tables_done - 1
+    then = f", then {left} more table(s)" if left else ""
+    return (f"; ETA {now.table} {max(0.0, now.key_bound - now.key_at) / speed:,.0f} s"
+            f" (by the key's progress to {now.key_bound:,.0f}){then}")
+
+
+def describe_progress(request: DumpRequest, now: Progress, start: Progress,
+                      seconds: float) -> str:
+    """One log line: where the dump is, its rate since ``start`` (``seconds`` ago), the ETA."""
+    line = (f"{request.id} {request.state.value}: tables {now.tables_done}/{now.tables} done, "
+            f"{now.chunks:,} chunks, {now.rows:,} rows")
+    if now.keys:
+        line += f", keys {now.keys_done:,}/{now.keys:,}"
+    if seconds <= 0 or now == start:
+        return line + "; rate and ETA not known yet"
+    line += f"; {(now.rows - start.rows) / seconds:,.0f} rows/s since the trigger started"
+    if not now.keys:
+        return line + _table_eta(now, start, seconds)
+    keys_per_s = (now.keys_done - start.keys_done) / seconds
+    if keys_per_s <= 0:
+        return line + "; ETA unknown (no keys done since the trigger started)"
+    return line + f"; ETA {(now.keys - now.keys_done) / keys_per_s:,.0f} s"
+
+
+def dump_event(request: DumpRequest, progress: Progress) -> dict[str, Any]:
+    """The event of a request that ended (the sensor decides on the same dict)."""
+    if request.state is RequestState.COMPLETED:
+        message = (f"{request.id} completed: {progress.tables} table(s), "
+                   f"{progress.rows:,} rows")
+        if progress.missing:
+            message += (f"; {progress.missing:,} of {progress.keys:,} keys are not in the "
+                        "source (`dblog show --json` lists them)")
+    elif request.state is RequestState.FAILED:
+        message = f"{request.id} failed: {request.error or 'the worker recorded no error'}"
+    elif request.state is RequestState.CANCELLED:
+        message = f"{request.id} was cancelled" + (f": {request.error}" if request.error else "")
+    else:
+        raise ValueError(f"{request.id} is {request.state.value}: it has not ended")
+    return {"status": request.state.value, "request_id": request.id, "message": message,
+            "rows": progress.rows}
+
+
+def _read(state: StateStore, request_id: str) -> tuple[DumpRequest, Progress]:
+    request = state.get_request(request_id)
+    return request, Progress.of(request, state.progress(request_id))
+
+
+class DblogDumpTrigger(BaseTrigger):
+    """Wait in the triggerer until a dump request ends; fire one event with its outcome.
+
+    The Redis password is not among the trigger's arguments: :meth:`run` reads the
+    connection itself.
+
+    :param request_id: The dump request, e.g. ``dump-3``.
+    :param dblog_conn_id: The ``dblog`` connection (Redis and the source).
+    :param poll_interval: Seconds between two reads of the request.
+    """
+
+    def __init__(self, request_id: str, dblog_conn_id: str = DEFAULT_CONN_ID,
+                 poll_interval: float = 10.0) -> None:
+        # BaseTrigger.__init__ is not annotated; mypy's untyped_calls_exclude misses super().
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.request_id = request_id
+        self.dblog_conn_id = dblog_conn_id
+        self.poll_interval = float(poll_interval)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"request_id": self.request_id, "dblog_conn_id": self.dblog_conn_id,
+                 "poll_interval": self.poll_interval})
+
+    def _event(self, status: str, message: str, rows: int = 0) -> TriggerEvent:
+        return TriggerEvent({"status": status, "request_id": self.request_id,
+                             "message": message, "rows": rows})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            settings = await DblogHook.aget_settings(self.dblog_conn_id)
+            state = StateStore(settings.redis_url, settings.source)
+        except Exception as exc:  # no such connection, or one that needs a change
+            yield self._event("error", f"cannot follow {self.request_id}: {exc}")
+            return
+        self.log.info("following %s of source %s at %s every %s s", self.request_id,
+                      settings.source, settings.safe_redis_url, self.poll_interval)
+        start: Progress | None = None  # the progress at the first read, and when it was
+        started = 0.0
+        logged: tuple[object, ...] = ()
+        try:
+            while True:
+                try:
+                    request, now = await asyncio.to_thread(_read, state, self.request_id)
+                except StateUnavailable as exc:
+                    if logged != ("unreachable",):
+                        self.log.warning("%s; trying again every %s s", exc, self.poll_interval)
+                        logged = ("unreachable",)
+                    await asyncio.sleep(self.poll_interval)
+                    continue
+                except DblogError as exc:  # the request does not exist
+                    yield self._event("error", str(exc))
+                    return
+                if request.state.terminal:
+                    event = dump_event(request, now)
+                    self.log.info("%s", event["message"])
+                    yield TriggerEvent(event)
+                    return
+                if start is None:
+                    start, started = now, time.monotonic()
+                if (request.state, now) != logged:
+                    self.log.info("%s", describe_progress(request, now, start,
+                                                          time.monotonic() - started))
+                    logged = (request.state, now)
+                await asyncio.sleep(self.poll_interval)
+        except Exception as exc:  # anything else: the sensor fails, its retries apply
+            yield self._event("error", f"following {self.request_id} failed: "
+                                       f"{type(exc).__name__}: {exc}")
+        finally:
+            await asyncio.to_thread(state.close)

@@ -1,0 +1,1 @@
+"""Tests of the Airflow provider (plugins/dblog_airflow) and the DAGs."""

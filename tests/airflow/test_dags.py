@@ -1,0 +1,395 @@
+"""The DAG files (dags/): they import without errors and without touching a database, the
+network, a connection or a variable; their forms accept what is valid and refuse the rest
+with a message that names the field; the pure parts (the dump form's check, the backfill's
+pace, the settings from the environment, the SQL that removes extra rows) on exact output.
+
+The runs themselves, against a worker, Redis, PostgreSQL and Spark: test_dags_e2e.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from airflow.sdk import DAG, Context
+from airflow.sdk.definitions.param import ParamsDict
+from airflow.sdk.exceptions import ParamValidationError
+
+from dblog_worker.requests import DumpKind, RequestState
+from dblog_worker.state import StateStore
+from tests.airflow.conftest import DblogConnection
+from tests.airflow.dag_files import DAGS, dag_bag, load_dags
+
+from dblog_dags import extras, settings  # isort: skip  (dags/ is on sys.path from here)
+from dblog_dags.pace import DumpPaceSensor, Pace, parse_busy_hours  # isort: skip
+from dblog_dags.params import check_dump  # isort: skip
+
+DAG_IDS = {"dblog_dump", "dblog_repair", "dblog_backfill", "dblog_merge"}
+
+
+@pytest.fixture(scope="module")
+def dags(tmp_path_factory: pytest.TempPathFactory) -> dict[str, DAG]:
+    config = tmp_path_factory.mktemp("config") / "shop.toml"
+    config.write_text('[source]\nname = "shop"\ntables = ["public.customers", "public.orders"]\n')
+    return load_dags({"DBLOG_CONFIG": str(config)})
+
+
+# -- parsing ------------------------------------------------------------------------------
+
+# Run in a fresh interpreter whose metadata database cannot exist, with every way out
+# (sockets, the ORM's engine, connection and variable lookups) replaced by a recorder.
+PARSE_SCRIPT = r"""
+import json, socket, sys
+from pathlib import Path
+touched = []
+
+def refuse(what):
+    def call(*args, **kwargs):
+        touched.append(what)
+        raise RuntimeError(f"{what} while parsing DAG files")
+    return call
+
+socket.socket.connect = refuse("socket connect")
+socket.create_connection = refuse("socket create_connection")
+import sqlalchemy.engine
+sqlalchemy.engine.Engine.connect = refuse("metadata database")
+sqlalchemy.engine.Engine.raw_connection = refuse("metadata database")
+from airflow.sdk import BaseHook, Connection, Variable
+BaseHook.get_connection = classmethod(refuse("connection lookup"))
+Connection.get = classmethod(refuse("connection lookup"))
+Variable.get = staticmethod(refuse("variable lookup"))
+import warnings
+warnings.filterwarnings("ignore", "GitWildMatchPattern", DeprecationWarning)
+from airflow.dag_processing.dagbag import BundleDagBag
+dags = Path(sys.argv[1])
+bag = BundleDagBag(dag_folder=dags, bundle_path=dags, bundle_name="dags-folder")
+print(json.dumps({"dags": {d.dag_id: sorted(d.task_ids) for d in bag.dags.values()},
+                  "errors": bag.import_errors, "touched": touched}))
+"""
+
+
+def test_dag_files_import_without_database_network_or_connections(tmp_path: Path) -> None:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
+    environ |= {
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path}/no/such/dir/airflow.db",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "DBLOG_CONFIG": str(tmp_path / "missing.toml"),  # unreadable: no pick list, no error
+    }
+    result = subprocess.run([sys.executable, "-c", PARSE_SCRIPT, str(DAGS)], env=environ,
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert parsed["errors"] == {}
+    assert parsed["touched"] == []
+    assert parsed["dags"] == {
+        "dblog_backfill": ["check", "merge", "pace", "submit", "verify", "wait"],
+        "dblog_dump": ["check", "merge", "should_merge", "submit", "verify", "wait"],
+        "dblog_merge": ["merge_dblog_default"],
+        "dblog_repair": ["compare", "merge", "remove_extra", "submit", "verify", "wait"],
+    }
+
+
+def test_task_order(dags: dict[str, DAG]) -> None:
+    def downstream(dag: DAG) -> dict[str, list[str]]:
+        return {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks}
+
+    assert set(dags) == DAG_IDS
+    assert downstream(dags["dblog_dump"]) == {
+        "check": ["submit"], "submit": ["wait"], "wait": ["should_merge"],
+        "should_merge": ["merge"], "merge": ["verify"], "verify": []}
+    assert downstream(dags["dblog_repair"]) == {
+        "compare": ["submit"], "submit": ["wait"], "wait": ["merge"], "merge": ["remove_extra"],
+        "remove_extra": ["verify"], "verify": []}
+    assert downstream(dags["dblog_backfill"]) == {
+        "check": ["submit"], "submit": ["pace", "wait"], "wait": ["merge"], "pace": [],
+        "merge": ["verify"], "verify": []}
+    assert getattr(dags["dblog_dump"].task_dict["wait"], "deferrable", False) is True
+
+
+def test_schedules_and_defaults_come_from_the_environment(dags: dict[str, DAG]) -> None:
+    assert dags["dblog_dump"].schedule is None and dags["dblog_repair"].schedule is None
+    assert dags["dblog_merge"].schedule == "*/15 * * * *"
+    assert dags["dblog_merge"].max_active_runs == 1 and not dags["dblog_merge"].catchup
+    assert dags["dblog_backfill"].schedule == "@weekly" and not dags["dblog_backfill"].catchup
+    assert dags["dblog_backfill"].params["scope"] == "all"
+    configured = load_dags({
+        "DBLOG_MERGE_SCHEDULE": "@hourly", "DBLOG_MERGE_CONNECTIONS": "shop, billing,shop",
+        "DBLOG_BACKFILL_SCHEDULE": "0 2 * * 6", "DBLOG_BACKFILL_TABLES": "public.orders",
+        "DBLOG_BACKFILL_CHUNK_SIZE": "2000", "DBLOG_BACKFILL_BUSY_HOURS": "08-18",
+        "DBLOG_BACKFILL_BUSY_DELAY_MS": "250", "DBLOG_BACKFILL_TIMEZONE": "Europe/Paris",
+        "DBLOG_CONN_ID": "shop",
+    })
+    merge = configured["dblog_merge"]
+    assert merge.schedule == "@hourly"
+    assert sorted(merge.task_ids) == ["merge_billing", "merge_shop"]
+    backfill = configured["dblog_backfill"]
+    assert backfill.schedule == "0 2 * * 6"
+    assert {k: backfill.params[k] for k in ("conn_id", "scope", "tables", "chunk_size",
+                                            "delay_ms", "busy_delay_ms", "busy_hours")} == {
+        "conn_id": "shop", "scope": "tables", "tables": ["public.orders"], "chunk_size": 2000,
+        "delay_ms": 0, "busy_delay_ms": 250, "busy_hours": "08-18"}
+    assert configured["dblog_dump"].params["conn_id"] == "shop"
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("DBLOG_BACKFILL_CHUNK_SIZE", "0", "DBLOG_BACKFILL_CHUNK_SIZE=0 is out of range"),
+    ("DBLOG_BACKFILL_DELAY_MS", "soon", "DBLOG_BACKFILL_DELAY_MS='soon' is not a whole number"),
+    ("DBLOG_BACKFILL_BUSY_HOURS", "8am-6pm",
+     "DBLOG_BACKFILL_BUSY_HOURS: busy hours '8am-6pm' are not HH-HH"),
+    ("DBLOG_BACKFILL_TABLES", "orders", "'orders' is not a table as schema.table"),
+    ("DBLOG_BACKFILL_TIMEZONE", "Mars/Olympus",
+     "DBLOG_BACKFILL_TIMEZONE='Mars/Olympus' is not a time zone name"),
+    ("DBLOG_MERGE_CONNECTIONS", "shop db", "'shop db' is not a connection id"),
+])
+def test_a_bad_setting_is_an_import_error_that_names_it(name: str, value: str,
+                                                        message: str) -> None:
+    bag = dag_bag({name: value})
+    assert len(bag.import_errors) == 1
+    assert message in next(iter(bag.import_errors.values()))
+
+
+def test_the_table_pick_list_comes_from_dblog_config(dags: dict[str, DAG]) -> None:
+    tables = dags["dblog_dump"].params.get_param("tables").schema
+    assert tables["examples"] == ["public.customers", "public.orders"]
+    assert dags["dblog_repair"].params.get_param("table").schema["examples"] == [
+        "public.customers", "public.orders"]
+    bare = load_dags({"DBLOG_CONFIG": ""})
+    assert "examples" not in bare["dblog_dump"].params.get_param("tables").schema
+
+
+# -- the forms ------------------------------------------------------------------------------
+
+
+def resolve(dag: DAG, conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's params for a trigger with ``conf``, as Airflow validates them."""
+    params: ParamsDict = copy.deepcopy(dag.params)
+    params.update(conf)
+    params.validate()
+    return {k: params[k] for k in params}
+
+
+VALID: list[tuple[str, dict[str, Any]]] = [
+    ("dblog_dump", {"scope": "all"}),
+    ("dblog_dump", {"scope": "tables", "tables": ["public.orders", "public.customers"],
+                    "chunk_size": 100_000, "delay_ms": 3_600_000}),
+    ("dblog_dump", {"scope": "keys", "tables": ["public.orders"], "keys": "[1, 2, 3]",
+                    "chunk_size": 1, "delay_ms": 0, "merge": False, "verify": False}),
+    ("dblog_dump", {"scope": "keys", "tables": ["shop.orders"],
+                    "keys": '\n[[7, "EU"],\n [8, "US"]]\n', "conn_id": "shop.prod-2"}),
+    ("dblog_dump", {"scope": "tables", "tables": ["public.not_in_the_list"], "keys": None}),
+    ("dblog_repair", {"table": "public.orders"}),
+    ("dblog_repair", {"table": "public.orders", "chunk_size": 500, "delay_ms": 200}),
+    ("dblog_backfill", {}),
+    ("dblog_backfill", {"scope": "tables", "tables": ["public.orders"], "busy_hours": "22-06",
+                        "busy_delay_ms": 1000}),
+    ("dblog_backfill", {"busy_hours": ""}),
+]
+
+
+@pytest.mark.parametrize(("dag_id", "conf"), VALID)
+def test_the_forms_accept(dags: dict[str, DAG], dag_id: str, conf: dict[str, Any]) -> None:
+    params = resolve(dags[dag_id], conf)
+    assert {k: params[k] for k in conf} == conf
+
+
+INVALID: list[tuple[str, dict[str, Any], str]] = [
+    ("dblog_dump", {"scope": "everything"}, "'everything' is not one of ['all', 'tables'"),
+    ("dblog_dump", {"tables": "public.orders"}, "'public.orders' is not of type 'array'"),
+    ("dblog_dump", {"tables": ["orders"]}, "'orders' does not match"),
+    ("dblog_dump", {"tables": ["public.or ders"]}, "does not match"),
+    ("dblog_dump", {"tables": ["public.orders", "public.orders"]}, "non-unique elements"),
+    ("dblog_dump", {"keys": "1, 2"}, "'1, 2' does not match"),
+    ("dblog_dump", {"keys": [1, 2]}, "is not of type 'string', 'null'"),
+    ("dblog_dump", {"chunk_size": 0}, "0 is less than the minimum of 1"),
+    ("dblog_dump", {"chunk_size": 100_001}, "100001 is greater than the maximum of 100000"),
+    ("dblog_dump", {"chunk_size": "500"}, "'500' is not of type 'integer'"),
+    ("dblog_dump", {"chunk_size": 2.5}, "2.5 is not of type 'integer'"),
+    ("dblog_dump", {"delay_ms": -1}, "-1 is less than the minimum of 0"),
+    ("dblog_dump", {"delay_ms": 3_600_001}, "is greater than the maximum of 3600000"),
+    ("dblog_dump", {"conn_id": "my conn"}, "'my conn' does not match"),
+    ("dblog_dump", {"conn_id": ""}, "should be non-empty"),
+    ("dblog_dump", {"merge": "yes"}, "'yes' is not of type 'boolean'"),
+    ("dblog_repair", {}, "No value passed and Param has no default value"),
+    ("dblog_repair", {"table": "orders"}, "'orders' does not match"),
+    ("dblog_repair", {"table": "public.orders", "chunk_size": 0}, "less than the minimum"),
+    ("dblog_backfill", {"scope": "keys"}, "'keys' is not one of ['all', 'tables']"),
+    ("dblog_backfill", {"busy_hours": "8-18"}, "'8-18' does not match"),
+    ("dblog_backfill", {"busy_hours": "08-25"}, "'08-25' does not match"),
+    ("dblog_backfill", {"busy_delay_ms": -5}, "less than the minimum"),
+]
+
+
+@pytest.mark.parametrize(("dag_id", "conf", "message"), INVALID)
+def test_the_forms_refuse(dags: dict[str, DAG], dag_id: str, conf: dict[str, Any],
+                          message: str) -> None:
+    with pytest.raises(ParamValidationError) as refused:
+        resolve(dags[dag_id], conf)
+    text = str(refused.value)
+    assert message in text
+    if conf:  # the message names the field and shows its title: what is expected
+        field = next(iter(conf))
+        assert f"param {field}" in text or field == "table"
+        assert "'title'" in text or "does not match" in text
+
+
+def test_a_refusal_reads_well(dags: dict[str, DAG]) -> None:
+    with pytest.raises(ParamValidationError) as refused:
+        resolve(dags["dblog_dump"], {"chunk_size": 0})
+    assert str(refused.value).startswith(
+        "Invalid input for param chunk_size: 0 is less than the minimum of 1")
+    assert "'title': 'Chunk size: rows per chunk SELECT, 1 to 100,000'" in str(refused.value)
+    with pytest.raises(ParamValidationError) as refused:
+        resolve(dags["dblog_dump"], {"tables": ["orders"]})
+    assert "'description': 'a table: schema.table, e.g. public.orders'" in str(
+        refused.value)
+
+
+# -- the dump form's check: rules that join fields ---------------------------------------
+
+
+@pytest.mark.parametrize(("scope", "tables", "keys", "expected"), [
+    ("all", [], None, ("all", [], None)),
+    ("all", None, "  ", ("all", [], None)),
+    ("tables", ["public.a", "public.b"], None, ("tables", ["public.a", "public.b"], None)),
+    ("keys", ["public.a"], " [1, 2] ", ("keys", ["public.a"], "[1, 2]")),
+    ("keys", ["public.a"], '[[7, "EU"]]', ("keys", ["public.a"], '[[7, "EU"]]')),
+])
+def test_check_dump_accepts(scope: str, tables: list[str] | None, keys: str | None,
+                            expected: tuple[str, list[str], str | None]) -> None:
+    form = check_dump(scope, tables, keys)
+    assert (form.scope, form.tables, form.keys) == expected
+
+
+@pytest.mark.parametrize(("scope", "tables", "keys", "message"), [
+    ("all", ["public.a"], None,
+     "Scope all dumps every captured table: leave Tables empty, or choose scope tables to "
+     "dump only public.a."),
+    ("tables", [], None, "Scope tables needs at least one table in Tables."),
+    ("tables", ["public.a"], "[1]",
+     "Keys were given with scope tables: choose scope keys and one table to dump primary "
+     "keys, or clear Keys."),
+    ("keys", [], "[1]",
+     "Scope keys needs exactly one table in Tables (the table whose keys are dumped); 0 were "
+     "chosen."),
+    ("keys", ["public.a", "public.b"], "[1]", "exactly one table in Tables"),
+    ("keys", ["public.a"], None,
+     'Scope keys needs Keys: a JSON array such as [1, 2] or [[7, "EU"], [8, "US"]].'),
+    ("keys", ["public.a"], "[1, 2", "Keys are not valid JSON (Expecting ',' delimiter at "
+                                    "line 1, column 6)."),
+    ("keys", ["public.a"], "[]", "Keys must be a non-empty JSON array, e.g. [1, 2]."),
+    ("everything", [], None, "Scope must be one of all, tables, keys; got 'everything'."),
+])
+def test_check_dump_refuses(scope: str, tables: list[str], keys: str | None,
+                            message: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        check_dump(scope, tables, keys)
+    assert message in str(refused.value)
+
+
+# -- the backfill's pace ------------------------------------------------------------------
+
+
+def at(hour: int, minute: int = 0) -> datetime:
+    return datetime(2026, 11, 23, hour, minute, tzinfo=ZoneInfo("Europe/Paris"))
+
+
+def test_busy_hours() -> None:
+    assert parse_busy_hours("08-18") == (8, 18)
+    assert parse_busy_hours(" 22-06 ") == (22, 6)
+    assert parse_busy_hours("") is None and parse_busy_hours(None) is None
+    assert parse_busy_hours("00-24") == (0, 24)
+    for bad in ("8-18", "08:00-18:00", "08-08", "24-06", "00-24x", "06-25"):
+        with pytest.raises(ValueError):
+            parse_busy_hours(bad)
+    day = Pace(delay_ms=0, busy_delay_ms=500, busy_hours=(8, 18))
+    assert [day.delay_at(at(h)) for h in (7, 8, 17, 18)] == [0, 500, 500, 0]
+    night = Pace(delay_ms=0, busy_delay_ms=500, busy_hours=(22, 6))
+    assert [night.delay_at(at(h)) for h in (21, 22, 0, 5, 6)] == [0, 500, 500, 500, 0]
+    assert Pace(10, 500, None).delay_at(at(12)) == 10
+
+
+def test_pace_moves_its_own_delays_and_leaves_a_delay_set_by_hand() -> None:
+    pace = Pace(delay_ms=0, busy_delay_ms=500, busy_hours=(8, 18))
+    assert pace.next_delay(0, at(9)) == 500  # busy hours began
+    assert pace.next_delay(500, at(9)) is None  # already right
+    assert pace.next_delay(500, at(19)) == 0  # busy hours ended
+    assert pace.next_delay(2000, at(9)) is None  # someone ran `dblog set --delay-ms 2000`
+    assert Pace(delay_ms=0, busy_delay_ms=500, busy_hours=None).next_delay(500, at(9)) is None
+
+
+def test_the_pace_sensor_sets_the_delay_of_the_hour(
+        redis_url: str, dblog_connection: DblogConnection,
+        task_context: Callable[..., Context], log_text: Callable[[], str]) -> None:
+    dblog_connection(redis_url, "shop")
+    state = StateStore(redis_url, "shop")
+    try:
+        request = state.create_request(DumpKind.TABLES, ["public.a"], chunk_size=100,
+                                       delay_ms=0)
+        state.transition(request.id, RequestState.RUNNING)
+        sensor = DumpPaceSensor(task_id="pace", request_id=request.id,
+                                dblog_conn_id="dblog_default", timezone="Europe/Paris")
+        form = {"delay_ms": 0, "busy_delay_ms": 700, "busy_hours": "00-24"}  # always busy
+        context = task_context(params=form)
+        assert sensor.poke(context) is False
+        assert state.get_request(request.id).delay_ms == 700
+        state.set_knobs(request.id, delay_ms=2500)  # by hand
+        assert sensor.poke(context) is False
+        assert state.get_request(request.id).delay_ms == 2500
+        assert f"{request.id}: delay 2500 ms was set by hand; left as it is" in log_text()
+        state.transition(request.id, RequestState.COMPLETED)
+        assert sensor.poke(context) is True
+    finally:
+        state.close()
+
+
+# -- settings from the environment --------------------------------------------------------
+
+
+def test_settings() -> None:
+    assert settings.env_str("X", "d", {"X": "  "}) == "d"
+    assert settings.env_int("N", 7, 0, 10, {}) == 7
+    assert settings.env_int("N", 7, 0, 10, {"N": "1_0"}) == 10
+    assert settings.conn_ids("C", "a", {"C": "b, a,b"}) == ["b", "a"]
+    assert settings.env_tables("T", {"T": "public.a, shop.b,public.a"}) == ["public.a", "shop.b"]
+
+
+def test_captured_tables(tmp_path: Path) -> None:
+    config = tmp_path / "w.toml"
+    config.write_text('[source]\ntables = ["public.a", 3, "db.b"]\n[redis]\nurl = "x"\n')
+    assert settings.captured_tables({"DBLOG_CONFIG": str(config)}) == ["public.a", "db.b"]
+    config.write_text("[source\n")
+    assert settings.captured_tables({"DBLOG_CONFIG": str(config)}) == []
+    assert settings.captured_tables({}) == []
+
+
+# -- removing extra target rows: the SQL ---------------------------------------------------
+
+
+def test_extra_rows_sql() -> None:
+    types = {"id": "bigint", "region": "text"}
+    assert extras.position_sql("postgresql", "public.orders", ["id", "region"], types) == (
+        'SELECT "_dblog_position" FROM "public"."orders" WHERE "id" = CAST(%s AS bigint)'
+        ' AND "region" = CAST(%s AS text)')
+    assert extras.delete_sql("postgresql", "public.orders", ["id"], types) == (
+        'DELETE FROM "public"."orders" WHERE "id" = CAST(%s AS bigint)'
+        ' AND "_dblog_position" IS NOT DISTINCT FROM %s')
+    assert extras.delete_sql("mysql", "shop.orders", ["id", "region"], {}) == (
+        "DELETE FROM `shop`.`orders` WHERE `id` = %s AND `region` = %s"
+        " AND `_dblog_position` <=> %s")
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_environment() -> Iterator[None]:
+    before = {k: v for k, v in os.environ.items() if k.startswith("DBLOG_")}
+    yield
+    assert {k: v for k, v in os.environ.items() if k.startswith("DBLOG_")} == before

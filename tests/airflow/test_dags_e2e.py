@@ -1,0 +1,192 @@
+"""The DAGs of dags/ end to end, with ``dag.test()``: a real ``dblog run`` against a
+throwaway PostgreSQL source and Redis, a PostgreSQL target database, and the merge as a
+real SparkSubmitOperator on ``local[2]`` (the venv's spark-submit).
+
+- ``dblog_dump`` of one table: submit, the deferrable sensor (``dag.test()`` runs its
+  trigger in-process), the Spark merge, verify; then the target is damaged on purpose (a
+  row changed, one deleted, an extra one inserted) while the source changes too, and
+  ``dblog_repair`` verifies, dumps exactly the differing keys, merges, removes the extra
+  row and verifies again; ``dblog verify`` then finds the target equal to the source. A
+  second ``dblog_repair`` finds nothing to do and skips the rest.
+- a dump of a table the worker does not capture: the run fails with the worker's message
+  in the wait task's log (a connection without the worker's configuration, so the worker
+  itself refuses the table), or the submit's refusal (with the configuration).
+
+``dag.test()`` returns the DagRun and does not raise when the run failed: the tests check
+the run's state and every task instance's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from airflow.models.dagrun import DagRun
+from airflow.sdk import DAG
+
+from dblog_worker import config as config_module
+from dblog_worker.verify import verify
+from tests.airflow.conftest import DblogConnection
+from tests.airflow.dag_files import load_dags
+from tests.integration.harness import WorkerProcess, wait_for, write_config
+from tests.services import PostgresServer
+from tests.spark_local import jdbc_jars
+
+SOURCE = "src"
+TABLE = "public.items"
+ROWS = 300
+FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+@dataclass
+class Capture:
+    """A running worker over ``public.items``, its configuration and the target's DSN."""
+
+    config: Path
+    source_dsn: str
+    target_dsn: str
+    redis_url: str
+    worker: WorkerProcess
+    dags: dict[str, DAG]
+
+
+@pytest.fixture
+def pg_target(postgres_server: PostgresServer) -> Iterator[str]:
+    """DSN of another fresh database, the target, dropped after the test."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    yield postgres_server.create_database(name)
+    postgres_server.drop_database(name)
+
+
+@pytest.fixture
+def capture(pg_dsn: str, pg_target: str, redis_url: str, tmp_path: Path, airflow_db: Path,
+            dblog_connection: DblogConnection, spark_connection: str,
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[Capture]:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id bigint PRIMARY KEY, name text NOT NULL,"
+                     " qty integer, version integer NOT NULL DEFAULT 1)")
+        conn.execute("ALTER TABLE public.items REPLICA IDENTITY FULL")
+        conn.execute("INSERT INTO public.items (id, name, qty)"
+                     " SELECT i, 'item ' || i, i %% 7 FROM generate_series(1, %s) AS i", (ROWS,))
+    extra = f"""
+[target]
+kind = "postgresql"
+dsn = {json.dumps(pg_target)}
+
+[merge]
+jars = {json.dumps([str(j) for j in jdbc_jars()])}
+
+[merge.spark_conf]
+"spark.ui.enabled" = "false"
+"spark.sql.shuffle.partitions" = "4"
+"spark.driver.extraJavaOptions" = "{FAST_JVM}"
+"""
+    config = write_config(tmp_path, pg_dsn, redis_url, [TABLE], name=SOURCE, extra=extra)
+    dblog_connection(redis_url, SOURCE, config)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("DBLOG_POLL_INTERVAL_S", "1")
+    dags = load_dags({"DBLOG_CONFIG": str(config)})
+    worker = WorkerProcess(config, tmp_path / "worker.log").start()
+    try:
+        wait_for(lambda: " streaming " in worker.log(), 30, "the worker to stream",
+                 lambda: worker.log()[-3000:])
+        yield Capture(config, pg_dsn, pg_target, redis_url, worker, dags)
+    finally:
+        worker.stop()
+
+
+def states(run: DagRun) -> dict[str, str | None]:
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def xcom(run: DagRun, task_id: str) -> Any:
+    [ti] = [ti for ti in run.get_task_instances() if ti.task_id == task_id]
+    return ti.xcom_pull(task_ids=task_id)
+
+
+def equal(capture: Capture) -> bool:
+    return verify(config_module.load(capture.config), [TABLE]).equal
+
+
+def target_rows(capture: Capture) -> dict[int, tuple[str, int | None]]:
+    with psycopg.connect(capture.target_dsn) as conn:
+        return {int(r[0]): (str(r[1]), r[2]) for r in conn.execute(
+            "SELECT id, name, qty FROM public.items").fetchall()}
+
+
+@pytest.mark.timeout(240)
+def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None:
+    run = capture.dags["dblog_dump"].test(run_conf={
+        "scope": "tables", "tables": [TABLE], "chunk_size": 100, "delay_ms": 300})
+    logged = log_text()
+    assert (run.state, states(run)) == ("success", {
+        "check": "success", "submit": "success", "wait": "success", "should_merge": "success",
+        "merge": "success", "verify": "success"}), logged[-6000:]
+    # The sensor deferred (the dump takes three chunks 300 ms apart) and dag.test() ran the
+    # trigger in-process until its event.
+    assert f"following dump-1 of source {SOURCE}" in logged
+    assert f"dump-1 completed: 1 table(s), {ROWS} rows" in logged
+    assert len(target_rows(capture)) == ROWS
+    assert equal(capture)
+
+    with psycopg.connect(capture.target_dsn, autocommit=True) as target:
+        target.execute("UPDATE public.items SET name = 'damaged' WHERE id = 5")
+        target.execute("DELETE FROM public.items WHERE id = 7")
+        target.execute("INSERT INTO public.items (id, name, qty, version)"
+                       " VALUES (90000, 'not in the source', 1, 1)")
+    with psycopg.connect(capture.source_dsn, autocommit=True) as source:  # not merged yet
+        source.execute("UPDATE public.items SET qty = 99, version = 2 WHERE id = 11")
+
+    run = capture.dags["dblog_repair"].test(run_conf={"table": TABLE, "chunk_size": 2})
+    logged = log_text()
+    assert (run.state, states(run)) == ("success", {
+        "compare": "success", "submit": "success", "wait": "success", "merge": "success",
+        "remove_extra": "success", "verify": "success"}), logged[-6000:]
+    plan = xcom(run, "compare")
+    assert sorted(json.loads(plan["keys"])) == [5, 7, 11, 90000]
+    assert plan["extra"] == [90000]
+    assert xcom(run, "remove_extra") == {"removed": [[90000]], "kept": []}
+    rows = target_rows(capture)
+    assert (len(rows), rows[5], rows[7], rows[11]) == (ROWS, ("item 5", 5), ("item 7", 0),
+                                                      ("item 11", 99))
+    assert 90000 not in rows
+    assert equal(capture)
+
+    again = capture.dags["dblog_repair"].test(run_conf={"table": TABLE, "chunk_size": 5000})
+    assert (again.state, states(again)) == ("success", {
+        "compare": "success", "submit": "skipped", "wait": "skipped", "merge": "skipped",
+        "remove_extra": "skipped", "verify": "skipped"})
+
+
+def test_dump_of_a_table_not_captured_fails(capture: Capture,
+                                            dblog_connection: DblogConnection,
+                                            log_text: Callable[[], str]) -> None:
+    dump = capture.dags["dblog_dump"]
+    # Without the worker's configuration in the connection the request is queued as asked;
+    # the worker refuses the table and the run fails with its message.
+    dblog_connection(capture.redis_url, SOURCE, conn_id="dblog_redis_only")
+    run = dump.test(run_conf={"conn_id": "dblog_redis_only", "scope": "tables",
+                              "tables": ["public.nope"]})
+    assert (run.state, states(run)) == ("failed", {
+        "check": "success", "submit": "success", "wait": "failed",
+        "should_merge": "upstream_failed", "merge": "upstream_failed",
+        "verify": "upstream_failed"})
+    message = (f"dump-1 failed: table public.nope is not captured by source {SOURCE}; "
+               f"captured: {TABLE}")
+    assert message in log_text()
+
+    # With it, the submit refuses the table before anything is queued. (Every field the
+    # previous run set is given again: dag.test() leaves a run's values on the tasks' params,
+    # and the next run of the same DAG object starts from them.)
+    run = dump.test(run_conf={"conn_id": "dblog_default", "scope": "tables",
+                              "tables": ["public.nope"]})
+    assert (run.state, states(run)["submit"]) == ("failed", "failed")
+    assert f"public.nope is not a captured table of source {SOURCE}" in log_text()

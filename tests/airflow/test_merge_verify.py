@@ -1,0 +1,144 @@
+"""merge_operator builds the spark-submit line `dblog merge` runs; run_verify compares real
+PostgreSQL tables and returns the differing keys as a primary-key dump takes them."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowFailException
+from dblog_airflow.merge import DblogMergeOperator, merge_operator
+from dblog_airflow.verify import run_verify
+
+from dblog_worker import config as config_module
+from dblog_worker.target.submit import job_path, spark_submit, submit_command
+from tests.airflow.conftest import DblogConnection
+from tests.integration.harness import write_config
+from tests.services import PostgresServer
+
+SOURCE = "shop"
+TARGET = '\n[target]\nkind = "postgresql"\ndsn = {dsn}\n'
+
+
+def options(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """spark-submit's ``--flag value`` pairs (sorted) before the application, and the rest."""
+    pairs, index = [], 1
+    while argv[index].startswith("--"):
+        pairs.append((argv[index], argv[index + 1]))
+        index += 2
+    return sorted(pairs), argv[index:]
+
+
+def test_merge_submits_the_line_of_dblog_merge(
+    tmp_path: Path, redis_url: str, dblog_connection: DblogConnection, spark_connection: str,
+    task_context: Callable[..., Context],
+) -> None:
+    config_path = write_config(
+        tmp_path, "host=127.0.0.1 dbname=shop user=dblog", redis_url, ["public.a", "public.b"],
+        name=SOURCE, extra=TARGET.format(dsn='"host=127.0.0.1 dbname=replica user=merger"')
+        + '\n[merge]\nspark_conf = { "spark.driver.memory" = "2g" }\n')
+    dblog_connection(redis_url, SOURCE, config_path, conn_id="dblog_shop")
+    op = merge_operator("merge", dblog_conn_id="{{ params.conn_id }}",
+                        tables=["{{ params.table }}"], spark_conn_id=spark_connection)
+    assert isinstance(op, SparkSubmitOperator) and isinstance(op, DblogMergeOperator)
+    assert op.application == str(job_path())
+    assert "pyspark" not in op.application  # the job file; PySpark is not imported
+    op.render_template_fields(task_context(params={"conn_id": "dblog_shop",
+                                                   "table": "public.a"}))
+    assert (op.dblog_conn_id, op.tables) == ("dblog_shop", ["public.a"])
+
+    config = config_module.load(config_path)
+    master = op.spark_master()
+    assert master == "local[2]"
+    op.prepare(config, config_path, master)
+    argv = op._get_hook()._build_spark_submit_command(op.application)
+    expected = submit_command(config, config_path, tables=["public.a"], master=master,
+                              submit=spark_submit())
+    assert argv[0] == expected[0] == spark_submit()
+    assert options(argv) == options(expected)
+    assert op.env_vars == {"PYSPARK_PYTHON": sys.executable,
+                           "PYSPARK_DRIVER_PYTHON": sys.executable,
+                           "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("", r"needs a \[target\] section"),
+    (TARGET.format(dsn='"dbname=replica"') + '[merge]\njars = ["/nonexistent/jdbc.jar"]\n',
+     "JDBC driver jar.s. not found: /nonexistent/jdbc.jar"),
+])
+def test_merge_refuses_a_configuration_it_cannot_run(
+    tmp_path: Path, redis_url: str, dblog_connection: DblogConnection, spark_connection: str,
+    task_context: Callable[..., Context], extra: str, message: str,
+) -> None:
+    config_path = write_config(tmp_path, "dbname=shop", redis_url, ["public.a"], name=SOURCE,
+                               extra=extra)
+    dblog_connection(redis_url, SOURCE, config_path)
+    with pytest.raises(AirflowFailException, match=message):
+        merge_operator("merge").execute(task_context())
+
+
+def test_merge_needs_the_configuration(redis_url: str, dblog_connection: DblogConnection,
+                                       task_context: Callable[..., Context]) -> None:
+    dblog_connection(redis_url, SOURCE)
+    with pytest.raises(AirflowFailException, match="names no worker configuration"):
+        merge_operator("merge").execute(task_context())
+
+
+@pytest.fixture
+def target_dsn(postgres_server: PostgresServer) -> Iterator[str]:
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    yield postgres_server.create_database(name)
+    postgres_server.drop_database(name)
+
+
+def run(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement.encode())
+
+
+def test_run_verify_returns_the_keys_that_differ(
+    tmp_path: Path, pg_dsn: str, target_dsn: str, redis_url: str,
+    dblog_connection: DblogConnection,
+) -> None:
+    table = "CREATE TABLE items (id bigint PRIMARY KEY, name text)"
+    run(pg_dsn, table, "INSERT INTO items SELECT i, 'item ' || i FROM generate_series(1, 5) i")
+    run(target_dsn, table, "INSERT INTO items SELECT i, 'item ' || i FROM generate_series(1, 5) i",
+        "DELETE FROM items WHERE id = 2", "UPDATE items SET name = 'changed' WHERE id = 3",
+        "INSERT INTO items VALUES (9, 'extra')")
+    config_path = write_config(tmp_path, pg_dsn, redis_url, ["public.items"], name=SOURCE,
+                               extra=TARGET.format(dsn=json.dumps(target_dsn)))
+    dblog_connection(redis_url, SOURCE, config_path)
+    keys_dir = tmp_path / "keys"
+    keys_dir.mkdir()
+    keys_file = keys_dir / "public.items.keys.json"
+
+    result = run_verify("dblog_default", '["public.items"]', keys_out_dir=str(keys_dir))
+    assert result == {"equal": False, "tables": {"public.items": {
+        "equal": False, "error": None, "missing": [2], "extra": [9], "changed": [3],
+        "source_rows": 5, "target_rows": 5, "keys_file": str(keys_file)}}}
+    assert json.loads(json.dumps(result)) == result
+    assert json.loads(keys_file.read_text()) == [2, 3, 9]
+
+    run(target_dsn, "INSERT INTO items VALUES (2, 'item 2')",
+        "UPDATE items SET name = 'item 3' WHERE id = 3", "DELETE FROM items WHERE id = 9")
+    result = run_verify("dblog_default", keys_out_dir=str(keys_dir))
+    assert result["equal"] is True
+    assert result["tables"]["public.items"]["keys_file"] is None
+    assert not keys_file.exists()  # an old list is not replayed
+
+
+def test_run_verify_refuses_a_table_not_captured(
+        tmp_path: Path, redis_url: str, dblog_connection: DblogConnection) -> None:
+    config_path = write_config(tmp_path, "dbname=shop", redis_url, ["public.items"],
+                               name=SOURCE, extra=TARGET.format(dsn='"dbname=replica"'))
+    dblog_connection(redis_url, SOURCE, config_path)
+    with pytest.raises(AirflowFailException, match=r"public\.other is not a captured table"):
+        run_verify("dblog_default", ["public.other"])

@@ -1,0 +1,118 @@
+"""DblogDumpOperator and the control operators against a real Redis: one request per task
+instance, templated values, the state changes and the refusals."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from dblog_airflow.operators.control import (
+    DblogCancelDumpOperator,
+    DblogPauseDumpOperator,
+    DblogResumeDumpOperator,
+    DblogSetDumpKnobsOperator,
+)
+from dblog_airflow.operators.dump import DblogDumpOperator
+
+from dblog_worker.requests import DumpKind, RequestState
+from dblog_worker.state import StateStore
+from tests.airflow.conftest import DblogConnection
+from tests.services import free_port
+
+SOURCE = "shop"
+MakeContext = Callable[..., Context]
+
+
+@pytest.fixture
+def store(redis_url: str, dblog_connection: DblogConnection) -> StateStore:
+    dblog_connection(redis_url, SOURCE)
+    return StateStore(redis_url, SOURCE)
+
+
+def test_submit_once_per_task_instance(store: StateStore, task_context: MakeContext) -> None:
+    op = DblogDumpOperator(task_id="submit", scope="tables", tables=["public.a"],
+                           chunk_size=100)
+    context = task_context(dag_id="dblog_dump", run_id="manual__1", task_id="submit")
+    first = op.execute(context)
+    assert op.execute(context) == first  # a retry: the same request
+    request = store.get_request(first)
+    assert request.client_token == "airflow:dblog_dump:manual__1:submit:-1"
+    assert (request.kind, request.tables, request.chunk_size) == (DumpKind.TABLES,
+                                                                  ("public.a",), 100)
+    mapped = op.execute(task_context(dag_id="dblog_dump", run_id="manual__1",
+                                     task_id="submit", map_index=2))
+    other_run = op.execute(task_context(dag_id="dblog_dump", run_id="manual__2",
+                                        task_id="submit"))
+    assert len({first, mapped, other_run}) == 3
+    assert len(store.list_requests()) == 3
+
+
+def test_templated_params_render_to_a_request(
+    redis_url: str, dblog_connection: DblogConnection, task_context: MakeContext,
+) -> None:
+    dblog_connection(redis_url, "other", conn_id="dblog_other")
+    store = StateStore(redis_url, "other")
+    # params['keys'], not params.keys: Jinja finds the dict's keys method first
+    op = DblogDumpOperator(task_id="submit", scope="{{ params.scope }}",
+                           tables="{{ params.tables }}", keys="{{ params['keys'] }}",
+                           chunk_size="{{ params.chunk_size }}",
+                           delay_ms="{{ params.delay_ms }}", dblog_conn_id="{{ params.conn_id }}")
+    context = task_context(params={"scope": "keys", "tables": ["public.a"],
+                                   "keys": '[[1, "a"], [2, "b"]]', "chunk_size": 250,
+                                   "delay_ms": 10, "conn_id": "dblog_other"})
+    op.render_template_fields(context)
+    request = store.get_request(op.execute(context))
+    assert (request.kind, request.tables, request.key_count, request.chunk_size,
+            request.delay_ms) == (DumpKind.KEYS, ("public.a",), 2, 250, 10)
+    assert store.request_keys(request.id, 0, 5) == [("1", "a"), ("2", "b")]
+
+
+def test_refused_dump_fails_without_retry(store: StateStore, task_context: MakeContext) -> None:
+    op = DblogDumpOperator(task_id="submit", scope="keys", tables=["public.a"], keys="[]")
+    with pytest.raises(AirflowFailException, match="keys must be a non-empty JSON array"):
+        op.execute(task_context())
+    assert store.list_requests() == []
+
+
+def test_unreachable_redis_fails_with_retries(dblog_connection: DblogConnection,
+                                              task_context: MakeContext) -> None:
+    dblog_connection(f"redis://127.0.0.1:{free_port()}/0", SOURCE)
+    op = DblogDumpOperator(task_id="submit", scope="tables", tables=["public.a"])
+    with pytest.raises(AirflowException, match="Redis is unreachable") as failed:
+        op.execute(task_context())
+    assert not isinstance(failed.value, AirflowFailException)
+
+
+def test_control_operators_steer_the_request(store: StateStore,
+                                             task_context: MakeContext) -> None:
+    request = store.create_request(DumpKind.TABLES, ["public.a"], chunk_size=100, delay_ms=0)
+    context = task_context()
+    pause = DblogPauseDumpOperator(task_id="pause", request_id=request.id)
+    with pytest.raises(AirflowFailException,
+                       match=f"dump request {request.id} is queued; it cannot become paused"):
+        pause.execute(context)
+    store.transition(request.id, RequestState.RUNNING)
+    assert pause.execute(context) == "paused"
+    assert store.get_request(request.id).state is RequestState.PAUSED
+    resume = DblogResumeDumpOperator(task_id="resume", request_id=request.id)
+    assert resume.execute(context) == "running"
+    assert store.get_request(request.id).state is RequestState.RUNNING
+
+    knobs = DblogSetDumpKnobsOperator(task_id="knobs", request_id=request.id,
+                                      chunk_size="{{ params.chunk_size }}", delay_ms="")
+    knobs.render_template_fields(task_context(params={"chunk_size": 2000}))
+    assert knobs.execute(context) == {"chunk_size": 2000, "delay_ms": 0}
+    assert store.get_request(request.id).chunk_size == 2000
+
+    cancel = DblogCancelDumpOperator(task_id="cancel", request_id="{{ params.id }}",
+                                     dblog_conn_id="{{ params.conn_id }}")
+    cancel.render_template_fields(task_context(params={"id": request.id,
+                                                       "conn_id": "dblog_default"}))
+    assert cancel.execute(context) == "cancelled"
+    assert store.get_request(request.id).state is RequestState.CANCELLED
+    with pytest.raises(AirflowFailException, match="is cancelled; it cannot become cancelled"):
+        cancel.execute(context)
+    with pytest.raises(AirflowFailException, match="knobs are final"):
+        knobs.execute(context)

@@ -1,0 +1,248 @@
+"""DblogDumpTrigger and DblogDumpSensor against a real Redis: the trigger's serialization,
+its single event for each way a dump ends (the state driven from the test while it polls),
+its progress lines; the sensor's decision on the first read, its deferral, and on each
+event."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from airflow.sdk import Context, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+from airflow.triggers.base import TriggerEvent
+from dblog_airflow.sensors.dump import DblogDumpSensor
+from dblog_airflow.triggers.dump import DblogDumpTrigger, Progress, describe_progress
+
+from dblog_worker.requests import DumpKind, DumpRequest, RequestState, TableProgress
+from dblog_worker.state import StateStore
+from tests.airflow.conftest import DblogConnection
+
+SOURCE = "shop"
+A, B = "public.a", "public.b"
+MakeContext = Callable[..., Context]
+
+
+@pytest.fixture
+def store(redis_url: str, dblog_connection: DblogConnection) -> StateStore:
+    dblog_connection(redis_url, SOURCE)
+    return StateStore(redis_url, SOURCE)
+
+
+def new_dump(store: StateStore, *states: RequestState, error: str | None = None) -> DumpRequest:
+    request = store.create_request(DumpKind.TABLES, [A, B], chunk_size=100, delay_ms=0)
+    for state in states:
+        store.transition(request.id, state, error=error if state.terminal else None)
+    return store.get_request(request.id)
+
+
+def save(store: StateStore, request_id: str, *progress: TableProgress) -> None:
+    store.save_progress(None, {request_id: list(progress)}, {})
+
+
+# -- the trigger -------------------------------------------------------------------------
+
+
+def test_trigger_serializes_to_primitives_and_back() -> None:
+    trigger = DblogDumpTrigger(request_id="dump-7", dblog_conn_id="dblog_shop",
+                               poll_interval=2)
+    classpath, kwargs = trigger.serialize()
+    assert (classpath, kwargs) == ("dblog_airflow.triggers.dump.DblogDumpTrigger",
+                                   {"request_id": "dump-7", "dblog_conn_id": "dblog_shop",
+                                    "poll_interval": 2.0})
+    module, _, name = classpath.rpartition(".")
+    again = getattr(importlib.import_module(module), name)(**kwargs)
+    assert type(again) is DblogDumpTrigger
+    assert again.serialize() == (classpath, kwargs)
+
+
+def follow(trigger: DblogDumpTrigger, drive: Callable[[], object] = lambda: None,
+           after: float = 0.15) -> list[TriggerEvent]:
+    """Every event ``trigger.run()`` yields until it returns; ``drive`` runs in a thread
+    ``after`` seconds in, while the trigger polls."""
+
+    async def main() -> list[TriggerEvent]:
+        events: list[TriggerEvent] = []
+
+        async def collect() -> None:
+            async for event in trigger.run():
+                events.append(event)
+
+        task = asyncio.create_task(collect())
+        await asyncio.sleep(after)
+        await asyncio.to_thread(drive)
+        await asyncio.wait_for(task, 10)
+        return events
+
+    return asyncio.run(main())
+
+
+def trigger_for(request: DumpRequest) -> DblogDumpTrigger:
+    return DblogDumpTrigger(request_id=request.id, poll_interval=0.05)
+
+
+def test_trigger_fires_completed_once_and_logs_progress(
+        store: StateStore, log_text: Callable[[], str]) -> None:
+    request = new_dump(store, RequestState.RUNNING)
+
+    def drive() -> None:
+        save(store, request.id, TableProgress(A, done=True, chunks=3, rows=300),
+             TableProgress(B, started=True, chunks=1, rows=50))
+        time.sleep(0.2)
+        save(store, request.id, TableProgress(B, done=True, chunks=2, rows=120))
+        store.transition(request.id, RequestState.COMPLETED)
+
+    events = follow(trigger_for(request), drive)
+    assert [e.payload for e in events] == [{
+        "status": "completed", "request_id": request.id, "rows": 420,
+        "message": f"{request.id} completed: 2 table(s), 420 rows"}]
+    logged = log_text()
+    assert f"{request.id} running: tables 0/2 done, 0 chunks, 0 rows; rate and ETA" in logged
+    assert f"{request.id} running: tables 1/2 done, 4 chunks, 350 rows; " in logged
+    assert "rows/s since the trigger started; ETA unknown" in logged
+
+
+def test_trigger_fires_failed_with_the_workers_error(store: StateStore) -> None:
+    request = new_dump(store)
+    error = "table public.b was dropped while it was dumped; dump it again once it exists"
+
+    def drive() -> None:
+        store.transition(request.id, RequestState.RUNNING)
+        store.transition(request.id, RequestState.FAILED, error=error)
+
+    [event] = follow(trigger_for(request), drive)
+    assert event.payload == {"status": "failed", "request_id": request.id, "rows": 0,
+                             "message": f"{request.id} failed: {error}"}
+
+
+def test_trigger_fires_cancelled(store: StateStore) -> None:
+    request = new_dump(store, RequestState.RUNNING, RequestState.PAUSED)
+    [event] = follow(trigger_for(request),
+                     lambda: store.transition(request.id, RequestState.CANCELLED))
+    assert event.payload == {"status": "cancelled", "request_id": request.id, "rows": 0,
+                             "message": f"{request.id} was cancelled"}
+
+
+def test_trigger_fires_an_error_it_cannot_follow(store: StateStore) -> None:
+    [event] = follow(DblogDumpTrigger(request_id="dump-404", poll_interval=0.05))
+    assert event.payload["status"] == "error"
+    assert "no dump request 'dump-404' for source 'shop'" in event.payload["message"]
+    [event] = follow(DblogDumpTrigger(request_id="dump-1", dblog_conn_id="nowhere"))
+    assert event.payload["status"] == "error"
+    assert "cannot follow dump-1" in event.payload["message"]
+    assert "nowhere" in event.payload["message"]
+
+
+def test_progress_of_a_key_dump_has_an_eta() -> None:
+    request = DumpRequest(id="dump-5", kind=DumpKind.KEYS, tables=(A,), chunk_size=100,
+                          delay_ms=0, state=RequestState.RUNNING, created_at=0, updated_at=0,
+                          key_count=1000)
+    start = Progress.of(request, {A: TableProgress(A, next_key_index=200, rows=200)})
+    now = Progress.of(request, {A: TableProgress(A, next_key_index=600, rows=590, missing=10)})
+    assert describe_progress(request, now, start, 4.0) == (
+        "dump-5 running: tables 0/1 done, 0 chunks, 590 rows, keys 600/1,000; 98 rows/s "
+        "since the trigger started; ETA 4 s")
+
+
+def test_progress_of_a_table_dump_has_an_eta_from_its_numeric_key() -> None:
+    request = DumpRequest(id="dump-6", kind=DumpKind.TABLES, tables=(A, B), chunk_size=100,
+                          delay_ms=0, state=RequestState.RUNNING, created_at=0, updated_at=0)
+    start = Progress.of(request, {A: TableProgress(A, started=True, last_key=["1000"],
+                                                   upper_bound=["9000"], chunks=10, rows=1000)})
+    now = Progress.of(request, {A: TableProgress(A, started=True, last_key=["3000"],
+                                                 upper_bound=["9000"], chunks=30, rows=3000)})
+    assert describe_progress(request, now, start, 10.0) == (
+        "dump-6 running: tables 0/2 done, 30 chunks, 3,000 rows; 200 rows/s since the trigger"
+        f" started; ETA {A} 30 s (by the key's progress to 9,000), then 1 more table(s)")
+    text_key = Progress.of(request, {A: TableProgress(A, started=True, last_key=["m"],
+                                                      upper_bound=["z"], rows=3000)})
+    assert "ETA unknown (the key is not a number" in describe_progress(
+        request, text_key, start, 10.0)
+
+
+# -- the sensor --------------------------------------------------------------------------
+
+
+def sensor(request_id: str, **kwargs: object) -> DblogDumpSensor:
+    return DblogDumpSensor(task_id="wait", request_id=request_id, poll_interval=0.05,
+                           **kwargs)  # type: ignore[arg-type]
+
+
+def test_completed_dump_ends_the_sensor_at_once(store: StateStore,
+                                                task_context: MakeContext) -> None:
+    request = new_dump(store, RequestState.RUNNING, RequestState.COMPLETED)
+    save(store, request.id, TableProgress(A, done=True, rows=7), TableProgress(B, done=True))
+    assert sensor(request.id).execute(task_context()) == {
+        "status": "completed", "request_id": request.id, "rows": 7,
+        "message": f"{request.id} completed: 2 table(s), 7 rows"}
+
+
+@pytest.mark.parametrize(("states", "error", "message"), [
+    ((RequestState.FAILED,), "source unreachable for too long", "failed: source unreachable"),
+    ((RequestState.RUNNING, RequestState.CANCELLED), None, "was cancelled"),
+])
+def test_failed_or_cancelled_dump_fails_the_sensor(
+    store: StateStore, task_context: MakeContext, states: tuple[RequestState, ...],
+    error: str | None, message: str,
+) -> None:
+    request = new_dump(store, *states, error=error)
+    for deferrable in (True, False):
+        with pytest.raises(AirflowFailException, match=f"{request.id} {message}"):
+            sensor(request.id, deferrable=deferrable).execute(task_context())
+
+
+def test_running_dump_defers_to_the_trigger(store: StateStore,
+                                            task_context: MakeContext) -> None:
+    request = new_dump(store, RequestState.RUNNING)
+    wait = sensor("{{ params.id }}", dblog_conn_id="{{ params.conn_id }}", timeout=600)
+    context = task_context(params={"id": request.id, "conn_id": "dblog_default"})
+    wait.render_template_fields(context)
+    with pytest.raises(TaskDeferred) as deferred:
+        wait.execute(context)
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, DblogDumpTrigger)
+    assert trigger.serialize()[1] == {"request_id": request.id, "dblog_conn_id": "dblog_default",
+                                      "poll_interval": 0.05}
+    assert deferred.value.method_name == "execute_complete"
+    assert deferred.value.timeout is not None and deferred.value.timeout.total_seconds() == 600
+
+
+def test_execute_complete_decides_on_the_event(task_context: MakeContext) -> None:
+    wait, context = sensor("dump-3"), task_context()
+    done = {"status": "completed", "request_id": "dump-3", "message": "dump-3 completed",
+            "rows": 5}
+    assert wait.execute_complete(context, done) == done
+    for status, kind in (("failed", AirflowFailException), ("cancelled", AirflowFailException),
+                         ("error", AirflowException), ("unknown", AirflowException)):
+        event = {"status": status, "request_id": "dump-3", "message": f"dump-3 {status}: why",
+                 "rows": 0}
+        with pytest.raises(kind, match=f"dump-3 {status}") as raised:
+            wait.execute_complete(context, event)
+        if status in ("error", "unknown"):
+            assert not isinstance(raised.value, AirflowFailException)
+    with pytest.raises(AirflowException, match="fired no event"):
+        wait.execute_complete(context, None)
+
+
+def test_classic_sensor_pokes_until_the_dump_ends(store: StateStore,
+                                                  task_context: MakeContext) -> None:
+    request = new_dump(store)
+    wait = sensor(request.id, deferrable=False, mode="poke", timeout=10)
+    assert wait.poke(task_context()) is False
+
+    def finish() -> None:
+        time.sleep(0.2)
+        store.transition(request.id, RequestState.RUNNING)
+        store.transition(request.id, RequestState.COMPLETED)
+
+    thread = threading.Thread(target=finish)
+    thread.start()
+    result = wait.execute(task_context())
+    thread.join()
+    assert result["status"] == "completed"
+    poked = wait.poke(task_context())
+    assert isinstance(poked, PokeReturnValue) and poked.xcom_value == result
