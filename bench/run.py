@@ -14,7 +14,14 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import dump_throughput, live_latency, log_capture, memory
+from bench import (
+    dump_throughput,
+    live_latency,
+    log_capture,
+    memory,
+    merge_throughput,
+    verify_throughput,
+)
 from bench.common import SOURCES, Options, Result, emit, progress
 
 BENCHMARKS: dict[str, Callable[[Options], Result]] = {
@@ -22,6 +29,13 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
     log_capture.NAME: log_capture.run,
     live_latency.NAME: live_latency.run,
     memory.NAME: memory.run,
+    merge_throughput.NAME: merge_throughput.run,
+    verify_throughput.NAME: verify_throughput.run,
+}
+# Benchmarks that run for some source kinds only; the others run for every kind.
+SOURCE_KINDS: dict[str, tuple[str, ...]] = {
+    merge_throughput.NAME: merge_throughput.SOURCE_KINDS,
+    verify_throughput.NAME: verify_throughput.SOURCE_KINDS,
 }
 
 QUICK_ROWS = 50_000
@@ -37,7 +51,9 @@ def parse_options(
                         help="the source kind to benchmark (default: all, one after the other)")
     parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
                         help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
-    parser.add_argument("--rows", type=int, help="table size (default 1000000; --quick 50000)")
+    parser.add_argument("--rows", type=int,
+                        help="table size; merge_throughput: landed events "
+                             "(default 1000000; --quick 50000)")
     parser.add_argument("--runs", type=int, help="runs per benchmark (default 3; --quick 1)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 50k rows, 1 run, memory 100k/500k, 5 s idle")
@@ -70,6 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress(f"benchmarks {', '.join(names)}: {shown}")
     for source in sources:
         for name in names:
+            if source not in SOURCE_KINDS.get(name, SOURCES):
+                progress(f"== {name} ({source}): skipped, it runs for "
+                         f"{', '.join(SOURCE_KINDS[name])} only")
+                continue
             progress(f"== {name} ({source})")
             result = BENCHMARKS[name](dataclasses.replace(options, source=source))
             emit({"benchmark": result["benchmark"], "source": source, **result}, out)

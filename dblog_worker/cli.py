@@ -112,6 +112,28 @@ def _parser() -> argparse.ArgumentParser:
     status = command("status", _status, "show what the worker is doing")
     status.add_argument("--json", action="store_true")
 
+    merge = command("merge", _merge, "merge the landed events into the target tables (Spark)")
+    merge.add_argument("--table", "-t", action="append", dest="tables", default=[],
+                       metavar="SCHEMA.TABLE", help="merge only this source table (repeat)")
+    merge.add_argument("--master", help="Spark master URL (default: merge.master, local[*])")
+    merge.add_argument("--print-command", action="store_true",
+                       help="print the spark-submit line instead of running it")
+    merge.add_argument("--json", action="store_true", help="print the job's report as JSON")
+
+    verify = command("verify", _verify, "compare source tables with their merged targets; "
+                     "print the keys that differ")
+    verify.add_argument("--table", "-t", action="append", dest="tables", metavar="SCHEMA.TABLE",
+                        help="a table to compare (repeat for several; default: all captured)")
+    verify.add_argument("--range-rows", type=int, default=10_000,
+                        help="source rows per compared key range")
+    verify.add_argument("--delay-ms", type=int, default=0, help="pause between ranges")
+    verify.add_argument("--recheck", type=float, default=0.0, metavar="SECONDS",
+                        help="then wait SECONDS and compare the differing keys again")
+    verify.add_argument("--keys-out", metavar="FILE",
+                        help="write the differing keys for `dblog dump --keys-file` "
+                             "({table} in FILE: one file per table)")
+    verify.add_argument("--json", action="store_true")
+
     reset = command("reset", _reset, "forget the checkpoint, to start capture anew")
     reset.add_argument("--yes", action="store_true", help="really do it")
     reset.add_argument("--force", action="store_true",
@@ -286,6 +308,20 @@ def _set(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _merge(config: Config, args: argparse.Namespace) -> int:
+    import shlex
+
+    from dblog_worker.target.submit import run_merge, submit_command
+
+    if args.print_command:
+        command = submit_command(config, Path(args.config), tables=args.tables,
+                                 master=args.master, as_json=args.json)
+        print(shlex.join(command))
+        return 0
+    return run_merge(config, Path(args.config), tables=args.tables, master=args.master,
+                     as_json=args.json)
+
+
 def _status(config: Config, args: argparse.Namespace) -> int:
     state = _state(config)
     status = state.status()
@@ -303,6 +339,25 @@ def _status(config: Config, args: argparse.Namespace) -> int:
                  "events_emitted", "events_replayed"):
         print(f"  {name}: {status.get(name) or '-'}")
     return 0
+
+
+def _verify(config: Config, args: argparse.Namespace) -> int:
+    from dblog_worker import verify
+
+    tables = list(dict.fromkeys(args.tables or config.source.tables))
+    paths = verify.keys_paths(args.keys_out, tables) if args.keys_out else {}
+    options = verify.VerifyOptions(range_rows=args.range_rows, delay_ms=args.delay_ms,
+                                   recheck_s=args.recheck)
+    result = verify.verify(config, tables, options)
+    for table in result.tables:
+        if table.table in paths and table.error is None:
+            try:
+                verify.write_keys(table, paths[table.table])
+            except OSError as exc:
+                raise TerminalError(f"cannot write the keys file: {exc}") from None
+    print(json.dumps(result.to_json(), indent=2, ensure_ascii=False) if args.json
+          else verify.render(result))
+    return 0 if result.equal else 1
 
 
 def _reset(config: Config, args: argparse.Namespace) -> int:

@@ -19,6 +19,18 @@ A MySQL or MariaDB source (``kind = "mysql"``; ``"mariadb"`` is the same) takes 
 URL, ``dsn = "mysql://dblog@db:3306"``, tables named ``database.table``, and
 ``server_id``, the replica id it uses to read the binary log.
 
+The optional ``[target]`` and ``[merge]`` sections are read by ``dblog merge``
+and ``dblog verify``: the database the landed events are merged into, and how::
+
+    [target]
+    kind = "postgresql"
+    dsn = "host=warehouse dbname=replica user=merger"
+    password_env = "TARGET_DB_PASSWORD"
+    tables = { "public.orders" = "shop.orders" }   # renames; default: the same name
+
+    [merge]
+    master = "local[*]"
+
 Every option with its default is in ``docs/configuration.md``.
 """
 
@@ -92,6 +104,40 @@ def redact_url(url: str) -> str:
 
 
 @dataclass(frozen=True)
+class TargetConfig:
+    """The database ``dblog merge`` writes and ``dblog verify`` compares with."""
+
+    kind: str  # POSTGRESQL or MYSQL
+    dsn: str = field(repr=False)
+    state_schema: str = "dblog"  # merge log, tombstones and staging tables
+    renames: Mapping[str, str] = field(default_factory=dict)  # source table -> target table
+
+    def table(self, source_table: str) -> str:
+        """The target table (``schema.table``) a source table is merged into."""
+        return self.renames.get(source_table, source_table)
+
+    def safe_dsn(self) -> str:
+        return redact_url(self.dsn) if self.kind == MYSQL else redact_dsn(self.dsn)
+
+    def mysql_connect_args(self) -> dict[str, Any]:
+        return mysql_url_args(self.dsn)
+
+
+DEFAULT_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
+
+
+@dataclass(frozen=True)
+class MergeConfig:
+    """How ``dblog merge`` runs the Spark job."""
+
+    master: str = "local[*]"
+    jars: tuple[str, ...] = DEFAULT_JARS
+    batch_max_events: int = 5_000_000  # landed events per table and transaction
+    tombstone_retention_h: float = 168.0
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Config:
     source: SourceConfig
     redis_url: str = field(repr=False)
@@ -102,6 +148,16 @@ class Config:
     status_interval_s: float = 1.0
     control_interval_s: float = 0.2
     reconnect_max_s: float = 30.0
+    target: TargetConfig | None = None
+    merge: MergeConfig = field(default_factory=MergeConfig)
+
+    def require_target(self) -> TargetConfig:
+        if self.target is None:
+            raise ConfigError(
+                "this command needs a [target] section: the database to merge into "
+                "(see docs/configuration.md#target-the-merged-tables)"
+            )
+        return self.target
 
 
 def redact_dsn(dsn: str) -> str:
@@ -130,6 +186,9 @@ KNOWN: Mapping[str, frozenset[str]] = {
     "landing": frozenset({"path", "flush_interval_s", "flush_max_events"}),
     "worker": frozenset({"heartbeat_interval_s", "status_interval_s", "control_interval_s",
                          "reconnect_max_s"}),
+    "target": frozenset({"kind", "dsn", "dsn_env", "password_env", "state_schema", "tables"}),
+    "merge": frozenset({"master", "jars", "batch_max_events", "tombstone_retention_h",
+                        "spark_conf"}),
 }
 
 
@@ -162,21 +221,8 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             f"source.name {name!r} must be 1-40 characters of a-z, 0-9 and _, starting "
             "with a letter (it names the replication slot and the Redis keys)"
         )
-    kind_name = source.get("kind", POSTGRESQL)
-    kind = KINDS.get(kind_name) if isinstance(kind_name, str) else None
-    if kind is None:
-        raise ConfigError(
-            f"source.kind {kind_name!r} is not supported; use one of "
-            + ", ".join(f'"{k}"' for k in KINDS)
-        )
-    dsn = _secret(source, "dsn", env, "source.dsn")
-    password_env = source.get("password_env")
-    password = None
-    if password_env is not None:
-        if password_env not in env:
-            raise ConfigError(f"source.password_env names {password_env}, which is not set")
-        password = env[password_env]
-    dsn = _mysql_dsn(dsn, password) if kind == MYSQL else _pg_dsn(dsn, password)
+    kind = _kind(source, "source.kind")
+    dsn = _database_dsn(source, kind, env, "source")
     tables = source.get("tables")
     if not isinstance(tables, list) or not tables or not all(isinstance(t, str) for t in tables):
         raise ConfigError('source.tables must be a non-empty list like ["public.orders"]')
@@ -208,7 +254,91 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         status_interval_s=_number(worker, "status_interval_s", 1.0, 0.1, 60),
         control_interval_s=_number(worker, "control_interval_s", 0.2, 0.01, 10),
         reconnect_max_s=_number(worker, "reconnect_max_s", 30.0, 0.1, 600),
+        target=_target(data, env, qualified),
+        merge=_merge(data),
     )
+
+
+def _kind(section: Mapping[str, Any], dotted: str) -> str:
+    kind_name = section.get("kind", POSTGRESQL)
+    kind = KINDS.get(kind_name) if isinstance(kind_name, str) else None
+    if kind is None:
+        raise ConfigError(
+            f"{dotted} {kind_name!r} is not supported; use one of "
+            + ", ".join(f'"{k}"' for k in KINDS)
+        )
+    return kind
+
+
+def _database_dsn(section: Mapping[str, Any], kind: str, env: Mapping[str, str],
+                  name: str) -> str:
+    dsn = _secret(section, "dsn", env, f"{name}.dsn")
+    password_env = section.get("password_env")
+    password = None
+    if password_env is not None:
+        if password_env not in env:
+            raise ConfigError(f"{name}.password_env names {password_env}, which is not set")
+        password = env[password_env]
+    return _mysql_dsn(dsn, password, name) if kind == MYSQL else _pg_dsn(dsn, password, name)
+
+
+def _target(data: Mapping[str, Any], env: Mapping[str, str],
+            source_qualified: str) -> TargetConfig | None:
+    if "target" not in data:
+        return None
+    target = _table(data, "target")
+    kind = _kind(target, "target.kind")
+    renames = target.get("tables", {})
+    if not isinstance(renames, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in renames.items()
+    ):
+        raise ConfigError('target.tables must map source tables to target tables, like '
+                          '{ "public.orders" = "replica.orders" }')
+    qualified = "database.table" if kind == MYSQL else "schema.table"
+    for source_table, target_table in renames.items():
+        for name, form in ((source_table, source_qualified), (target_table, qualified)):
+            schema_name, _, table_name = name.partition(".")
+            if not schema_name or not table_name:
+                raise ConfigError(f"target.tables: {name!r} must be qualified: {form}")
+    return TargetConfig(
+        kind=kind,
+        dsn=_database_dsn(target, kind, env, "target"),
+        state_schema=_plain_name(target, "state_schema", "dblog"),
+        renames=dict(renames),
+    )
+
+
+def _merge(data: Mapping[str, Any]) -> MergeConfig:
+    merge = data.get("merge", {})
+    if not isinstance(merge, dict):
+        raise ConfigError("[merge] must be a table of options")
+    master = merge.get("master", "local[*]")
+    if not isinstance(master, str) or not master:
+        raise ConfigError('merge.master must be a Spark master URL such as "local[*]" or "yarn"')
+    jars = merge.get("jars", list(DEFAULT_JARS))
+    if not isinstance(jars, list) or not all(isinstance(j, str) and j for j in jars):
+        raise ConfigError("merge.jars must be a list of JDBC driver jar paths or URLs")
+    spark_conf = merge.get("spark_conf", {})
+    if not isinstance(spark_conf, dict) or not all(
+        isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool)
+        for k, v in spark_conf.items()
+    ):
+        raise ConfigError('merge.spark_conf must map Spark options to values, like '
+                          '{ "spark.driver.memory" = "4g" }')
+    return MergeConfig(
+        master=master,
+        jars=tuple(jars),
+        batch_max_events=_integer(merge, "batch_max_events", 5_000_000, 1, 1_000_000_000),
+        tombstone_retention_h=_number(merge, "tombstone_retention_h", 168.0, 0, 87_600),
+        spark_conf={k: str(v) for k, v in spark_conf.items()},
+    )
+
+
+def _plain_name(section: Mapping[str, Any], key: str, default: str) -> str:
+    value = section.get(key, default)
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", value):
+        raise ConfigError(f"target.{key} {value!r} must be 1-63 characters of a-z, 0-9 and _")
+    return value
 
 
 def default_server_id(name: str) -> int:
@@ -216,21 +346,21 @@ def default_server_id(name: str) -> int:
     return 1_000_000_000 + zlib.crc32(name.encode()) % 1_000_000_000
 
 
-def _pg_dsn(dsn: str, password: str | None) -> str:
+def _pg_dsn(dsn: str, password: str | None, name: str = "source") -> str:
     if password is not None:
         dsn = make_conninfo(dsn, password=password)
     try:
         conninfo_to_dict(dsn)
     except Exception as exc:
-        raise ConfigError(f"source.dsn is not a valid libpq connection string: {exc}") from None
+        raise ConfigError(f"{name}.dsn is not a valid libpq connection string: {exc}") from None
     return dsn
 
 
-def _mysql_dsn(dsn: str, password: str | None) -> str:
+def _mysql_dsn(dsn: str, password: str | None, name: str = "source") -> str:
     try:
         args = mysql_url_args(dsn)
     except ValueError as exc:
-        raise ConfigError(f"source.dsn: {exc}") from None
+        raise ConfigError(f"{name}.dsn: {exc}") from None
     if password is not None:
         args["password"] = password
     user = quote(args["user"], safe="")

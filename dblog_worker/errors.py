@@ -6,13 +6,16 @@
      ├── TransientError         retry with backoff: the same action may succeed later
      │    ├── SourceUnavailable     the source database is unreachable or dropped us
      │    ├── StateUnavailable      Redis is unreachable
-     │    └── OutputUnavailable     the landing zone cannot be written (disk full, ...)
+     │    ├── OutputUnavailable     the landing zone cannot be written (disk full, ...)
+     │    └── TargetUnavailable     the merge target is unreachable: the batch rolled back
      └── TerminalError          retrying cannot help: a person must act
           ├── ConfigError           the configuration or the source's settings are wrong
           ├── RequestRejected       a dump request or control command is invalid
           ├── DumpFailed            a running dump cannot go on (its table was dropped, ...)
           ├── ProtocolError         the log or the watermark sequence is malformed
-          └── LogGone               the checkpoint points at log the source no longer has
+          ├── LogGone               the checkpoint points at log the source no longer has
+          ├── TargetError           a merge target table cannot take the table's events
+          └── SegmentCorrupt        a landing segment is truncated or damaged
 
 Every message says what was wrong and what to do about it.
 """
@@ -38,6 +41,10 @@ class OutputUnavailable(TransientError):
     """The landing zone cannot be written now (disk full, permissions, storage gone)."""
 
 
+class TargetUnavailable(TransientError):
+    """The merge target database is unreachable; the batch's transaction rolled back."""
+
+
 class TerminalError(DblogError):
     """A failure that retrying cannot fix."""
 
@@ -60,3 +67,11 @@ class ProtocolError(TerminalError):
 
 class LogGone(TerminalError):
     """The checkpoint points at a part of the log the source has discarded."""
+
+
+class TargetError(TerminalError):
+    """A target table cannot take a table's events (a type, a primary key); nothing applied."""
+
+
+class SegmentCorrupt(TerminalError):
+    """A landing segment is truncated or damaged; its table is not merged past it."""

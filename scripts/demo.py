@@ -16,13 +16,17 @@ What it does:
 5. stops the load, waits until the worker's checkpoint passes the source's last write, replays
    the landing zone in position order and compares it with the source tables, byte for byte
    in the canonical encoding of ``dblog_worker.values`` (MariaDB: ``dblog_worker.mysql.values``);
-6. prints a summary and stops everything (``--keep``: leaves it running until Ctrl-C).
+6. adds a ``[target]`` section (a database ``shop_replica`` on the same server), runs
+   ``dblog merge`` (the Spark job, ``local[*]``) and ``dblog verify``, which must find the
+   merged target tables equal to the source tables;
+7. prints a summary and stops everything (``--keep``: leaves it running until Ctrl-C).
 
 What differs between the two databases (server, schema, SQL of the load, reading the source
 rows, the log position) is in one class per kind, :class:`PostgresShop` and
 :class:`MariaDBShop`; the rest of the story is shared.
 
-Exit status: 0 when every table converged, 1 otherwise (or when something failed on the way).
+Exit status: 0 when every table converged and verified equal, 1 otherwise (or when something
+failed on the way).
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ from tests.services import MariaDBServer, PostgresServer, RedisServer  # noqa: E
 
 SOURCE = "shop"
 DATABASE = "shop"
+REPLICA = "shop_replica"  # the merge's target database
 MISSING_BASE = 90_000_000  # primary keys from here on never exist
 
 # -- output ---------------------------------------------------------------------------
@@ -297,6 +302,10 @@ class Shop(abc.ABC):
     def started(cls) -> contextlib.AbstractContextManager[Shop]:
         """Start a server, create the shop database on it; stop the server on exit."""
 
+    @abc.abstractmethod
+    def replica_target(self) -> str:
+        """The ``[target]`` section of a replica database on the same server (the merge's)."""
+
     @property
     def tables(self) -> tuple[str, str]:
         return (self.customers, self.orders)
@@ -426,6 +435,10 @@ FROM generate_series(1, %s) AS g
 
     def describe(self) -> str:
         return f"PostgreSQL {self.server.bindir.parent.name} on port {self.server.port}"
+
+    def replica_target(self) -> str:
+        dsn = self.server.create_database(REPLICA)
+        return f'[target]\nkind = "postgresql"\ndsn = {json.dumps(dsn)}\n'
 
     def create_shop(self, customers: int, orders: int) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
@@ -567,6 +580,11 @@ FROM seq_1_to_{orders}
         self.server = server
         server.create_database(DATABASE)
         self.dsn = server.url()
+
+    def replica_target(self) -> str:
+        renames = ", ".join(f'"{t}" = "{REPLICA}.{t.split(".")[1]}"' for t in self.tables)
+        return (f'[target]\nkind = "mariadb"\ndsn = {json.dumps(self.dsn)}\n'
+                f'tables = {{ {renames} }}\n')
 
     @classmethod
     @contextlib.contextmanager
@@ -937,18 +955,40 @@ def demo(options: Options, started: float, shop: Shop, redis_server: RedisServer
     requests = {r.id: r for r in state.list_requests()}
     status = state.status()
 
+    heading("merging the landing zone into target tables with Spark: dblog merge")
+    with dblog.config.open("a") as config_file:
+        config_file.write("\n# Added by the demo before the merge (docs/merge.md).\n"
+                          + shop.replica_target())
+    say(f"   the targets: database {REPLICA} on the same server")
+    merge_started = time.monotonic()
+    dblog.run("merge", stream=True, timeout=600)
+    merge_seconds = time.monotonic() - merge_started
+
+    heading("verifying the target tables against the source: dblog verify")
+    verify = json.loads(dblog.run("verify", "--json", show=False, check=False, timeout=300))
+    for table in verify["tables"]:
+        say(f"   {table['table']} -> {table['target_table']}: {number(table['source_rows'])} "
+            f"rows, {table['ranges']} ranges, {len(table['missing']) + len(table['extra'])}"
+            f" missing or extra, {len(table['changed'])} changed: "
+            + ("EQUAL" if table["equal"] else "DIFFERENT"))
+    verified = bool(verify["equal"])
+    say(f"   merged and verified {REPLICA}: " + ", ".join(
+        f"{t['target_table']} {number(t['target_rows'])} rows" for t in verify["tables"])
+        + f" (merge {merge_seconds:.1f} s, Spark start-up included)")
+
     summary(options, started, checks, progress, requests, status, full_dump, key_dump,
             missing_keys, landing, dblog)
     converged = all(c.converged for c in checks)
     dumps_ok = all(r.state is RequestState.COMPLETED for r in requests.values())
-    if converged and dumps_ok:
+    if converged and dumps_ok and verified:
         say("\nRESULT: converged: replaying the landing zone in position order gives exactly "
-            "the source tables")
+            "the source tables, and `dblog verify` finds the merged target tables equal to them")
     else:
-        say("\nRESULT: NOT converged" + ("" if dumps_ok else " (a dump did not complete)"))
+        say("\nRESULT: NOT converged" + ("" if dumps_ok else " (a dump did not complete)")
+            + ("" if verified else " (dblog verify found differences)"))
     if options.keep:
         keep_running(shop, redis_server, dblog, workdir)
-    return 0 if converged and dumps_ok else 1
+    return 0 if converged and dumps_ok and verified else 1
 
 
 def summary(options: Options, started: float, checks: Sequence[TableCheck],

@@ -9,6 +9,7 @@ the jars named in ``DBLOG_JDBC_JARS`` (comma-separated paths).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +43,9 @@ def jdbc_jars() -> list[Path]:
 def local_spark(app: str = "dblog-tests") -> Iterator[SparkSession]:
     """A ``local[2]`` SparkSession with the JDBC drivers, stopped at the end."""
     os.environ["SPARK_LOCAL_IP"] = HOST
+    # py4j logs "Closing down clientserver connection" from __del__, at interpreter exit
+    # too, when pytest has closed the stream: a "--- Logging error ---" after the summary.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     session = (
         SparkSession.builder.master("local[2]")
         .appName(app)

@@ -23,7 +23,9 @@ import pytest
 import redis
 
 from dblog_worker.landing import LandingZone, read_events
+from dblog_worker.mysql.binlog import BinlogCheckpoint, file_number
 from dblog_worker.mysql.catalog import qualified
+from dblog_worker.pg.pgoutput import parse_lsn
 from dblog_worker.state import StateStore
 from tests.services import MariaDBServer
 
@@ -294,6 +296,10 @@ class Database:
         """``INSERT INTO table VALUES values``, skipping rows whose key exists."""
         raise NotImplementedError
 
+    def log_end(self) -> tuple[int, int]:
+        """Where the log ends now, comparable with :func:`checkpoint_position`."""
+        raise NotImplementedError
+
     def key_change(self, table: str) -> str:
         """Move row ``%s`` (2nd parameter) to id ``%s`` (1st and 3rd), if that id is free."""
         return (f"UPDATE {table} SET id = %s, version = {self.next_version} WHERE id = %s "
@@ -345,6 +351,12 @@ class PgDatabase(Database):
     def insert_ignore(self, table: str, values: str) -> str:
         return f"INSERT INTO {table} VALUES {values} ON CONFLICT (id) DO NOTHING"
 
+    def log_end(self) -> tuple[int, int]:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            row = conn.execute(b"SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+            assert row is not None
+            return int(row[0]), 0
+
     def rows(self, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
         with (psycopg.connect(self.dsn) as conn,
               conn.cursor(row_factory=psycopg.rows.dict_row) as cur):
@@ -391,6 +403,14 @@ class MariaDatabase(Database):
 
     def insert_ignore(self, table: str, values: str) -> str:
         return f"INSERT IGNORE INTO {table} VALUES {values}"
+
+    def log_end(self) -> tuple[int, int]:
+        connection = pymysql.connect(**self.server.connect_args(self.name))
+        with connection, connection.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            row = cur.fetchone()
+            assert row is not None
+            return file_number(str(row[0])), int(row[1])
 
     def rows(self, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
         connection = pymysql.connect(**self.server.connect_args(self.name),
@@ -531,6 +551,9 @@ class Backend:
     def rows(self, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
         return self.db.rows(table, key)
 
+    def log_end(self) -> tuple[int, int]:
+        return self.db.log_end()
+
     def workload(self, tables: list[str], seed: int) -> Workload:
         return Workload(self.db, tables, seed)
 
@@ -582,6 +605,14 @@ def checkpoint(redis_url: str) -> str | None:
         return store.checkpoint()
     finally:
         store.close()
+
+
+def checkpoint_position(backend: Backend, text: str) -> tuple[int, int]:
+    """A saved checkpoint as a position comparable with :meth:`Database.log_end`."""
+    if backend.kind == "postgresql":
+        return parse_lsn(text), 0
+    saved = BinlogCheckpoint.decode(text)
+    return file_number(saved.file), saved.pos
 
 
 def chunks(backend: Backend, request_id: str) -> int:

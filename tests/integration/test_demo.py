@@ -1,7 +1,8 @@
 """The demo (``scripts/demo.py``) runs end to end and its landing zone converges to the source.
 
 It starts its own source database and Redis, dumps the shop's tables under a live write load,
-replays the output and compares it with the source tables; these tests run it as a user would
+replays the output and compares it with the source tables, merges the landing zone into
+target tables with Spark and runs ``dblog verify`` on them; these tests run it as a user would
 (with the current interpreter, in a directory of the test) and read its summary: the
 PostgreSQL demo with its default 120k rows, the MariaDB one (``--source mariadb``) with small
 tables.
@@ -22,7 +23,7 @@ def run_demo(workdir: Path, *args: str) -> str:
     """Run the demo; assert it converged; return its standard output."""
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "demo.py"), "--workdir", str(workdir), *args],
-        capture_output=True, text=True, timeout=240, cwd=workdir, check=False,
+        capture_output=True, text=True, timeout=480, cwd=workdir, check=False,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
@@ -43,6 +44,10 @@ def check_summary(stdout: str, workdir: Path, tables: Sequence[str]) -> None:
     assert re.search(r"dump-2\s+completed\s+keys\s+1/1", stdout)
     segments = list((workdir / "landing" / "shop").glob("*/segment-*.parquet"))
     assert segments, "the landing zone is empty"
+    for table in tables:  # dblog verify's line for each merged target table
+        assert re.search(rf"^\s+{re.escape(table)} -> \S+: [\d,]+ rows, \d+ ranges, 0 missing"
+                         r" or extra, 0 changed: EQUAL$", stdout, re.M), stdout[-3000:]
+    assert "dblog verify` finds the merged target tables equal" in stdout
 
 
 def test_demo_converges(tmp_path: Path) -> None:

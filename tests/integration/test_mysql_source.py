@@ -228,8 +228,12 @@ def test_resume_from_a_checkpoint(
     assert keys_of(backend, t1) == {"[1]", "[200]", "[300]"}
     after = [json.loads(str(e["after"]))["payload"] for e in events_of(backend, t1)]
     assert after == ["first", "after the checkpoint", "while running"]
-    saved = checkpoint(backend.redis_url)
-    assert saved is not None and BinlogCheckpoint.decode(saved).gtid  # a GTID state again
+    # A GTID state again, once the checkpoint of the last write is saved (after it is durable).
+    def gtid_saved() -> bool:
+        saved = checkpoint(backend.redis_url)
+        return saved is not None and bool(BinlogCheckpoint.decode(saved).gtid)
+
+    wait_for(gtid_saved, 15, "a checkpoint with a GTID state", worker.log)
 
 
 # -- a column's definition changes ------------------------------------------------------

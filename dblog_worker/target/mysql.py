@@ -1,0 +1,400 @@
+"""A MySQL or MariaDB merge target: the SQL of :class:`~dblog_worker.target.base.Target`.
+
+Row images are parsed once per row with ``JSON_TABLE`` into text columns; the
+insert converts each text to its column's type (strict SQL mode: a value that
+does not fit is an error, not a warning). Tables the merge creates use the
+``utf8mb4_nopad_bin`` collation, so that every key the source tells apart stays
+apart. Positions are ``ascii_bin``: byte order is position order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import pymysql
+
+from dblog_worker.config import MYSQL
+from dblog_worker.errors import TargetError, TargetUnavailable
+from dblog_worker.landing import split_table
+from dblog_worker.mysql.catalog import quote_ident
+from dblog_worker.target.base import POSITION_COLUMN, Applied, Target
+from dblog_worker.target.columns import Encoding, SourceColumn
+from dblog_worker.target.plan import Batch, MergeLogEntry
+
+__all__ = ["MySQLTarget"]
+
+_P = quote_ident(POSITION_COLUMN)
+_TEXT = "utf8mb4"
+_COLLATION = "utf8mb4_nopad_bin"
+_POSITION = "VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin"
+# explicit_defaults_for_timestamp: a TIMESTAMP column the merge creates is a plain nullable
+# column (older servers give the first one NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE ...).
+_SESSION = ("SET time_zone = '+00:00', sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION',"
+            " explicit_defaults_for_timestamp = 1")
+# Server error numbers that mean the connection is gone rather than the statement wrong.
+_CONNECTION_ERRORS = frozenset({2002, 2003, 2006, 2013, 2055, 1927, 1053})
+
+
+def qualified(table: str) -> str:
+    schema, name = split_table(table)
+    return f"{quote_ident(schema)}.{quote_ident(name)}"
+
+
+def _string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _json_path(name: str) -> str:
+    return _string('$."' + name.replace("\\", "\\\\").replace('"', '\\"') + '"')
+
+
+def convert(column: SourceColumn, text: str, type_sql: str) -> str:
+    """SQL that turns ``text`` into a value an insert into ``type_sql`` takes strictly."""
+    if column.encoding is Encoding.BASE64:
+        return f"FROM_BASE64({text})"
+    if column.encoding is Encoding.BOOL:
+        return f"(CASE {text} WHEN 'true' THEN 1 WHEN 'false' THEN 0 END)"
+    if column.encoding is Encoding.TIMESTAMPTZ:  # '... +00': the session is in UTC
+        return f"LEFT({text}, CHAR_LENGTH({text}) - 3)"
+    if type_sql.lower().startswith("bit"):
+        return f"CAST({text} AS UNSIGNED)"
+    return text
+
+
+_FSP = re.compile(r"(datetime|timestamp|time)(?:\((\d)\))?$")
+_DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)( unsigned)?")
+_MEMBER = re.compile(r"'((?:[^'\\]|''|\\.)*)'")
+
+
+def widened(table: str, column: SourceColumn, existing: str) -> str | None:
+    """The type a target column of type ``existing`` (``information_schema.COLUMNS``'
+    COLUMN_TYPE) grows to for the MySQL source ``column``; None if it holds it already."""
+    lower = existing.lower()
+    kind = column.type
+    if column.kind != MYSQL:
+        return None
+    if kind in ("datetime", "timestamp", "time"):
+        match = _FSP.match(lower)
+        if match and match[1] == kind and column.fsp > int(match[2] or 0):
+            return f"{kind.upper()}({column.fsp})"
+    elif kind == "decimal":
+        match = _DECIMAL.match(lower)
+        if match and column.scale > int(match[2]):
+            # A source value of this scale has at most 65 - scale integer digits: it fits.
+            digits = int(match[1]) - int(match[2])
+            precision = min(65, digits + column.scale)
+            return f"DECIMAL({precision},{column.scale})" + (match[3] or "").upper()
+    elif kind in ("enum", "set") and lower.startswith(kind + "("):
+        have = [m.replace("''", "'").replace("\\\\", "\\")
+                for m in _MEMBER.findall(existing[len(kind) + 1:-1])]
+        new = [m for m in column.members if m not in have]
+        if new:
+            return f"{kind.upper()}({','.join(_string(m) for m in have + new)})"
+    return None
+
+
+_CASTS = (
+    (re.compile(r"(tiny|small|medium|big)?int\b.*unsigned|year|bit"), "UNSIGNED"),
+    (re.compile(r"(tiny|small|medium|big)?int\b"), "SIGNED"),
+    (re.compile(r"(decimal\(\d+,\d+\))"), None),
+    (re.compile(r"(datetime|timestamp)(\(\d\))?"), "DATETIME"),
+    (re.compile(r"date\b"), "DATE"),
+    (re.compile(r"time(\(\d\))?"), "TIME"),
+    (re.compile(r"float|double"), "DOUBLE"),
+)
+
+
+def typed(value: str, type_sql: str) -> str:
+    """``value`` cast for comparing with a key column of ``type_sql`` (never as a double)."""
+    lower = type_sql.lower()
+    for pattern, cast in _CASTS:
+        match = pattern.match(lower)
+        if match is None:
+            continue
+        if cast is None:
+            return f"CAST({value} AS {match[1].upper()})"
+        if cast in ("DATETIME", "TIME"):
+            return f"CAST({value} AS {cast}{match[2] or ''})"
+        return f"CAST({value} AS {cast})"
+    return value
+
+
+class MySQLTarget(Target):
+    kind = MYSQL
+    position_type = _POSITION
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self._conn: pymysql.connections.Connection[Any] | None = None
+        self._s = quote_ident(self.state)
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        with self._errors("connecting"):
+            self._conn = pymysql.connect(**self.config.mysql_connect_args(), charset=_TEXT,
+                                         autocommit=True, connect_timeout=10)
+            self._run(_SESSION)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with suppress(pymysql.Error):
+                self._conn.close()
+            self._conn = None
+
+    @property
+    def conn(self) -> pymysql.connections.Connection[Any]:
+        if self._conn is None or not self._conn.open:
+            raise TargetUnavailable(
+                "the connection to the target database is gone; re-run the merge"
+            )
+        return self._conn
+
+    @contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except pymysql.Error as exc:
+            code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+            if isinstance(exc, pymysql.OperationalError) and (
+                code in _CONNECTION_ERRORS or code >= 2000
+            ):
+                raise TargetUnavailable(
+                    f"target database {self.config.safe_dsn()} failed while {doing}: {exc};"
+                    " nothing of this batch was applied, re-run the merge"
+                ) from None
+            raise TargetError(f"the target refused {doing}: {exc}") from None
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._errors("querying"), self.conn.cursor() as cursor:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        with self.conn.cursor() as cursor:
+            return int(cursor.execute(sql, params))
+
+    # -- state ------------------------------------------------------------------------------
+
+    def ensure_state(self) -> None:
+        s = self._s
+        with self._errors("creating the state tables"):
+            self._run(f"CREATE DATABASE IF NOT EXISTS {s} CHARACTER SET {_TEXT}")
+            self._run(
+                f"CREATE TABLE IF NOT EXISTS {s}.merge_log (source VARCHAR(64) NOT NULL,"
+                " source_table VARCHAR(200) NOT NULL, target_table VARCHAR(200) NOT NULL,"
+                f" last_segment BIGINT NOT NULL, last_position {_POSITION} NOT NULL,"
+                f" truncated_at {_POSITION} NOT NULL, events BIGINT NOT NULL,"
+                " batches BIGINT NOT NULL, updated_at DATETIME(6) NOT NULL,"
+                " PRIMARY KEY (source, source_table, target_table))"
+                f" ENGINE=InnoDB CHARACTER SET {_TEXT} COLLATE {_COLLATION}"
+            )
+            self._run(
+                f"CREATE TABLE IF NOT EXISTS {s}.tombstones (target_table VARCHAR(200) NOT NULL,"
+                " key_hash BINARY(16) NOT NULL, key_json LONGTEXT NOT NULL,"
+                f" position {_POSITION} NOT NULL, deleted_at DATETIME(6) NOT NULL,"
+                " PRIMARY KEY (target_table, key_hash))"
+                f" ENGINE=InnoDB CHARACTER SET {_TEXT} COLLATE {_COLLATION}"
+            )
+            # A multi-table DELETE resolves its aliases only with a default database.
+            self._run(f"USE {s}")
+
+    def merged(self, source: str, source_table: str, target_table: str) -> MergeLogEntry:
+        rows = self._rows(
+            f"SELECT last_segment, last_position, truncated_at FROM {self._s}.merge_log"
+            " WHERE source = %s AND source_table = %s AND target_table = %s",
+            (source, source_table, target_table),
+        )
+        return MergeLogEntry(*rows[0]) if rows else MergeLogEntry()
+
+    def try_lock(self, stage: str) -> bool:
+        return bool(self._rows("SELECT GET_LOCK(%s, 0)", (f"dblog.{stage}",))[0][0] == 1)
+
+    def unlock(self, stage: str) -> None:
+        self._rows("SELECT RELEASE_LOCK(%s)", (f"dblog.{stage}",))
+
+    # -- tables -----------------------------------------------------------------------------
+
+    def table_columns(self, table: str) -> dict[str, str] | None:
+        schema, name = split_table(table)
+        exists = self._rows(
+            "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s"
+            " AND TABLE_NAME = %s", (schema, name))
+        if not exists:
+            return None
+        rows = self._rows(
+            "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS"
+            " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (schema, name),
+        )
+        return {str(n): str(t) for n, t in rows}
+
+    def primary_key(self, table: str) -> list[str]:
+        schema, name = split_table(table)
+        rows = self._rows(
+            "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s"
+            " AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+            (schema, name),
+        )
+        return [str(r[0]) for r in rows]
+
+    def create_table(self, table: str, columns: Sequence[tuple[str, str]],
+                     key: Sequence[str]) -> None:
+        schema, _ = split_table(table)
+        described = ", ".join(f"{quote_ident(n)} {t}" for n, t in columns)
+        primary = ", ".join(quote_ident(k) for k in key)
+        with self._errors(f"creating target table {table}"):
+            self._run(f"CREATE DATABASE IF NOT EXISTS {quote_ident(schema)}"
+                      f" CHARACTER SET {_TEXT}")
+            self._run(f"CREATE TABLE IF NOT EXISTS {qualified(table)} ({described},"
+                      f" PRIMARY KEY ({primary})) ENGINE=InnoDB"
+                      f" CHARACTER SET {_TEXT} COLLATE {_COLLATION}")
+
+    def add_columns(self, table: str, columns: Sequence[tuple[str, str]]) -> None:
+        added = ", ".join(f"ADD COLUMN IF NOT EXISTS {quote_ident(n)} {t}" for n, t in columns)
+        with self._errors(f"adding columns to target table {table}"):
+            self._run(f"ALTER TABLE {qualified(table)} {added}")
+
+    def widened(self, table: str, column: SourceColumn, existing: str) -> str | None:
+        return widened(table, column, existing)
+
+    def modify_columns(self, table: str, columns: Sequence[tuple[str, str]]) -> None:
+        schema, name = split_table(table)
+        nullable = dict(self._rows(
+            "SELECT COLUMN_NAME, IS_NULLABLE FROM information_schema.COLUMNS"
+            " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (schema, name)))
+        changes = ", ".join(
+            f"MODIFY COLUMN {quote_ident(n)} {t}"
+            + (" NOT NULL" if nullable.get(n) == "NO" else " NULL")
+            for n, t in columns
+        )
+        with self._errors(f"widening columns of target table {table}"):
+            self._run(f"ALTER TABLE {qualified(table)} {changes}")
+
+    def prepare_stage(self, stage: str) -> None:
+        staged = f"{self._s}.{quote_ident(stage)}"
+        with self._errors("creating the staging table"):
+            self._run(f"DROP TABLE IF EXISTS {staged}")
+            self._run(
+                f"CREATE TABLE {staged} (key_json LONGTEXT NOT NULL, op VARCHAR(1) NOT NULL,"
+                f" position {_POSITION} NOT NULL, after_json LONGTEXT)"
+                f" ENGINE=InnoDB CHARACTER SET {_TEXT} COLLATE {_COLLATION}"
+            )
+
+    def stage_table(self, stage: str) -> str:
+        return f"{self._s}.{quote_ident(stage)}"
+
+    def jdbc(self) -> tuple[str, dict[str, str]]:
+        args = self.config.mysql_connect_args()
+        # jdbc:mysql: makes Spark use its MySQL dialect (backquoted names); MariaDB's
+        # Connector/J 2.x accepts that scheme.
+        url = (f"jdbc:mysql://{args['host']}:{args['port']}/"
+               "?rewriteBatchedStatements=true&useUnicode=true&characterEncoding=UTF-8")
+        properties = {"driver": "org.mariadb.jdbc.Driver", "user": str(args["user"])}
+        if args["password"]:
+            properties["password"] = str(args["password"])
+        return url, properties
+
+    # -- apply ------------------------------------------------------------------------------
+
+    def apply(self, batch: Batch, types: Mapping[str, str], retention_h: float) -> Applied:
+        conn = self.conn
+        with self._errors(f"applying a batch to {batch.target_table}"):
+            conn.begin()
+            try:
+                result = self._apply(batch, types, retention_h)
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+            # DDL would commit the transaction: the staging table goes after it.
+            self._run(f"DROP TABLE IF EXISTS {self.stage_table(batch.stage)}")
+        return result
+
+    def _apply(self, batch: Batch, types: Mapping[str, str], retention_h: float) -> Applied:
+        s = self._s
+        stage = self.stage_table(batch.stage)
+        target = qualified(batch.target_table)
+        ids = (batch.source, batch.source_table, batch.target_table)
+        self._run(f"INSERT IGNORE INTO {s}.merge_log VALUES (%s, %s, %s, 0, '', '', 0, 0,"
+                  " UTC_TIMESTAMP(6))", ids)
+        last, truncated_at = self._rows(
+            f"SELECT last_segment, truncated_at FROM {s}.merge_log WHERE source = %s"
+            " AND source_table = %s AND target_table = %s FOR UPDATE", ids)[0]
+        if last != batch.after_segment:
+            raise TargetError(
+                f"{batch.target_table}: the merge log moved from segment {batch.after_segment}"
+                f" to {last} while this batch was staged; another merge ran at the same time."
+                " Re-run the merge."
+            )
+        cut = max(str(truncated_at), batch.truncate_at)
+        truncated = bool(batch.truncate_at) and batch.truncate_at > truncated_at
+        if truncated:
+            self._run(f"DELETE FROM {target} WHERE {_P} IS NULL OR {_P} < %s", (cut,))
+            self._run(f"DELETE FROM {s}.tombstones WHERE target_table = %s AND position < %s",
+                      (batch.target_table, cut))
+        t = f"{s}.tombstones"
+        by_name = {c.name: c for c in batch.columns}
+        match = " AND ".join(
+            f"t.{quote_ident(k)} = "
+            + typed(convert(by_name[k], f"JSON_VALUE(s.key_json, '$[{i}]')", types[k]),
+                    types[k])
+            for i, k in enumerate(batch.key)
+        )
+        deleted = self._run(
+            f"DELETE t FROM {target} t JOIN {stage} s ON {match} WHERE s.op = 'd'"
+            f" AND s.position > %s AND (t.{_P} IS NULL OR t.{_P} < s.position)", (cut,))
+        self._run(
+            f"INSERT INTO {s}.tombstones (target_table, key_hash, key_json, position,"
+            " deleted_at) SELECT %s, UNHEX(MD5(s.key_json)), s.key_json, s.position,"
+            f" UTC_TIMESTAMP(6) FROM {stage} s WHERE s.op = 'd' AND s.position > %s"
+            f" ON DUPLICATE KEY UPDATE {t}.deleted_at = IF({t}.position < VALUES(position),"
+            f" VALUES(deleted_at), {t}.deleted_at), {t}.position = IF({t}.position"
+            f" < VALUES(position), VALUES(position), {t}.position)",
+            (batch.target_table, cut))
+        upserted = self._run(self.upsert_sql(batch, types),
+                             (cut, batch.target_table))
+        self._run(
+            f"DELETE tb FROM {s}.tombstones tb JOIN {stage} s"
+            " ON tb.key_hash = UNHEX(MD5(s.key_json)) WHERE s.op <> 'd'"
+            " AND tb.target_table = %s AND tb.position < s.position", (batch.target_table,))
+        self._run(
+            f"DELETE FROM {s}.tombstones WHERE target_table = %s AND position <= %s"
+            " AND deleted_at < UTC_TIMESTAMP(6) - INTERVAL %s SECOND",
+            (batch.target_table, batch.last_position, int(retention_h * 3600)))
+        self._run(
+            f"UPDATE {s}.merge_log SET last_segment = %s, last_position = %s,"
+            " truncated_at = %s, events = events + %s, batches = batches + 1,"
+            " updated_at = UTC_TIMESTAMP(6) WHERE source = %s AND source_table = %s"
+            " AND target_table = %s",
+            (batch.last_segment, batch.last_position, cut, batch.events, *ids))
+        return Applied(upserted=upserted, deleted=deleted, truncated=truncated)
+
+    def upsert_sql(self, batch: Batch, types: Mapping[str, str]) -> str:
+        target = qualified(batch.target_table)
+        stage = self.stage_table(batch.stage)
+        names = [quote_ident(c.name) for c in batch.columns]
+        record = ", ".join(
+            f"j{i} LONGTEXT CHARACTER SET {_TEXT} PATH {_json_path(c.name)}"
+            for i, c in enumerate(batch.columns)
+        )
+        values = ", ".join(
+            convert(c, f"x.j{i}", types[c.name]) for i, c in enumerate(batch.columns)
+        )
+        newer = f"{target}.{_P} IS NULL OR {target}.{_P} < VALUES({_P})"
+        updates = ", ".join(
+            f"{target}.{n} = IF({newer}, VALUES({n}), {target}.{n})" for n in names
+        )
+        return (
+            f"INSERT INTO {target} ({', '.join(names)}, {_P})"
+            f" SELECT {values}, s.position FROM {stage} s"
+            f" CROSS JOIN JSON_TABLE(s.after_json, '$' COLUMNS ({record})) AS x"
+            f" WHERE s.op <> 'd' AND s.position > %s AND NOT EXISTS (SELECT 1 FROM"
+            f" {self._s}.tombstones tb WHERE tb.target_table = %s"
+            " AND tb.key_hash = UNHEX(MD5(s.key_json)) AND tb.position >= s.position)"
+            f" ON DUPLICATE KEY UPDATE {updates},"
+            f" {target}.{_P} = IF({newer}, VALUES({_P}), {target}.{_P})"
+        )

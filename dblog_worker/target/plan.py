@@ -1,0 +1,166 @@
+"""Which landed segments a merge takes next, checked before anything is applied.
+
+The merge log in the target records, per (source, source table, target table),
+the sequence number of the last segment merged. A batch is the segments after
+it, in order, up to ``batch_max_events`` events (at least one segment). Each is
+checked before the batch is staged: a complete Parquet file of the dblog format,
+of the right table, whose positions are in order and match its name. A
+truncated or damaged file stops its table (:class:`SegmentCorrupt`, naming the
+file); the job goes on with the other tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from dblog_worker.errors import SegmentCorrupt
+from dblog_worker.landing import FORMAT_VERSION, SEGMENT_SCHEMA, LandingZone, Segment
+from dblog_worker.target.columns import SourceColumn, columns_of, key_of, union_columns
+
+__all__ = ["Batch", "MergeLogEntry", "Pending", "next_batch", "pending_segments", "stage_name"]
+
+
+@dataclass(frozen=True, slots=True)
+class MergeLogEntry:
+    """What the target has merged of one source table: the merge log's row."""
+
+    last_segment: int = 0
+    last_position: str = ""
+    truncated_at: str = ""  # the newest truncate applied; older events cannot apply
+
+
+@dataclass(frozen=True)
+class Batch:
+    source: str
+    source_table: str
+    target_table: str
+    segments: tuple[Segment, ...]
+    after_segment: int  # the merge log's last segment when the batch was planned
+    events: int
+    last_position: str
+    truncate_at: str  # the last truncate in the batch, or ""
+    columns: tuple[SourceColumn, ...]  # every column of the batch's schema versions
+    key: tuple[str, ...]
+
+    @property
+    def last_segment(self) -> int:
+        return self.segments[-1].seq
+
+    @property
+    def paths(self) -> list[str]:
+        return [str(s.path) for s in self.segments]
+
+    @property
+    def stage(self) -> str:
+        return stage_name(self.source, self.source_table, self.target_table)
+
+
+def stage_name(source: str, source_table: str, target_table: str) -> str:
+    """The staging table of one merge: a fixed, safe name per (source, tables)."""
+    digest = hashlib.sha1(  # noqa: S324 - a name, not a secret
+        f"{source}\0{source_table}\0{target_table}".encode()
+    ).hexdigest()
+    return f"stage_{digest[:16]}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    rows: int
+    truncate_at: str
+    versions: frozenset[int]
+
+
+def check_segment(segment: Segment, source: str) -> _Checked:
+    """Read a segment's footer and small columns; SegmentCorrupt unless it is whole."""
+    path = segment.path
+    try:
+        with pq.ParquetFile(path) as parquet:
+            metadata = parquet.schema_arrow.metadata or {}
+            if metadata.get(b"dblog.format") != FORMAT_VERSION.encode():
+                raise SegmentCorrupt(f"{path} is not a dblog segment (no dblog.format)")
+            if metadata.get(b"dblog.table") != segment.table.encode() or metadata.get(
+                b"dblog.source"
+            ) != source.encode():
+                raise SegmentCorrupt(f"{path} belongs to another table or source")
+            if not parquet.schema_arrow.equals(SEGMENT_SCHEMA, check_metadata=False):
+                raise SegmentCorrupt(f"{path} does not have the columns of a dblog segment")
+            small = parquet.read(columns=["position", "op", "schema_version"])
+    except FileNotFoundError:
+        raise SegmentCorrupt(f"{path} disappeared while the merge read it") from None
+    except (pa.ArrowException, OSError) as exc:
+        raise SegmentCorrupt(f"{path} is truncated or damaged: {exc}") from None
+    positions = small.column("position")
+    if (
+        small.num_rows == 0
+        or positions[0].as_py() != segment.first.encode()
+        or positions[-1].as_py() != segment.last.encode()
+    ):
+        raise SegmentCorrupt(f"{path}: the positions in the file do not match its name")
+    truncates = small.filter(pc.equal(small.column("op"), "t")).column("position")
+    last_truncate = pc.max(truncates).as_py() if len(truncates) else None
+    versions = pc.unique(small.column("schema_version")).to_pylist()
+    return _Checked(small.num_rows, last_truncate or "", frozenset(versions))
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A segment not merged yet, checked whole."""
+
+    segment: Segment
+    rows: int
+    truncate_at: str
+    versions: frozenset[int]
+
+
+def pending_segments(zone: LandingZone, table: str, merged: MergeLogEntry) -> list[Pending]:
+    """Every segment of ``table`` after the merge log's, each checked: SegmentCorrupt
+    names the first damaged one, before anything of the table is applied."""
+    result = []
+    for segment in zone.segments(table):
+        if segment.seq > merged.last_segment:
+            checked = check_segment(segment, zone.source)
+            result.append(Pending(segment, checked.rows, checked.truncate_at, checked.versions))
+    return result
+
+
+def next_batch(zone: LandingZone, source_kind: str, table: str, target_table: str,
+               merged: MergeLogEntry, pending: list[Pending], max_events: int) -> Batch | None:
+    """The first segments of ``pending`` after ``merged``, up to ``max_events`` events
+    (at least one segment); None when nothing is new."""
+    chosen: list[Pending] = []
+    events = 0
+    for item in pending:
+        if item.segment.seq <= merged.last_segment:
+            continue
+        chosen.append(item)
+        events += item.rows
+        if events >= max_events:
+            break
+    if not chosen:
+        return None
+    versions = frozenset().union(*(item.versions for item in chosen))
+    schemas = zone.schemas(table)
+    missing = sorted(versions - schemas.keys())
+    if missing:
+        raise SegmentCorrupt(
+            f"{zone.table_dir(table)}: schema version {missing[0]} is used by a segment but"
+            " its schema file is missing"
+        )
+    documents = [schemas[v] for v in sorted(versions)]
+    return Batch(
+        source=zone.source,
+        source_table=table,
+        target_table=target_table,
+        segments=tuple(item.segment for item in chosen),
+        after_segment=merged.last_segment,
+        events=events,
+        last_position=chosen[-1].segment.last.encode(),
+        truncate_at=max(item.truncate_at for item in chosen),
+        columns=tuple(union_columns([columns_of(source_kind, d) for d in documents])),
+        key=tuple(key_of(documents[-1])),
+    )

@@ -1,0 +1,395 @@
+"""A PostgreSQL merge target: the SQL of :class:`~dblog_worker.target.base.Target`.
+
+Row images are parsed once per row with ``json_to_record`` into text columns and
+each text is cast to its target column's type (``format_type`` from the
+catalog). Positions are ``varchar(48) COLLATE "C"``: byte order is position order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from dblog_worker.config import POSTGRESQL
+from dblog_worker.errors import TargetError, TargetUnavailable
+from dblog_worker.landing import split_table
+from dblog_worker.pg.queries import quote_ident
+from dblog_worker.target.base import POSITION_COLUMN, Applied, Target
+from dblog_worker.target.columns import Encoding, SourceColumn
+from dblog_worker.target.plan import Batch, MergeLogEntry
+from dblog_worker.values import libpq_options
+
+__all__ = ["PostgresTarget", "upsert_sql"]
+
+_P = quote_ident(POSITION_COLUMN)
+
+
+def qualified(table: str) -> str:
+    schema, name = split_table(table)
+    return f"{quote_ident(schema)}.{quote_ident(name)}"
+
+
+# A JSON array of any depth as a PostgreSQL array literal ('{{1,2},{3,4}}'): the cast of
+# a multidimensional array. plpgsql, as it calls itself.
+_ARRAY_LITERAL = """CREATE OR REPLACE FUNCTION {s}.array_literal(value json) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT AS $$
+BEGIN
+  IF json_typeof(value) = 'array' THEN
+    RETURN '{{' || coalesce((SELECT string_agg({s}.array_literal(e), ',' ORDER BY n)
+      FROM json_array_elements(value) WITH ORDINALITY AS a(e, n)), '') || '}}';
+  ELSIF json_typeof(value) = 'null' THEN
+    RETURN 'NULL';
+  END IF;
+  RETURN '"' || replace(replace(value #>> '{{}}', '\\', '\\\\'), '"', '\\"') || '"';
+END $$"""
+
+
+_INTEGERS = ("smallint", "integer", "bigint")
+_PG_WIDER = {"int2": "smallint", "int4": "integer", "int8": "bigint",
+             "float8": "double precision"}
+_STAMP = re.compile(r"timestamp\((\d)\) (with|without) time zone$")
+_NUMERIC = re.compile(r"numeric\((\d+),(\d+)\)$")
+
+
+def widened(column: SourceColumn, existing: str) -> str | None:
+    """The type a target column of type ``existing`` (``format_type``) grows to for the
+    source ``column``; None if it holds it already or is a type this does not grow.
+
+    Integers grow (``smallint`` < ``integer`` < ``bigint``), ``real`` to ``double
+    precision``, timestamps' fraction digits and numerics' scale (keeping their integer
+    digits): what an ``ALTER COLUMN ... TYPE`` casts without losing a value.
+    """
+    if column.kind == POSTGRESQL:
+        wanted = _PG_WIDER.get(column.type)
+    elif column.type == "integer" and not column.unsigned:
+        wanted = "bigint"
+    elif column.type in ("datetime", "timestamp"):
+        stamp = _STAMP.match(existing)
+        zone = "with" if column.type == "timestamp" else "without"
+        if stamp and stamp[2] == zone and column.fsp > int(stamp[1]):
+            return f"timestamp({column.fsp}) {zone} time zone"
+        return None
+    elif column.type == "decimal":
+        numeric = _NUMERIC.match(existing)
+        if numeric and column.scale > int(numeric[2]):
+            digits = int(numeric[1]) - int(numeric[2])
+            return f"numeric({min(1000, digits + column.scale)},{column.scale})"
+        return None
+    else:
+        return None
+    if wanted in _INTEGERS and existing in _INTEGERS:
+        return wanted if _INTEGERS.index(wanted) > _INTEGERS.index(existing) else None
+    if wanted == "double precision" and existing == "real":
+        return wanted
+    return None
+
+
+def convert(column: SourceColumn, text: str, type_sql: str, state: str) -> str:
+    """SQL that turns ``text``, a column's JSON value as text, into ``type_sql``.
+
+    ``state``: the quoted state schema, which holds ``array_literal``.
+    """
+    if column.encoding is Encoding.BASE64:
+        return f"CAST(decode({text}, 'base64') AS {type_sql})"
+    if column.encoding is Encoding.ARRAY:
+        return (f"CASE WHEN {text} IS NULL THEN NULL"
+                f" WHEN json_typeof({text}::json -> 0) = 'array'"
+                f" THEN CAST({state}.array_literal({text}::json) AS {type_sql})"
+                f" ELSE CAST(ARRAY(SELECT json_array_elements_text({text}::json))"
+                f" AS {type_sql}) END")
+    return f"CAST({text} AS {type_sql})"
+
+
+def _key_match(batch: Batch, types: Mapping[str, str], alias: str, state: str) -> str:
+    by_name = {c.name: c for c in batch.columns}
+    parts = []
+    for index, name in enumerate(batch.key):
+        text = f"(s.key_json::json ->> {index})"
+        parts.append(f"{alias}.{quote_ident(name)} = "
+                     f"{convert(by_name[name], text, types[name], state)}")
+    return " AND ".join(parts)
+
+
+def upsert_sql(batch: Batch, types: Mapping[str, str], state: str) -> str:
+    target = qualified(batch.target_table)
+    stage = f"{quote_ident(state)}.{quote_ident(batch.stage)}"
+    names = [quote_ident(c.name) for c in batch.columns]
+    record = ", ".join(f"{n} text" for n in names)
+    values = ", ".join(
+        convert(c, f"x.{n}", types[c.name], quote_ident(state))
+        for c, n in zip(batch.columns, names, strict=True)
+    )
+    updates = ", ".join(f"{n} = EXCLUDED.{n}" for n in names)
+    key = ", ".join(quote_ident(k) for k in batch.key)
+    return (
+        f"INSERT INTO {target} AS t ({', '.join(names)}, {_P})"
+        f" SELECT {values}, s.position FROM {stage} s"
+        f" CROSS JOIN LATERAL json_to_record(s.after_json::json) AS x({record})"
+        f" WHERE s.op <> 'd' AND s.position > %(cut)s AND NOT EXISTS ("
+        f"SELECT 1 FROM {quote_ident(state)}.tombstones tb WHERE tb.target_table = %(target)s"
+        f" AND tb.key_hash = decode(md5(s.key_json), 'hex') AND tb.position >= s.position)"
+        f" ON CONFLICT ({key}) DO UPDATE SET {updates}, {_P} = EXCLUDED.{_P}"
+        f" WHERE t.{_P} IS NULL OR t.{_P} < EXCLUDED.{_P}"
+    )
+
+
+def delete_sql(batch: Batch, types: Mapping[str, str], state: str) -> str:
+    stage = f"{quote_ident(state)}.{quote_ident(batch.stage)}"
+    return (
+        f"DELETE FROM {qualified(batch.target_table)} t USING {stage} s"
+        f" WHERE s.op = 'd' AND s.position > %(cut)s"
+        f" AND {_key_match(batch, types, 't', quote_ident(state))}"
+        f" AND (t.{_P} IS NULL OR t.{_P} < s.position)"
+    )
+
+
+class PostgresTarget(Target):
+    kind = POSTGRESQL
+    position_type = 'varchar(48) COLLATE "C"'
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._s = quote_ident(self.state)
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        with self._errors("connecting"):
+            self._conn = psycopg.connect(self.config.dsn, autocommit=True,
+                                         options=libpq_options(), connect_timeout=10)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @property
+    def conn(self) -> psycopg.Connection[tuple[Any, ...]]:
+        if self._conn is None or self._conn.closed:
+            raise TargetUnavailable(
+                "the connection to the target database is gone; re-run the merge"
+            )
+        return self._conn
+
+    @contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except psycopg.OperationalError as exc:
+            raise TargetUnavailable(
+                f"target database {self.config.safe_dsn()} failed while {doing}: "
+                f"{str(exc).strip()}; nothing of this batch was applied, re-run the merge"
+            ) from None
+
+    def _rows(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
+        with self._errors("querying"):
+            return self.conn.execute(sql.encode(), params).fetchall()
+
+    def _run(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> int:
+        with self._errors("writing"):
+            return self.conn.execute(sql.encode(), params).rowcount
+
+    # -- state ------------------------------------------------------------------------------
+
+    def ensure_state(self) -> None:
+        s = self._s
+        self._run(f"CREATE SCHEMA IF NOT EXISTS {s}")
+        self._run(
+            f"CREATE TABLE IF NOT EXISTS {s}.merge_log (source text NOT NULL,"
+            " source_table text NOT NULL, target_table text NOT NULL,"
+            " last_segment bigint NOT NULL, last_position varchar(48) COLLATE \"C\" NOT NULL,"
+            " truncated_at varchar(48) COLLATE \"C\" NOT NULL, events bigint NOT NULL,"
+            " batches bigint NOT NULL, updated_at timestamptz NOT NULL,"
+            " PRIMARY KEY (source, source_table, target_table))"
+        )
+        self._run(
+            f"CREATE TABLE IF NOT EXISTS {s}.tombstones (target_table text NOT NULL,"
+            " key_hash bytea NOT NULL, key_json text NOT NULL,"
+            " position varchar(48) COLLATE \"C\" NOT NULL, deleted_at timestamptz NOT NULL,"
+            " PRIMARY KEY (target_table, key_hash))"
+        )
+        function = f"{s}.array_literal(json)"
+        if self._rows("SELECT to_regprocedure(%s)", (function,))[0][0] is None:
+            self._run(_ARRAY_LITERAL.format(s=s))
+
+    def merged(self, source: str, source_table: str, target_table: str) -> MergeLogEntry:
+        rows = self._rows(
+            f"SELECT last_segment, last_position, truncated_at FROM {self._s}.merge_log"
+            " WHERE source = %s AND source_table = %s AND target_table = %s",
+            (source, source_table, target_table),
+        )
+        return MergeLogEntry(*rows[0]) if rows else MergeLogEntry()
+
+    def try_lock(self, stage: str) -> bool:
+        rows = self._rows("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (stage,))
+        return bool(rows[0][0])
+
+    def unlock(self, stage: str) -> None:
+        self._rows("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (stage,))
+
+    # -- tables -----------------------------------------------------------------------------
+
+    def table_columns(self, table: str) -> dict[str, str] | None:
+        schema, name = split_table(table)
+        rows = self._rows(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
+            " AND NOT a.attisdropped"
+            " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
+            " ORDER BY a.attnum",
+            (schema, name),
+        )
+        if not rows:
+            return None
+        return {str(n): str(t) for n, t in rows if n is not None}
+
+    def primary_key(self, table: str) -> list[str]:
+        schema, name = split_table(table)
+        rows = self._rows(
+            "SELECT a.attname FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)"
+            " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum"
+            " WHERE i.indisprimary AND n.nspname = %s AND c.relname = %s ORDER BY k.ord",
+            (schema, name),
+        )
+        return [str(r[0]) for r in rows]
+
+    def create_table(self, table: str, columns: Sequence[tuple[str, str]],
+                     key: Sequence[str]) -> None:
+        schema, _ = split_table(table)
+        described = ", ".join(f"{quote_ident(n)} {t}" for n, t in columns)
+        primary = ", ".join(quote_ident(k) for k in key)
+        with self._errors("creating the target table"), self.conn.transaction():
+            self._ddl(table, f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
+            self._ddl(table, f"CREATE TABLE IF NOT EXISTS {qualified(table)}"
+                             f" ({described}, PRIMARY KEY ({primary}))")
+
+    def add_columns(self, table: str, columns: Sequence[tuple[str, str]]) -> None:
+        added = ", ".join(f"ADD COLUMN IF NOT EXISTS {quote_ident(n)} {t}" for n, t in columns)
+        with self._errors("adding columns"), self.conn.transaction():
+            self._ddl(table, f"ALTER TABLE {qualified(table)} {added}")
+
+    def widened(self, table: str, column: SourceColumn, existing: str) -> str | None:
+        return widened(column, existing)
+
+    def modify_columns(self, table: str, columns: Sequence[tuple[str, str]]) -> None:
+        changes = ", ".join(f"ALTER COLUMN {quote_ident(n)} TYPE {t}" for n, t in columns)
+        with self._errors("widening columns"), self.conn.transaction():
+            self._ddl(table, f"ALTER TABLE {qualified(table)} {changes}")
+
+    def _ddl(self, table: str, sql: str) -> None:
+        try:
+            self.conn.execute(sql.encode())
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            raise TargetError(f"cannot prepare target table {table}: {str(exc).strip()}") from None
+
+    def prepare_stage(self, stage: str) -> None:
+        staged = f"{self._s}.{quote_ident(stage)}"
+        with self._errors("creating the staging table"), self.conn.transaction():
+            self.conn.execute(f"DROP TABLE IF EXISTS {staged}".encode())
+            self.conn.execute(
+                f"CREATE UNLOGGED TABLE {staged} (key_json text NOT NULL, op text NOT NULL,"
+                ' position varchar(48) COLLATE "C" NOT NULL, after_json text)'.encode()
+            )
+
+    def stage_table(self, stage: str) -> str:
+        return f"{self._s}.{quote_ident(stage)}"
+
+    def jdbc(self) -> tuple[str, dict[str, str]]:
+        params = conninfo_to_dict(self.config.dsn)
+        host = str(params.get("host") or "")
+        if not host or host.startswith("/") or "," in host:
+            raise TargetError(
+                "target.dsn must name one TCP host (host=...): Spark reaches the target over"
+                " JDBC, which cannot use a Unix socket or a host list"
+            )
+        port = str(params.get("port") or "5432")
+        database = quote(str(params.get("dbname") or params.get("user") or "postgres"), safe="")
+        options = ["reWriteBatchedInserts=true"]
+        if params.get("sslmode"):
+            options.append(f"sslmode={quote(str(params['sslmode']), safe='')}")
+        url = f"jdbc:postgresql://{host}:{port}/{database}?{'&'.join(options)}"
+        properties = {"driver": "org.postgresql.Driver", "user": str(params.get("user") or "")}
+        if params.get("password"):
+            properties["password"] = str(params["password"])
+        return url, properties
+
+    # -- apply ------------------------------------------------------------------------------
+
+    def apply(self, batch: Batch, types: Mapping[str, str], retention_h: float) -> Applied:
+        s = self._s
+        stage = f"{s}.{quote_ident(batch.stage)}"
+        target = qualified(batch.target_table)
+        ids = (batch.source, batch.source_table, batch.target_table)
+        conn = self.conn
+        with self._errors("applying a batch"), conn.transaction():
+            try:
+                conn.execute(
+                    f"INSERT INTO {s}.merge_log VALUES (%s, %s, %s, 0, '', '', 0, 0, now())"
+                    " ON CONFLICT DO NOTHING".encode(), ids)
+                last, truncated_at = conn.execute(
+                    f"SELECT last_segment, truncated_at FROM {s}.merge_log WHERE source = %s"
+                    " AND source_table = %s AND target_table = %s FOR UPDATE".encode(), ids
+                ).fetchall()[0]
+                if last != batch.after_segment:
+                    raise TargetError(
+                        f"{batch.target_table}: the merge log moved from segment"
+                        f" {batch.after_segment} to {last} while this batch was staged;"
+                        " another merge ran at the same time. Re-run the merge."
+                    )
+                cut = max(truncated_at, batch.truncate_at)
+                truncated = bool(batch.truncate_at) and batch.truncate_at > truncated_at
+                if truncated:
+                    conn.execute(f"DELETE FROM {target} WHERE {_P} IS NULL OR {_P} < %s"
+                                 .encode(), (cut,))
+                    conn.execute(f"DELETE FROM {s}.tombstones WHERE target_table = %s"
+                                 " AND position < %s".encode(), (batch.target_table, cut))
+                conn.execute(f"ANALYZE {stage}".encode())
+                params = {"cut": cut, "target": batch.target_table}
+                deleted = conn.execute(delete_sql(batch, types, self.state).encode(),
+                                       params).rowcount
+                conn.execute(
+                    f"INSERT INTO {s}.tombstones AS tb SELECT %(target)s,"
+                    " decode(md5(s.key_json), 'hex'), s.key_json, s.position, now()"
+                    f" FROM {stage} s WHERE s.op = 'd' AND s.position > %(cut)s"
+                    " ON CONFLICT (target_table, key_hash) DO UPDATE SET"
+                    " position = EXCLUDED.position, deleted_at = EXCLUDED.deleted_at"
+                    " WHERE tb.position < EXCLUDED.position".encode(), params)
+                upserted = conn.execute(upsert_sql(batch, types, self.state).encode(),
+                                        params).rowcount
+                conn.execute(
+                    f"DELETE FROM {s}.tombstones tb USING {stage} s WHERE s.op <> 'd'"
+                    " AND tb.target_table = %(target)s"
+                    " AND tb.key_hash = decode(md5(s.key_json), 'hex')"
+                    " AND tb.position < s.position".encode(), params)
+                conn.execute(
+                    f"DELETE FROM {s}.tombstones WHERE target_table = %s AND position <= %s"
+                    " AND deleted_at < now() - make_interval(secs => %s)".encode(),
+                    (batch.target_table, batch.last_position, retention_h * 3600))
+                conn.execute(
+                    f"UPDATE {s}.merge_log SET last_segment = %s, last_position = %s,"
+                    " truncated_at = %s, events = events + %s, batches = batches + 1,"
+                    " updated_at = now() WHERE source = %s AND source_table = %s"
+                    " AND target_table = %s".encode(),
+                    (batch.last_segment, batch.last_position, cut, batch.events, *ids))
+                conn.execute(f"DROP TABLE {stage}".encode())
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error as exc:
+                raise TargetError(
+                    f"{batch.target_table}: the batch of segments {batch.segments[0].seq}"
+                    f"-{batch.last_segment} was not applied (rolled back): "
+                    f"{str(exc).strip()}"
+                ) from None
+        return Applied(upserted=upserted, deleted=deleted, truncated=truncated)

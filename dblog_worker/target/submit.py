@@ -1,0 +1,97 @@
+"""``dblog merge``: the ``spark-submit`` line of the merge job, and running it.
+
+The job file is ``spark/merge.py`` (installed as ``dblog_spark/merge.py``). The
+password of the target never appears on the command line: the job reads the
+configuration file and the environment itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from dblog_worker.config import Config
+from dblog_worker.errors import ConfigError
+
+__all__ = ["job_path", "spark_submit", "submit_command"]
+
+_LOOPBACK = "127.0.0.1"
+
+
+def job_path() -> Path:
+    spec = importlib.util.find_spec("dblog_spark")
+    if spec is None or spec.origin is None:
+        raise ConfigError("the dblog_spark package (spark/ in the source tree) is not installed;"
+                          " reinstall dblog")
+    return Path(spec.origin).resolve().parent / "merge.py"
+
+
+def spark_submit(environ: Mapping[str, str] | None = None) -> str:
+    """The ``spark-submit`` to run: on PATH, in ``$SPARK_HOME/bin``, or beside Python."""
+    env = os.environ if environ is None else environ
+    candidates = [shutil.which("spark-submit", path=env.get("PATH"))]
+    if env.get("SPARK_HOME"):
+        candidates.append(str(Path(env["SPARK_HOME"]) / "bin" / "spark-submit"))
+    candidates.append(str(Path(sys.executable).parent / "spark-submit"))
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise ConfigError(
+        "spark-submit not found: install PySpark (pip install 'dblog[spark]'), put Spark's"
+        " bin/ on PATH, or set SPARK_HOME"
+    )
+
+
+def submit_command(config: Config, config_path: Path, *, tables: Sequence[str] = (),
+                   master: str | None = None, as_json: bool = False,
+                   submit: str = "spark-submit") -> list[str]:
+    """The exact ``spark-submit`` line ``dblog merge`` runs."""
+    config.require_target()
+    merge = config.merge
+    chosen_master = master or merge.master
+    command = [submit, "--master", chosen_master, "--name", f"dblog-merge-{config.source.name}"]
+    if merge.jars:
+        command += ["--jars", ",".join(merge.jars)]
+    conf = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
+            "spark.log.level": "WARN", **merge.spark_conf}
+    if chosen_master.startswith("local"):
+        conf.setdefault("spark.driver.host", _LOOPBACK)
+        conf.setdefault("spark.driver.bindAddress", _LOOPBACK)
+    for key, value in conf.items():
+        command += ["--conf", f"{key}={value}"]
+    command += [str(job_path()), "--config", str(config_path.resolve())]
+    for table in tables:
+        command += ["--table", table]
+    if as_json:
+        command.append("--json")
+    return command
+
+
+def check_jars(config: Config) -> None:
+    """Local jars must exist; URLs (``hdfs://``, ``https://``) are the cluster's business."""
+    missing = [j for j in config.merge.jars if "://" not in j and not Path(j).is_file()]
+    if missing:
+        raise ConfigError(
+            f"JDBC driver jar(s) not found: {', '.join(missing)}; on Debian install them with"
+            " `apt-get install libpostgresql-jdbc-java libmariadb-java`, or list other jars in"
+            " merge.jars"
+        )
+
+
+def run_merge(config: Config, config_path: Path, *, tables: Sequence[str] = (),
+              master: str | None = None, as_json: bool = False) -> int:
+    """Run the merge job with spark-submit; its exit status."""
+    check_jars(config)
+    command = submit_command(config, config_path, tables=tables, master=master,
+                             as_json=as_json, submit=spark_submit())
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if (master or config.merge.master).startswith("local"):
+        env.setdefault("SPARK_LOCAL_IP", _LOOPBACK)
+    return subprocess.run(command, env=env, check=False).returncode

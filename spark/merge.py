@@ -1,0 +1,132 @@
+"""Spark job: merge a source's landed change events into its target tables.
+
+    spark-submit --master 'local[*]' \\
+        --jars /usr/share/java/postgresql.jar,/usr/share/java/mariadb-java-client.jar \\
+        spark/merge.py --config worker.toml [--table schema.table ...] [--json]
+
+Per table and batch of segments, Spark reads the segments, drops what a truncate
+in the batch cleared, keeps the latest event per key (greatest position), and
+writes those rows into the batch's staging table in the target over JDBC. The
+driver then applies the staging table in one transaction with the merge log
+(``dblog_worker/target``). No Python runs on the executors.
+
+Exit status: 0 every table merged; 1 a table was left out (damaged segment, a
+target that cannot take it: see the report); 2 bad arguments or configuration;
+3 the target database was unreachable (nothing of the batch in flight applied).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from dblog_worker import config as config_module
+from dblog_worker.errors import ConfigError, SegmentCorrupt, TargetError, TransientError
+from dblog_worker.landing import read_segment
+from dblog_worker.target.base import Target
+from dblog_worker.target.merge import MergeReport, Stager, merge_source
+from dblog_worker.target.plan import Batch
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("dblog.merge")
+
+JDBC_BATCH_ROWS = "10000"
+
+
+def spark_stager(spark: SparkSession) -> Stager:
+    """Stage a batch with Spark: latest event per key, written over JDBC."""
+    from pyspark.sql import functions as F
+
+    def stage(batch: Batch, target: Target) -> None:
+        url, properties = target.jdbc()
+        events = spark.read.parquet(*batch.paths).select("position", "op", "key", "after")
+        if batch.truncate_at:
+            events = events.where(F.col("position") > F.lit(batch.truncate_at))
+        latest = (
+            events.where(F.col("op") != F.lit("t"))
+            .groupBy("key")
+            .agg(F.max(F.struct("position", "op", "after")).alias("e"))
+            .select(
+                F.col("key").alias("key_json"),
+                F.col("e.op").alias("op"),
+                F.col("e.position").alias("position"),
+                F.col("e.after").alias("after_json"),
+            )
+        )
+        try:
+            latest.write.jdbc(url, target.stage_table(batch.stage), mode="append",
+                              properties={**properties, "batchsize": JDBC_BATCH_ROWS})
+        except Exception as exc:
+            raise _staging_error(batch, exc) from None
+
+    return stage
+
+
+def _staging_error(batch: Batch, exc: Exception) -> Exception:
+    """Name the damaged segment if one is; otherwise the target's refusal, shortened."""
+    for path in batch.paths:
+        try:
+            read_segment(path)
+        except (ValueError, OSError) as damaged:
+            return SegmentCorrupt(f"{path} is truncated or damaged: {damaged}")
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+    return TargetError(f"{batch.target_table}: staging over JDBC failed: {first_line[:500]}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spark/merge.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", "-c", required=True, help="the worker's configuration file")
+    parser.add_argument("--table", "-t", action="append", dest="tables", default=[],
+                        metavar="SCHEMA.TABLE", help="merge only this source table (repeat)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    return parser
+
+
+def print_report(report: MergeReport, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report.as_dict(), indent=2))
+        return
+    for t in report.tables:
+        if t.error:
+            print(f"{t.table} -> {t.target_table}: NOT MERGED: {t.error}")
+        elif t.batches == 0:
+            print(f"{t.table} -> {t.target_table}: up to date")
+        else:
+            print(f"{t.table} -> {t.target_table}: {t.events:,} events in {t.batches}"
+                  f" batch(es), {t.upserted:,} upserted, {t.deleted:,} deleted"
+                  f"{', truncated' if t.truncated else ''}, {t.seconds:.1f} s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        config = config_module.load(args.config)
+        config.require_target()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(f"dblog-merge-{config.source.name}").getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        report = merge_source(config, spark_stager(spark), args.tables)
+    except TransientError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    finally:
+        spark.stop()
+    print_report(report, args.json)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
