@@ -415,6 +415,9 @@ flush_max_events = 50000
 control_interval_s = 0.2
 heartbeat_interval_s = 10.0
 status_interval_s = 1.0
+
+[http]
+listen = "127.0.0.1:0"
 """
         )
 

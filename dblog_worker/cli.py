@@ -22,15 +22,14 @@ from pathlib import Path
 from dblog_worker import __version__
 from dblog_worker import config as config_module
 from dblog_worker.config import MYSQL, Config
-from dblog_worker.errors import DblogError, DumpFailed, RequestRejected, TerminalError
+from dblog_worker.control import NO_KEYS, create_dump, request_json, show_json
+from dblog_worker.errors import DblogError, RequestRejected, TerminalError
 from dblog_worker.requests import (
     COMMANDS,
     DEFAULT_CHUNK_SIZE,
-    DumpKind,
     DumpRequest,
     RequestState,
     TableProgress,
-    parse_keys,
 )
 from dblog_worker.source import open_source
 from dblog_worker.state import StateStore
@@ -68,8 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     run = command("run", _run, "run the capture worker")
     run.add_argument("--adopt-slot", action="store_true",
                      help="continue from an existing slot when Redis has no checkpoint")
-    run.add_argument("--log-format", choices=["text", "json"], default="text")
-    run.add_argument("--log-level", default="INFO")
+    run.add_argument("--log-format", choices=["text", "json"],
+                     help="text or json (default: logging.format, text)")
+    run.add_argument("--log-level", type=str.lower,
+                     choices=["debug", "info", "warning", "error"],
+                     help="default: logging.level, info")
 
     command("preflight", _preflight, "check the source's settings; print the fixes")
 
@@ -152,7 +154,8 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     from dblog_worker.logs import setup_logging
     from dblog_worker.worker import Worker
 
-    setup_logging(args.log_format, args.log_level)
+    setup_logging(args.log_format or config.logs.format, args.log_level or config.logs.level,
+                  config.source.name)
     Worker(config, adopt_slot=args.adopt_slot).run_forever()
     return 0
 
@@ -175,44 +178,28 @@ def _preflight(config: Config, args: argparse.Namespace) -> int:
 
 
 def _dump(config: Config, args: argparse.Namespace) -> int:
-    tables: list[str] = list(config.source.tables) if args.all else list(dict.fromkeys(args.tables))
     raw_keys = args.keys
     if args.keys_file is not None:
         try:
             raw_keys = args.keys_file.read_text()
         except OSError as exc:
             raise RequestRejected(f"cannot read the keys file: {exc}") from None
-    kind = DumpKind.ALL if args.all else DumpKind.TABLES
-    source = open_source(config.source, lambda table, schema: 0)
-    source.connect()
-    try:
-        for table in tables:
-            try:
-                source.key_arity(table)  # refuses tables not captured, gone, or without a key
-            except DumpFailed as exc:
-                raise RequestRejected(str(exc)) from None
-        keys = []
-        if raw_keys is not None:
-            if len(tables) != 1:
-                raise RequestRejected("a primary-key dump names exactly one table")
-            try:
-                parsed = json.loads(raw_keys)
-            except json.JSONDecodeError as exc:
-                raise RequestRejected(f"keys are not valid JSON: {exc}") from None
-            keys = parse_keys(parsed, source.key_arity(tables[0]))
-            source.check_keys(tables[0], keys)
-            kind = DumpKind.KEYS
-    finally:
-        source.close()
+    keys = NO_KEYS
+    if raw_keys is not None:
+        try:
+            keys = json.loads(raw_keys)
+        except json.JSONDecodeError as exc:
+            raise RequestRejected(f"keys are not valid JSON: {exc}") from None
     state = _state(config)
-    request = state.create_request(kind, tables, chunk_size=args.chunk_size,
-                                   delay_ms=args.delay_ms, keys=keys,
-                                   client_token=args.client_token)
+    request = create_dump(config, state, tables=None if args.all else args.tables, keys=keys,
+                          chunk_size=args.chunk_size, delay_ms=args.delay_ms,
+                          client_token=args.client_token)
     if args.json:
-        print(json.dumps(_request_json(request, {})))
+        print(json.dumps(request_json(request, {})))
     else:
         print(f"{request.id} {request.state.value}: {request.kind.value} "
-              f"{', '.join(request.tables)}" + (f" ({len(keys)} keys)" if keys else ""))
+              f"{', '.join(request.tables)}"
+              + (f" ({request.key_count} keys)" if request.key_count else ""))
     if args.wait:
         return _follow(state, request.id, 0)
     return 0
@@ -222,7 +209,7 @@ def _list(config: Config, args: argparse.Namespace) -> int:
     state = _state(config)
     requests = state.list_requests(active_only=args.active)
     if args.json:
-        print(json.dumps([_request_json(r, state.progress(r.id)) for r in requests], indent=2))
+        print(json.dumps([request_json(r, state.progress(r.id)) for r in requests], indent=2))
         return 0
     rows = [("ID", "STATE", "KIND", "TABLES", "ROWS", "CHUNK", "DELAY", "CREATED")]
     for request in requests:
@@ -240,13 +227,10 @@ def _list(config: Config, args: argparse.Namespace) -> int:
 def _show(config: Config, args: argparse.Namespace) -> int:
     state = _state(config)
     request = state.get_request(args.id)
-    progress = state.progress(request.id)
     if args.json:
-        document = _request_json(request, progress)
-        if request.kind is DumpKind.KEYS:
-            document["missing_keys"] = [list(k) for k in state.missing_keys(request.id)]
-        print(json.dumps(document, indent=2))
+        print(json.dumps(show_json(state, request), indent=2))
         return 0
+    progress = state.progress(request.id)
     print(f"{request.id}: {request.state.value} ({request.kind.value}), chunk size "
           f"{request.chunk_size}, delay {request.delay_ms} ms")
     if request.error:
@@ -266,10 +250,14 @@ def _wait(config: Config, args: argparse.Namespace) -> int:
     return _follow(_state(config), args.id, args.timeout)
 
 
+WORKER_SILENT_S = 30  # a worker reports every status_interval_s (1 s by default)
+
+
 def _follow(state: StateStore, request_id: str, timeout: float) -> int:
     """Print progress until the request ends: 0 if it completed, 1 otherwise."""
     started = time.monotonic()
     last_line = ""
+    warned: str | None = None
     interactive = sys.stdout.isatty()
     while True:
         request = state.get_request(request_id)
@@ -291,7 +279,27 @@ def _follow(state: StateStore, request_id: str, timeout: float) -> int:
             print(f"\n{request.id} still {request.state.value} after {timeout} s",
                   file=sys.stderr)
             return 1
+        silence = None
+        if time.monotonic() - started >= WORKER_SILENT_S:
+            silence = _worker_silence(state)
+        if silence is not None and silence != warned:
+            print(f"\n{silence}: is `dblog run` running for this source? The request waits "
+                  "in Redis until a worker takes it", file=sys.stderr)
+            warned = silence
         time.sleep(0.5)
+
+
+def _worker_silence(state: StateStore) -> str | None:
+    """Says so when no worker has reported for over 30 s (in whole minutes after the first,
+    so that the warning repeats once a minute); None while one reports."""
+    updated = state.status().get("updated_at")
+    if updated is None:
+        return "no worker of this source has ever reported"
+    age = time.time() - float(updated)
+    if age < WORKER_SILENT_S:
+        return None
+    return ("no worker of this source has reported for "
+            + (f"{int(age // 60)} min" if age >= 60 else f"over {WORKER_SILENT_S} s"))
 
 
 def _control(config: Config, args: argparse.Namespace) -> int:
@@ -335,7 +343,7 @@ def _status(config: Config, args: argparse.Namespace) -> int:
         return 0
     age = time.time() - float(status.get("updated_at", "0"))
     print(f"worker pid {status.get('pid')} on {status.get('host')}, last report {age:.1f} s ago")
-    for name in ("checkpoint", "lag_bytes", "window", "windows", "active_request",
+    for name in ("http", "checkpoint", "lag_bytes", "window", "windows", "active_request",
                  "events_emitted", "events_replayed"):
         print(f"  {name}: {status.get(name) or '-'}")
     return 0
@@ -391,22 +399,6 @@ def _reset(config: Config, args: argparse.Namespace) -> int:
 def _done_tables(request: DumpRequest, progress: dict[str, TableProgress]) -> str:
     done = sum(1 for t in request.tables if (p := progress.get(t)) is not None and p.done)
     return f"{done}/{len(request.tables)}"
-
-
-def _request_json(request: DumpRequest, progress: dict[str, TableProgress]) -> dict[str, object]:
-    return {
-        "id": request.id,
-        "state": request.state.value,
-        "kind": request.kind.value,
-        "tables": list(request.tables),
-        "chunk_size": request.chunk_size,
-        "delay_ms": request.delay_ms,
-        "key_count": request.key_count,
-        "created_at": request.created_at,
-        "updated_at": request.updated_at,
-        "error": request.error,
-        "progress": {t: json.loads(p.to_json()) for t, p in progress.items()},
-    }
 
 
 def _table(rows: Sequence[Sequence[str]]) -> str:

@@ -19,6 +19,13 @@ A MySQL or MariaDB source (``kind = "mysql"``; ``"mariadb"`` is the same) takes 
 URL, ``dsn = "mysql://dblog@db:3306"``, tables named ``database.table``, and
 ``server_id``, the replica id it uses to read the binary log.
 
+The optional ``[http]`` section is the worker's HTTP control plane (on by default,
+on loopback)::
+
+    [http]
+    listen = "127.0.0.1:8750"           # "host:port"; port 0: any free port
+    token_env = "DBLOG_HTTP_TOKEN"      # the bearer token; required off loopback
+
 The optional ``[target]`` and ``[merge]`` sections are read by ``dblog merge``
 and ``dblog verify``: the database the landed events are merged into, and how::
 
@@ -37,6 +44,7 @@ Every option with its default is in ``docs/configuration.md``.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 import tomllib
@@ -137,6 +145,37 @@ class MergeConfig:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
 
 
+DEFAULT_LISTEN = "127.0.0.1:8750"
+DEFAULT_TOKEN_ENV = "DBLOG_HTTP_TOKEN"  # noqa: S105 (a variable name, not a token)
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """The worker's HTTP control plane (``dblog_worker/http``)."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 8750  # 0: any free port
+    token: str | None = field(default=None, repr=False)  # the bearer token; None: no auth
+    token_env: str = DEFAULT_TOKEN_ENV
+
+    @property
+    def listen(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """How the worker logs: plain text, or one JSON object a line (``dblog_worker/logs.py``)."""
+
+    format: str = "text"
+    level: str = "info"
+
+
 @dataclass(frozen=True)
 class Config:
     source: SourceConfig
@@ -150,6 +189,8 @@ class Config:
     reconnect_max_s: float = 30.0
     target: TargetConfig | None = None
     merge: MergeConfig = field(default_factory=MergeConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    logs: LogConfig = field(default_factory=LogConfig)
 
     def require_target(self) -> TargetConfig:
         if self.target is None:
@@ -189,6 +230,8 @@ KNOWN: Mapping[str, frozenset[str]] = {
     "target": frozenset({"kind", "dsn", "dsn_env", "password_env", "state_schema", "tables"}),
     "merge": frozenset({"master", "jars", "batch_max_events", "tombstone_retention_h",
                         "spark_conf"}),
+    "http": frozenset({"listen", "enabled", "token_env"}),
+    "logging": frozenset({"format", "level"}),
 }
 
 
@@ -256,6 +299,8 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         reconnect_max_s=_number(worker, "reconnect_max_s", 30.0, 0.1, 600),
         target=_target(data, env, qualified),
         merge=_merge(data),
+        http=_http(data, env),
+        logs=_logs(data),
     )
 
 
@@ -332,6 +377,85 @@ def _merge(data: Mapping[str, Any]) -> MergeConfig:
         tombstone_retention_h=_number(merge, "tombstone_retention_h", 168.0, 0, 87_600),
         spark_conf={k: str(v) for k, v in spark_conf.items()},
     )
+
+
+def _logs(data: Mapping[str, Any]) -> LogConfig:
+    section = data.get("logging", {})
+    if not isinstance(section, dict):
+        raise ConfigError("[logging] must be a table of options")
+    choices = {"format": LOG_FORMATS, "level": LOG_LEVELS}
+    values = {}
+    for key, allowed in choices.items():
+        value = section.get(key, allowed[0] if key == "format" else "info")
+        if not isinstance(value, str) or value.lower() not in allowed:
+            raise ConfigError(f"logging.{key} must be one of "
+                              + ", ".join(f'"{a}"' for a in allowed) + f", got {value!r}")
+        values[key] = value.lower()
+    return LogConfig(format=values["format"], level=values["level"])
+
+
+def _http(data: Mapping[str, Any], env: Mapping[str, str]) -> HttpConfig:
+    section = data.get("http", {})
+    if not isinstance(section, dict):
+        raise ConfigError("[http] must be a table of options")
+    enabled = section.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"http.enabled must be true or false, got {enabled!r}")
+    listen = section.get("listen", DEFAULT_LISTEN)
+    host, port = parse_listen(listen)
+    token_env = section.get("token_env", DEFAULT_TOKEN_ENV)
+    if not isinstance(token_env, str) or not token_env:
+        raise ConfigError("http.token_env must name an environment variable, "
+                          f'like "{DEFAULT_TOKEN_ENV}"')
+    if not enabled:
+        return HttpConfig(enabled=False, host=host, port=port, token_env=token_env)
+    token = env.get(token_env)
+    if token is not None:
+        token = token.strip()
+        if not re.fullmatch(r"[\x21-\x7e]{1,1024}", token):
+            raise ConfigError(
+                f"http.token_env names {token_env}, which is empty or holds spaces or "
+                "characters other than printable ASCII: set a token (e.g. the output of "
+                "`openssl rand -hex 32`) or unset it"
+            )
+    if token is None and "token_env" in section:
+        raise ConfigError(f"http.token_env names {token_env}, which is not set")
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            f"http.listen {listen!r} is not a loopback address, so the HTTP API needs a "
+            f"token: set {token_env} (e.g. to the output of `openssl rand -hex 32`), or "
+            'listen on "127.0.0.1:8750", or set http.enabled = false'
+        )
+    return HttpConfig(enabled=enabled, host=host, port=port, token=token, token_env=token_env)
+
+
+def parse_listen(listen: object) -> tuple[str, int]:
+    """``"host:port"`` (``"[::1]:port"`` for IPv6) to (host, port)."""
+    form = 'http.listen must be "host:port", like "127.0.0.1:8750" or "[::1]:8750"'
+    if not isinstance(listen, str):
+        raise ConfigError(f"{form}, got {listen!r}")
+    host, _, port_text = listen.rpartition(":")
+    if not host or not re.fullmatch(r"[0-9]{1,5}", port_text) or int(port_text) > 65535:
+        raise ConfigError(f"{form} with a port from 0 to 65535, got {listen!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ConfigError(f"{form}; {host!r} is not an IPv6 address") from None
+    elif not re.fullmatch(r"[A-Za-z0-9.-]+", host):
+        raise ConfigError(f"{form} (an IPv6 address goes in brackets), got {listen!r}")
+    return host, int(port_text)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach ``host`` (a name other than localhost is not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _plain_name(section: Mapping[str, Any], key: str, default: str) -> str:

@@ -1,32 +1,81 @@
-"""Logging setup: plain text, or one JSON object a line."""
+"""Logging setup: plain text, or one JSON object a line.
+
+A JSON line has ``ts`` (UTC, milliseconds), ``level``, ``logger``, ``message`` and
+``source`` (the configured source name); ``request_id`` when the record concerns a dump
+request; ``error`` with the traceback of an exception; and any other field a caller
+passed with ``extra=`` (the HTTP server's ``http_request_id``, for instance).
+
+Secrets never reach the log: passwords in connection strings and URLs and bearer
+tokens are masked in every message, and ``extra`` fields named like a secret are
+dropped, in both formats.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
+from typing import Any
+
+MASK = "***"
+_SECRETS = (
+    (re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)"), rf"\g<1>{MASK}"),
+    (re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^\s/:@]*:)[^\s@/]+@"), rf"\g<1>{MASK}@"),
+    (re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+"), rf"\g<1>{MASK}"),
+    (re.compile(r"(?i)([?&](?:access_)?token=)[^&\s]+"), rf"\g<1>{MASK}"),
+)
+_SECRET_NAME = re.compile(r"(?i)password|passwd|secret|token|authorization|cookie|dsn|credential")
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message", "asctime", "taskName"}
+
+
+def redact(text: str) -> str:
+    """``text`` with passwords in DSNs and URLs and bearer tokens masked."""
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self, source: str | None = None) -> None:
+        super().__init__()
+        self.source = source
+
     def format(self, record: logging.LogRecord) -> str:
-        document = {
+        document: dict[str, Any] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact(record.getMessage()),
+            "source": self.source,
         }
+        for name, value in vars(record).items():
+            if name in _STANDARD or name in document or _SECRET_NAME.search(name):
+                continue
+            document[name] = value if _plain(value) else redact(str(value))
         if record.exc_info:
-            document["error"] = self.formatException(record.exc_info)
-        return json.dumps(document)
+            document["error"] = redact(self.formatException(record.exc_info))
+        return json.dumps(document, default=str)
 
 
-def setup_logging(fmt: str, level: str) -> None:
+def _plain(value: object) -> bool:
+    return value is None or isinstance(value, (bool, int, float)) or (
+        isinstance(value, str) and redact(value) == value)
+
+
+def setup_logging(fmt: str, level: str, source: str | None = None) -> None:
     handler = logging.StreamHandler()
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter(source) if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

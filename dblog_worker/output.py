@@ -44,10 +44,14 @@ class OutputBuffer:
         self._replay_until = max(landed.values(), default=None)
         self._events: dict[str, list[Item | PendingRows]] = {}
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="dblog-output")
-        self._writing: Future[dict[str, tuple[Position, int]]] | None = None
+        self._writing: Future[dict[str, Position]] | None = None
+        self._rows_added: dict[str, tuple[int, int]] = {}  # table -> (row batches, rows)
+        self._submitted: dict[str, tuple[int, int]] = {}  # the write in flight: (log, dump)
+        self._log_events: dict[str, int] = {}  # log events submitted, per table
         self.count = 0
         self.replayed = 0  # events dropped as already durable
         self.emitted = 0  # events made durable by this buffer
+        self.landed: dict[str, tuple[int, int]] = {}  # the last write: (log events, dump rows)
 
     def add(self, event: ChangeEvent) -> None:
         if self._replay_until is not None and self._is_replay(event):
@@ -65,6 +69,8 @@ class OutputBuffer:
             events = self._events[rows.table] = []
         events.append(rows)
         self.count += len(rows)
+        batches, count = self._rows_added.get(rows.table, (0, 0))
+        self._rows_added[rows.table] = (batches + 1, count + len(rows))
 
     def _is_replay(self, event: ChangeEvent) -> bool:
         assert self._replay_until is not None
@@ -81,18 +87,30 @@ class OutputBuffer:
         """Hand every buffered event to the writer; returns when the previous write is done."""
         self.wait()
         batch, self._events, self.count = self._events, {}, 0
+        rows, self._rows_added = self._rows_added, {}
+        self._submitted = {}
+        for table, pending in batch.items():
+            batches, count = rows.get(table, (0, 0))
+            log_events = len(pending) - batches
+            self._submitted[table] = (log_events, count)
+            self._log_events[table] = self._log_events.get(table, 0) + log_events
         self._writing = self._writer.submit(self._write, batch)
 
-    def _write(
-        self, batch: dict[str, list[Item | PendingRows]]
-    ) -> dict[str, tuple[Position, int]]:
-        """In the writer thread: one segment per table; its last position and size."""
+    def log_events_by_table(self) -> dict[str, int]:
+        """Log events taken in so far (not replays), per table: submitted and buffered."""
+        totals = dict(self._log_events)
+        for table, pending in self._events.items():
+            totals[table] = (totals.get(table, 0) + len(pending)
+                             - self._rows_added.get(table, (0, 0))[0])
+        return totals
+
+    def _write(self, batch: dict[str, list[Item | PendingRows]]) -> dict[str, Position]:
+        """In the writer thread: one segment per table; its last position."""
         written = {}
         for table, pending in batch.items():
             events = [e.rows() if type(e) is PendingRows else e for e in pending]
             segment = self._landing.commit_segment(table, events)  # type: ignore[arg-type]
-            written[table] = (segment.last,
-                              sum(len(e) if type(e) is DumpRows else 1 for e in events))
+            written[table] = segment.last
         return written
 
     @property
@@ -103,11 +121,11 @@ class OutputBuffer:
         """Wait for the write in flight; raise what it raised. Returns how many it wrote."""
         future, self._writing = self._writing, None
         if future is None:
+            self.landed = {}
             return 0
-        written = 0
-        for table, (last, count) in future.result().items():
-            self._landed[table] = last
-            written += count
+        self._landed.update(future.result())
+        self.landed = self._submitted
+        written = sum(log_events + rows for log_events, rows in self.landed.values())
         self.emitted += written
         return written
 

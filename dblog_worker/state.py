@@ -212,6 +212,12 @@ class StateStore:
                     return self.get_request(_str(winner))
         return request
 
+    def token_request(self, client_token: str) -> str | None:
+        """The id of the request made with ``client_token``, if any."""
+        with _redis_errors():
+            found = self.redis.hget(self.key("tokens"), client_token)
+        return None if found is None else _str(found)
+
     def get_request(self, request_id: str) -> DumpRequest:
         with _redis_errors():
             fields = cast(dict[str, str], self.redis.hgetall(self.key("request", request_id)))

@@ -38,6 +38,7 @@ from dblog_worker.config import Config
 from dblog_worker.dump import ActiveDump, WindowRead
 from dblog_worker.errors import (
     ConfigError,
+    DblogError,
     DumpFailed,
     RequestRejected,
     SourceUnavailable,
@@ -52,6 +53,7 @@ from dblog_worker.events import (
     PendingRows,
     Watermark,
 )
+from dblog_worker.http.server import ControlServer
 from dblog_worker.landing import LandingZone
 from dblog_worker.output import OutputBuffer, landing_errors
 from dblog_worker.position import Position
@@ -65,6 +67,7 @@ from dblog_worker.requests import (
 from dblog_worker.schemas import SchemaRegistry
 from dblog_worker.source import SchemaVersion, Source, open_source
 from dblog_worker.state import StateStore
+from dblog_worker.telemetry import Telemetry
 from dblog_worker.window import Reconciler, WindowClosed
 
 log = logging.getLogger(__name__)
@@ -90,10 +93,24 @@ class Worker:
         self.schemas = SchemaRegistry(self.landing)
         self.stopping = False
         self.sessions = 0
+        self.telemetry = Telemetry(config.source.name, kind=config.source.kind)
+        self.http_url = ""  # where the HTTP API listens, once it does
 
     # -- lifetime ---------------------------------------------------------------
 
     def run_forever(self, *, handle_signals: bool = True) -> None:
+        """Serve the HTTP API (unless disabled) while the sessions run."""
+        http = None
+        if self.config.http.enabled:  # refuses to start if it cannot listen
+            http = ControlServer(self.config, self.telemetry).start()
+            self.http_url = http.url
+        try:
+            self._run_sessions(handle_signals=handle_signals)
+        finally:
+            if http is not None:
+                http.stop()
+
+    def _run_sessions(self, *, handle_signals: bool) -> None:
         """Run sessions until stopped; back off and retry on transient failures."""
         if handle_signals:
             signal.signal(signal.SIGTERM, self._stop)
@@ -104,12 +121,17 @@ class Worker:
             self.sessions += 1
             try:
                 Session(self).run()
+                self.telemetry.session_ended(None)
             except TransientError as exc:
+                self.telemetry.session_ended(exc)
                 if time.monotonic() - started > 60:
                     delay = 0.5
                 log.warning("session ended: %s; retrying in %.1f s", exc, delay)
                 self._sleep(delay)
                 delay = min(delay * 2, self.config.reconnect_max_s)
+            except DblogError as exc:
+                self.telemetry.session_ended(exc)
+                raise
 
     def _stop(self, signum: int, frame: FrameType | None) -> None:
         log.info("signal %s: stopping after the current step", signum)
@@ -219,15 +241,34 @@ class Session:
             self.state.save_progress(saved, {}, {})
         self.checkpoint = self.source.start(saved)
         with landing_errors():
-            self.output = OutputBuffer(self.worker.landing, self.worker.landing.recover())
+            landed = self.worker.landing.recover()
+        self._check_landed(landed)
+        self.output = OutputBuffer(self.worker.landing, landed)
         log.info("session %s streaming %s from %s", self.run_id,
                  self.config.source.safe_dsn(), self.checkpoint)
+        self.worker.telemetry.session_started(self.run_id, self.checkpoint)
         self._control(time.monotonic())
         # Up to a buffer of events stays alive between flushes: collect rarely, and never
         # walk the objects of the start-up again (15-25 % of the CPU otherwise).
         gc.set_threshold(50_000, 20, 100)
         gc.collect()
         gc.freeze()
+
+    def _check_landed(self, landed: dict[str, Position]) -> None:
+        """Everything landed was read from this log, so it lies before the log's end; a
+        landing zone ahead of it was filled from another database server's log."""
+        if not landed:
+            return
+        end = self.source.log_position()
+        ahead = sorted(t for t, p in landed.items() if (p.major, p.minor) > (end.major, end.minor))
+        if ahead:
+            raise ConfigError(
+                f"the landing zone {self.worker.landing.source_dir} holds events of "
+                f"{', '.join(ahead)} at positions after the end of this source's log "
+                f"({end.encode()}): it was filled from another database server (or one "
+                "restored from a backup). Move that folder away, or set another [landing] "
+                "path or source name, then start again and request a full dump"
+            )
 
     # -- the loop -------------------------------------------------------------
 
@@ -236,7 +277,7 @@ class Session:
         now = time.monotonic()
         items: list[LogItem] = []
         self.source.poll(self._poll_timeout(now), items)
-        output, reconciler = self.output, self.reconciler
+        output, reconciler, telemetry = self.output, self.reconciler, self.worker.telemetry
         add, on_change, watching = output.add, reconciler.on_change, reconciler.watching
         for item in items:
             if type(item) is ChangeEvent:
@@ -257,8 +298,10 @@ class Session:
                     self._emit_survivors(closed)
                     if self.dump is not None:
                         self.dump.window_closed(closed, time.monotonic())
+                    telemetry.window_closed(closed)
             elif type(item) is IncompleteRow:
                 self.incomplete.setdefault(item.table, {})[item.key] = None
+        telemetry.polled(items, self.pending_checkpoint, output.log_events_by_table)
         now = time.monotonic()
         if now - self.last_control >= self.config.control_interval_s:
             self._control(now)
@@ -354,6 +397,9 @@ class Session:
                              version)
         dump.window_opened(read)
         self.windows += 1
+        first = plan.after is None and dump.request.kind is not DumpKind.KEYS
+        self.worker.telemetry.window_opened(plan.table, dump.id, tokens.low, read.selected,
+                                            rows if first else None)
 
     # -- durability -------------------------------------------------------------
 
@@ -379,6 +425,9 @@ class Session:
                 covered.missing[dump.id] = keys
         self.output.submit()
         self.in_flight = covered
+        self.worker.telemetry.submitted()
+        if dump is not None:
+            self.worker.telemetry.dump_progress(dump)
         self.last_flush = time.monotonic()
 
     def _complete(self) -> None:
@@ -398,6 +447,7 @@ class Session:
         if checkpoint is not None:
             self.checkpoint = checkpoint
             self.source.confirm(checkpoint)
+        self.worker.telemetry.durable(self.output.landed, checkpoint)
         if covered.finish is not None and covered.finish is self.dump:
             self._finish(covered.finish, covered.finished, covered.failure)
 
@@ -420,7 +470,7 @@ class Session:
             log.warning(
                 "%d change(s) of %s came without their whole row (the table's REPLICA "
                 "IDENTITY is not FULL; run ALTER TABLE ... REPLICA IDENTITY FULL): dump %s "
-                "reads them", len(keys), table, request.id,
+                "reads them", len(keys), table, request.id, extra={"request_id": request.id},
             )
 
     def _finish(self, dump: ActiveDump, finished: bool, failure: str | None) -> None:
@@ -428,15 +478,18 @@ class Session:
         try:
             if failure is not None:
                 self.state.transition(dump.id, RequestState.FAILED, error=failure)
-                log.warning("dump %s failed: %s", dump.id, failure)
+                log.warning("dump %s failed: %s", dump.id, failure,
+                            extra={"request_id": dump.id})
+                self.worker.telemetry.error("DumpFailed", failure, dump.id)
             elif finished and dump.request.state is RequestState.RUNNING:
                 self.state.transition(dump.id, RequestState.COMPLETED)
-                log.info("dump %s completed", dump.id)
+                log.info("dump %s completed", dump.id, extra={"request_id": dump.id})
             else:
                 return
         except RequestRejected:
             return  # paused or cancelled meanwhile: the control poll sorts it out
         self.dump = None
+        self.worker.telemetry.dump_ended(dump.id, "failed" if failure else "completed", failure)
 
     # -- control ----------------------------------------------------------------
 
@@ -445,7 +498,8 @@ class Session:
         request = self.state.next_request()
         dump = self.dump
         if dump is not None and (request is None or request.id != dump.id):
-            log.info("dump %s is no longer active", dump.id)
+            log.info("dump %s is no longer active", dump.id, extra={"request_id": dump.id})
+            self.worker.telemetry.dump_ended(dump.id, "inactive")
             self.dump = dump = None
         if request is None:
             return
@@ -456,7 +510,9 @@ class Session:
             problem = self._check(request.tables, request.kind)
             if problem is not None:
                 self.state.transition(request.id, RequestState.FAILED, error=problem)
-                log.warning("dump %s refused: %s", request.id, problem)
+                log.warning("dump %s refused: %s", request.id, problem,
+                            extra={"request_id": request.id})
+                self.worker.telemetry.error("DumpRefused", problem, request.id)
                 return
             try:
                 self.state.transition(request.id, RequestState.RUNNING)
@@ -464,9 +520,10 @@ class Session:
                 return
             request = self.state.get_request(request.id)
             log.info("dump %s started: %s %s", request.id, request.kind.value,
-                     ", ".join(request.tables))
+                     ", ".join(request.tables), extra={"request_id": request.id})
         self.dump = ActiveDump(request, self.state.progress(request.id))
         self.state.save_progress(None, {request.id: self.dump.take_unsaved()[0]}, {})
+        self.worker.telemetry.dump_started(self.dump)
 
     def _check(self, tables: tuple[str, ...], kind: DumpKind) -> str | None:
         for table in tables:
@@ -478,6 +535,8 @@ class Session:
 
     def _publish_status(self) -> None:
         window = self.reconciler.window_state
+        lag_bytes = self.source.lag_bytes()
+        self.worker.telemetry.log_lag(lag_bytes)
         self.state.publish_status({
             "run_id": self.run_id,
             "pid": os.getpid(),
@@ -485,10 +544,11 @@ class Session:
             "started_at": self.started_at,
             "updated_at": time.time(),
             "checkpoint": self.checkpoint or "",
-            "lag_bytes": self.source.lag_bytes(),
+            "lag_bytes": lag_bytes,
             "window": "" if window is None else window.value,
             "windows": self.windows,
             "active_request": "" if self.dump is None else self.dump.id,
             "events_emitted": 0 if self.output is None else self.output.emitted,
             "events_replayed": 0 if self.output is None else self.output.replayed,
+            "http": self.worker.http_url,
         })

@@ -1,4 +1,4 @@
-"""scripts/airflow-local: the environment it gives Airflow next to ``./scripts/demo --keep``,
+"""scripts/airflow-local: the environment it gives Airflow next to ``./scripts/quickstart --keep``,
 and that Airflow's own CLI, in that environment, lists the four DAGs without import errors.
 
 ``airflow standalone`` itself is not started here (it runs until Ctrl-C); the command after
@@ -17,11 +17,11 @@ from tests.airflow.conftest import ROOT
 SCRIPT = ROOT / "scripts" / "airflow-local"
 
 
-def demo_workdir(parent: Path, name: str = "dblog-demo-abc123") -> Path:
-    """What ``scripts/demo.py`` leaves: a work directory with worker.toml."""
+def demo_workdir(parent: Path, name: str = "dblog-quickstart-abc123") -> Path:
+    """What ``scripts/quickstart.py`` leaves: a run directory with shop_pg.toml."""
     workdir = parent / name
     workdir.mkdir()
-    (workdir / "worker.toml").write_text("""\
+    (workdir / "shop_pg.toml").write_text("""\
 [source]
 name = "shop"
 kind = "postgresql"
@@ -53,7 +53,7 @@ def test_the_environment_of_airflow(tmp_path: Path) -> None:
     result = run("--", "env", tmpdir=tmp_path)  # finds the demo's configuration by itself
     assert result.returncode == 0, result.stderr
     env = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
-    config = str(workdir / "worker.toml")
+    config = str(workdir / "shop_pg.toml")
     assert env["AIRFLOW_HOME"] == str(workdir / "airflow")
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == str(ROOT / "dags")
     assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == str(ROOT / "plugins")
@@ -70,18 +70,18 @@ def test_the_environment_of_airflow(tmp_path: Path) -> None:
 
 
 def test_the_newest_demo_or_the_one_given(tmp_path: Path) -> None:
-    older = demo_workdir(tmp_path, "dblog-demo-older")
-    newer = demo_workdir(tmp_path, "dblog-demo-newer")
+    older = demo_workdir(tmp_path, "dblog-quickstart-older")
+    newer = demo_workdir(tmp_path, "dblog-quickstart-newer")
     os.utime(older, (1_000_000_000, 1_000_000_000))
     assert f"AIRFLOW_HOME={newer / 'airflow'}\n" in run("--", "env", tmpdir=tmp_path).stdout
-    given = run("--config", str(older / "worker.toml"), "--", "env", tmpdir=tmp_path)
+    given = run("--config", str(older / "shop_pg.toml"), "--", "env", tmpdir=tmp_path)
     assert f"AIRFLOW_HOME={older / 'airflow'}\n" in given.stdout
 
 
 def test_without_a_demo_it_says_what_to_do(tmp_path: Path) -> None:
     result = run(tmpdir=tmp_path)
     assert result.returncode == 2
-    assert "no configuration: start ./scripts/demo --keep first" in result.stderr
+    assert "no configuration: start ./scripts/quickstart --keep first" in result.stderr
     assert run("--config", str(tmp_path / "nope.toml"), tmpdir=tmp_path).returncode == 2
 
 

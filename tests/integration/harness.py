@@ -43,7 +43,10 @@ def write_config(
     heartbeat_interval_s: float = 1.0,
     extra: str = "",
     kind: str = "postgresql",
+    http: str = 'listen = "127.0.0.1:0"',
 ) -> Path:
+    """A worker configuration; ``http`` is the body of its [http] section (by default any
+    free port, so that workers of parallel tests do not collide)."""
     path = directory / f"{name}.toml"
     path.write_text(
         f"""
@@ -64,6 +67,9 @@ flush_interval_s = {flush_interval_s}
 heartbeat_interval_s = {heartbeat_interval_s}
 control_interval_s = 0.05
 reconnect_max_s = 1.0
+
+[http]
+{http}
 {extra}
 """
     )

@@ -1,66 +1,94 @@
-"""The demo (``scripts/demo.py``) runs end to end and its landing zone converges to the source.
+"""The quickstart (``scripts/quickstart.py``) runs end to end, as a user runs it.
 
-It starts its own source database and Redis, dumps the shop's tables under a live write load,
-replays the output and compares it with the source tables, merges the landing zone into
-target tables with Spark and runs ``dblog verify`` on them; these tests run it as a user would
-(with the current interpreter, in a directory of the test) and read its summary: the
-PostgreSQL demo with its default 120k rows, the MariaDB one (``--source mariadb``) with small
-tables.
+It starts its own PostgreSQL, MariaDB, Redis, a worker per source and Airflow (scheduler, DAG
+processor, triggerer, API server), dumps both sources under a live write load through the
+``dblog_dump`` DAG, replays each landing zone against its source, merges with Spark through
+``dblog_merge``, damages a target table of each source and repairs it through
+``dblog_repair``, and runs ``dblog verify``. This test runs it once with small tables (with
+the current interpreter, in a directory of the test) and reads its summary; then it checks
+that nothing the quickstart started is still running.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+SOURCES = {"shop_pg": ("public.customers", "public.orders"),
+           "shop_mariadb": ("shop.customers", "shop.orders")}
+EXTRA_KEY = "90000001"
 
 
-def run_demo(workdir: Path, *args: str) -> str:
-    """Run the demo; assert it converged; return its standard output."""
+def processes_of(run_dir: Path) -> list[str]:
+    """Processes whose environment names the run directory (a worker's DBLOG_CONFIG, an
+    Airflow component's AIRFLOW_HOME, a task, a spark-submit)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if any(str(run_dir) in value for value in process.environ().values()):
+                found.append(f"{process.pid} {' '.join(process.cmdline())[:200]}")
+    return found
+
+
+@pytest.mark.timeout(1500)
+def test_quickstart_dumps_merges_and_repairs_through_airflow(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--workdir", str(workdir), *args],
-        capture_output=True, text=True, timeout=480, cwd=workdir, check=False,
+        [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--workdir", str(tmp_path),
+         "--customers", "2000", "--orders", "10000", "--chunk-size", "500"],
+        capture_output=True, text=True, timeout=1400, cwd=tmp_path, check=False,
     )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
-    assert "RESULT: converged" in result.stdout, output[-6000:]
-    return result.stdout
+    stdout = result.stdout
+    assert result.returncode == 0, (stdout + result.stderr)[-15000:]
+    assert re.search(r"^RESULT: converged: every DAG run succeeded", stdout, re.M), stdout[-6000:]
+    summary = stdout.split("\n== summary\n", 1)[1]
 
+    # Every DAG run, triggered and followed through the REST API, succeeded.
+    for source in SOURCES:
+        assert re.search(rf"^\s+dblog_dump\s+quickstart-dump-{source}\s+success\s.*dump-1: "
+                         r"2 tables, [\d,]+ rows in \d+ windows", summary, re.M), summary
+    assert re.search(r"^\s+dblog_merge\s+\S+\s+success\s.*merge_dblog_shop_pg success, "
+                     r"merge_dblog_shop_mariadb success$", summary, re.M), summary
+    for source, (customers, _) in SOURCES.items():
+        # The damage the quickstart did, as it said it: which keys it changed and deleted.
+        damage = re.search(rf"^\s+{source}\s+{re.escape(customers)}: name of (\d+) changed, "
+                           rf"(\d+) deleted, {EXTRA_KEY} added", stdout, re.M)
+        assert damage, stdout
+        changed, deleted = damage.groups()
+        # dblog verify found exactly those keys, the repair dumped them, removed the extra
+        # row, and its verify found the table equal.
+        assert re.search(rf"^\s+{source}\s+{re.escape(customers)}: changed {changed}, "
+                         rf"missing {deleted}, extra {EXTRA_KEY}: EQUAL after the repair$",
+                         summary, re.M), summary
+        repair = re.search(rf"^\s+dblog_repair\s+quickstart-repair-{source}\s+success\s.*"
+                           rf"{re.escape(customers)}: dump-2 dumped keys ([\d, ]+); removed "
+                           rf"extra {EXTRA_KEY}; verify equal$", summary, re.M)
+        assert repair, summary
+        assert sorted(repair.group(1).split(", ")) == sorted([changed, deleted, EXTRA_KEY])
 
-def check_summary(stdout: str, workdir: Path, tables: Sequence[str]) -> None:
-    for table in tables:
-        line = next(line for line in stdout.splitlines()
-                    if line.strip().startswith(table) and line.rstrip().endswith("converged"))
-        source_rows, output_rows = re.findall(r"[\d,]+", line.split(table, 1)[1])[:2]
-        assert source_rows == output_rows
-    assert "no time travel" in stdout
-    # The two keys that never existed are reported (the load may have deleted a sampled one).
-    assert re.search(r"reported missing: (.+, )?90000001, 90000002$", stdout, re.M)
-    assert re.search(r"dump-1\s+completed\s+all\s+2/2", stdout)
-    assert re.search(r"dump-2\s+completed\s+keys\s+1/1", stdout)
-    segments = list((workdir / "landing" / "shop").glob("*/segment-*.parquet"))
-    assert segments, "the landing zone is empty"
-    for table in tables:  # dblog verify's line for each merged target table
-        assert re.search(rf"^\s+{re.escape(table)} -> \S+: [\d,]+ rows, \d+ ranges, 0 missing"
-                         r" or extra, 0 changed: EQUAL$", stdout, re.M), stdout[-3000:]
-    assert "dblog verify` finds the merged target tables equal" in stdout
+    # Each landing zone replays to its source tables, and every target table verifies EQUAL.
+    for source, tables in SOURCES.items():
+        for table in tables:
+            line = re.search(rf"^\s+{source}\s+{re.escape(table)}\s+([\d,]+)\s+([\d,]+)\s+"
+                             r"[\d,]+\s+[\d,]+\s+converged\s+EQUAL$", summary, re.M)
+            assert line, summary
+            assert line.group(1) == line.group(2)  # source rows, rows replayed
+            assert re.search(rf"^\s+{source}\s+{re.escape(table)} -> shop_replica\.\S+: "
+                             r"[\d,]+ rows, \d+ ranges: EQUAL$",
+                             stdout.split("== verifying every target table", 1)[1], re.M)
+        assert list((tmp_path / "landing" / source).glob("*/segment-*.parquet"))
+    assert "no time travel" in summary
 
-
-def test_demo_converges(tmp_path: Path) -> None:
-    stdout = run_demo(tmp_path)
-    check_summary(stdout, tmp_path, ("public.customers", "public.orders"))
-    assert "has reached the source's WAL position" in stdout
-
-
-def test_mariadb_demo_converges(tmp_path: Path) -> None:
-    stdout = run_demo(tmp_path, "--source", "mariadb", "--customers", "2000", "--orders",
-                      "10000", "--chunk-size", "500")
-    check_summary(stdout, tmp_path, ("shop.customers", "shop.orders"))
-    assert "starting a throwaway MariaDB" in stdout
-    # The drain compared the worker's binlog checkpoint with SHOW MASTER STATUS.
-    assert re.search(r"checkpoint \{\"file\":\"[^\"]+\.\d+\",\"pos\":\d+,\"gtid\":\"[^\"]*\"\} "
-                     r"has reached the source's binlog position \S+\.\d+:\d+$", stdout, re.M)
+    # The logs of every component are in the run directory; nothing is left running.
+    logs = {p.name for p in (tmp_path / "logs").glob("*.log")}
+    assert {"worker-shop_pg.log", "worker-shop_mariadb.log", "airflow-scheduler.log",
+            "airflow-triggerer.log", "airflow-dag-processor.log", "airflow-api-server.log",
+            "postgresql.log", "mariadb.log", "redis.log"} <= logs, logs
+    assert re.search(r"^   stopped in ", stdout, re.M)
+    assert processes_of(tmp_path) == []

@@ -27,7 +27,7 @@ import redis
 
 from dblog_worker import config as config_module
 from dblog_worker.config import Config
-from dblog_worker.events import Checkpoint, LogItem
+from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin
 from dblog_worker.landing import LandingZone
 from dblog_worker.mysql.binlog import BinlogCheckpoint
 from dblog_worker.position import Position
@@ -717,6 +717,25 @@ def test_rows_the_log_cut_short_are_dumped_again(
         store.close()
     assert worker.alive()
     assert_converged(backend, t1)
+
+
+def test_landing_zone_of_another_server_is_refused(
+    backend: Backend, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    """Segments at positions after the end of this source's log were read from another
+    server's log: the worker stops with what to do instead of dropping new events as replays."""
+    t1 = backend.t1
+    backend.create(t1, 0)
+    config = backend.config_path([t1])
+    ahead = Position(1 << 60, 7)
+    LandingZone(backend.landing, SOURCE).commit_segment(t1, [ChangeEvent(
+        t1, Op.CREATE, ahead, "[1]", '{"id": 1}', None, Origin.LOG, 0, 0)])
+    worker = worker_process(config)
+    wait_for(lambda: not worker.alive(), 60, "the worker to stop", worker.log)
+    log = worker.log()
+    assert f"holds events of {t1} at positions after the end of this source's log" in log
+    assert "Move that folder away" in log
+    assert "Traceback" not in log
 
 
 def test_landing_zone_unwritable_then_fixed(

@@ -12,6 +12,7 @@ import pytest
 
 from dblog_worker.config import (
     Config,
+    HttpConfig,
     SourceConfig,
     default_server_id,
     load,
@@ -430,3 +431,82 @@ def test_server_id_defaults_to_one_per_source_name() -> None:
     assert default_server_id("shop") == default_server_id("shop")
     assert default_server_id("shop") != default_server_id("billing")
     assert 1_000_000_000 <= default_server_id("shop") < 2_000_000_000
+
+
+# -- [http] ----------------------------------------------------------------------------
+
+HTTP_TOKEN = "tok-9f8e7d6c5b4a"
+ANY_ADDRESS = "0.0.0.0"  # noqa: S104 (only parsed here; nothing binds)
+
+
+def test_http_defaults_to_loopback_without_a_token() -> None:
+    http = parse(data({}), {}).http
+    assert http == HttpConfig(enabled=True, host="127.0.0.1", port=8750, token=None,
+                              token_env="DBLOG_HTTP_TOKEN")
+    assert http.listen == "127.0.0.1:8750"
+
+
+@pytest.mark.parametrize(
+    ("section", "env", "expected"),
+    [
+        ({"listen": "127.0.0.1:0"}, {}, HttpConfig(port=0)),
+        ({"listen": "localhost:9000"}, {}, HttpConfig(host="localhost", port=9000)),
+        ({"listen": "[::1]:9000"}, {}, HttpConfig(host="::1", port=9000)),
+        ({}, {"DBLOG_HTTP_TOKEN": HTTP_TOKEN}, HttpConfig(token=HTTP_TOKEN)),
+        ({"listen": f"{ANY_ADDRESS}:8750"}, {"DBLOG_HTTP_TOKEN": f" {HTTP_TOKEN}\n"},
+         HttpConfig(host=ANY_ADDRESS, token=HTTP_TOKEN)),
+        ({"listen": "10.1.2.3:80", "token_env": "MY_TOKEN"}, {"MY_TOKEN": HTTP_TOKEN},
+         HttpConfig(host="10.1.2.3", port=80, token=HTTP_TOKEN, token_env="MY_TOKEN")),
+        ({"listen": f"{ANY_ADDRESS}:8750", "enabled": False}, {},
+         HttpConfig(enabled=False, host=ANY_ADDRESS)),
+        ({"enabled": False, "token_env": "UNSET"}, {},
+         HttpConfig(enabled=False, token_env="UNSET")),
+    ],
+)
+def test_http(section: dict[str, Any], env: dict[str, str], expected: HttpConfig) -> None:
+    assert parse(data({"http": section}), env).http == expected
+
+
+@pytest.mark.parametrize(
+    ("section", "env", "message"),
+    [
+        ({"listen": "0.0.0.0:8750"}, {},
+         "http.listen '0.0.0.0:8750' is not a loopback address, so the HTTP API needs a "
+         "token: set DBLOG_HTTP_TOKEN (e.g. to the output of `openssl rand -hex 32`), or "
+         'listen on "127.0.0.1:8750", or set http.enabled = false'),
+        ({"listen": "dblog.internal:8750"}, {}, "is not a loopback address"),
+        ({"listen": "127.0.0.1:8750", "token_env": "MY_TOKEN"}, {},
+         "http.token_env names MY_TOKEN, which is not set"),
+        ({}, {"DBLOG_HTTP_TOKEN": " "}, "http.token_env names DBLOG_HTTP_TOKEN, which is empty"),
+        ({}, {"DBLOG_HTTP_TOKEN": "two words"}, "which is empty or holds spaces"),
+        ({"token_env": ""}, {}, "http.token_env must name an environment variable"),
+        ({"enabled": "yes"}, {}, "http.enabled must be true or false, got 'yes'"),
+        ({"listen": 8750}, {}, 'http.listen must be "host:port", like "127.0.0.1:8750" or '
+                              '"[::1]:8750", got 8750'),
+        ({"listen": "127.0.0.1"}, {}, "with a port from 0 to 65535, got '127.0.0.1'"),
+        ({"listen": ":8750"}, {}, "with a port from 0 to 65535, got ':8750'"),
+        ({"listen": "127.0.0.1:65536"}, {}, "with a port from 0 to 65535"),
+        ({"listen": "127.0.0.1:-1"}, {}, "with a port from 0 to 65535"),
+        ({"listen": "::1:8750"}, {}, "(an IPv6 address goes in brackets)"),
+        ({"listen": "[nope]:8750"}, {}, "'nope' is not an IPv6 address"),
+        ({"listen": "a b:1"}, {}, "(an IPv6 address goes in brackets)"),
+        ({"listn": "127.0.0.1:1"}, {}, "unknown option http.listn; did you mean listen?"),
+    ],
+)
+def test_http_errors(section: dict[str, Any], env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(data({"http": section}), env)
+    assert message in str(info.value)
+
+
+def test_http_token_is_not_in_repr() -> None:
+    config = parse(data({"http": {}}), {"DBLOG_HTTP_TOKEN": HTTP_TOKEN})
+    assert config.http.token == HTTP_TOKEN
+    assert HTTP_TOKEN not in repr(config)
+    assert HTTP_TOKEN not in str(config.http)
+
+
+def test_example_configuration_loads() -> None:
+    path = Path(__file__).resolve().parents[2] / "examples" / "worker.toml"
+    config = load(path, {"SHOP_DB_PASSWORD": "x", "REPLICA_DB_PASSWORD": "y"})
+    assert config.http == HttpConfig()

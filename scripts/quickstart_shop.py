@@ -1,38 +1,18 @@
-#!/usr/bin/env python3
-"""The dblog demo: capture a small shop database under live writes, dump it, check the result.
+"""The quickstart's shop: source databases under a live write load, and the checks of the output.
 
-Run it through ``./scripts/demo`` (which prepares the machine and the venv), or directly with
-the venv's interpreter: ``.venv/bin/python scripts/demo.py [--source mariadb] [--keep]``.
-What it does:
-
-1. starts a throwaway source database and Redis on free ports (``tests/services.py``; nothing
-   touches the machine's own servers): PostgreSQL (``wal_level=logical``) by default, MariaDB
-   (row-based binary log) with ``--source mariadb``;
-2. creates ``customers`` and ``orders`` (PostgreSQL: ``public.*``, REPLICA IDENTITY FULL;
-   MariaDB: ``shop.*``), fills them, writes a worker configuration and starts ``dblog run``;
-3. runs a live write load (inserts, updates, deletes, primary-key changes) in a thread;
-4. requests ``dblog dump --all --chunk-size 2000`` and follows it with ``dblog wait``, then
-   a primary-key dump of a few customers, some of which do not exist;
-5. stops the load, waits until the worker's checkpoint passes the source's last write, replays
-   the landing zone in position order and compares it with the source tables, byte for byte
-   in the canonical encoding of ``dblog_worker.values`` (MariaDB: ``dblog_worker.mysql.values``);
-6. adds a ``[target]`` section (a database ``shop_replica`` on the same server), runs
-   ``dblog merge`` (the Spark job, ``local[*]``) and ``dblog verify``, which must find the
-   merged target tables equal to the source tables;
-7. prints a summary and stops everything (``--keep``: leaves it running until Ctrl-C).
-
-What differs between the two databases (server, schema, SQL of the load, reading the source
-rows, the log position) is in one class per kind, :class:`PostgresShop` and
-:class:`MariaDBShop`; the rest of the story is shared.
-
-Exit status: 0 when every table converged and verified equal, 1 otherwise (or when something
-failed on the way).
+Used by ``scripts/quickstart.py``. Per source kind, one class knows everything that differs
+between PostgreSQL and MariaDB (:class:`PostgresShop`, :class:`MariaDBShop`): the throwaway
+server (``tests/services.py``), the schema and its rows, the SQL of the write load, the
+source rows in the worker's canonical encoding, the log position, the target database of the
+merge, and how a user reaches the server. Around them: the write load (:class:`ShopLoad`),
+the replay of the landing zone in position order (:func:`check_table`), and the child
+processes of the quickstart (:class:`Child`: own process group, log file, stopped with every
+process it started).
 """
 
 from __future__ import annotations
 
 import abc
-import argparse
 import contextlib
 import ctypes
 import itertools
@@ -44,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -53,8 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests/services.py starts the throwaway servers
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # tests/services.py starts the throwaway servers
 
 import psycopg  # noqa: E402
 import pymysql  # noqa: E402
@@ -72,15 +54,13 @@ from dblog_worker.mysql.values import (  # noqa: E402
 )
 from dblog_worker.pg import catalog  # noqa: E402
 from dblog_worker.pg.pgoutput import parse_lsn  # noqa: E402
-from dblog_worker.requests import RequestState, TableProgress  # noqa: E402
-from dblog_worker.state import StateStore  # noqa: E402
 from dblog_worker.values import RowCodec, libpq_options  # noqa: E402
-from tests.services import MariaDBServer, PostgresServer, RedisServer  # noqa: E402
+from tests.services import MariaDBServer, PostgresServer  # noqa: E402
 
-SOURCE = "shop"
 DATABASE = "shop"
-REPLICA = "shop_replica"  # the merge's target database
-MISSING_BASE = 90_000_000  # primary keys from here on never exist
+REPLICA = "shop_replica"  # the merge's target database, on the source's server
+RUN_MARKER = "DBLOG_QUICKSTART_RUN"  # in the environment of every process the quickstart starts
+
 
 # -- output ---------------------------------------------------------------------------
 
@@ -101,149 +81,140 @@ def number(value: int) -> str:
     return f"{value:,}"
 
 
-# -- the parts ------------------------------------------------------------------------
+def seconds(value: float) -> str:
+    """``42.0 s``, ``3 min 05 s``."""
+    if value < 100:
+        return f"{value:.1f} s"
+    minutes, rest = divmod(round(value), 60)
+    return f"{minutes} min {rest:02d} s"
 
 
-@dataclass
-class Options:
-    keep: bool
-    workdir: Path | None
-    customers: int
-    orders: int
-    chunk_size: int
-    warmup_s: float
-    seed: int
-    source: str = "postgresql"
+def tail(path: Path, lines: int = 30) -> str:
+    """The last lines of a log file, indented, under its path."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"\n   {path}: {exc.strerror}"
+    last = text.splitlines()[-lines:]
+    return f"\n   last lines of {path}:\n" + indent("\n".join(last) or "(empty)", "     ")
 
 
-def parse_args(argv: Sequence[str] | None) -> Options:
-    parser = argparse.ArgumentParser(
-        description="Run the dblog demo: a live PostgreSQL or MariaDB source, dumps under load, "
-        "and a check that the landing zone converges to the source.")
-    parser.add_argument("--source", choices=list(SHOPS), default="postgresql",
-                        help="the source database to capture from (default: %(default)s)")
-    parser.add_argument("--keep", action="store_true",
-                        help="leave the database, Redis and the worker running until Ctrl-C")
-    parser.add_argument("--workdir", type=Path,
-                        help="where the configuration, worker log and landing zone go "
-                        "(default: a new directory under the temp dir)")
-    parser.add_argument("--customers", type=int, default=20_000, help="rows of customers")
-    parser.add_argument("--orders", type=int, default=100_000, help="rows of orders")
-    parser.add_argument("--chunk-size", type=int, default=2_000, help="rows per dump chunk")
-    parser.add_argument("--warmup-s", type=float, default=3.0,
-                        help="seconds of live writes before the dump is requested")
-    parser.add_argument("--seed", type=int, default=7, help="seed of the write load")
-    args = parser.parse_args(argv)
-    if args.customers < 10 or args.orders < 10:
-        parser.error("--customers and --orders need at least 10 rows")
-    return Options(args.keep, args.workdir, args.customers, args.orders, args.chunk_size,
-                   args.warmup_s, args.seed, args.source)
+class Failed(Exception):
+    """Something on the way did not work; the message says what, and where to look."""
 
 
-class DemoFailed(Exception):
-    """Something on the way did not work; the message says what."""
-
-
-class Dblog:
-    """The ``dblog`` CLI of this checkout, run as a child process with the demo's config."""
-
-    def __init__(self, config: Path, workdir: Path) -> None:
-        self.config = config
-        self.log_path = workdir / "worker.log"
-        self.worker: subprocess.Popen[bytes] | None = None
-        self.bin = Path(sys.executable).parent
-        launcher = self.bin / "dblog"
-        self.shown = "dblog" if launcher.exists() else f"{sys.executable} -m dblog_worker"
-        self.env = dict(os.environ, DBLOG_CONFIG=str(config), PYTHONUNBUFFERED="1")
-
-    def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "dblog_worker", *args]
-
-    def run(self, *args: str, show: bool = True, check: bool = True,
-            stream: bool = False, timeout: float = 120) -> str:
-        """Run one command; print it and its output (``stream``: straight to the terminal)."""
-        if show:
-            say(f"$ dblog {shlex.join(args)}")
-        output = ""
-        if stream:
-            code = self._follow(self.argv(*args), timeout)
-        else:
-            done = subprocess.run(self.argv(*args), env=self.env, cwd=ROOT, timeout=timeout,
-                                  capture_output=True, text=True, check=False)
-            code, output = done.returncode, done.stdout
-            if show and (done.stdout or done.stderr):
-                say(indent(done.stdout + done.stderr))
-        if check and code != 0:
-            raise DemoFailed(f"`dblog {shlex.join(args)}` exited with {code}"
-                             + self.worker_log_tail())
-        return output
-
-    def _follow(self, argv: list[str], timeout: float) -> int:
-        """Run a command whose output goes straight to the terminal; stop it if the worker dies."""
-        proc = subprocess.Popen(argv, env=self.env, cwd=ROOT)
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                try:
-                    return proc.wait(0.5)
-                except subprocess.TimeoutExpired:
-                    self.check_worker()
-                    if time.monotonic() > deadline:
-                        command = shlex.join(argv[3:])
-                        raise DemoFailed(f"`dblog {command}` took over {timeout:.0f} s"
-                                         + self.worker_log_tail()) from None
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-
-    def start_worker(self) -> None:
-        with self.log_path.open("wb") as log:
-            self.worker = subprocess.Popen(
-                self.argv("run", "--log-level", "INFO"), env=self.env, cwd=ROOT,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C reaches the demo, which stops the worker
-                preexec_fn=_die_with_parent,  # ... and a killed demo takes the worker along
-            )
-
-    def check_worker(self) -> None:
-        if self.worker is not None and self.worker.poll() is not None:
-            raise DemoFailed(f"the worker exited with {self.worker.returncode}"
-                             + self.worker_log_tail())
-
-    def stop_worker(self) -> int | None:
-        worker, self.worker = self.worker, None
-        if worker is None:
-            return None
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                return worker.wait(30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                return worker.wait()
-        return worker.returncode
-
-    def worker_log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return f"\nlast lines of {self.log_path}:\n" + indent(
-            "\n".join(text.splitlines()[-lines:]))
+# -- child processes ----------------------------------------------------------------------
 
 
 def _die_with_parent() -> None:
-    """In the worker's child process: get SIGTERM when the demo dies (Linux; else nothing)."""
+    """In a child process: get SIGTERM when the quickstart dies (Linux; else nothing)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
+class Child:
+    """A long-running process of the quickstart: a worker, an Airflow component.
+
+    It runs in its own session (a Ctrl-C in the terminal reaches the quickstart only, which
+    stops it in order), gets SIGTERM if the quickstart dies, and writes its output to
+    ``log``. :meth:`stop` ends it and every process below it: Airflow's task runners and
+    the ``spark-submit`` they start make process groups of their own, so the whole tree is
+    looked up first.
+    """
+
+    def __init__(self, name: str, argv: Sequence[str], log: Path, env: Mapping[str, str],
+                 cwd: Path = ROOT) -> None:
+        self.name = name
+        self.log = log
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def check(self) -> None:
+        """Fail when the process has exited."""
+        if not self.alive():
+            raise Failed(f"{self.name} exited with {self.proc.returncode}" + tail(self.log))
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the process to exit; fail with its log after ``timeout`` seconds."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise Failed(f"{self.name} did not finish within {timeout:.0f} s"
+                         + tail(self.log)) from None
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM to the process and everything below it; SIGKILL what is left after
+        ``timeout`` seconds. Returns the exit status (None if it had to be killed)."""
+        if not self.alive():
+            stop_tree(psutil_children(self.proc.pid), timeout=5.0)
+            return self.proc.returncode
+        tree = [*psutil_children(self.proc.pid)]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            code: int | None = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            code = None
+        stop_tree(tree + psutil_children(self.proc.pid), timeout=5.0)
+        return code
+
+
+def psutil_children(pid: int) -> list[psutil.Process]:
+    with contextlib.suppress(psutil.Error):
+        return list(psutil.Process(pid).children(recursive=True))
+    return []
+
+
+def stop_tree(processes: Sequence[psutil.Process], timeout: float) -> int:
+    """SIGTERM the processes that still run, SIGKILL those left after ``timeout``."""
+    running = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            if process.is_running():
+                process.terminate()
+                running.append(process)
+    _, left = psutil.wait_procs(running, timeout=timeout)
+    for process in left:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(left, timeout=5.0)
+    return len(running)
+
+
+def leftover_processes(run_id: str) -> list[psutil.Process]:
+    """Processes whose environment carries this run's marker (any the quickstart started,
+    however deep), but not this one."""
+    found = []
+    for process in psutil.process_iter():
+        if process.pid == os.getpid():
+            continue
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get(RUN_MARKER) == run_id:
+                found.append(process)
+    return found
+
+
+# -- the worker's configuration ------------------------------------------------------------
+
+
 def write_config(path: Path, shop: Shop, redis_url: str, landing: Path) -> None:
     path.write_text(f"""\
-# Written by scripts/demo.py. Every option: docs/configuration.md.
+# Written by scripts/quickstart.py. Every option: docs/configuration.md.
 [source]
-name = "{SOURCE}"
+name = "{shop.source}"
 kind = "{shop.kind}"
 dsn = {json.dumps(shop.dsn)}
 tables = {json.dumps(list(shop.tables))}
@@ -253,13 +224,23 @@ url = {json.dumps(redis_url)}
 
 [landing]
 path = {json.dumps(str(landing))}
-flush_interval_s = 0.5
+flush_interval_s = 1.0
 
 [worker]
 heartbeat_interval_s = 1.0
 status_interval_s = 0.5
 control_interval_s = 0.1
 reconnect_max_s = 2.0
+
+# The worker's HTTP API, on a free port of the loopback (the status in Redis says which).
+[http]
+listen = "127.0.0.1:0"
+
+# The database dblog merge writes to and dblog verify compares with (docs/merge.md).
+{shop.target_section()}
+[merge]
+# No Spark UI (it would take port 4040); a few shuffle partitions for small batches.
+spark_conf = {{ "spark.ui.enabled" = "false", "spark.sql.shuffle.partitions" = "4" }}
 """)
 
 
@@ -279,10 +260,12 @@ class Shop(abc.ABC):
 
     Everything the story needs of the source database goes through here: the server and its
     shop, the SQL of the write load, the source rows in the worker's canonical encoding, the
-    log position, and how a user reaches the server. The story itself is written once.
+    log position, the merge's target database, and how a user reaches them. The story itself
+    is written once.
     """
 
     kind: ClassVar[str]  # the --source choice and the configuration's source.kind
+    source: ClassVar[str]  # the configuration's source.name: Redis prefix, landing folder
     label: ClassVar[str]  # "PostgreSQL"
     server_note: ClassVar[str]  # how the server is set up for capture
     shop_note: ClassVar[str]  # how the tables are set up for capture
@@ -303,12 +286,21 @@ class Shop(abc.ABC):
         """Start a server, create the shop database on it; stop the server on exit."""
 
     @abc.abstractmethod
-    def replica_target(self) -> str:
-        """The ``[target]`` section of a replica database on the same server (the merge's)."""
+    def target_section(self) -> str:
+        """The ``[target]`` section: the database ``shop_replica`` on the same server."""
+
+    def target_label(self, target_table: str) -> str:
+        """A target table as the user finds it: ``shop_replica.customers``."""
+        return target_table
 
     @property
     def tables(self) -> tuple[str, str]:
         return (self.customers, self.orders)
+
+    @property
+    @abc.abstractmethod
+    def server_log(self) -> Path:
+        """The server's log file (removed with the server)."""
 
     @abc.abstractmethod
     def describe(self) -> str:
@@ -316,7 +308,18 @@ class Shop(abc.ABC):
 
     @abc.abstractmethod
     def create_shop(self, customers: int, orders: int) -> None:
-        """Create the tables and the version sequence, fill the tables."""
+        """Create the tables and the version sequence, fill the tables; create the target
+        database."""
+
+    @abc.abstractmethod
+    def first_keys(self, table: str, count: int) -> list[int]:
+        """The ``count`` smallest ids of a source table."""
+
+    @abc.abstractmethod
+    def corrupt_target(self, table: str, changed: int, deleted: int, copied: int,
+                       extra: int) -> None:
+        """Damage the target table: change a column of ``changed``, delete ``deleted``,
+        insert ``extra`` as a copy of the row ``copied``."""
 
     @abc.abstractmethod
     def load_session(self) -> contextlib.AbstractContextManager[LoadSession]:
@@ -343,7 +346,7 @@ class Shop(abc.ABC):
         """Where the worker reads the log from, in a few words."""
 
     @abc.abstractmethod
-    def client(self, sql: str | None = None) -> str:
+    def client(self, sql: str | None = None, database: str = DATABASE) -> str:
         """The shell command of the database's client on the shop (running ``sql``)."""
 
 
@@ -353,6 +356,7 @@ class PostgresShop(Shop):
     server_note = "wal_level=logical"
     shop_note = "REPLICA IDENTITY FULL"
     log_name = "WAL position"
+    source = "shop_pg"
     customers = "public.customers"
     orders = "public.orders"
 
@@ -433,11 +437,19 @@ FROM generate_series(1, %s) AS g
         with PostgresServer().start() as server:
             yield cls(server)
 
+    @property
+    def server_log(self) -> Path:
+        path: Path = self.server.log_path
+        return path
+
     def describe(self) -> str:
         return f"PostgreSQL {self.server.bindir.parent.name} on port {self.server.port}"
 
-    def replica_target(self) -> str:
-        dsn = self.server.create_database(REPLICA)
+    def target_label(self, target_table: str) -> str:
+        return f"{REPLICA}.{target_table}"  # the database, then schema.table
+
+    def target_section(self) -> str:
+        dsn = self.server.dsn(dbname=REPLICA)
         return f'[target]\nkind = "postgresql"\ndsn = {json.dumps(dsn)}\n'
 
     def create_shop(self, customers: int, orders: int) -> None:
@@ -446,6 +458,29 @@ FROM generate_series(1, %s) AS g
             conn.execute(self.FILL_CUSTOMERS.encode(), (customers,))
             conn.execute(self.FILL_ORDERS.encode(), (customers, orders))
             conn.execute(b"ANALYZE customers, orders")
+        self.server.create_database(REPLICA)
+
+    def first_keys(self, table: str, count: int) -> list[int]:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            rows = conn.execute(f"SELECT id FROM {table} ORDER BY id LIMIT %s".encode(),
+                                (count,)).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def corrupt_target(self, table: str, changed: int, deleted: int, copied: int,
+                       extra: int) -> None:
+        with psycopg.connect(self.server.dsn(dbname=REPLICA)) as conn:
+            counts = [
+                conn.execute(f"UPDATE {table} SET name = 'corrupted' WHERE id = %s".encode(),
+                             (changed,)).rowcount,
+                conn.execute(f"DELETE FROM {table} WHERE id = %s".encode(), (deleted,)).rowcount,
+            ]
+            conn.execute(f"CREATE TEMPORARY TABLE extra AS SELECT * FROM {table} "
+                         "WHERE id = %s".encode(), (copied,))
+            conn.execute(b"UPDATE extra SET id = %s", (extra,))
+            counts.append(conn.execute(f"INSERT INTO {table} SELECT * FROM extra".encode())
+                          .rowcount)
+        if counts != [1, 1, 1]:
+            raise Failed(f"corrupting {REPLICA} {table} changed {counts} rows, not one each")
 
     @contextlib.contextmanager
     def load_session(self) -> Iterator[LoadSession]:
@@ -456,7 +491,7 @@ FROM generate_series(1, %s) AS g
         with psycopg.connect(self.dsn, options=libpq_options()) as conn:
             info = catalog.load_table(conn, table)
             if info is None:
-                raise DemoFailed(f"table {table} is gone")
+                raise Failed(f"table {table} is gone")
             types = catalog.load_types(conn, info.type_oids, catalog.builtin_types())
             codec = RowCodec(info.columns, info.type_oids, info.key_columns, types)
             columns = ", ".join(f'"{c}"' for c in info.columns)
@@ -479,11 +514,11 @@ FROM generate_series(1, %s) AS g
         return (parse_lsn(checkpoint),)
 
     def streaming(self, checkpoint: str) -> str:
-        return f"streaming from slot dblog_{SOURCE}"
+        return f"streaming from slot dblog_{self.source}"
 
-    def client(self, sql: str | None = None) -> str:
+    def client(self, sql: str | None = None, database: str = DATABASE) -> str:
         psql = shutil.which("psql") or str(self.server.bindir / "psql")
-        command = f"{psql} {shlex.quote(self.server.dsn(dbname=DATABASE))}"
+        command = f"{psql} {shlex.quote(self.server.dsn(dbname=database))}"
         return command if sql is None else f'{command} -c "{sql}"'
 
 
@@ -504,6 +539,7 @@ class MariaDBShop(Shop):
     server_note = "binlog_format=ROW"
     shop_note = "InnoDB, binlog_row_image=FULL"
     log_name = "binlog position"
+    source = "shop_mariadb"
     customers = f"{DATABASE}.customers"
     orders = f"{DATABASE}.orders"
 
@@ -581,7 +617,7 @@ FROM seq_1_to_{orders}
         server.create_database(DATABASE)
         self.dsn = server.url()
 
-    def replica_target(self) -> str:
+    def target_section(self) -> str:
         renames = ", ".join(f'"{t}" = "{REPLICA}.{t.split(".")[1]}"' for t in self.tables)
         return (f'[target]\nkind = "mariadb"\ndsn = {json.dumps(self.dsn)}\n'
                 f'tables = {{ {renames} }}\n')
@@ -594,6 +630,11 @@ FROM seq_1_to_{orders}
 
     def _connect(self) -> Any:
         return pymysql.connect(**self.server.connect_args(DATABASE))
+
+    @property
+    def server_log(self) -> Path:
+        path: Path = self.server.log_path
+        return path
 
     def describe(self) -> str:
         with self._connect() as conn, conn.cursor() as cursor:
@@ -610,6 +651,30 @@ FROM seq_1_to_{orders}
                                                    orders=int(orders)))
             cursor.execute("ANALYZE TABLE customers, orders")
             cursor.fetchall()
+        self.server.create_database(REPLICA)
+
+    def first_keys(self, table: str, count: int) -> list[int]:
+        database, name = table.split(".", 1)
+        with self._connect() as conn, conn.cursor() as cursor:
+            cursor.execute(f"SELECT id FROM `{database}`.`{name}` ORDER BY id LIMIT %s",
+                           (count,))
+            return [int(r[0]) for r in cursor.fetchall()]
+
+    def corrupt_target(self, table: str, changed: int, deleted: int, copied: int,
+                       extra: int) -> None:
+        target = f"`{REPLICA}`.`{table.split('.', 1)[1]}`"
+        with self._connect() as conn, conn.cursor() as cursor:
+            counts = [
+                cursor.execute(f"UPDATE {target} SET name = 'corrupted' WHERE id = %s",
+                               (changed,)),
+                cursor.execute(f"DELETE FROM {target} WHERE id = %s", (deleted,)),
+            ]
+            cursor.execute(f"CREATE TEMPORARY TABLE extra AS SELECT * FROM {target} "
+                           "WHERE id = %s", (copied,))
+            cursor.execute("UPDATE extra SET id = %s", (extra,))
+            counts.append(cursor.execute(f"INSERT INTO {target} SELECT * FROM extra"))
+        if counts != [1, 1, 1]:
+            raise Failed(f"corrupting {REPLICA} {table} changed {counts} rows, not one each")
 
     @contextlib.contextmanager
     def load_session(self) -> Iterator[LoadSession]:
@@ -630,7 +695,7 @@ FROM seq_1_to_{orders}
             cursor.execute(KEY_COLUMNS_SQL, (database, name))
             key = [str(r[0]) for r in cursor.fetchall()]
             if not columns or not key:
-                raise DemoFailed(f"table {table} is gone")
+                raise Failed(f"table {table} is gone")
             codec = MyRowCodec(columns, key)
             cursor.execute(f"SELECT {select_list(columns)} FROM `{database}`.`{name}`")
             return dict(codec.key_row_from_dump(cells) for cells in cursor.fetchall())
@@ -648,11 +713,11 @@ FROM seq_1_to_{orders}
     def streaming(self, checkpoint: str) -> str:
         start = BinlogCheckpoint.decode(checkpoint)
         return (f"reading the binary log from {start.file}:{start.pos} as replica server_id "
-                f"{default_server_id(SOURCE)}")
+                f"{default_server_id(self.source)}")
 
-    def client(self, sql: str | None = None) -> str:
+    def client(self, sql: str | None = None, database: str = DATABASE) -> str:
         mariadb = shutil.which("mariadb") or "mariadb"
-        command = f"{mariadb} -h 127.0.0.1 -P {self.server.port} -u root {DATABASE}"
+        command = f"{mariadb} -h 127.0.0.1 -P {self.server.port} -u root {database}"
         return command if sql is None else f'{command} -e "{sql}"'
 
 
@@ -757,7 +822,7 @@ class ShopLoad(threading.Thread):
         self.stop_event.set()
         self.join(30)
         if self.error is not None:
-            raise DemoFailed(f"the write load failed: {self.error!r}")
+            raise Failed(f"the write load failed: {self.error!r}")
 
 
 # -- checking the output ------------------------------------------------------------------
@@ -775,9 +840,9 @@ class Replayed:
     time_travel: list[str] = field(default_factory=list)
 
 
-def replay(landing: Path, table: str) -> Replayed:
+def replay(landing: Path, source: str, table: str) -> Replayed:
     """Apply the table's landed events in position order; watch every key's version."""
-    zone = LandingZone(landing, SOURCE)
+    zone = LandingZone(landing, source)
     result = Replayed(segments=len(zone.segments(table)))
     events = read_events(zone, table)
     positions = [str(e["position"]) for e in events]
@@ -833,7 +898,7 @@ class TableCheck:
 
 def check_table(shop: Shop, landing: Path, table: str) -> TableCheck:
     expected = shop.source_rows(table)
-    replayed = replay(landing, table)
+    replayed = replay(landing, shop.source, table)
     got = replayed.rows
     different = sum(1 for k, row in expected.items() if k in got and got[k] != row)
     return TableCheck(
@@ -842,257 +907,3 @@ def check_table(shop: Shop, landing: Path, table: str) -> TableCheck:
         extra=sum(1 for k in got if k not in expected),
         different=different, replayed=replayed,
     )
-
-
-def wait_drained(state: StateStore, shop: Shop, dblog: Dblog, timeout: float = 60) -> str:
-    """Wait until the saved checkpoint passes the source's log position of now."""
-    target, end = shop.log_end()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        dblog.check_worker()
-        saved = state.checkpoint()
-        if saved is not None and shop.checkpoint_position(saved) >= end:
-            return target
-        time.sleep(0.1)
-    raise DemoFailed(f"the checkpoint did not reach {target} within {timeout:.0f} s"
-                     + dblog.worker_log_tail())
-
-
-def wait_worker_ready(state: StateStore, dblog: Dblog, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        dblog.check_worker()
-        if state.status() and state.checkpoint() is not None:
-            return
-        time.sleep(0.1)
-    raise DemoFailed(f"the worker did not report within {timeout:.0f} s"
-                     + dblog.worker_log_tail())
-
-
-# -- the demo ---------------------------------------------------------------------------
-
-
-def run(options: Options) -> int:
-    started = time.monotonic()
-    workdir = options.workdir or Path(tempfile.mkdtemp(prefix="dblog-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    landing = workdir / "landing"
-    if landing.exists():
-        shutil.rmtree(landing)
-    config = workdir / "worker.toml"
-
-    kind = SHOPS[options.source]
-    heading(f"starting a throwaway {kind.label} ({kind.server_note}) and Redis")
-    with kind.started() as shop, RedisServer().start() as redis_server:
-        say(f"   {shop.describe()}, Redis on port {redis_server.port}")
-
-        heading(f"creating the shop: {number(options.customers)} customers, "
-                f"{number(options.orders)} orders ({shop.shop_note})")
-        shop.create_shop(options.customers, options.orders)
-        write_config(config, shop, redis_server.url, landing)
-        say(f"   worker configuration: {config}")
-
-        dblog = Dblog(config, workdir)
-        state = StateStore(redis_server.url, SOURCE)
-        load = ShopLoad(shop, options.customers, options.orders, options.seed)
-        try:
-            return demo(options, started, shop, redis_server, dblog, state, load, landing,
-                        workdir)
-        finally:
-            if load.is_alive():
-                load.stop_event.set()
-                load.join(30)
-            failing = sys.exc_info()[0] is not None
-            code = dblog.stop_worker()
-            if code not in (None, 0) and not failing:
-                say(f"   the worker exited with {code}" + dblog.worker_log_tail())
-            state.close()
-            heading(f"stopping {shop.label} and Redis")
-
-
-def demo(options: Options, started: float, shop: Shop, redis_server: RedisServer,
-         dblog: Dblog, state: StateStore, load: ShopLoad, landing: Path, workdir: Path) -> int:
-    heading("checking the source")
-    dblog.run("preflight")
-
-    heading("starting the worker: dblog run")
-    dblog.start_worker()
-    wait_worker_ready(state, dblog)
-    say(f"   {shop.streaming(state.checkpoint() or '')}; log: {dblog.log_path}")
-
-    heading(f"starting the live write load ({options.warmup_s:.0f} s before the dump)")
-    load.start()
-    time.sleep(options.warmup_s)
-    say(f"   {number(load.stats.transactions)} transactions so far")
-
-    heading("dumping every table under the load, in watermark windows")
-    output = dblog.run("dump", "--all", "--chunk-size", str(options.chunk_size))
-    full_dump = output.split()[0]
-    dblog.run("wait", full_dump, "--timeout", "180", stream=True, timeout=200)
-
-    heading("dumping some customers by primary key (two of them never existed)")
-    keys = sorted(random.Random(options.seed).sample(range(1, options.customers + 1), 5))
-    keys += [MISSING_BASE + 1, MISSING_BASE + 2]
-    output = dblog.run("dump", "--table", shop.customers, "--keys", json.dumps(keys))
-    key_dump = output.split()[0]
-    dblog.run("wait", key_dump, "--timeout", "120", stream=True, timeout=140)
-    dblog.run("show", key_dump)
-    missing_keys = json.loads(dblog.run("show", key_dump, "--json", show=False))["missing_keys"]
-
-    time.sleep(1.0)  # a little more load after the dumps
-    heading("stopping the load; waiting for the worker to drain the log")
-    load.stop()
-    target = wait_drained(state, shop, dblog)
-    say(f"   {number(load.stats.transactions)} transactions, "
-        f"{number(sum(load.stats.statements.values()))} row writes: "
-        + ", ".join(f"{n} {kind}" for kind, n in sorted(load.stats.statements.items())))
-    say(f"   the worker's checkpoint {state.checkpoint()} has reached the source's "
-        f"{shop.log_name} {target}")
-
-    heading("replaying the landing zone in position order and comparing with the source")
-    checks = [check_table(shop, landing, table) for table in shop.tables]
-    progress = {r.id: state.progress(r.id) for r in state.list_requests()}
-    requests = {r.id: r for r in state.list_requests()}
-    status = state.status()
-
-    heading("merging the landing zone into target tables with Spark: dblog merge")
-    with dblog.config.open("a") as config_file:
-        config_file.write("\n# Added by the demo before the merge (docs/merge.md).\n"
-                          + shop.replica_target())
-    say(f"   the targets: database {REPLICA} on the same server")
-    merge_started = time.monotonic()
-    dblog.run("merge", stream=True, timeout=600)
-    merge_seconds = time.monotonic() - merge_started
-
-    heading("verifying the target tables against the source: dblog verify")
-    verify = json.loads(dblog.run("verify", "--json", show=False, check=False, timeout=300))
-    for table in verify["tables"]:
-        say(f"   {table['table']} -> {table['target_table']}: {number(table['source_rows'])} "
-            f"rows, {table['ranges']} ranges, {len(table['missing']) + len(table['extra'])}"
-            f" missing or extra, {len(table['changed'])} changed: "
-            + ("EQUAL" if table["equal"] else "DIFFERENT"))
-    verified = bool(verify["equal"])
-    say(f"   merged and verified {REPLICA}: " + ", ".join(
-        f"{t['target_table']} {number(t['target_rows'])} rows" for t in verify["tables"])
-        + f" (merge {merge_seconds:.1f} s, Spark start-up included)")
-
-    summary(options, started, checks, progress, requests, status, full_dump, key_dump,
-            missing_keys, landing, dblog)
-    converged = all(c.converged for c in checks)
-    dumps_ok = all(r.state is RequestState.COMPLETED for r in requests.values())
-    if converged and dumps_ok and verified:
-        say("\nRESULT: converged: replaying the landing zone in position order gives exactly "
-            "the source tables, and `dblog verify` finds the merged target tables equal to them")
-    else:
-        say("\nRESULT: NOT converged" + ("" if dumps_ok else " (a dump did not complete)")
-            + ("" if verified else " (dblog verify found differences)"))
-    if options.keep:
-        keep_running(shop, redis_server, dblog, workdir)
-    return 0 if converged and dumps_ok and verified else 1
-
-
-def summary(options: Options, started: float, checks: Sequence[TableCheck],
-            progress: dict[str, dict[str, TableProgress]], requests: dict[str, Any],
-            status: dict[str, str], full_dump: str, key_dump: str,
-            missing_keys: list[list[str]], landing: Path, dblog: Dblog) -> None:
-    heading("summary")
-    total = sum(c.replayed.events for c in checks)
-    logged = sum(c.replayed.log_events for c in checks)
-    dumped = sum(sum(c.replayed.dump_rows.values()) for c in checks)
-    segments = sum(c.replayed.segments for c in checks)
-    windows = sum(p.chunks for tables in progress.values() for p in tables.values())
-    selected = sum(p.selected for tables in progress.values() for p in tables.values())
-    dropped = sum(p.dropped for tables in progress.values() for p in tables.values())
-    say(f"   events captured     {number(total)} in {segments} Parquet segments: "
-        f"{number(logged)} from the log, {number(dumped)} dump rows")
-    say(f"   dump windows        {windows} (LW write, one chunk SELECT, HW write each); "
-        f"{number(selected)} rows selected")
-    say(f"   dropped in windows  {number(dropped)} chunk rows whose key the log changed "
-        "between LW and HW (the log event stands instead)")
-    say(f"   worker              {status.get('windows', '?')} windows this session, "
-        f"{number(int(status.get('events_emitted', '0') or 0))} events made durable, "
-        f"lag {status.get('lag_bytes', '?')} bytes")
-    found = requests[key_dump].key_count - len(missing_keys)
-    say(f"   primary-key dump    {key_dump}: {found} keys found and emitted, "
-        f"{len(missing_keys)} reported missing: "
-        + ", ".join(", ".join(k) if len(k) == 1 else json.dumps(k) for k in missing_keys))
-    say("")
-    header = ("TABLE", "SOURCE ROWS", "OUTPUT ROWS", "LOG EVENTS", "DUMP ROWS", "WINDOWS",
-              "DROPPED", "RESULT")
-    rows = [header]
-    for check in checks:
-        table_windows = sum(t[check.table].chunks for t in progress.values() if check.table in t)
-        table_dropped = sum(t[check.table].dropped for t in progress.values()
-                            if check.table in t)
-        rows.append((
-            check.table, number(check.source), number(check.output),
-            number(check.replayed.log_events), number(sum(check.replayed.dump_rows.values())),
-            str(table_windows), number(table_dropped),
-            "converged" if check.converged else "DIFFERENT",
-        ))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    for r in rows:
-        say("   " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                              for i, (cell, w) in enumerate(zip(r, widths, strict=True))))
-    for check in checks:
-        if not check.converged:
-            say(f"   {check.table}: {check.missing} rows missing from the output, "
-                f"{check.extra} extra, {check.different} with other values, "
-                f"{check.replayed.out_of_order} events out of position order")
-            for line in check.replayed.time_travel[:5]:
-                say(f"   time travel: {line}")
-    if all(not c.replayed.time_travel for c in checks):
-        say("   no time travel: along the output, every key's version only grows")
-    say("")
-    say(f"   landing zone        {landing / SOURCE}  "
-        f"(docs/landing-format.md; dblog_worker.landing.read_events reads it)")
-    say(f"   runtime             {time.monotonic() - started:.1f} s")
-    say("")
-    dblog.run("list")
-
-
-def keep_running(shop: Shop, redis_server: RedisServer, dblog: Dblog, workdir: Path) -> None:
-    heading("still running (--keep); Ctrl-C stops everything")
-    cli = dblog.shown
-    say(f"   {shop.label:<12} {shop.client()}")
-    say(f"   Redis        redis-cli -p {redis_server.port} --scan --pattern 'dblog:v1:{SOURCE}:*'")
-    say(f"   config       {dblog.config}")
-    say(f"   worker log   {dblog.log_path}")
-    say(f"   landing      {workdir / 'landing' / SOURCE}")
-    say("")
-    say("   Try, in another terminal:")
-    say(f"     export DBLOG_CONFIG={shlex.quote(str(dblog.config))} "
-        f"PATH={shlex.quote(str(dblog.bin))}:$PATH")
-    say(f"     {cli} status")
-    say(f"     {cli} list")
-    say("     " + shop.client("UPDATE orders SET status = 'lost' WHERE id = 1"))
-    say(f"     {cli} dump --table {shop.orders} --chunk-size 500 --delay-ms 200")
-    say(f"     {cli} show dump-3; {cli} pause dump-3; {cli} resume dump-3")
-    say(f"     {cli} wait dump-3")
-    say(f"     {cli} dump --table {shop.customers} --keys '[1, 2, 3]' --wait")
-    say("")
-    with contextlib.suppress(KeyboardInterrupt):
-        while True:
-            dblog.check_worker()
-            time.sleep(1.0)
-    say("")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    options = parse_args(argv)
-    # SIGINT (also when started in the background) and SIGTERM are a Ctrl-C: the cleanup
-    # in run() stops the worker and the servers.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        return run(options)
-    except DemoFailed as exc:
-        say(f"\nRESULT: FAILED: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        say("\ninterrupted")
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,336 @@
+"""The routes of the HTTP API: what each one checks, does, and answers.
+
+Every handler takes a :class:`Call` (path parameters, query, parsed JSON body) and
+returns a :class:`Response`, or raises :class:`ApiError` for a refusal. The server
+(``server.py``) does the HTTP: reading, auth, limits, and errors the handlers did not
+map (``RequestRejected`` 400, a transient error 503).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dblog_worker.config import Config
+from dblog_worker.control import NO_KEYS, create_dump, request_json, show_json
+from dblog_worker.errors import RequestRejected, StateUnavailable
+from dblog_worker.http import openapi
+from dblog_worker.http.openapi import FEED_LIMIT, MAX_CLIENT_TOKEN
+from dblog_worker.requests import (
+    COMMANDS,
+    DEFAULT_CHUNK_SIZE,
+    DumpRequest,
+    check_chunk_size,
+    check_delay_ms,
+)
+from dblog_worker.state import StateStore
+from dblog_worker.telemetry import Telemetry
+
+JSON = "application/json"
+PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
+STATIC = Path(__file__).parent / "static"
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".json": "application/json",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+    ".txt": "text/plain; charset=utf-8",
+    ".map": "application/json",
+}
+STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")  # one file, never a path
+REQUEST_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")  # never ':', which would reach other keys
+CREATE_FIELDS = ("kind", "tables", "keys", "chunk_size", "delay_ms", "client_token")
+KNOB_FIELDS = ("chunk_size", "delay_ms")
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = JSON
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def json_response(status: int, document: object, headers: tuple[tuple[str, str], ...] = ()
+                  ) -> Response:
+    return Response(status, json.dumps(document, ensure_ascii=False).encode(), JSON, headers)
+
+
+class ApiError(Exception):
+    """A refusal: the status and what was wrong and what to do."""
+
+    def __init__(self, status: int, message: str,
+                 headers: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers
+
+
+NO_BODY = object()  # a request without a body (JSON null is None)
+
+
+@dataclass(frozen=True)
+class Call:
+    params: Mapping[str, str] = field(default_factory=dict)
+    query: Mapping[str, str] = field(default_factory=dict)
+    body: object = NO_BODY  # the parsed JSON body
+
+
+Handler = Callable[[Call], Response]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    template: str  # "/api/v1/requests/{id}"
+    handler: str  # the name of the Api method
+    public: bool = False  # no token needed
+    body: bool = False  # takes a JSON body
+    query: tuple[str, ...] = ()  # the query parameters it takes; others are refused
+    any_query: bool = False  # the query is ignored (probes, static files: cache busters)
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile("^" + re.sub(r"\\{(\w+)\\}", r"(?P<\1>[^/]+)",
+                                       re.escape(self.template)) + "$")
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/healthz", "healthz", public=True, any_query=True),
+    Route("GET", "/readyz", "readyz", public=True, any_query=True),
+    Route("GET", "/api/v1/status", "status"),
+    Route("GET", "/api/v1/requests", "list_requests", query=("active",)),
+    Route("POST", "/api/v1/requests", "create_request", body=True),
+    Route("GET", "/api/v1/requests/{id}", "get_request"),
+    Route("PATCH", "/api/v1/requests/{id}", "set_knobs", body=True),
+    *(Route("POST", f"/api/v1/requests/{{id}}/{name}", f"{name}_request", body=True)
+      for name in COMMANDS),
+    Route("GET", "/api/v1/feed", "feed", query=("after", "limit")),
+    Route("GET", "/metrics", "metrics"),
+    Route("GET", "/api/v1/openapi.json", "openapi"),
+    Route("GET", "/", "index", public=True, any_query=True),
+    Route("GET", "/live/{file}", "static_file", public=True, any_query=True),
+)
+
+
+class Api:
+    """The handlers, over one source's Redis state and the worker's telemetry."""
+
+    def __init__(self, config: Config, telemetry: Telemetry, url: Callable[[], str]) -> None:
+        self.config = config
+        self.telemetry = telemetry
+        self.url = url
+        self.state = StateStore(config.redis_url, config.source.name, socket_timeout=2.0)
+        self._openapi = json.dumps(openapi.document(auth=config.http.token is not None),
+                                   indent=1).encode()
+
+    def close(self) -> None:
+        self.state.close()
+
+    # -- health ---------------------------------------------------------------
+
+    def healthz(self, call: Call) -> Response:
+        return json_response(200, {"status": "ok"})
+
+    def readyz(self, call: Call) -> Response:
+        snapshot = self.telemetry.snapshot()
+        if snapshot.get("connected"):
+            return json_response(200, {"status": "ready"})
+        why = snapshot.get("last_error") or "it is connecting"
+        raise ApiError(503, f"the worker is not streaming the log of source "
+                            f"{self.config.source.name}: {why}", (("Retry-After", "1"),))
+
+    def status(self, call: Call) -> Response:
+        document: dict[str, Any] = self.telemetry.snapshot()
+        redis: dict[str, Any] = {"checkpoint": None, "worker": None, "error": None}
+        try:
+            redis["checkpoint"] = self.state.checkpoint()
+            redis["worker"] = self.state.status()
+        except StateUnavailable as exc:
+            redis["error"] = str(exc)
+        document["http"] = self.url()
+        document["redis"] = redis
+        return json_response(200, document)
+
+    # -- dump requests ----------------------------------------------------------
+
+    def list_requests(self, call: Call) -> Response:
+        active = call.query.get("active", "false")
+        if active not in ("true", "false"):
+            raise ApiError(400, f"active must be true or false, got {active!r}")
+        requests = self.state.list_requests(active_only=active == "true")
+        return json_response(200, [request_json(r, self.state.progress(r.id))
+                                   for r in requests])
+
+    def create_request(self, call: Call) -> Response:
+        body = _object(call.body, CREATE_FIELDS, required=True)
+        kind = body.get("kind")
+        if kind not in ("all", "tables", "keys"):
+            raise ApiError(400, 'kind must be "all", "tables" or "keys", got '
+                                f"{json.dumps(kind)}")
+        tables = body.get("tables")
+        keys = body.get("keys", NO_KEYS)
+        if kind == "all" and ("tables" in body or "keys" in body):
+            raise ApiError(400, "kind all dumps every captured table: leave out tables "
+                                "and keys")
+        if kind != "all":
+            if (not isinstance(tables, list) or not tables
+                    or not all(isinstance(t, str) and t for t in tables)):
+                raise ApiError(400, 'tables must be a non-empty list of "schema.table" names')
+            if kind == "tables" and "keys" in body:
+                raise ApiError(400, 'keys are for kind "keys"; leave them out, or use kind '
+                                    '"keys" with one table')
+            if kind == "keys" and (len(tables) != 1 or keys is NO_KEYS):
+                raise ApiError(400, "a keys dump names exactly one table and its keys: "
+                                    '{"kind": "keys", "tables": ["public.orders"], '
+                                    '"keys": [1, 2]}')
+        client_token = body.get("client_token")
+        if "client_token" in body and (
+                not isinstance(client_token, str)
+                or not 1 <= len(client_token) <= MAX_CLIENT_TOKEN):
+            raise ApiError(400, f"client_token must be a string of 1 to {MAX_CLIENT_TOKEN} "
+                                "characters")
+        chunk_size = _integer(body, "chunk_size", DEFAULT_CHUNK_SIZE)
+        delay_ms = _integer(body, "delay_ms", 0)
+        check_chunk_size(chunk_size)
+        check_delay_ms(delay_ms)
+        known = self._existing(client_token)
+        request = create_dump(self.config, self.state,
+                              tables=None if kind == "all" else tables, keys=keys,
+                              chunk_size=chunk_size, delay_ms=delay_ms,
+                              client_token=client_token)
+        created = known is None or known != request.id
+        return json_response(201 if created else 200, show_json(self.state, request),
+                             (("Location", f"/api/v1/requests/{request.id}"),))
+
+    def _existing(self, client_token: str | None) -> str | None:
+        """The request a client token made already, if any (only for the status code)."""
+        return None if client_token is None else self.state.token_request(client_token)
+
+    def get_request(self, call: Call) -> Response:
+        return json_response(200, show_json(self.state, self._request(call)))
+
+    def set_knobs(self, call: Call) -> Response:
+        body = _object(call.body, KNOB_FIELDS, required=True)
+        if not body:
+            raise ApiError(400, "give chunk_size, delay_ms, or both")
+        chunk_size = _integer(body, "chunk_size", None)
+        delay_ms = _integer(body, "delay_ms", None)
+        if chunk_size is not None:
+            check_chunk_size(chunk_size)
+        if delay_ms is not None:
+            check_delay_ms(delay_ms)
+        request = self._request(call)
+        try:
+            request = self.state.set_knobs(request.id, chunk_size=chunk_size, delay_ms=delay_ms)
+        except RequestRejected as exc:
+            raise ApiError(409, str(exc)) from None
+        return json_response(200, show_json(self.state, request))
+
+    def pause_request(self, call: Call) -> Response:
+        return self._command(call, "pause")
+
+    def resume_request(self, call: Call) -> Response:
+        return self._command(call, "resume")
+
+    def cancel_request(self, call: Call) -> Response:
+        return self._command(call, "cancel")
+
+    def _command(self, call: Call, name: str) -> Response:
+        _object(call.body, (), required=False)
+        request = self._request(call)
+        target, only_from = COMMANDS[name]
+        try:
+            previous = self.state.transition(request.id, target, only_from=only_from)
+        except RequestRejected as exc:
+            raise ApiError(409, str(exc)) from None
+        document = show_json(self.state, self.state.get_request(request.id))
+        document["previous_state"] = previous.value
+        return json_response(200, document)
+
+    def _request(self, call: Call) -> DumpRequest:
+        request_id = call.params["id"]
+        if not REQUEST_ID.fullmatch(request_id):
+            raise ApiError(404, f"no dump request {request_id!r}: ids look like dump-12; "
+                                "GET /api/v1/requests lists them")
+        try:
+            return self.state.get_request(request_id)
+        except RequestRejected:
+            raise ApiError(404, f"no dump request {request_id!r} for source "
+                                f"{self.config.source.name!r}; GET /api/v1/requests lists "
+                                "them") from None
+
+    # -- telemetry ------------------------------------------------------------------
+
+    def feed(self, call: Call) -> Response:
+        after = _query_integer(call.query, "after", 0, 0, 2**63 - 1)
+        limit = _query_integer(call.query, "limit", FEED_LIMIT, 1, FEED_LIMIT)
+        return json_response(200, self.telemetry.feed(after, limit))
+
+    def metrics(self, call: Call) -> Response:
+        return Response(200, self.telemetry.prometheus().encode(), PROMETHEUS)
+
+    def openapi(self, call: Call) -> Response:
+        return Response(200, self._openapi, JSON)
+
+    # -- the live view ------------------------------------------------------------
+
+    def index(self, call: Call) -> Response:
+        return _static("index.html")
+
+    def static_file(self, call: Call) -> Response:
+        return _static(call.params["file"])
+
+
+def _static(name: str) -> Response:
+    path = STATIC / name
+    if not STATIC_NAME.fullmatch(name) or not path.is_file():
+        raise ApiError(404, f"no file {name!r} in the live view")
+    content_type = CONTENT_TYPES.get(path.suffix.lower(), "application/octet-stream")
+    return Response(200, path.read_bytes(), content_type, (("Cache-Control", "no-cache"),))
+
+
+def _object(body: object, known: Sequence[str], *, required: bool) -> dict[str, Any]:
+    """The JSON body as an object with only ``known`` fields."""
+    if body is NO_BODY:
+        if required:
+            raise ApiError(400, "this request needs a JSON object body "
+                                "(Content-Type: application/json)")
+        return {}
+    if not isinstance(body, dict):
+        got = "null" if body is None else type(body).__name__
+        raise ApiError(400, f"the body must be a JSON object, got {got}")
+    unknown = sorted(set(body) - set(known))
+    if unknown:
+        allowed = ", ".join(known) if known else "none (send no body, or {})"
+        raise ApiError(400, f"unknown field(s) {', '.join(unknown)}; allowed: {allowed}")
+    return body
+
+
+def _integer(body: Mapping[str, Any], name: str, default: int | None) -> Any:
+    if name not in body:
+        return default
+    value = body[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"{name} must be an integer, got {json.dumps(value)}")
+    return value
+
+
+def _query_integer(query: Mapping[str, str], name: str, default: int, low: int,
+                   high: int) -> int:
+    text = query.get(name)
+    if text is None:
+        return default
+    if not re.fullmatch(r"[0-9]{1,19}", text) or not low <= int(text) <= high:
+        raise ApiError(400, f"{name} must be an integer from {low} to {high}, got {text!r}")
+    return int(text)

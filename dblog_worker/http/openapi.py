@@ -1,0 +1,407 @@
+"""The OpenAPI 3.1 document of the HTTP API (served at ``/api/v1/openapi.json``).
+
+Written by hand next to the routes (``api.ROUTES``); a unit test checks that both name
+the same operations, and the schemathesis test checks the answers against it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dblog_worker import __version__
+from dblog_worker.requests import (
+    DEFAULT_CHUNK_SIZE,
+    MAX_CHUNK_SIZE,
+    MAX_DELAY_MS,
+    MAX_KEYS,
+    DumpKind,
+    RequestState,
+)
+
+Schema = dict[str, Any]
+
+MAX_CLIENT_TOKEN = 200
+FEED_LIMIT = 500
+MAX_BODY_BYTES = 4 * 1024 * 1024  # about 300,000 integer keys
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(type_name: str) -> Schema:
+    return {"type": [type_name, "null"]}
+
+
+TABLE_PROGRESS: Schema = {
+    "type": "object",
+    "description": "Progress of one table of a dump.",
+    "properties": {
+        "table": {"type": "string"},
+        "done": {"type": "boolean"},
+        "started": {"type": "boolean", "description": "its upper bound was captured"},
+        "last_key": {"type": ["array", "null"], "items": {"type": "string"},
+                     "description": "texts of the last completed key (table dumps)"},
+        "upper_bound": {"type": ["array", "null"], "items": {"type": "string"},
+                        "description": "the table's largest key when its dump started"},
+        "next_key_index": {"type": "integer", "minimum": 0,
+                           "description": "keys dumps: keys already done"},
+        "chunks": {"type": "integer", "minimum": 0},
+        "selected": {"type": "integer", "minimum": 0},
+        "rows": {"type": "integer", "minimum": 0, "description": "emitted to the output"},
+        "dropped": {"type": "integer", "minimum": 0,
+                    "description": "removed by log events inside their window"},
+        "missing": {"type": "integer", "minimum": 0, "description": "keys dumps: keys not found"},
+    },
+    "required": ["table", "done", "started", "chunks", "selected", "rows", "dropped",
+                 "missing"],
+}
+
+REQUEST_FIELDS: Schema = {
+    "id": {"type": "string", "examples": ["dump-12"]},
+    "state": {"type": "string", "enum": [s.value for s in RequestState]},
+    "kind": {"type": "string", "enum": [k.value for k in DumpKind]},
+    "tables": {"type": "array", "items": {"type": "string"}},
+    "chunk_size": {"type": "integer", "minimum": 1, "maximum": MAX_CHUNK_SIZE},
+    "delay_ms": {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS},
+    "key_count": {"type": "integer", "minimum": 0},
+    "created_at": {"type": "number", "description": "Unix time, seconds"},
+    "updated_at": {"type": "number", "description": "Unix time, seconds"},
+    "error": {**_nullable("string"), "description": "why it failed or was cancelled"},
+    "progress": {"type": "object", "additionalProperties": _ref("TableProgress"),
+                 "description": "per table, once the table's dump has started"},
+}
+REQUEST_REQUIRED = list(REQUEST_FIELDS)
+KEY_VALUE: Schema = {"type": ["string", "number"]}
+CHUNK_SIZE: Schema = {"type": "integer", "minimum": 1, "maximum": MAX_CHUNK_SIZE,
+                      "default": DEFAULT_CHUNK_SIZE, "description": "rows per chunk"}
+DELAY_MS: Schema = {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS, "default": 0,
+                    "description": "pause between chunks, milliseconds"}
+
+SCHEMAS: dict[str, Schema] = {
+    "Error": {
+        "type": "object",
+        "properties": {"error": {"type": "string",
+                                 "description": "what was wrong and what to do"}},
+        "required": ["error"],
+    },
+    "Health": {"type": "object", "properties": {"status": {"const": "ok"}},
+               "required": ["status"]},
+    "Ready": {"type": "object", "properties": {"status": {"const": "ready"}},
+              "required": ["status"]},
+    "TableProgress": TABLE_PROGRESS,
+    "RequestSummary": {
+        "type": "object",
+        "description": "A dump request, as `dblog list --json` shows it.",
+        "properties": REQUEST_FIELDS,
+        "required": REQUEST_REQUIRED,
+    },
+    "Request": {
+        "type": "object",
+        "description": "A dump request, as `dblog show --json` shows it.",
+        "properties": {
+            **REQUEST_FIELDS,
+            "missing_keys": {"type": "array", "items": {"type": "array",
+                                                        "items": {"type": "string"}},
+                             "description": "keys dumps only: the keys not found"},
+        },
+        "required": REQUEST_REQUIRED,
+    },
+    "ControlResult": {
+        "type": "object",
+        "description": "The request after the command, and the state it was in before.",
+        "properties": {
+            **REQUEST_FIELDS,
+            "missing_keys": {"type": "array", "items": {"type": "array",
+                                                        "items": {"type": "string"}}},
+            "previous_state": {"type": "string", "enum": [s.value for s in RequestState]},
+        },
+        "required": [*REQUEST_REQUIRED, "previous_state"],
+    },
+    "CreateRequest": {
+        "description": "A dump: every captured table, some tables, or some keys of one "
+                       "table. The same client_token again returns the request it made.",
+        "oneOf": [_ref("AllDump"), _ref("TablesDump"), _ref("KeysDump")],
+        "discriminator": {"propertyName": "kind", "mapping": {
+            "all": "#/components/schemas/AllDump",
+            "tables": "#/components/schemas/TablesDump",
+            "keys": "#/components/schemas/KeysDump",
+        }},
+    },
+    "AllDump": {
+        "type": "object",
+        "properties": {"kind": {"const": "all"}, "chunk_size": CHUNK_SIZE,
+                       "delay_ms": DELAY_MS, "client_token": _ref("ClientToken")},
+        "required": ["kind"],
+        "additionalProperties": False,
+    },
+    "TablesDump": {
+        "type": "object",
+        "properties": {
+            "kind": {"const": "tables"},
+            "tables": {"type": "array", "minItems": 1,
+                       "items": {"type": "string", "minLength": 1},
+                       "examples": [["public.orders"]]},
+            "chunk_size": CHUNK_SIZE,
+            "delay_ms": DELAY_MS,
+            "client_token": _ref("ClientToken"),
+        },
+        "required": ["kind", "tables"],
+        "additionalProperties": False,
+    },
+    "KeysDump": {
+        "type": "object",
+        "properties": {
+            "kind": {"const": "keys"},
+            "tables": {"type": "array", "minItems": 1, "maxItems": 1,
+                       "items": {"type": "string", "minLength": 1}},
+            "keys": {
+                "type": "array", "minItems": 1, "maxItems": MAX_KEYS,
+                "description": "primary keys: [1, 2] for a one-column key, "
+                               '[[1, "a"], [2, "b"]] for a composite one',
+                "items": {"oneOf": [KEY_VALUE, {"type": "array", "minItems": 1,
+                                                "items": KEY_VALUE}]},
+            },
+            "chunk_size": CHUNK_SIZE,
+            "delay_ms": DELAY_MS,
+            "client_token": _ref("ClientToken"),
+        },
+        "required": ["kind", "tables", "keys"],
+        "additionalProperties": False,
+    },
+    "ClientToken": {"type": "string", "minLength": 1, "maxLength": MAX_CLIENT_TOKEN,
+                    "description": "idempotency token: the same token, one request"},
+    "Knobs": {
+        "type": "object",
+        "properties": {"chunk_size": CHUNK_SIZE, "delay_ms": DELAY_MS},
+        "minProperties": 1,
+        "additionalProperties": False,
+    },
+    "NoBody": {"type": "object", "maxProperties": 0,
+               "description": "an empty object, or no body at all"},
+    "Status": {
+        "type": "object",
+        "description": "What the worker process is doing now (its telemetry), its HTTP "
+                       "address, and what Redis holds: the saved checkpoint and the "
+                       "worker's last report (the same as `dblog status --json`).",
+        "properties": {
+            "source": {"type": "string"},
+            "connected": {"type": "boolean", "description": "a session streams the log"},
+            "last_error": _nullable("string"),
+            "position": {**_nullable("string"), "description": "last log position read"},
+            "checkpoint": {**_nullable("string"),
+                           "description": "the checkpoint this process saved last"},
+            "checkpoint_age_s": _nullable("number"),
+            "lag_bytes": _nullable("number"),
+            "lag_s": {**_nullable("number"),
+                      "description": "source commit to durable output, seconds"},
+            "window": {"type": ["object", "null"],
+                       "properties": {"table": {"type": "string"},
+                                      "dump_id": {"type": "string"},
+                                      "opened_at": {"type": "number"}}},
+            "active_request": _nullable("string"),
+            "events_per_s": {"type": "number"},
+            "uptime_s": {"type": "number"},
+            "reconnects": {"type": "integer", "minimum": 0},
+            "dump": {"type": ["object", "null"],
+                     "description": "the running dump's per-table progress and eta_s"},
+            "http": {"type": "string", "examples": ["http://127.0.0.1:8750"]},
+            "redis": {
+                "type": "object",
+                "properties": {
+                    "checkpoint": {**_nullable("string"),
+                                   "description": "the checkpoint saved in Redis"},
+                    "worker": {"type": ["object", "null"],
+                               "additionalProperties": {"type": "string"},
+                               "description": "the worker's last report"},
+                    "error": {**_nullable("string"),
+                              "description": "set when Redis is unreachable"},
+                },
+                "required": ["checkpoint", "worker", "error"],
+            },
+        },
+        "required": ["source", "connected", "last_error", "position", "checkpoint",
+                     "checkpoint_age_s", "lag_bytes", "lag_s", "window", "active_request",
+                     "events_per_s", "uptime_s", "reconnects", "dump", "http", "redis"],
+    },
+    "Feed": {
+        "type": "object",
+        "properties": {
+            "next": {"type": "integer", "minimum": 0,
+                     "description": "pass as after= to get what came since"},
+            "events": {"type": "array", "items": {
+                "type": "object",
+                "properties": {"seq": {"type": "integer"}, "ts": {"type": "number"},
+                               "type": {"type": "string"}},
+                "required": ["seq", "ts", "type"],
+            }},
+        },
+        "required": ["next", "events"],
+    },
+}
+
+ERRORS = {
+    400: "Bad input: malformed JSON, a wrong type, an unknown field, a value out of range, "
+         "a table that is not captured, keys that do not fit the key",
+    401: "The bearer token is missing or wrong",
+    403: "A cross-origin request from a browser, or (without a token) a Host header that is "
+         "not a loopback name",
+    404: "No such request, file or route",
+    405: "The route does not take this method (see the Allow header)",
+    409: "The request's state does not allow this (e.g. resume a request that is not paused)",
+    411: "A chunked body: send a Content-Length instead",
+    413: f"The body is larger than {MAX_BODY_BYTES // 1024 // 1024} MiB",
+    415: "The body is not application/json",
+    503: "Redis or the source database is unreachable; try again",
+}
+
+
+def _json(schema: Schema, description: str) -> dict[str, Any]:
+    return {"description": description, "headers": _headers(),
+            "content": {"application/json": {"schema": schema}}}
+
+
+def _headers() -> dict[str, Any]:
+    return {"X-Request-Id": {"$ref": "#/components/headers/RequestId"}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return {str(code): {"$ref": f"#/components/responses/E{code}"} for code in codes}
+
+
+def _operation(summary: str, responses: dict[str, Any], *, public: bool, auth: bool,
+               errors: tuple[int, ...] = (), **extra: Any) -> dict[str, Any]:
+    operation: dict[str, Any] = {"summary": summary, **extra}
+    codes = (*errors, 400, 405, 413) if public else (*errors, 400, 403, 405, 413)
+    if auth and not public:
+        codes = (*codes, 401)
+    operation["responses"] = {**responses, **_errors(*sorted(set(codes)))}
+    if public:
+        operation["security"] = []
+    return operation
+
+
+def _id() -> dict[str, Any]:
+    return {"name": "id", "in": "path", "required": True, "schema": {"type": "string"},
+            "description": "the request id, e.g. dump-12"}
+
+
+def _body(schema: Schema, required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+def document(*, auth: bool) -> dict[str, Any]:
+    """The OpenAPI document; ``auth``: a token is configured (every route but the public
+    ones needs ``Authorization: Bearer <token>``)."""
+    with_body = (400, 404, 409, 411, 413, 415, 503)
+    request_ok = _json(_ref("Request"), "The request with its progress")
+
+    def command(name: str, what: str) -> dict[str, Any]:
+        return {"post": _operation(
+            f"{name.capitalize()} a dump request: {what}",
+            {"200": _json(_ref("ControlResult"), "The request after the command")},
+            public=False, errors=with_body, parameters=[_id()],
+            requestBody=_body(_ref("NoBody"), required=False), auth=auth)}
+
+    paths: dict[str, Any] = {
+        "/healthz": {"get": _operation(
+            "Liveness: the process serves HTTP",
+            {"200": _json(_ref("Health"), "The process is alive")}, public=True, auth=auth)},
+        "/readyz": {"get": _operation(
+            "Readiness: the worker streams the source's log",
+            {"200": _json(_ref("Ready"), "Streaming"),
+             "503": _json(_ref("Error"), "Not streaming (connecting, or a failure)")},
+            public=True, auth=auth)},
+        "/api/v1/status": {"get": _operation(
+            "What the worker is doing, and what Redis holds",
+            {"200": _json(_ref("Status"), "The status")}, public=False, auth=auth)},
+        "/api/v1/requests": {
+            "get": _operation(
+                "List dump requests, oldest first",
+                {"200": _json({"type": "array", "items": _ref("RequestSummary")},
+                              "The requests")},
+                public=False, errors=(503,), parameters=[{
+                    "name": "active", "in": "query", "required": False,
+                    "schema": {"type": "string", "enum": ["true", "false"],
+                               "default": "false"},
+                    "description": "true: only requests that have not ended"}], auth=auth),
+            "post": _operation(
+                "Request a dump (checked against the source first)",
+                {"201": {**_json(_ref("Request"), "Queued"),
+                         "headers": {**_headers(), "Location": {
+                             "schema": {"type": "string"},
+                             "description": "/api/v1/requests/{id}"}}},
+                 "200": _json(_ref("Request"),
+                              "The request made earlier with the same client_token")},
+                public=False, errors=(400, 411, 413, 415, 503),
+                requestBody=_body(_ref("CreateRequest")), auth=auth),
+        },
+        "/api/v1/requests/{id}": {
+            "get": _operation("One dump request with its per-table progress",
+                              {"200": request_ok}, public=False, errors=(404, 503),
+                              parameters=[_id()], auth=auth),
+            "patch": _operation(
+                "Change the chunk size and/or delay of a request that has not ended",
+                {"200": request_ok}, public=False, errors=with_body, parameters=[_id()],
+                requestBody=_body(_ref("Knobs")), auth=auth),
+        },
+        "/api/v1/requests/{id}/pause": command("pause", "between chunks (running only)"),
+        "/api/v1/requests/{id}/resume": command("resume", "a paused request"),
+        "/api/v1/requests/{id}/cancel": command("cancel", "a request that has not ended"),
+        "/api/v1/feed": {"get": _operation(
+            "Recent events of the worker (windows, flushes, dumps, errors), after a sequence "
+            "number",
+            {"200": _json(_ref("Feed"), "Events with seq > after, oldest first")},
+            public=False, parameters=[
+                {"name": "after", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1,
+                            "default": 0}},
+                {"name": "limit", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 1, "maximum": FEED_LIMIT,
+                            "default": FEED_LIMIT}}], auth=auth)},
+        "/metrics": {"get": _operation(
+            "Prometheus metrics (text exposition format 0.0.4)",
+            {"200": {"description": "The metrics", "headers": _headers(),
+                     "content": {"text/plain": {"schema": {"type": "string"}}}}},
+            public=False, auth=auth)},
+        "/api/v1/openapi.json": {"get": _operation(
+            "This document", {"200": _json({"type": "object"}, "OpenAPI 3.1")},
+            public=False, auth=auth)},
+        "/": {"get": _operation(
+            "The live view (HTML; the token goes in the URL fragment: /#token=...)",
+            {"200": {"description": "The page", "headers": _headers(),
+                     "content": {"text/html": {"schema": {"type": "string"}}}}},
+            public=True, errors=(404,), auth=auth)},
+        "/live/{file}": {"get": _operation(
+            "A file of the live view (script, style sheet, image)",
+            {"200": {"description": "The file", "headers": _headers(),
+                     "content": {"*/*": {"schema": {"type": "string"}}}}},
+            public=True, errors=(404,),
+            parameters=[{"name": "file", "in": "path", "required": True,
+                         "schema": {"type": "string"}}], auth=auth)},
+    }
+    components: dict[str, Any] = {
+        "schemas": SCHEMAS,
+        "headers": {"RequestId": {
+            "description": "The request's X-Request-Id, or a new one; also in the access log",
+            "schema": {"type": "string"}}},
+        "responses": {f"E{code}": _json(_ref("Error"), text) for code, text in ERRORS.items()},
+    }
+    document: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "dblog worker HTTP API",
+            "version": __version__,
+            "description": "Status, dump requests and their control, metrics and a live "
+                           "feed of one dblog capture worker (one source database). "
+                           "Errors are {\"error\": \"...\"}. See docs/http.md.",
+        },
+        "paths": paths,
+        "components": components,
+    }
+    if auth:
+        components["securitySchemes"] = {"bearer": {
+            "type": "http", "scheme": "bearer",
+            "description": "the token in the environment variable http.token_env names"}}
+        document["security"] = [{"bearer": []}]
+    return document

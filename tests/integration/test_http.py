@@ -1,0 +1,611 @@
+"""The worker's HTTP API against a real worker process, PostgreSQL and Redis.
+
+Each test starts ``dblog run`` (HTTP on a free loopback port, read from its log) and
+talks to it with http.client: health, status, dumps made and steered over HTTP and
+seen by the CLI and in Redis, the token, and bad input of every kind, answered 4xx
+with ``{"error": ...}`` while Redis stays exactly as it was.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+from dblog_worker.http.api import CONTENT_TYPES, STATIC
+from tests.integration.harness import (
+    WorkerProcess,
+    Workers,
+    cli,
+    create_test_table,
+    redis_request,
+    wait_for,
+    write_config,
+)
+from tests.services import RedisServer
+
+SOURCE = "src"
+ITEMS, SLOW, PAIRS = "public.items", "public.slow", "public.pairs"
+TOKEN = "t0ken-for-the-http-test-7f3a"
+TOKEN_ENV = "DBLOG_TEST_HTTP_TOKEN"
+ITS_TOKEN = object()
+
+SETUP_SQL = f"""
+CREATE TABLE {SLOW} (k text PRIMARY KEY, v integer NOT NULL);
+ALTER TABLE {SLOW} REPLICA IDENTITY FULL;
+INSERT INTO {SLOW} SELECT 'k' || g, g FROM generate_series(1, 5) g;
+CREATE TABLE {PAIRS} (region text, id integer, PRIMARY KEY (region, id));
+ALTER TABLE {PAIRS} REPLICA IDENTITY FULL;
+INSERT INTO {PAIRS} VALUES ('eu', 1), ('us', 1);
+"""
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        assert self.headers.get("content-type") == "application/json", self
+        return json.loads(self.body)
+
+    @property
+    def error(self) -> str:
+        document = self.json()
+        assert set(document) == {"error"}, document
+        error: str = document["error"]
+        return error
+
+
+@dataclass
+class Api:
+    """The HTTP API of a running worker, and what to check it against."""
+
+    url: str
+    config: Path
+    redis_url: str
+    worker: WorkerProcess
+    token: str | None = None
+
+    def call(self, method: str, path: str, body: object = None, *, raw: bytes | None = None,
+             headers: dict[str, str] | None = None, token: object = ITS_TOKEN) -> Reply:
+        """One request on a new connection; ``body`` is sent as JSON, ``raw`` as is;
+        ``token``: the bearer token to send (None: none; by default the API's)."""
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        sent = dict(headers or {})
+        if body is not None:
+            raw = json.dumps(body).encode()
+            sent.setdefault("Content-Type", "application/json")
+        token = self.token if token is ITS_TOKEN else token
+        if token is not None:
+            sent.setdefault("Authorization", f"Bearer {token}")
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            connection.request(method, path, body=raw, headers=sent)
+            response = connection.getresponse()
+            return Reply(response.status, {k.lower(): v for k, v in response.getheaders()},
+                         response.read())
+        finally:
+            connection.close()
+
+    def get(self, path: str, **kwargs: Any) -> Reply:
+        return self.call("GET", path, **kwargs)
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        reply = self.call("POST", "/api/v1/requests", body)
+        assert reply.status == 201, (reply, self.worker.log()[-3000:])
+        document: dict[str, Any] = reply.json()
+        assert reply.headers["location"] == f"/api/v1/requests/{document['id']}"
+        return document
+
+    def request(self, request_id: str) -> dict[str, Any]:
+        reply = self.get(f"/api/v1/requests/{request_id}")
+        assert reply.status == 200, reply
+        document: dict[str, Any] = reply.json()
+        return document
+
+    def wait_state(self, request_id: str, states: tuple[str, ...]) -> dict[str, Any]:
+        wait_for(lambda: self.request(request_id)["state"] in states, 30,
+                 f"{request_id} to become {'/'.join(states)}",
+                 lambda: self.worker.log()[-4000:])
+        return self.request(request_id)
+
+    def redis_state(self) -> dict[str, object]:
+        """Every key of the source in Redis with its value, but what the worker writes
+        while it runs: its status report and the checkpoint."""
+        with redis.Redis.from_url(self.redis_url, decode_responses=True) as client:
+            state: dict[str, object] = {}
+            for key in sorted(client.scan_iter(f"dblog:v1:{SOURCE}:*")):
+                kind = client.type(key)
+                if key.endswith((":worker", ":checkpoint")):
+                    continue
+                if kind == "hash":
+                    state[key] = client.hgetall(key)
+                elif kind == "list":
+                    state[key] = client.lrange(key, 0, -1)
+                elif kind == "zset":
+                    state[key] = client.zrange(key, 0, -1, withscores=True)
+                else:
+                    state[key] = client.get(key)
+            return state
+
+
+def start_api(tmp_path: Path, dsn: str, redis_url: str, workers: Workers, *,
+              http: str = 'listen = "127.0.0.1:0"', token: str | None = None) -> Api:
+    config = write_config(tmp_path, dsn, redis_url, [ITEMS, SLOW, PAIRS], http=http)
+    worker = workers.start(config)
+    assert worker.alive(), worker.log()
+    found = re.search(r"HTTP API on (http://127\.0\.0\.1:\d+)", worker.log())
+    assert found is not None, worker.log()
+    api = Api(found.group(1), config, redis_url, worker, token)
+    wait_for(lambda: api.get("/readyz").status == 200, 20, "readyz", worker.log)
+    return api
+
+
+@pytest.fixture
+def tables(pg_dsn: str) -> str:
+    create_test_table(pg_dsn, ITEMS, rows=20)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(SETUP_SQL.encode())
+    return pg_dsn
+
+
+@pytest.fixture
+def api(tmp_path: Path, tables: str, redis_url: str) -> Iterator[Api]:
+    with Workers(tmp_path / "worker.log") as workers:
+        yield start_api(tmp_path, tables, redis_url, workers)
+
+
+# -- health, status, dumps --------------------------------------------------------------
+
+
+def test_health_status_and_dumps_over_http(api: Api) -> None:
+    health = api.get("/healthz", headers={"X-Request-Id": "probe-1"})
+    assert (health.status, health.json()) == (200, {"status": "ok"})
+    assert health.headers["x-request-id"] == "probe-1"
+    assert len(api.get("/healthz").headers["x-request-id"]) == 32  # made when not given
+    assert api.get("/readyz").json() == {"status": "ready"}
+
+    status = api.get("/api/v1/status").json()
+    assert (status["source"], status["connected"], status["http"]) == (SOURCE, True, api.url)
+    assert status["redis"]["error"] is None
+    wait_for(lambda: api.get("/api/v1/status").json()["redis"]["worker"] is not None, 10,
+             "the worker's first report")
+    report = api.get("/api/v1/status").json()["redis"]["worker"]
+    assert report["http"] == api.url  # the address in Redis, for `dblog status`
+    assert f"  http: {api.url}" in cli(api.config, "status").stdout.splitlines()
+
+    created = api.create({"kind": "tables", "tables": [ITEMS], "chunk_size": 7,
+                          "client_token": "tok-1"})
+    assert (created["kind"], created["tables"], created["chunk_size"]) == ("tables", [ITEMS], 7)
+    done = api.wait_state(created["id"], ("completed", "failed"))
+    assert done["state"] == "completed", done
+    assert done["progress"][ITEMS]["rows"] == 20
+    shown = json.loads(cli(api.config, "show", created["id"], "--json").stdout)
+    assert shown == done  # the same request, the same JSON as `dblog show --json`
+    again = api.call("POST", "/api/v1/requests", {"kind": "tables", "tables": [ITEMS],
+                                                  "client_token": "tok-1"})
+    assert (again.status, again.json()["id"]) == (200, created["id"])  # idempotent
+
+    keys = api.create({"kind": "keys", "tables": [PAIRS], "keys": [["eu", 1], ["eu", 9]]})
+    keys_done = api.wait_state(keys["id"], ("completed", "failed"))
+    assert (keys_done["state"], keys_done["key_count"]) == ("completed", 2), keys_done
+    assert keys_done["missing_keys"] == [["eu", "9"]]
+    assert json.loads(cli(api.config, "show", keys["id"], "--json").stdout) == keys_done
+
+    everything = api.create({"kind": "all", "chunk_size": 50})
+    assert everything["tables"] == [ITEMS, SLOW, PAIRS]
+    assert api.wait_state(everything["id"], ("completed", "failed"))["state"] == "completed"
+
+    listed = api.get("/api/v1/requests").json()
+    assert [r["id"] for r in listed] == [created["id"], keys["id"], everything["id"]]
+    assert listed == json.loads(cli(api.config, "list", "--json").stdout)
+    assert api.get("/api/v1/requests?active=true").json() == []
+
+    assert 'request_id=probe-1' in api.worker.log()  # the access log, at DEBUG
+
+
+def test_pause_resume_cancel_and_knobs(api: Api) -> None:
+    # five rows one per chunk, an hour apart: running until cancelled
+    slow = api.create({"kind": "tables", "tables": [SLOW], "chunk_size": 1,
+                       "delay_ms": 3_600_000})["id"]
+    api.wait_state(slow, ("running",))
+    wait_for(lambda: api.request(slow)["progress"].get(SLOW, {}).get("chunks", 0) >= 1,
+             20, "the first chunk", api.worker.log)
+
+    knobs = api.call("PATCH", f"/api/v1/requests/{slow}", {"chunk_size": 2,
+                                                           "delay_ms": 3_500_000})
+    assert knobs.status == 200, knobs
+    assert (knobs.json()["chunk_size"], knobs.json()["delay_ms"]) == (2, 3_500_000)
+    fields = redis_request(api.redis_url, SOURCE, slow)
+    assert (fields["chunk_size"], fields["delay_ms"]) == ("2", "3500000")
+    only_delay = api.call("PATCH", f"/api/v1/requests/{slow}", {"delay_ms": 3_600_000})
+    assert (only_delay.json()["chunk_size"], only_delay.json()["delay_ms"]) == (2, 3_600_000)
+
+    paused = api.call("POST", f"/api/v1/requests/{slow}/pause")
+    assert paused.status == 200, paused
+    assert (paused.json()["state"], paused.json()["previous_state"]) == ("paused", "running")
+    assert redis_request(api.redis_url, SOURCE, slow)["state"] == "paused"
+    resumed = api.call("POST", f"/api/v1/requests/{slow}/resume", {})
+    assert (resumed.status, resumed.json()["state"]) == (200, "running")
+    assert redis_request(api.redis_url, SOURCE, slow)["state"] == "running"
+
+    queued = api.create({"kind": "tables", "tables": [ITEMS]})["id"]  # waits behind slow
+    before = api.redis_state()
+    refusals = [
+        (api.call("POST", f"/api/v1/requests/{queued}/resume"), 409,
+         f"dump request {queued} is queued; it cannot become running (allowed from: paused)"),
+        (api.call("POST", f"/api/v1/requests/{queued}/pause"), 409,
+         f"dump request {queued} is queued; it cannot become paused (allowed from: running)"),
+        (api.call("POST", f"/api/v1/requests/{slow}/resume"), 409,
+         f"dump request {slow} is running; it cannot become running"),
+        (api.call("POST", "/api/v1/requests/dump-999/cancel"), 404,
+         "no dump request 'dump-999' for source 'src'"),
+        (api.call("PATCH", "/api/v1/requests/dump-999", {"chunk_size": 3}), 404,
+         "no dump request 'dump-999'"),
+        (api.get("/api/v1/requests/dump-999"), 404, "no dump request 'dump-999'"),
+        (api.get("/api/v1/requests/dump-1:progress"), 404, "ids look like dump-12"),
+    ]
+    for reply, status, message in refusals:
+        assert (reply.status, message in reply.error) == (status, True), (reply, message)
+    assert api.redis_state() == before
+
+    cancelled = api.call("POST", f"/api/v1/requests/{slow}/cancel")
+    assert (cancelled.status, cancelled.json()["state"]) == (200, "cancelled")
+    assert redis_request(api.redis_url, SOURCE, slow)["state"] == "cancelled"
+    assert api.wait_state(queued, ("completed", "failed"))["state"] == "completed"
+    final = api.call("PATCH", f"/api/v1/requests/{slow}", {"chunk_size": 3})
+    assert final.status == 409
+    assert final.error == f"dump request {slow} is cancelled; knobs are final"
+    assert redis_request(api.redis_url, SOURCE, slow)["chunk_size"] == "2"
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def test_bad_input_is_refused_and_changes_nothing(api: Api) -> None:
+    running = api.create({"kind": "tables", "tables": [SLOW], "chunk_size": 1,
+                          "delay_ms": 3_600_000})["id"]
+    api.wait_state(running, ("running",))
+    wait_for(lambda: api.request(running)["progress"].get(SLOW, {}).get("chunks", 0) >= 1,
+             20, "the first chunk", api.worker.log)
+    before = api.redis_state()
+    post = "/api/v1/requests"
+    cases: list[tuple[str, str, dict[str, Any], int, str]] = [
+        # malformed, wrong types, unknown fields
+        ("POST", post, {"raw": b"{", "headers": JSON_HEADERS}, 400,
+         "the body is not valid JSON: Expecting property name"),
+        ("POST", post, {"raw": b"\xff\xfe", "headers": JSON_HEADERS}, 400,
+         "the body is not valid JSON"),
+        ("POST", post, {"raw": b'{"kind": NaN}', "headers": JSON_HEADERS}, 400,
+         "NaN is not a JSON number"),
+        ("POST", post, {"body": [1]}, 400, "the body must be a JSON object, got list"),
+        ("POST", post, {}, 400, "this request needs a JSON object body"),
+        ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS], "chunk": 5}}, 400,
+         "unknown field(s) chunk; allowed: kind, tables, keys, chunk_size"),
+        ("POST", post, {"body": {"kind": "everything"}}, 400,
+         'kind must be "all", "tables" or "keys", got "everything"'),
+        ("POST", post, {"body": {"tables": [ITEMS]}}, 400, "kind must be"),
+        ("POST", post, {"body": {"kind": "tables", "tables": ITEMS}}, 400,
+         "tables must be a non-empty list"),
+        ("POST", post, {"body": {"kind": "tables", "tables": []}}, 400,
+         "tables must be a non-empty list"),
+        ("POST", post, {"body": {"kind": "tables", "tables": [1]}}, 400,
+         "tables must be a non-empty list"),
+        ("POST", post, {"body": {"kind": "all", "tables": [ITEMS]}}, 400,
+         "kind all dumps every captured table"),
+        ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS], "keys": [1]}}, 400,
+         'keys are for kind "keys"'),
+        ("POST", post, {"body": {"kind": "keys", "tables": [ITEMS, SLOW], "keys": [1]}}, 400,
+         "a keys dump names exactly one table"),
+        ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS], "chunk_size": "5"}}, 400,
+         'chunk_size must be an integer, got "5"'),
+        ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS], "chunk_size": True}},
+         400, "chunk_size must be an integer, got true"),
+        ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS], "delay_ms": 1.5}}, 400,
+         "delay_ms must be an integer, got 1.5"),
+        ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS], "chunk_size": 0}}, 400,
+         "chunk size must be an integer from 1 to 100000, got 0"),
+        ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS], "delay_ms": -1}}, 400,
+         "delay must be an integer number of milliseconds from 0 to 3600000, got -1"),
+        ("POST", post, {"body": {"kind": "all", "client_token": ""}}, 400,
+         "client_token must be a string of 1 to 200 characters"),
+        # checked against the source
+        ("POST", post, {"body": {"kind": "tables", "tables": ["public.nope"]}}, 400,
+         "table public.nope is not captured by source src"),
+        ("POST", post, {"body": {"kind": "tables",
+                                 "tables": ['public.items"; DROP TABLE public.items; --']}},
+         400, "is not captured"),
+        ("POST", post, {"body": {"kind": "keys", "tables": [ITEMS], "keys": ["abc"]}}, 400,
+         "a key value does not fit column id (integer)"),
+        ("POST", post, {"body": {"kind": "keys", "tables": [ITEMS], "keys": [[1, 2]]}}, 400,
+         "key #1 [1, 2] has 2 value(s); the primary key has 1 column(s)"),
+        ("POST", post, {"body": {"kind": "keys", "tables": [ITEMS], "keys": []}}, 400,
+         "keys must be a non-empty JSON array"),
+        ("POST", post, {"body": {"kind": "keys", "tables": [ITEMS], "keys": [None]}}, 400,
+         "primary-key values are never null"),
+        ("POST", post, {"body": {"kind": "keys", "tables": [ITEMS], "keys": None}}, 400,
+         "keys must be a non-empty JSON array"),
+        ("POST", post, {"body": {"kind": "keys", "tables": [ITEMS]}}, 400,
+         "a keys dump names exactly one table and its keys"),
+        # content type, size, framing
+        ("POST", post, {"raw": b'{"kind": "all"}', "headers": {"Content-Type": "text/plain"}},
+         415, "the body must be JSON, sent with Content-Type: application/json"),
+        ("POST", post, {"raw": b'{"kind": "all"}'}, 415, "the body must be JSON"),
+        ("POST", post, {"raw": b'{"kind": "all"}', "headers": {
+            "Content-Type": "application/json; charset=latin-1"}}, 415, "must be JSON"),
+        ("GET", "/api/v1/requests", {"raw": b"{}", "headers": JSON_HEADERS}, 400,
+         "GET /api/v1/requests takes no body"),
+        # knobs and commands
+        ("PATCH", f"/api/v1/requests/{running}", {"body": {}}, 400,
+         "give chunk_size, delay_ms, or both"),
+        ("PATCH", f"/api/v1/requests/{running}", {"body": {"chunk_size": 0}}, 400,
+         "chunk size must be an integer from 1 to 100000, got 0"),
+        ("PATCH", f"/api/v1/requests/{running}", {"body": {"delay": 5}}, 400,
+         "unknown field(s) delay; allowed: chunk_size, delay_ms"),
+        ("PATCH", f"/api/v1/requests/{running}", {"body": {"chunk_size": None}}, 400,
+         "chunk_size must be an integer, got null"),
+        ("POST", f"/api/v1/requests/{running}/pause", {"body": {"force": True}}, 400,
+         "unknown field(s) force; allowed: none"),
+        ("POST", f"/api/v1/requests/{running}/cancel", {"raw": b"null",
+                                                        "headers": JSON_HEADERS}, 400,
+         "the body must be a JSON object, got null"),
+        ("POST", post, {"body": {"kind": "all", "client_token": None}}, 400,
+         "client_token must be a string"),
+        ("POST", post, {"body": {"kind": "all", "tables": None}}, 400,
+         "kind all dumps every captured table"),
+        ("POST", f"/api/v1/requests/{running}/stop", {}, 404, "no route"),
+        # query, methods, paths
+        ("GET", "/api/v1/requests?active=yes", {}, 400, "active must be true or false"),
+        ("GET", "/api/v1/requests?limit=5", {}, 400, "unknown query parameter 'limit'"),
+        ("GET", "/api/v1/requests?active=true&active=false", {}, 400, "given twice"),
+        ("GET", "/api/v1/feed?after=-1", {}, 400, "after must be an integer from 0"),
+        ("GET", "/api/v1/feed?limit=501", {}, 400, "limit must be an integer from 1 to 500"),
+        ("DELETE", f"/api/v1/requests/{running}", {}, 405, "DELETE is not allowed"),
+        ("PUT", "/api/v1/requests", {"body": {"kind": "all"}}, 405, "PUT is not allowed"),
+        ("GET", "/api/v1/nothing", {}, 404, "no route '/api/v1/nothing'"),
+        ("GET", "/live/..%2Fapi.py", {}, 404, "no file '../api.py' in the live view"),
+        ("GET", "/live/.hidden", {}, 404, "no file '.hidden'"),
+        # browsers: another site's page, DNS rebinding
+        ("POST", f"/api/v1/requests/{running}/cancel",
+         {"headers": {"Origin": "http://evil.example"}}, 403, "cross-origin requests"),
+        ("POST", f"/api/v1/requests/{running}/cancel",
+         {"headers": {"Sec-Fetch-Site": "cross-site"}}, 403, "cross-origin requests"),
+        ("GET", "/api/v1/status", {"headers": {"Host": "evil.example:8750"}}, 403,
+         "Host 'evil.example:8750' is not a loopback name"),
+    ]
+    failures = []
+    for method, path, kwargs, status, message in cases:
+        reply = api.call(method, path, **kwargs)
+        try:
+            ok = reply.status == status and message in reply.error
+        except (AssertionError, ValueError):
+            ok = False
+        if not ok:
+            failures.append(f"{method} {path} {kwargs.get('body', '')}: got {reply.status} "
+                            f"{reply.body[:300]!r}; wanted {status} {message!r}")
+    assert not failures, "\n".join(failures)
+    assert api.get("/api/v1/requests/x").headers["content-type"] == "application/json"
+    assert api.call("DELETE", f"/api/v1/requests/{running}").headers["allow"] == "GET, HEAD, PATCH"
+    assert api.call("POST", "/healthz").headers["allow"] == "GET, HEAD"
+    assert api.redis_state() == before  # nothing queued, nothing changed
+    assert api.request(running)["state"] == "running"
+    assert api.worker.alive()
+    # the worker still takes good requests
+    assert api.call("POST", f"/api/v1/requests/{running}/cancel").status == 200
+    good = api.create({"kind": "keys", "tables": [ITEMS], "keys": [10, "20"]})
+    assert api.wait_state(good["id"], ("completed", "failed"))["state"] == "completed"
+
+
+def test_http_layer(api: Api) -> None:
+    """Errors of the HTTP layer itself (before any route) are JSON too; a connection
+    serves several requests; more than 64 connections at once are turned away."""
+    host, port = api.url.removeprefix("http://").rsplit(":", 1)
+    for request, status in [
+        (b"BREW /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 405),
+        (b"BREW /teapot HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 404),
+        (b"nonsense\r\n\r\n", 400),
+        (b"GET /healthz HTTP/9.9\r\n\r\n", 505),
+        (b"POST /api/v1/requests HTTP/1.1\r\nHost: localhost\r\n"
+         b"Transfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n0\r\n\r\n", 411),
+        # too large: refused before the body is sent, with or without Expect: 100-continue
+        (b"POST /api/v1/requests HTTP/1.1\r\nHost: localhost\r\n"
+         b"Content-Type: application/json\r\nContent-Length: 4194305\r\n\r\n", 413),
+        (b"POST /api/v1/requests HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n"
+         b"Content-Type: application/json\r\nContent-Length: 4194305\r\n\r\n", 413),
+    ]:
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(request)
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.split(b" ")[1] == str(status).encode(), data
+        assert b"Content-Type: application/json" in head, data
+        assert set(json.loads(body)) == {"error"}, data
+
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    first = None
+    try:  # one connection, several requests, refusals among them
+        for method, path, sent, status in [
+            ("GET", "/healthz", None, 200), ("GET", "/nowhere", None, 404),
+            ("POST", "/api/v1/requests", b'{"kind": 1}', 400),
+            ("POST", "/healthz", b"{}", 405), ("GET", "/api/v1/requests", None, 200),
+            ("POST", "/api/v1/requests?x=1", b'{"kind": "all"}', 400),
+            ("GET", "/api/v1/requests", b"{}", 400), ("GET", "/api/v1/feed?after=0", None, 200),
+        ]:
+            connection.request(method, path, body=sent, headers=JSON_HEADERS)
+            first = first or connection.sock
+            response = connection.getresponse()
+            response.read()
+            assert response.status == status, (method, path, response.status)
+            assert connection.sock is first  # still the same connection
+    finally:
+        connection.close()
+
+    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(64)]
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as extra:
+            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            data = b""
+            while chunk := extra.recv(65536):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 "), data
+        assert f"Content-Length: {len(body)}".encode() in head, data
+        assert json.loads(body) == {"error": "too many connections at once; try again later"}
+    finally:
+        for conn in idle:
+            conn.close()
+    wait_for(lambda: api.get("/healthz").status == 200, 10, "a free connection")
+
+
+# -- the token ----------------------------------------------------------------------------
+
+
+def test_token_guards_everything_but_health_and_the_page(
+    tmp_path: Path, tables: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)  # the worker and the CLI inherit it
+    with Workers(tmp_path / "worker.log") as workers:
+        api = start_api(tmp_path, tables, redis_url, workers, token=TOKEN,
+                        http=f'listen = "127.0.0.1:0"\ntoken_env = "{TOKEN_ENV}"')
+        guarded = ["/api/v1/status", "/api/v1/requests", "/api/v1/requests/dump-1",
+                   "/api/v1/feed?after=0", "/metrics", "/api/v1/openapi.json", "/nowhere"]
+        for path in guarded:
+            for token in (None, "wrong", TOKEN + "x", TOKEN[:-1]):
+                reply = api.get(path, token=token)
+                assert reply.status == 401, (path, token, reply)
+                assert "missing or wrong token" in reply.error
+                assert reply.headers["www-authenticate"] == 'Bearer realm="dblog"'
+        basic = api.get("/api/v1/status", token=None,
+                        headers={"Authorization": f"Basic {TOKEN}"})
+        assert basic.status == 401
+        before = api.redis_state()
+        refused = api.call("POST", "/api/v1/requests", {"kind": "all"}, token="wrong")
+        assert refused.status == 401
+        assert api.redis_state() == before
+
+        assert api.get("/healthz", token=None).status == 200
+        assert api.get("/readyz", token=None).status == 200
+        assert api.get("/api/v1/status").json()["connected"] is True
+        # with a token, other Host names are fine (a proxy in front)
+        assert api.get("/api/v1/status", headers={"Host": "dblog.example:443"}).status == 200
+        metrics = api.get("/metrics")
+        assert metrics.status == 200
+        assert metrics.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+        feed = api.get("/api/v1/feed?after=0&limit=5")
+        assert feed.status == 200 and set(feed.json()) >= {"next", "events"}
+        document = api.get("/api/v1/openapi.json").json()
+        assert document["openapi"] == "3.1.0"
+        assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+        page = api.get("/", token=None)  # the live view needs no token
+        assert (page.status, page.headers["content-type"]) == (200, "text/html; charset=utf-8")
+        assert page.body == (STATIC / "index.html").read_bytes()
+        for file in sorted(STATIC.iterdir()):
+            served = api.get(f"/live/{file.name}", token=None)
+            assert served.status == 200, (file, served)
+            assert served.headers["content-type"] == CONTENT_TYPES[file.suffix], file
+            assert served.body == file.read_bytes()
+
+        created = api.create({"kind": "tables", "tables": [ITEMS]})
+        assert api.wait_state(created["id"], ("completed", "failed"))["state"] == "completed"
+        assert cli(api.config, "show", created["id"]).returncode == 0
+        assert TOKEN not in api.worker.log()
+
+
+# -- starting, stopping ---------------------------------------------------------------------
+
+
+def test_port_in_use_refuses_to_start_and_http_can_be_off(
+    tmp_path: Path, tables: str, redis_url: str
+) -> None:
+    with socket.socket() as busy, Workers(tmp_path / "worker.log") as workers:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        config = write_config(tmp_path, tables, redis_url, [ITEMS],
+                              http=f'listen = "127.0.0.1:{port}"')
+        refused = workers.start(config, streaming=False)
+        assert refused.proc is not None
+        assert refused.proc.wait(30) == 1
+        assert (f"error: http.listen '127.0.0.1:{port}': port {port} is in use"
+                in refused.log()), refused.log()
+        assert " streaming " not in refused.log()  # it stopped before it connected
+
+        off = write_config(tmp_path, tables, redis_url, [ITEMS],
+                           http=f'listen = "127.0.0.1:{port}"\nenabled = false')
+        worker = workers.start(off)
+        assert worker.alive(), worker.log()
+        assert "HTTP API on" not in worker.log()
+        wait_for(lambda: "  http: -" in cli(off, "status").stdout, 10, "a status report")
+        assert worker.stop() == 0
+
+
+def test_redis_down_answers_503(api: Api, redis_server: RedisServer) -> None:
+    redis_server.kill()  # the redis_url fixture of the next test restarts it
+    try:
+        for method, path, body in [("GET", "/api/v1/requests", None),
+                                   ("GET", "/api/v1/requests/dump-1", None),
+                                   ("POST", "/api/v1/requests/dump-1/pause", None),
+                                   ("PATCH", "/api/v1/requests/dump-1", {"delay_ms": 1}),
+                                   ("POST", "/api/v1/requests", {"kind": "all"})]:
+            reply = api.call(method, path, body)
+            assert reply.status == 503, (method, path, reply)
+            assert reply.error.startswith("Redis is unreachable: "), reply
+            assert reply.error.endswith("; try again")
+            assert reply.headers["retry-after"] == "1"
+        status = api.get("/api/v1/status")
+        assert status.status == 200  # what the worker knows, and that Redis is gone
+        assert status.json()["redis"]["error"].startswith("Redis is unreachable")
+        assert api.get("/healthz").status == 200
+        assert api.worker.alive()
+    finally:
+        redis_server.restart()
+
+
+# -- conformance to the OpenAPI document -------------------------------------------------
+
+
+def test_answers_conform_to_the_openapi_document(
+    tmp_path: Path, tables: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """schemathesis, driven by /api/v1/openapi.json, against a worker with a token: no
+    5xx, every answer (status, content type, headers, body) as documented, input the
+    document forbids refused, and a request without the token refused."""
+    pytest.importorskip("schemathesis")
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    with Workers(tmp_path / "worker.log") as workers:
+        api = start_api(tmp_path, tables, redis_url, workers, token=TOKEN,
+                        http=f'listen = "127.0.0.1:0"\ntoken_env = "{TOKEN_ENV}"')
+        api.create({"kind": "tables", "tables": [SLOW], "chunk_size": 1,
+                    "delay_ms": 3_600_000})
+        checks = ("not_a_server_error,status_code_conformance,content_type_conformance,"
+                  "response_headers_conformance,response_schema_conformance,"
+                  "negative_data_rejection,unsupported_method,allow_header_conformance,"
+                  "ignored_auth")
+        result = subprocess.run(
+            [sys.executable, "-m", "schemathesis.cli", "run",
+             f"{api.url}/api/v1/openapi.json", "--header", f"Authorization: Bearer {TOKEN}",
+             "--checks", checks, "--max-examples", "5", "--seed", "7", "--workers", "2",
+             "--phases", "coverage", "--no-shrink", "--warnings", "off",
+             "--report-dir", str(tmp_path / "schemathesis")],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )
+        assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+        assert "14 selected / 14 total" in result.stdout, result.stdout
+        assert api.worker.alive()
