@@ -395,7 +395,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(json_response(code, {"error": message or phrase}))
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass  # _handle logs each request once, with its request id
+        """Not the stdlib's access line: ``_handle`` logs each request once, with its id."""
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.client_address[0], format % args)

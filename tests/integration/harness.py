@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -204,19 +205,22 @@ def replay(landing: Path, source: str, table: str, version_column: str = "versio
 # -- the source databases -------------------------------------------------------------
 
 
-class Session:
+class Session(ABC):
     """One autocommit connection to a source database (a context manager that closes it)."""
 
+    @abstractmethod
     def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
         """Run one statement; the number of rows it changed."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def transaction(self) -> AbstractContextManager[None]:
         """Statements executed inside are one transaction."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        ...
 
     def __enter__(self) -> Self:
         return self
@@ -263,7 +267,7 @@ class MySession(Session):
         self.conn.close()
 
 
-class Database:
+class Database(ABC):
     """A source database as the tests write to it: the SQL that differs between kinds.
 
     The test tables have ``id`` (the key), ``version`` (every write takes it from one
@@ -275,45 +279,53 @@ class Database:
     next_version: str  # SQL expression: the next value of the version sequence
     random_text: str  # SQL expression: a random text
 
+    @abstractmethod
     def table(self, name: str) -> str:
         """The worker's name of table ``name`` of this database."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def connect(self) -> Session:
-        raise NotImplementedError
+        ...
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> None:
         with self.connect() as session:
             session.execute(statement, params)
 
+    @abstractmethod
     def create_test_table(self, table: str, rows: int = 0) -> None:
         """The test table, with ``rows`` rows of ids 10, 20, ..."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def series(self, first: int, last: int) -> str:
         """A FROM item of the integers ``first`` to ``last`` as column ``g``."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def upsert(self, table: str) -> str:
         """Insert row ``%s`` (an id), or give the row a new version and payload."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def insert_ignore(self, table: str, values: str) -> str:
         """``INSERT INTO table VALUES values``, skipping rows whose key exists."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def log_end(self) -> tuple[int, int]:
         """Where the log ends now, comparable with :func:`checkpoint_position`."""
-        raise NotImplementedError
+        ...
 
     def key_change(self, table: str) -> str:
         """Move row ``%s`` (2nd parameter) to id ``%s`` (1st and 3rd), if that id is free."""
         return (f"UPDATE {table} SET id = %s, version = {self.next_version} WHERE id = %s "
                 f"AND NOT EXISTS (SELECT 1 FROM {table} AS other WHERE other.id = %s)")
 
+    @abstractmethod
     def rows(self, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
         """The table as it is, keyed like the output (key columns of integers and text)."""
-        raise NotImplementedError
+        ...
 
 
 def _keyed(rows: Sequence[dict[str, Any]], key: Sequence[str]) -> dict[str, dict[str, Any]]:
