@@ -11,8 +11,9 @@ suite's settings, the same trade); the worker's landing zone is written with fsy
 in production.
 
 The worker runs as ``python -m dblog_worker run`` (:class:`WorkerRun`), one process per
-source name; a fresh source name gives a fresh landing directory (and, on PostgreSQL, a
-fresh slot and publication; on MariaDB a fresh replica id).
+source name (or several, leader and standbys, with ``instance``); a fresh source name gives
+a fresh landing directory (and, on PostgreSQL, a fresh slot and publication; on MariaDB a
+fresh replica id).
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class Options:
     profile_dir: Path | None = None
     profile_gil: bool = False
     source: str = POSTGRESQL
+    kills: int = 10
 
 
 def die_with_parent() -> Callable[[], None] | None:
@@ -244,7 +246,7 @@ class Environment:
         if exc is not None:
             for worker in self.workers:
                 with contextlib.suppress(Exception):
-                    progress(f"worker {worker.source} log tail:\n{worker.log_tail()}")
+                    progress(f"worker {worker.name} log tail:\n{worker.log_tail()}")
         self.close()
 
     def close(self) -> None:
@@ -278,8 +280,10 @@ class Environment:
         return redis.Redis.from_url(self.redis.url, decode_responses=True)
 
     def worker(self, source: str, tables: Sequence[str], *,
-               flush_interval_s: float = FLUSH_INTERVAL_S) -> WorkerRun:
-        run = WorkerRun(self, source, tables, flush_interval_s=flush_interval_s)
+               flush_interval_s: float = FLUSH_INTERVAL_S, instance: str = "",
+               extra_config: str = "") -> WorkerRun:
+        run = WorkerRun(self, source, tables, flush_interval_s=flush_interval_s,
+                        instance=instance, extra_config=extra_config)
         self.workers.append(run)
         return run
 
@@ -384,15 +388,23 @@ def insert_rows(conn: psycopg.Connection[tuple[Any, ...]], table: str, first: in
 
 
 class WorkerRun:
-    """``dblog run`` for one source name, as a child process."""
+    """``dblog run`` for one source name, as a child process.
+
+    Several processes of one source (a leader and its standbys) are several runs with the
+    same source, tables and ``extra_config`` and distinct ``instance`` names: they share
+    the configuration file and each has a log of its own. ``extra_config`` is appended to
+    the configuration (TOML tables such as ``[lease]``).
+    """
 
     def __init__(self, env: Environment, source: str, tables: Sequence[str], *,
-                 flush_interval_s: float) -> None:
+                 flush_interval_s: float, instance: str = "", extra_config: str = "") -> None:
         self.env = env
         self.source = source
+        self.instance = instance
+        self.name = f"{source}-{instance}" if instance else source
         self.tables = list(tables)
         self.config = env.workdir / f"{source}.toml"
-        self.log_path = env.workdir / f"{source}.log"
+        self.log_path = env.workdir / f"{self.name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.profiler: subprocess.Popen[bytes] | None = None
         self.config.write_text(
@@ -418,7 +430,7 @@ status_interval_s = 1.0
 
 [http]
 listen = "127.0.0.1:0"
-"""
+{extra_config}"""
         )
 
     @property
@@ -438,16 +450,19 @@ listen = "127.0.0.1:0"
     def key(self, *parts: str) -> str:
         return f"dblog:v1:{self.source}:" + ":".join(parts)
 
-    def start(self, timeout: float = 60) -> Self:
+    def start(self, timeout: float = 60, *, wait_status: bool = True) -> Self:
+        """Start the process; wait for the source's status hash in Redis (a streaming
+        leader), unless ``wait_status`` is false (a standby: the hash is the leader's)."""
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "dblog_worker", "run", "--config", str(self.config),
                  "--log-level", "INFO"],
                 stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=die_with_parent(),
             )
-        with self.env.redis_client() as client:
-            wait_until(lambda: bool(client.exists(self.key("worker"))), timeout,
-                       f"worker {self.source} to start", self.check_alive)
+        if wait_status:
+            with self.env.redis_client() as client:
+                wait_until(lambda: bool(client.exists(self.key("worker"))), timeout,
+                           f"worker {self.name} to start", self.check_alive)
         if self.env.options.profile_dir is not None:
             self._start_profiler(self.env.options.profile_dir)
         return self
@@ -468,7 +483,7 @@ listen = "127.0.0.1:0"
             return
         directory.mkdir(parents=True, exist_ok=True)
         gil = self.env.options.profile_gil
-        out = directory / f"{self.env.name}-{self.source}{suffix}{'-gil' if gil else ''}.txt"
+        out = directory / f"{self.env.name}-{self.name}{suffix}{'-gil' if gil else ''}.txt"
         # --gil: only the samples of the thread holding the GIL (where the CPU time in
         # Python goes); otherwise every thread, waits included.
         self.profiler = subprocess.Popen(
@@ -476,11 +491,11 @@ listen = "127.0.0.1:0"
              "--nonblocking", *(["--gil"] if gil else ["--idle"]), "--output", str(out)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent(),
         )
-        progress(f"profiling worker {self.source} into {out}")
+        progress(f"profiling worker {self.name} into {out}")
 
     def check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"worker {self.source} exited with {self.proc.returncode}:\n"
+            raise RuntimeError(f"worker {self.name} exited with {self.proc.returncode}:\n"
                                f"{self.log_tail()}")
 
     def log_tail(self, lines: int = 30) -> str:
@@ -502,6 +517,19 @@ listen = "127.0.0.1:0"
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies at once, as in a crash; reaped."""
+        self._stop_profiler()
+        if self.proc is None:
+            return
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def _stop_profiler(self) -> None:
         if self.profiler is not None:

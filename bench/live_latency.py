@@ -118,7 +118,7 @@ class Trickle(Background):
 
 
 class Watcher(Background):
-    """Polls a table's landing directory; per row id: (commit time, arrival time)."""
+    """Polls a table's landing directory; per row id: (commit time, first arrival time)."""
 
     what = "landing watcher"
 
@@ -136,7 +136,7 @@ class Watcher(Background):
                 except FileNotFoundError:
                     names = []
                 now = time.time()
-                for name in names:
+                for name in sorted(names):
                     if name in seen or not name.startswith("segment-"):
                         continue
                     seen.add(name)
@@ -144,11 +144,27 @@ class Watcher(Background):
                     keys = data.column("key").to_pylist()
                     commits = data.column("commit_ts").cast(pa.int64()).to_pylist()
                     for key, commit_us in zip(keys, commits, strict=True):
-                        self.rows[int(json.loads(key)[0])] = (commit_us / 1e6, now)
+                        self.rows.setdefault(int(json.loads(key)[0]), (commit_us / 1e6, now))
                 time.sleep(0.01)
         except BaseException as exc:  # reported by stop()
             self.error = exc
 
+
+
+def create_trickle_table(env: Environment, trickle: str) -> None:
+    """The table :class:`Trickle` inserts into: ``id``, the server's ``sent_at`` and the
+    client's ``client_ts``."""
+    if env.is_mariadb:
+        with env.mysql_connect() as my, my.cursor() as cursor:
+            cursor.execute(f"CREATE TABLE {trickle} (id bigint PRIMARY KEY, "
+                           "sent_at timestamp(6) NOT NULL DEFAULT current_timestamp(6), "
+                           "client_ts double NOT NULL) ENGINE=InnoDB")
+    else:
+        with env.connect() as conn:
+            conn.execute(f"CREATE TABLE {trickle} (id bigint PRIMARY KEY, "
+                         "sent_at timestamptz NOT NULL DEFAULT clock_timestamp(), "
+                         "client_ts double precision NOT NULL)".encode())
+            conn.execute(f"ALTER TABLE {trickle} REPLICA IDENTITY FULL".encode())
 
 
 def one_run(env: Environment, options: Options, index: int) -> dict[str, float]:
@@ -194,18 +210,7 @@ def one_run(env: Environment, options: Options, index: int) -> dict[str, float]:
 def run(options: Options) -> Result:
     with Environment(NAME, options) as env:
         create_table(env, env.table(DUMP_TABLE_NAME), options.rows)
-        trickle = env.table(TRICKLE_NAME)
-        if env.is_mariadb:
-            with env.mysql_connect() as my, my.cursor() as cursor:
-                cursor.execute(f"CREATE TABLE {trickle} (id bigint PRIMARY KEY, "
-                               "sent_at timestamp(6) NOT NULL DEFAULT current_timestamp(6), "
-                               "client_ts double NOT NULL) ENGINE=InnoDB")
-        else:
-            with env.connect() as conn:
-                conn.execute(f"CREATE TABLE {trickle} (id bigint PRIMARY KEY, "
-                             "sent_at timestamptz NOT NULL DEFAULT clock_timestamp(), "
-                             "client_ts double precision NOT NULL)".encode())
-                conn.execute(f"ALTER TABLE {trickle} REPLICA IDENTITY FULL".encode())
+        create_trickle_table(env, env.table(TRICKLE_NAME))
         runs = [one_run(env, options, i) for i in range(options.runs)]
 
     def med(name: str) -> float:

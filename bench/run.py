@@ -20,6 +20,7 @@ from bench import (
     log_capture,
     memory,
     merge_throughput,
+    takeover,
     verify_throughput,
 )
 from bench.common import SOURCES, Options, Result, emit, progress
@@ -30,6 +31,7 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
     live_latency.NAME: live_latency.run,
     memory.NAME: memory.run,
     merge_throughput.NAME: merge_throughput.run,
+    takeover.NAME: takeover.run,
     verify_throughput.NAME: verify_throughput.run,
 }
 # Benchmarks that run for some source kinds only; the others run for every kind.
@@ -41,6 +43,7 @@ SOURCE_KINDS: dict[str, tuple[str, ...]] = {
 QUICK_ROWS = 50_000
 QUICK_MEMORY_ROWS = (100_000, 500_000)
 QUICK_IDLE_S = 5.0
+QUICK_KILLS = 3
 
 
 def parse_options(
@@ -56,9 +59,13 @@ def parse_options(
                              "(default 1000000; --quick 50000)")
     parser.add_argument("--runs", type=int, help="runs per benchmark (default 3; --quick 1)")
     parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: 50k rows, 1 run, memory 100k/500k, 5 s idle")
+                        help="a smoke run: 50k rows, 1 run, memory 100k/500k, 5 s idle, "
+                             "3 kills")
     parser.add_argument("--idle-s", type=float,
                         help="live_latency: seconds of idle trickle (default 30; --quick 5)")
+    parser.add_argument("--kills", type=int,
+                        help="takeover: leader kills per run and lease configuration "
+                             f"(default {Options.kills}; --quick {QUICK_KILLS})")
     parser.add_argument("--out", type=Path, help="also append the JSON lines to this file")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="sample every worker with py-spy into DIR (raw collapsed stacks)")
@@ -69,13 +76,15 @@ def parse_options(
         parser.error("--profile-gil needs --profile DIR")
     rows = args.rows if args.rows is not None else (QUICK_ROWS if args.quick else 1_000_000)
     runs = args.runs if args.runs is not None else (1 if args.quick else 3)
-    if rows < 1_000 or runs < 1:
-        parser.error("--rows must be at least 1000 and --runs at least 1")
+    kills = args.kills if args.kills is not None else (
+        QUICK_KILLS if args.quick else Options.kills)
+    if rows < 1_000 or runs < 1 or kills < 1:
+        parser.error("--rows must be at least 1000, --runs and --kills at least 1")
     memory_rows = QUICK_MEMORY_ROWS if args.quick and args.rows is None else (rows, 5 * rows)
     idle_s = args.idle_s if args.idle_s is not None else (QUICK_IDLE_S if args.quick else 30.0)
     options = Options(rows=rows, runs=runs, quick=args.quick, memory_rows=memory_rows,
                       idle_s=idle_s, profile_dir=args.profile,
-                      profile_gil=args.profile_gil)
+                      profile_gil=args.profile_gil, kills=kills)
     sources = list(SOURCES) if args.source == "all" else [args.source]
     return options, sources, args.only or list(BENCHMARKS), args.out
 

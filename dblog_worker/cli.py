@@ -66,7 +66,8 @@ def _parser() -> argparse.ArgumentParser:
 
     run = command("run", _run, "run the capture worker")
     run.add_argument("--adopt-slot", action="store_true",
-                     help="continue from an existing slot when Redis has no checkpoint")
+                     help="Redis lost its state: continue from the existing slot (PostgreSQL) "
+                          "or the end of the binary log (MySQL); then request a full dump")
     run.add_argument("--log-format", choices=["text", "json"],
                      help="text or json (default: logging.format, text)")
     run.add_argument("--log-level", type=str.lower,
@@ -333,16 +334,27 @@ def _merge(config: Config, args: argparse.Namespace) -> int:
 def _status(config: Config, args: argparse.Namespace) -> int:
     state = _state(config)
     status = state.status()
-    document = {"source": config.source.name, "checkpoint": state.checkpoint(), "worker": status}
+    lease, members = state.lease(), state.members()
+    document = {"source": config.source.name, "checkpoint": state.checkpoint(), "worker": status,
+                "lease": lease, "members": members}
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
     print(f"source {config.source.name}: checkpoint {document['checkpoint'] or '-'}")
+    if lease:
+        print(f"lease: held by {lease.get('holder')} (token {lease.get('token')})")
+    else:
+        print("lease: free (no worker leads; a standby takes it within its poll interval)")
+    for member in members:
+        age = time.time() - float(member.get("updated_at", "0"))
+        print(f"  {member.get('role', '?'):8} {member['holder']}  http {member.get('http') or '-'}"
+              f"  seen {age:.1f} s ago")
     if not status:
         print("no worker has reported yet")
         return 0
     age = time.time() - float(status.get("updated_at", "0"))
-    print(f"worker pid {status.get('pid')} on {status.get('host')}, last report {age:.1f} s ago")
+    print(f"leader pid {status.get('pid')} on {status.get('host')} (token "
+          f"{status.get('token') or '-'}), last report {age:.1f} s ago")
     for name in ("http", "checkpoint", "lag_bytes", "window", "windows", "active_request",
                  "events_emitted", "events_replayed"):
         print(f"  {name}: {status.get(name) or '-'}")
@@ -376,6 +388,13 @@ def _reset(config: Config, args: argparse.Namespace) -> int:
             "`dblog dump --all`."
         )
     state = _state(config)
+    lease = state.lease()
+    if lease and not args.force:
+        raise RequestRejected(
+            f"worker {lease.get('holder')} holds the lease of source {config.source.name} (it "
+            "leads): stop every worker of the source first (it would write its checkpoint "
+            "back, and a standby would take over), or add --force"
+        )
     status = state.status()
     age = time.time() - float(status.get("updated_at", "0"))
     if age < 60 and not args.force:

@@ -26,6 +26,14 @@ on loopback)::
     listen = "127.0.0.1:8750"           # "host:port"; port 0: any free port
     token_env = "DBLOG_HTTP_TOKEN"      # the bearer token; required off loopback
 
+The optional ``[lease]`` section sets how fast a standby takes over when several
+workers run for one source (see docs/high-availability.md)::
+
+    [lease]
+    ttl_s = 5.0                         # the leader's lease; a standby waits it out
+    renew_interval_s = 1.0              # at most ttl_s / 2
+    standby_poll_s = 0.5
+
 The optional ``[target]`` and ``[merge]`` sections are read by ``dblog merge``
 and ``dblog verify``: the database the landed events are merged into, and how::
 
@@ -177,6 +185,16 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class LeaseConfig:
+    """The leader lease: a standby takes over at most ``ttl_s + standby_poll_s`` (plus
+    its session's start) after the leader stopped renewing."""
+
+    ttl_s: float = 5.0
+    renew_interval_s: float = 1.0
+    standby_poll_s: float = 0.5
+
+
+@dataclass(frozen=True)
 class Config:
     source: SourceConfig
     redis_url: str = field(repr=False)
@@ -187,6 +205,8 @@ class Config:
     status_interval_s: float = 1.0
     control_interval_s: float = 0.2
     reconnect_max_s: float = 30.0
+    shutdown_timeout_s: float = 30.0
+    lease: LeaseConfig = field(default_factory=LeaseConfig)
     target: TargetConfig | None = None
     merge: MergeConfig = field(default_factory=MergeConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
@@ -226,7 +246,8 @@ KNOWN: Mapping[str, frozenset[str]] = {
     "redis": frozenset({"url", "url_env"}),
     "landing": frozenset({"path", "flush_interval_s", "flush_max_events"}),
     "worker": frozenset({"heartbeat_interval_s", "status_interval_s", "control_interval_s",
-                         "reconnect_max_s"}),
+                         "reconnect_max_s", "shutdown_timeout_s"}),
+    "lease": frozenset({"ttl_s", "renew_interval_s", "standby_poll_s"}),
     "target": frozenset({"kind", "dsn", "dsn_env", "password_env", "state_schema", "tables"}),
     "merge": frozenset({"master", "jars", "batch_max_events", "tombstone_retention_h",
                         "spark_conf"}),
@@ -297,6 +318,8 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         status_interval_s=_number(worker, "status_interval_s", 1.0, 0.1, 60),
         control_interval_s=_number(worker, "control_interval_s", 0.2, 0.01, 10),
         reconnect_max_s=_number(worker, "reconnect_max_s", 30.0, 0.1, 600),
+        shutdown_timeout_s=_number(worker, "shutdown_timeout_s", 30.0, 1, 3600),
+        lease=_lease(data),
         target=_target(data, env, qualified),
         merge=_merge(data),
         http=_http(data, env),
@@ -377,6 +400,22 @@ def _merge(data: Mapping[str, Any]) -> MergeConfig:
         tombstone_retention_h=_number(merge, "tombstone_retention_h", 168.0, 0, 87_600),
         spark_conf={k: str(v) for k, v in spark_conf.items()},
     )
+
+
+def _lease(data: Mapping[str, Any]) -> LeaseConfig:
+    section = data.get("lease", {})
+    if not isinstance(section, dict):
+        raise ConfigError("[lease] must be a table of options")
+    ttl_s = _number(section, "ttl_s", 5.0, 0.5, 600)
+    renew_s = _number(section, "renew_interval_s", min(1.0, ttl_s / 3), 0.05, 600)
+    if renew_s > ttl_s / 2:
+        raise ConfigError(
+            f"lease.renew_interval_s ({renew_s}) must be at most half of lease.ttl_s "
+            f"({ttl_s}): a leader renews at least twice per lease, or a standby takes over "
+            "from a healthy leader"
+        )
+    return LeaseConfig(ttl_s=ttl_s, renew_interval_s=renew_s,
+                       standby_poll_s=_number(section, "standby_poll_s", 0.5, 0.05, 60))
 
 
 def _logs(data: Mapping[str, Any]) -> LogConfig:

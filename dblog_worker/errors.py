@@ -7,6 +7,7 @@
      │    ├── SourceUnavailable     the source database is unreachable or dropped us
      │    ├── StateUnavailable      Redis is unreachable
      │    ├── OutputUnavailable     the landing zone cannot be written (disk full, ...)
+     │    ├── LeaseLost             another worker of the source leads now: stand by
      │    └── TargetUnavailable     the merge target is unreachable: the batch rolled back
      └── TerminalError          retrying cannot help: a person must act
           ├── ConfigError           the configuration or the source's settings are wrong
@@ -39,6 +40,11 @@ class StateUnavailable(TransientError):
 
 class OutputUnavailable(TransientError):
     """The landing zone cannot be written now (disk full, permissions, storage gone)."""
+
+
+class LeaseLost(TransientError):
+    """This worker no longer holds the source's lease (it expired, or another worker took
+    over): its writes are refused, and it stands by."""
 
 
 class TargetUnavailable(TransientError):

@@ -6,14 +6,20 @@ Layout (see ``docs/landing-format.md`` for the consumer's view)::
         segment-<seq:012d>-<first position>-<last position>.parquet
         schema-<version:06d>.json
         .tmp-<uuid>                      # being written, or left by a crash
+    <root>/<source>/.writer-<token:012d>/.tmp-<uuid>   # the same, by a fenced writer
+    <root>/<source>/.capture-started                 # a worker has streamed this source
 
 ``<table dir>`` is :func:`table_dir_name` of the table's schema and name. A
-segment is immutable and published atomically: written to ``.tmp-<uuid>`` in
-the table dir, fsynced, renamed to its final name, and the directory fsynced.
-A reader that lists names and ignores ``.tmp-*`` never sees a partial segment.
+segment is immutable and published atomically: written to ``.tmp-<uuid>``,
+fsynced, renamed to its final name, and the directory fsynced. A reader that
+lists names and ignores ``.tmp-*`` never sees a partial segment.
 
 One :class:`LandingZone` per source is the only writer of that source's
 directories; it caches the newest segment of each table it has written to.
+Several workers of one source (one leading, the others standing by) take turns:
+:meth:`LandingZone.fence` makes the new leader's writer directory the only one a
+segment can be published from (see there), so a worker that lost the lease cannot
+publish once the next one has started.
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ import itertools
 import json
 import os
 import re
+import shutil
 import sys
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -37,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dblog_worker.errors import LeaseLost
 from dblog_worker.events import ChangeEvent, DumpRows
 from dblog_worker.position import Position
 from dblog_worker.requests import MAX_CHUNK_SIZE
@@ -57,6 +66,9 @@ __all__ = [
 FORMAT_VERSION = "1"
 MAX_ROW_GROUP_ROWS = 128 * 1024
 TMP_PREFIX = ".tmp-"
+WRITER_PREFIX = ".writer-"
+FENCED_PREFIX = ".fenced-"
+CAPTURE_MARKER = ".capture-started"
 _NAME_MAX = 255  # bytes in one path component on every filesystem we care about
 _MAX_SEQ = 10**12 - 1
 _MAX_SCHEMA_VERSION = 10**6 - 1
@@ -86,6 +98,7 @@ _DIR_RE = re.compile(rf"({_DIR_PART})\.({_DIR_PART})")
 _PERCENT_RE = re.compile(r"%([0-9A-F]{2})")
 _SEGMENT_RE = re.compile(r"segment-([0-9]{12})-([0-9a-f]{48})-([0-9a-f]{48})\.parquet")
 _SCHEMA_RE = re.compile(r"schema-([0-9]{6})\.json")
+_WRITER_RE = re.compile(r"\.writer-([0-9]{12})")
 
 _get_table = attrgetter("table")
 
@@ -204,10 +217,12 @@ def _ensure_dir(path: Path) -> None:
 
 
 def _publish(
-    directory: Path, final_name: str, data_writer: Callable[[io.BufferedWriter], object]
+    directory: Path, final_name: str, data_writer: Callable[[io.BufferedWriter], object],
+    staging: Path | None = None,
 ) -> Path:
-    """Write a file under a temporary name, fsync it, rename it into place, fsync the dir."""
-    tmp = directory / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+    """Write a file under a temporary name (in ``staging``, else in ``directory``), fsync
+    it, rename it into place, fsync the dir."""
+    tmp = (staging or directory) / f"{TMP_PREFIX}{uuid.uuid4().hex}"
     final = directory / final_name
     try:
         with open(tmp, "xb") as f:
@@ -290,7 +305,8 @@ def _constant(value: object, count: int, type_: pa.DataType) -> pa.Array:
     return pa.nulls(count, type_).fill_null(pa.scalar(value, type_))
 
 
-def _segment_table(items: Sequence[Item], source: str, table: str) -> pa.Table:
+def _segment_table(items: Sequence[Item], source: str, table: str, writer: int | None
+                   ) -> pa.Table:
     """The Arrow table of a segment: runs of log events and dump row batches, in order."""
     parts: list[list[pa.Array]] = []
     start = 0
@@ -311,6 +327,8 @@ def _segment_table(items: Sequence[Item], source: str, table: str) -> pa.Table:
         if not field.nullable and column.null_count:
             raise ValueError(f"events for {table!r} have a null {field.name}")
     metadata = {"dblog.format": FORMAT_VERSION, "dblog.source": source, "dblog.table": table}
+    if writer is not None:
+        metadata["dblog.writer"] = str(writer)
     return pa.Table.from_arrays(columns, schema=SEGMENT_SCHEMA.with_metadata(metadata))
 
 
@@ -334,6 +352,83 @@ class LandingZone:
         self._dirs: dict[str, Path] = {}
         # table -> (seq, last position) of its newest segment, once looked at
         self._newest: dict[str, tuple[int, Position]] = {}
+        self.writer: int | None = None  # the lease token this zone writes with, once fenced
+        self._staging: Path | None = None
+
+    # ----------------------------------------------------------------- fencing
+
+    def capture_started(self) -> bool:
+        """Whether a worker of this source has streamed its log into this landing zone."""
+        return (self.source_dir / CAPTURE_MARKER).exists()
+
+    def mark_capture_started(self) -> None:
+        """Note (once, durably) that capture has started: a later start that finds no
+        checkpoint in Redis knows that Redis lost it."""
+        marker = self.source_dir / CAPTURE_MARKER
+        if not marker.exists():
+            _ensure_dir(self.source_dir)
+            marker.touch()
+            _fsync_dir(self.source_dir)
+
+    def writer_tokens(self) -> list[int]:
+        """The tokens of the writer directories present, lowest first."""
+        try:
+            names = os.listdir(self.source_dir)
+        except FileNotFoundError:
+            return []
+        return sorted(int(m[1]) for m in map(_WRITER_RE.fullmatch, names) if m is not None)
+
+    def fence(self, token: int) -> None:
+        """Become the only writer, as the holder of lease token ``token``.
+
+        Every file is published by a rename out of ``.writer-<token>/``. This creates the
+        token's directory, then renames every lower token's directory away: from that
+        instant a worker holding an older token can publish nothing more (its rename
+        finds no directory), and what it published before is visible to :meth:`recover`.
+        A higher token's directory means a newer leader exists: ``LeaseLost``. (A writer
+        that passed that check before the newer one created its directory is fenced out
+        by the newer one's renames; one that checks later sees it.)
+        """
+        if isinstance(token, bool) or not 0 < token <= _MAX_SEQ:
+            raise ValueError(f"a writer token is 1..{_MAX_SEQ}, got {token!r}")
+        _ensure_dir(self.source_dir)
+        own = self.source_dir / f"{WRITER_PREFIX}{token:012d}"
+        try:
+            own.mkdir()
+        except FileExistsError:  # a session before this one, same lease
+            for name in os.listdir(own):
+                (own / name).unlink(missing_ok=True)
+        for name in sorted(os.listdir(self.source_dir)):
+            path = self.source_dir / name
+            if name.startswith(FENCED_PREFIX):
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            match = _WRITER_RE.fullmatch(name)
+            if match is None or int(match[1]) == token:
+                continue
+            if int(match[1]) > token:
+                raise LeaseLost(
+                    f"the landing zone {self.source_dir} has a writer of token {match[1]}, "
+                    f"newer than this worker's token {token}: another worker leads"
+                )
+            fenced = self.source_dir / f"{FENCED_PREFIX}{match[1]}-{uuid.uuid4().hex[:8]}"
+            os.rename(path, fenced)
+            shutil.rmtree(fenced, ignore_errors=True)
+        _fsync_dir(self.source_dir)
+        self.writer, self._staging = token, own
+
+    @contextmanager
+    def _fenced(self) -> Iterator[None]:
+        """A publish that finds no writer directory was fenced out: say so, not ENOENT."""
+        try:
+            yield
+        except FileNotFoundError:
+            if self._staging is not None and not self._staging.is_dir():
+                raise LeaseLost(
+                    f"the landing zone's writer directory of token {self.writer} was moved "
+                    "away: a newer leader has fenced this worker out"
+                ) from None
+            raise
 
     # ----------------------------------------------------------------- names
 
@@ -469,7 +564,7 @@ class LandingZone:
             strays = sorted({e.table for e in events} - {table})
             raise ValueError(f"events of {strays} given in a segment of {table!r}")
         directory = self.table_dir(table)
-        data = _segment_table(events, self.source, table)
+        data = _segment_table(events, self.source, table, self.writer)
         rows = data.num_rows
         position_column = data.column(0)
         if (
@@ -509,7 +604,9 @@ class LandingZone:
             )
 
         try:
-            path = _publish(directory, segment_file_name(seq, first, last), write)
+            with self._fenced():
+                path = _publish(directory, segment_file_name(seq, first, last), write,
+                                self._staging)
         except BaseException:
             # The rename may have happened: look at the directory again next time.
             self._newest.pop(table, None)
@@ -539,7 +636,8 @@ class LandingZone:
             return
         _ensure_dir(directory)
         encoded = text.encode("utf-8")
-        _publish(directory, name, lambda f: f.write(encoded))
+        with self._fenced():
+            _publish(directory, name, lambda f: f.write(encoded), self._staging)
 
 
 # --------------------------------------------------------------------------- consumers

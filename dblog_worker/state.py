@@ -12,25 +12,29 @@ Layout (every key under ``dblog:v1:<source>:``; ``v1`` is the layout version)::
     request:<id>:keys         list   primary-key dumps: the keys, JSON arrays of texts
     request:<id>:missing      list   primary-key dumps: keys that did not exist
     request:<id>:progress     hash   table -> TableProgress JSON
-    worker                    hash   status of the running worker (position, window, ...)
+    worker                    hash   status of the leading worker (position, window, ...)
+    lease, lease:epoch, members, member:<id>    the leader lease (dblog_worker.lease)
 
 Every state change of a request goes through one Lua script that checks the
 transition against :data:`dblog_worker.requests.TRANSITIONS`, so a user's pause
-and the worker's completion cannot overwrite each other. Redis errors become
-:class:`StateUnavailable` here, at the boundary.
+and the worker's completion cannot overwrite each other. A leading worker's store is
+*fenced* with its lease token (:meth:`StateStore.fence`): each of its writes happens
+only while the lease still carries that token, atomically (WATCH / the script checks
+it), else :class:`LeaseLost`. Redis errors become :class:`StateUnavailable` here, at
+the boundary.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
 import redis
 
-from dblog_worker.errors import ConfigError, RequestRejected, StateUnavailable
+from dblog_worker.errors import ConfigError, LeaseLost, RequestRejected, StateUnavailable
 from dblog_worker.requests import (
     DumpKind,
     DumpRequest,
@@ -45,9 +49,10 @@ from dblog_worker.requests import (
 LAYOUT_VERSION = 1
 
 _TRANSITION = """
+if KEYS[3] ~= '' and redis.call('HGET', KEYS[3], 'token') ~= ARGV[5] then return {'fenced', ''} end
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'missing', ''} end
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   if ARGV[i] == state then
     redis.call('HSET', KEYS[1], 'state', ARGV[1], 'updated_at', ARGV[2])
     if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[3]) end
@@ -99,9 +104,39 @@ class StateStore:
         )
         self._transition = self.redis.register_script(_TRANSITION)
         self._set_knobs = self.redis.register_script(_SET_KNOBS)
+        self._fence: int | None = None
 
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
+
+    def fence(self, token: int) -> None:
+        """From now on, write only while the lease carries ``token`` (else LeaseLost)."""
+        self._fence = token
+
+    def _write(self, fill: Callable[[Any], object]) -> list[Any]:
+        """Run the commands ``fill`` queues as one transaction, fenced if this store is."""
+        with _redis_errors():
+            if self._fence is None:
+                pipe = self.redis.pipeline(transaction=True)
+                fill(pipe)
+                return pipe.execute()
+            lease = self.key("lease")
+            with self.redis.pipeline(transaction=True) as pipe:
+                pipe.watch(lease)  # type: ignore[no-untyped-call]
+                holder = pipe.hget(lease, "token")
+                if holder != str(self._fence):
+                    raise LeaseLost(self._fenced_out(holder))
+                pipe.multi()
+                fill(pipe)
+                try:
+                    return pipe.execute()
+                except redis.WatchError:
+                    raise LeaseLost(self._fenced_out(None)) from None
+
+    def _fenced_out(self, holder: object) -> str:
+        now = "nobody holds it" if holder is None else f"token {holder} holds it"
+        return (f"a write of token {self._fence} was refused: the lease changed hands "
+                f"({now} now)")
 
     def close(self) -> None:
         self.redis.close()
@@ -128,8 +163,17 @@ class StateStore:
     # -- checkpoint -----------------------------------------------------------
 
     def forget_checkpoint(self) -> None:
+        """``dblog reset``: no checkpoint, and a note that it was forgotten on purpose."""
         with _redis_errors():
-            self.redis.delete(self.key("checkpoint"))
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.delete(self.key("checkpoint"))
+            pipe.hset(self.key("checkpoint"), "reset_at", repr(time.time()))
+            pipe.execute()
+
+    def was_reset(self) -> bool:
+        """Whether ``dblog reset`` forgot the checkpoint (rather than Redis losing it)."""
+        with _redis_errors():
+            return bool(self.redis.hexists(self.key("checkpoint"), "reset_at"))
 
     def checkpoint(self) -> str | None:
         with _redis_errors():
@@ -143,10 +187,12 @@ class StateStore:
     ) -> None:
         """Record, in one transaction, what the last durable flush covered."""
         now = repr(time.time())
-        with _redis_errors():
-            pipe = self.redis.pipeline(transaction=True)
+
+        def fill(pipe: Any) -> None:
             if checkpoint is not None:
                 fields = {"value": checkpoint, "updated_at": now}
+                if self._fence is not None:
+                    fields["token"] = str(self._fence)  # which leader saved it
                 pipe.hset(self.key("checkpoint"), mapping=_fields(fields))
             for request_id, tables in progress.items():
                 if not tables:
@@ -159,7 +205,8 @@ class StateStore:
                 if keys:
                     pipe.rpush(self.key("request", request_id, "missing"),
                                *(json.dumps(list(k)) for k in keys))
-            pipe.execute()
+
+        self._write(fill)
 
     # -- requests -------------------------------------------------------------
 
@@ -193,17 +240,20 @@ class StateStore:
                 delay_ms=delay_ms, state=RequestState.QUEUED, created_at=now, updated_at=now,
                 key_count=len(keys), client_token=client_token,
             )
-            pipe = self.redis.pipeline(transaction=True)
-            if keys:
-                keys_key = self.key("request", request.id, "keys")
-                for start in range(0, len(keys), 10_000):
-                    pipe.rpush(keys_key, *(json.dumps(list(k)) for k in keys[start:start + 10_000]))
-            pipe.hset(self.key("request", request.id), mapping=_fields(request.to_fields()))
-            pipe.zadd(self.key("requests"), {request.id: number})
-            pipe.zadd(self.key("active"), {request.id: number})
-            if client_token is not None:
-                pipe.hsetnx(self.key("tokens"), client_token, request.id)
-            pipe.execute()
+
+            def fill(pipe: Any) -> None:
+                if keys:
+                    keys_key = self.key("request", request.id, "keys")
+                    for start in range(0, len(keys), 10_000):
+                        pipe.rpush(keys_key,
+                                   *(json.dumps(list(k)) for k in keys[start:start + 10_000]))
+                pipe.hset(self.key("request", request.id), mapping=_fields(request.to_fields()))
+                pipe.zadd(self.key("requests"), {request.id: number})
+                pipe.zadd(self.key("active"), {request.id: number})
+                if client_token is not None:
+                    pipe.hsetnx(self.key("tokens"), client_token, request.id)
+
+            self._write(fill)
             if client_token is not None:
                 winner = self.redis.hget(self.key("tokens"), client_token)
                 if winner is not None and _str(winner) != request.id:
@@ -253,11 +303,14 @@ class StateStore:
         allowed = sorted(state.value for state in sources)
         with _redis_errors():
             result = self._transition(
-                keys=[self.key("request", request_id), self.key("active")],
+                keys=[self.key("request", request_id), self.key("active"),
+                      "" if self._fence is None else self.key("lease")],
                 args=[target.value, repr(time.time()), error or "",
-                      "1" if target.terminal else "0", *allowed],
+                      "1" if target.terminal else "0", str(self._fence or ""), *allowed],
             )
         outcome, previous = cast(list[str], result)
+        if outcome == "fenced":
+            raise LeaseLost(self._fenced_out("another token"))
         if outcome == "missing":
             raise RequestRejected(
                 f"no dump request {request_id!r} for source {self.source!r}; "
@@ -313,10 +366,27 @@ class StateStore:
     # -- worker status --------------------------------------------------------
 
     def publish_status(self, status: Mapping[str, Any]) -> None:
-        with _redis_errors():
-            self.redis.hset(self.key("worker"),
-                            mapping=_fields({k: str(v) for k, v in status.items()}))
+        fields = _fields({k: str(v) for k, v in status.items()})
+        self._write(lambda pipe: pipe.hset(self.key("worker"), mapping=fields))
 
     def status(self) -> dict[str, str]:
         with _redis_errors():
             return cast(dict[str, str], self.redis.hgetall(self.key("worker")))
+
+    def lease(self) -> dict[str, str]:
+        """The leader lease ({} while nobody holds it): holder, token, host, pid, http."""
+        with _redis_errors():
+            return cast(dict[str, str], self.redis.hgetall(self.key("lease")))
+
+    def members(self) -> list[dict[str, str]]:
+        """Every worker of the source seen lately (leader first): holder, role, host, pid,
+        http, token, updated_at."""
+        with _redis_errors():
+            holders = cast(list[str], self.redis.zrange(self.key("members"), 0, -1))
+            pipe = self.redis.pipeline(transaction=False)
+            for holder in holders:
+                pipe.hgetall(self.key("member", holder))
+            rows = cast(list[dict[str, str]], pipe.execute())
+        found = [{"holder": h, **fields} for h, fields in zip(holders, rows, strict=True) if fields]
+        found.sort(key=lambda m: (m.get("role") != "leader", m["holder"]))
+        return found

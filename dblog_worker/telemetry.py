@@ -120,6 +120,12 @@ class Telemetry:
         self._newest_commit_us = 0  # of the last event read
         self._submitted_commit_us = 0  # of the last event in the write in flight
         self._landed_samples: deque[tuple[float, int]] = deque(maxlen=64)
+        # the lease
+        self._role = "starting"
+        self._token: int | None = None
+        self._leader: dict[str, str] = {}  # the lease as last seen by a standby
+        self._acquired = 0
+        self._lost = 0
         # metrics
         self._sessions = 0
         self._reconnects = 0
@@ -136,6 +142,23 @@ class Telemetry:
         self._lag_count = 0
 
     # -- hooks: called by the worker thread ----------------------------------------------
+
+    def role(self, role: str, token: int | None, leader: Mapping[str, str] | None = None
+             ) -> None:
+        """``leader`` (holds the lease with ``token``), ``standby`` or ``stopped``."""
+        with self._lock:
+            if role != self._role:
+                if role == "leader":
+                    self._acquired += 1
+                elif self._role == "leader":
+                    self._lost += 1
+                self._add("lease", role=role, token=token)
+            self._role, self._token = role, token
+            self._leader = dict(leader or {})
+
+    @property
+    def is_leader(self) -> bool:
+        return self._role == "leader"
 
     def session_started(self, run_id: str, checkpoint: str | None) -> None:
         with self._lock:
@@ -337,6 +360,9 @@ class Telemetry:
                 "version": __version__,
                 "now": round(now, 3),
                 "connected": self._connected,
+                "role": self._role,
+                "lease_token": self._token,
+                "leader": None if self._role == "leader" else dict(self._leader) or None,
                 "run_id": self._run_id,
                 "last_error": self._last_error,
                 "last_error_at": self._last_error_at,
@@ -387,6 +413,18 @@ class Telemetry:
             out.metric("dblog_connected", "gauge",
                        "1 while a session streams the log, else 0.",
                        [({}, int(self._connected))])
+            out.metric("dblog_leader", "gauge",
+                       "1 while this worker holds the source's lease (it leads), 0 while it "
+                       "stands by.", [({}, int(self._role == "leader"))])
+            out.metric("dblog_lease_token", "gauge",
+                       "The fencing token of the lease this worker holds.",
+                       [] if self._token is None else [({}, self._token)])
+            out.metric("dblog_lease_acquired_total", "counter",
+                       "Times this worker took the lease (became the leader).",
+                       [({}, self._acquired)])
+            out.metric("dblog_lease_lost_total", "counter",
+                       "Times this worker stopped leading (lease lost, or released at a stop).",
+                       [({}, self._lost)])
             out.metric("dblog_sessions_total", "counter", "Sessions started.",
                        [({}, self._sessions)])
             out.metric("dblog_reconnects_total", "counter",

@@ -15,15 +15,23 @@ One thread does everything, in this order, again and again:
 A session ends on any transient failure (source or Redis gone): buffered output is
 dropped, and the next session starts over from the saved checkpoint and progress.
 Replayed events that are already durable are dropped by the output buffer.
+
+A session runs only while the worker holds the source's lease (:mod:`dblog_worker.lease`);
+the loop renews it, and every write carries its token. A worker without the lease
+stands by and takes over once the lease expires. SIGTERM ends the session cleanly:
+no new window, the open one closed (or abandoned after a few seconds: its chunk is
+read again), the output flushed, the checkpoint saved, the lease released.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import math
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections import deque
@@ -40,8 +48,10 @@ from dblog_worker.errors import (
     ConfigError,
     DblogError,
     DumpFailed,
+    LeaseLost,
     RequestRejected,
     SourceUnavailable,
+    StateUnavailable,
     TransientError,
 )
 from dblog_worker.events import (
@@ -55,6 +65,7 @@ from dblog_worker.events import (
 )
 from dblog_worker.http.server import ControlServer
 from dblog_worker.landing import LandingZone
+from dblog_worker.lease import Lease
 from dblog_worker.output import OutputBuffer, landing_errors
 from dblog_worker.position import Position
 from dblog_worker.requests import (
@@ -76,6 +87,7 @@ SourceFactory = Callable[[Config, SchemaVersion], Source]
 EMPTY = pa.array([], pa.string())
 MAX_OPEN_WINDOWS = 2  # chunks read ahead while earlier windows' watermarks travel
 WRITE_POLL_S = 0.005  # how often the loop looks whether a write in flight is durable
+DRAIN_S = 5.0  # at a stop, how long an open window may take to close before it is abandoned
 
 
 def default_source(config: Config, schema_version: SchemaVersion) -> Source:
@@ -95,6 +107,9 @@ class Worker:
         self.sessions = 0
         self.telemetry = Telemetry(config.source.name, kind=config.source.kind)
         self.http_url = ""  # where the HTTP API listens, once it does
+        self.lease = Lease(config.redis_url, config.source.name, ttl_s=config.lease.ttl_s)
+        self._member_at = 0.0
+        self._member_role = ""
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -107,40 +122,115 @@ class Worker:
         try:
             self._run_sessions(handle_signals=handle_signals)
         finally:
+            led = self.lease.token is not None
+            self.lease.release()
+            self.lease.forget_member()
+            self.lease.close()
+            self.telemetry.role("stopped", None)
+            if led:
+                log.info("lease released")
             if http is not None:
                 http.stop()
 
     def _run_sessions(self, *, handle_signals: bool) -> None:
-        """Run sessions until stopped; back off and retry on transient failures."""
+        """Lead (or stand by until it may), run sessions; back off on transient failures."""
         if handle_signals:
             signal.signal(signal.SIGTERM, self._stop)
             signal.signal(signal.SIGINT, self._stop)
         delay = 0.5
-        while not self.stopping:
+        while not self.stopping and self._lead():
             started = time.monotonic()
             self.sessions += 1
             try:
                 Session(self).run()
                 self.telemetry.session_ended(None)
+            except LeaseLost as exc:
+                self.telemetry.session_ended(exc)
+                log.warning("lease lost: %s; standing by", exc)
+                self.lease.token = None
+                self.telemetry.role("standby", None)
+                self._sleep(self.config.lease.standby_poll_s)
             except TransientError as exc:
                 self.telemetry.session_ended(exc)
                 if time.monotonic() - started > 60:
                     delay = 0.5
                 log.warning("session ended: %s; retrying in %.1f s", exc, delay)
-                self._sleep(delay)
+                self._sleep(delay, renew=True)
                 delay = min(delay * 2, self.config.reconnect_max_s)
             except DblogError as exc:
                 self.telemetry.session_ended(exc)
                 raise
 
+    def _lead(self) -> bool:
+        """Hold the lease: keep it, take it, or stand by until it is free. False at a stop."""
+        seen: tuple[str, str] | None = None
+        while not self.stopping:
+            try:
+                token = self.lease.acquire(min_token=self._min_token(), http=self.http_url)
+                if token is not None:
+                    if not self.telemetry.is_leader:
+                        log.info("lease acquired: token %d", token)
+                    self.telemetry.role("leader", token)
+                    return True
+                current = self.lease.current()
+                holder = (current.get("holder", ""), current.get("token", ""))
+                if self.telemetry.is_leader:  # a session ended before the loop noticed
+                    log.warning("lease lost: another worker took over; standing by")
+                if holder != seen:
+                    log.info("standing by: lease held by %s (token %s)", *holder)
+                    seen = holder
+                self.telemetry.role("standby", None, current)
+                self.publish_member("standby")
+            except StateUnavailable as exc:
+                if seen != ("", "unreachable"):
+                    log.warning("cannot read the lease: %s; trying again", exc)
+                    seen = ("", "unreachable")
+            self._sleep(self.config.lease.standby_poll_s)
+        return False
+
+    def _min_token(self) -> int:
+        """Tokens only grow, even if Redis lost its counter: past the landing zone's writers."""
+        try:
+            return max(self.landing.writer_tokens(), default=0) + 1
+        except OSError:
+            return 0
+
+    def publish_member(self, role: str) -> None:
+        """This worker's entry in the members list: at a new role, then once a status
+        interval."""
+        now = time.monotonic()
+        if role != self._member_role or now - self._member_at >= self.config.status_interval_s:
+            self._member_at, self._member_role = now, role
+            self.lease.publish_member(role, self.http_url,
+                                      max(5.0, 3 * self.config.status_interval_s))
+
     def _stop(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping:
+            log.error("signal %s again: exiting now, without a final flush", signum)
+            os._exit(1)
         log.info("signal %s: stopping after the current step", signum)
         self.stopping = True
+        watchdog = threading.Timer(self.config.shutdown_timeout_s, self._overdue)
+        watchdog.daemon = True
+        watchdog.start()
 
-    def _sleep(self, seconds: float) -> None:
+    def _overdue(self) -> None:
+        log.error("the worker did not stop within %.0f s (worker.shutdown_timeout_s): exiting "
+                  "without a final flush; the next leader goes on from the saved checkpoint",
+                  self.config.shutdown_timeout_s)
+        os._exit(1)
+
+    def _sleep(self, seconds: float, *, renew: bool = False) -> None:
         end = time.monotonic() + seconds
+        renewed = time.monotonic()
         while not self.stopping and time.monotonic() < end:
-            time.sleep(min(0.1, end - time.monotonic()))
+            time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+            if renew and time.monotonic() - renewed >= self.config.lease.renew_interval_s:
+                renewed = time.monotonic()
+                try:  # between sessions the lease is kept; lost, the next _lead says so
+                    self.lease.renew()
+                except (LeaseLost, StateUnavailable):
+                    return
 
 
 def _done(rows: Encoded) -> Future[Encoded]:
@@ -194,6 +284,9 @@ class Session:
         self.config = worker.config
         self.run_id = uuid.uuid4().hex[:12]
         self.state = StateStore(self.config.redis_url, self.config.source.name)
+        assert worker.lease.token is not None, "a session runs only while the lease is held"
+        self.token = worker.lease.token
+        self.state.fence(self.token)
         self.source = worker.source_factory(self.config, worker.schemas.version)
         self.reconciler = Reconciler(self.run_id)
         self.output: OutputBuffer | None = None
@@ -202,6 +295,8 @@ class Session:
         self.pending_checkpoint: str | None = None  # covered by the buffered output
         self.started_at = time.time()
         self.last_flush = self.last_control = self.last_status = self.last_heartbeat = 0.0
+        self.last_events_flush = 0.0  # the last write that carried events
+        self.last_renew = time.monotonic()
         self.windows = 0
         self.incomplete: dict[str, dict[KeyTexts, None]] = {}  # keys to dump: rows the log cut
         # the open windows' chunks (keys, rows) and the log's end once their HW committed
@@ -215,6 +310,7 @@ class Session:
             self._start()
             while not self.worker.stopping:
                 self._step()
+            self._drain()
             self._flush()
             log.info("stopped at checkpoint %s", self.checkpoint)
         finally:
@@ -226,33 +322,69 @@ class Session:
 
     def _start(self) -> None:
         self.state.ensure_layout()
+        with landing_errors():
+            ran_before = self.worker.landing.capture_started()
+            self.worker.landing.fence(self.token)  # from here on, only this worker publishes
+            landed = self.worker.landing.recover()
         self.source.connect()
+        self._check_landed(landed)
         saved = self.state.checkpoint()
-        if saved is None and self.source.capture_exists() and not self.worker.adopt_slot:
-            raise ConfigError(
-                f"Redis holds no checkpoint for source {self.config.source.name!r}, but "
-                f"replication slot {self.config.source.slot} exists: Redis lost its data or "
-                "another Redis was configured. Start once with `dblog run --adopt-slot` to "
-                "continue from the slot's position, then request a full dump to re-sync."
-            )
+        if saved is None and not self.worker.adopt_slot:
+            self._refuse_lost_state((ran_before or bool(landed)) and not self.state.was_reset())
         created = self.source.prepare()
+        self._renew(time.monotonic())
         if saved is None and created is not None:
             saved = created
             self.state.save_progress(saved, {}, {})
         self.checkpoint = self.source.start(saved)
         with landing_errors():
-            landed = self.worker.landing.recover()
-        self._check_landed(landed)
+            self.worker.landing.mark_capture_started()
         self.output = OutputBuffer(self.worker.landing, landed)
-        log.info("session %s streaming %s from %s", self.run_id,
-                 self.config.source.safe_dsn(), self.checkpoint)
+        log.info("session %s streaming %s from %s (lease token %d)", self.run_id,
+                 self.config.source.safe_dsn(), self.checkpoint, self.token)
         self.worker.telemetry.session_started(self.run_id, self.checkpoint)
+        self._renew(time.monotonic())
+        self._publish_status()  # at once: the new token, for whoever waits for a takeover
+        self.last_status = time.monotonic()
         self._control(time.monotonic())
         # Up to a buffer of events stays alive between flushes: collect rarely, and never
         # walk the objects of the start-up again (15-25 % of the CPU otherwise).
         gc.set_threshold(50_000, 20, 100)
         gc.collect()
         gc.freeze()
+
+    def _refuse_lost_state(self, ran_before: bool) -> None:
+        """No checkpoint, but the source or the landing zone says capture ran before:
+        starting over would skip the changes in between without a word."""
+        if self.source.capture_exists():
+            raise ConfigError(
+                f"Redis holds no checkpoint for source {self.config.source.name!r}, but "
+                f"replication slot {self.config.source.slot} exists: Redis lost its data or "
+                "another Redis was configured. Start once with `dblog run --adopt-slot` to "
+                "continue from the slot's position, then request a full dump to re-sync."
+            )
+        if ran_before:
+            raise ConfigError(
+                f"Redis holds no state for source {self.config.source.name!r}, but the landing "
+                f"zone {self.worker.landing.source_dir} holds its output: Redis lost its data "
+                "(restarted without persistence, or flushed) or another Redis was configured. "
+                "Point [redis] at the Redis that holds the state; or start once with `dblog run "
+                "--adopt-slot` to capture from the end of the log now (changes in between are "
+                "not captured), then request `dblog dump --all` to re-sync."
+            )
+
+    def _renew(self, now: float) -> None:
+        self.worker.lease.renew()
+        self.last_renew = now
+
+    def _drain(self) -> None:
+        """At a stop: let the open windows close (no new one opens), for a few seconds."""
+        deadline = time.monotonic() + min(DRAIN_S, self.config.shutdown_timeout_s / 3)
+        while self.reconciler.open_windows and time.monotonic() < deadline:
+            self._step()
+        if self.reconciler.open_windows:
+            log.info("stopping with %d window(s) open: abandoned, their chunks are read again "
+                     "by the next leader", self.reconciler.open_windows)
 
     def _check_landed(self, landed: dict[str, Position]) -> None:
         """Everything landed was read from this log, so it lies before the log's end; a
@@ -314,13 +446,15 @@ class Session:
             self._complete()  # waits only when the next batch is full already
         if self.in_flight is None and (
             output.count >= self.config.flush_max_events
-            or now - self.last_flush >= self.config.flush_interval_s
+            or self._write_due(now)
             or (dump is not None and dump.ending and dump.id != self.ended)
         ):
             self._submit()
         if now - self.last_heartbeat >= self.config.heartbeat_interval_s:
             self.source.heartbeat()
             self.last_heartbeat = now
+        if now - self.last_renew >= self.config.lease.renew_interval_s:
+            self._renew(now)
         if now - self.last_status >= self.config.status_interval_s:
             self._publish_status()
             self.last_status = now
@@ -340,12 +474,29 @@ class Session:
         """Without a delay, the next window opens while the last one's watermarks are on
         their way (windows stay apart in the log: the next LW is written after HW)."""
         most = MAX_OPEN_WINDOWS if dump.request.delay_ms == 0 else 1
-        return (dump.runnable and now >= dump.next_window_at
+        return (not self.worker.stopping and dump.runnable and now >= dump.next_window_at
                 and self.reconciler.open_windows < most and len(dump.open_reads) < most
                 and dump.current_table() is not None)
 
+    def _news(self) -> bool:
+        """Whether a write would carry anything: events, a checkpoint, dump progress."""
+        assert self.output is not None
+        return (self.output.count > 0 or self.pending_checkpoint != self.checkpoint
+                or bool(self.incomplete) or self.dump is not None)
+
+    def _next_write(self) -> float:
+        """When the next write is due: an interval after the last write of events (events
+        after a quiet spell go at once), or after any write for a checkpoint alone."""
+        assert self.output is not None
+        if self.output.count:
+            return self.last_events_flush + self.config.flush_interval_s
+        return self.last_flush + self.config.flush_interval_s if self._news() else math.inf
+
+    def _write_due(self, now: float) -> bool:
+        return now >= self._next_write()
+
     def _poll_timeout(self, now: float) -> float:
-        flush_at = self.last_flush + self.config.flush_interval_s
+        flush_at = self._next_write()
         if self.in_flight is not None:  # the next flush waits for the write: look again soon
             flush_at = max(flush_at, now + WRITE_POLL_S)
         deadline = min(flush_at, self.last_control + self.config.control_interval_s)
@@ -423,6 +574,8 @@ class Session:
                 covered.progress[dump.id] = [TableProgress.from_json(t.to_json()) for t in tables]
             if keys:
                 covered.missing[dump.id] = keys
+        if self.output.count:
+            self.last_events_flush = time.monotonic()
         self.output.submit()
         self.in_flight = covered
         self.worker.telemetry.submitted()
@@ -551,4 +704,8 @@ class Session:
             "events_emitted": 0 if self.output is None else self.output.emitted,
             "events_replayed": 0 if self.output is None else self.output.replayed,
             "http": self.worker.http_url,
+            "role": "leader",
+            "holder": self.worker.lease.holder,
+            "token": self.token,
         })
+        self.worker.publish_member("leader")

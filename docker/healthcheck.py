@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """The Docker health check of a capture worker (installed as ``dblog-healthcheck``).
 
-Healthy while the worker of this container reports its status to Redis (what ``dblog status``
-shows): the last report is at most ``DBLOG_HEALTH_MAX_AGE_S`` seconds old (default 30) and
-comes from this host. The worker reports while it streams the log, so a worker that cannot
-reach its source or Redis turns unhealthy. The configuration is ``$DBLOG_CONFIG``.
+Healthy while the worker of this container reports to Redis: its entry in the source's
+members list (what ``dblog status`` shows, leader or standby) is at most
+``DBLOG_HEALTH_MAX_AGE_S`` seconds old (default 30), and, if it leads, so is its status
+report. A leader reports while it streams the log and a standby while it watches the
+lease, so a worker that cannot reach its source (leader) or Redis (either) turns
+unhealthy. The configuration is ``$DBLOG_CONFIG``.
 """
 
 from __future__ import annotations
@@ -29,27 +31,32 @@ def main() -> int:
         config = config_module.load(path)
         state = StateStore(config.redis_url, config.source.name)
         try:
-            status = state.status()
+            members, status = state.members(), state.status()
         finally:
             state.close()
     except DblogError as exc:
         print(f"unhealthy: {exc}", file=sys.stderr)
         return 1
-    if not status:
-        print(f"unhealthy: no worker of source {config.source.name} has reported yet",
-              file=sys.stderr)
+    host = socket.gethostname()
+    mine = [m for m in members if m.get("host") == host]
+    if not mine:
+        print(f"unhealthy: no worker of source {config.source.name} on this container ({host}) "
+              "has reported", file=sys.stderr)
         return 1
-    age = time.time() - float(status.get("updated_at", "0"))
-    host = status.get("host")
-    if host != socket.gethostname():
-        print(f"unhealthy: the last report of source {config.source.name} came from {host}, "
-              f"not from this container ({socket.gethostname()})", file=sys.stderr)
-        return 1
+    member = mine[0]  # the leader first
+    age = time.time() - float(member.get("updated_at", "0"))
     if age > max_age:
         print(f"unhealthy: the worker last reported {age:.0f} s ago (more than {max_age:.0f} s)",
               file=sys.stderr)
         return 1
-    print(f"healthy: source {config.source.name}, reported {age:.1f} s ago")
+    role = member.get("role", "?")
+    if role == "leader":
+        report = time.time() - float(status.get("updated_at", "0"))
+        if status.get("host") != host or report > max_age:
+            print(f"unhealthy: this worker leads but has not reported its stream for "
+                  f"{report:.0f} s", file=sys.stderr)
+            return 1
+    print(f"healthy: {role} of source {config.source.name}, reported {age:.1f} s ago")
     return 0
 
 

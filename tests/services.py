@@ -680,10 +680,17 @@ class MariaDBServer(_Server):
 
 
 class RedisServer(_Server):
-    """A private, non-persistent redis-server listening on 127.0.0.1."""
+    """A private redis-server listening on 127.0.0.1; by default without persistence.
 
-    def __init__(self, port: int | None = None, binary: str | None = None) -> None:
+    ``persistent=True`` keeps the data across :meth:`restart` (and :meth:`kill`): an
+    append-only file in its private directory, fsynced at every write.
+    """
+
+    def __init__(
+        self, port: int | None = None, binary: str | None = None, *, persistent: bool = False
+    ) -> None:
         super().__init__(port)
+        self.persistent = persistent
         self.binary = (
             binary
             or os.environ.get("DBLOG_REDIS_SERVER")
@@ -716,7 +723,8 @@ class RedisServer(_Server):
         return self
 
     def restart(self) -> None:
-        """Stop (SIGTERM) and start again on the same port. Data is not persisted."""
+        """Stop (SIGTERM) and start again on the same port. Data is kept only if the
+        server is ``persistent``."""
         self._shutdown()
         self._launch()
 
@@ -738,7 +746,8 @@ class RedisServer(_Server):
             "--bind", HOST,
             "--port", str(self.port),
             "--save", "",
-            "--appendonly", "no",
+            *(["--appendonly", "yes", "--appendfsync", "always"] if self.persistent
+              else ["--appendonly", "no"]),
             "--daemonize", "no",
             "--dir", str(self._base),
         ]

@@ -146,16 +146,24 @@ class Api:
         snapshot = self.telemetry.snapshot()
         if snapshot.get("connected"):
             return json_response(200, {"status": "ready"})
+        if snapshot.get("role") == "standby":
+            leader = snapshot.get("leader") or {}
+            raise ApiError(503, f"this worker stands by for source {self.config.source.name}: "
+                                f"the lease is held by {leader.get('holder', '?')} (token "
+                                f"{leader.get('token', '?')}, HTTP {leader.get('http') or '-'})",
+                           (("Retry-After", "1"),))
         why = snapshot.get("last_error") or "it is connecting"
         raise ApiError(503, f"the worker is not streaming the log of source "
                             f"{self.config.source.name}: {why}", (("Retry-After", "1"),))
 
     def status(self, call: Call) -> Response:
         document: dict[str, Any] = self.telemetry.snapshot()
-        redis: dict[str, Any] = {"checkpoint": None, "worker": None, "error": None}
+        redis: dict[str, Any] = {"checkpoint": None, "worker": None, "members": [],
+                                 "error": None}
         try:
             redis["checkpoint"] = self.state.checkpoint()
             redis["worker"] = self.state.status()
+            redis["members"] = self.state.members()
         except StateUnavailable as exc:
             redis["error"] = str(exc)
         document["http"] = self.url()

@@ -187,6 +187,14 @@ SCHEMAS: dict[str, Schema] = {
         "properties": {
             "source": {"type": "string"},
             "connected": {"type": "boolean", "description": "a session streams the log"},
+            "role": {"enum": ["starting", "leader", "standby", "stopped"],
+                     "description": "leader: this worker holds the source's lease and "
+                                    "streams; standby: another worker does"},
+            "lease_token": {**_nullable("integer"),
+                            "description": "the fencing token of the lease this worker holds"},
+            "leader": {"type": ["object", "null"], "additionalProperties": {"type": "string"},
+                       "description": "a standby's view of the lease: holder, token, host, "
+                                      "pid, http of the leader"},
             "last_error": _nullable("string"),
             "position": {**_nullable("string"), "description": "last log position read"},
             "checkpoint": {**_nullable("string"),
@@ -214,13 +222,20 @@ SCHEMAS: dict[str, Schema] = {
                     "worker": {"type": ["object", "null"],
                                "additionalProperties": {"type": "string"},
                                "description": "the worker's last report"},
+                    "members": {"type": "array",
+                                "items": {"type": "object",
+                                          "additionalProperties": {"type": "string"}},
+                                "description": "every worker of the source seen lately, "
+                                               "leader first: holder, role, host, pid, http, "
+                                               "token, updated_at"},
                     "error": {**_nullable("string"),
                               "description": "set when Redis is unreachable"},
                 },
-                "required": ["checkpoint", "worker", "error"],
+                "required": ["checkpoint", "worker", "members", "error"],
             },
         },
-        "required": ["source", "connected", "last_error", "position", "checkpoint",
+        "required": ["source", "connected", "role", "lease_token", "leader", "last_error",
+                     "position", "checkpoint",
                      "checkpoint_age_s", "lag_bytes", "lag_s", "window", "active_request",
                      "events_per_s", "uptime_s", "reconnects", "dump", "http", "redis"],
     },

@@ -253,6 +253,7 @@ class PgSource:
                 f"checkpoint {checkpoint} is gone. Run `dblog reset --yes --config <file>` to "
                 "start capture anew, then `dblog dump --all` to bring the output back in sync"
             )
+        self._take_slot()
         lsn = pg.parse_lsn(checkpoint) if checkpoint else 0
         self.translator = LogTranslator(self.name, self._describe)
         self._stream = ReplicationStream(
@@ -260,6 +261,30 @@ class PgSource:
         )
         self._stream.start(lsn)
         return pg.format_lsn(lsn)
+
+    def _take_slot(self) -> None:
+        """A previous leader that stopped (paused, partitioned) may still hold the slot: its
+        walsender would keep it until wal_sender_timeout. This worker holds the lease now:
+        end that walsender."""
+        sql = ("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s "
+               "AND active_pid IS NOT NULL")
+        with _connection_errors("taking over the slot"):
+            row = self.conn.execute(sql, (self.config.slot,)).fetchone()
+            if row is None:
+                return
+            log.warning("replication slot %s is still in use by backend %s (a previous "
+                        "worker): ending it", self.config.slot, row[0])
+            try:
+                self.conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+            except psycopg.errors.InsufficientPrivilege:
+                log.warning("the worker's role may not end backend %s: the slot is taken "
+                            "over once wal_sender_timeout ends it", row[0])
+                return
+            deadline = time.monotonic() + 5
+            while self.conn.execute(sql, (self.config.slot,)).fetchone() is not None:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
 
     def poll(self, timeout: float, out: list[LogItem]) -> None:
         assert self._stream is not None

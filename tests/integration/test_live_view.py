@@ -258,7 +258,9 @@ def test_metrics_feed_and_json_logs_follow_a_dump_under_writes(start_run: Any) -
     assert logs and sum(e["tables"].get(TABLE, 0) for e in logs) <= counts["log"]
     assert all(s["table"] == TABLE for e in logs for s in e["samples"])
     assert sum(e["events"] for e in entries if e["type"] == "durable") == sum(counts.values())
-    assert entries[0]["type"] == "session" and entries[0]["state"] == "connected"
+    # the worker took the lease, then its session connected
+    assert (entries[0]["type"], entries[0]["role"], entries[0]["token"]) == ("lease", "leader", 1)
+    assert entries[1]["type"] == "session" and entries[1]["state"] == "connected"
 
     # the log: JSON lines, the dump's lines name it, no secret anywhere
     run.worker.stop()

@@ -17,11 +17,14 @@ import random
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pyarrow.parquet as pq
 import pytest
 import redis
 
@@ -566,7 +569,7 @@ def test_redis_unavailable_mid_dump(backend: Backend, redis_server: RedisServer,
 
 def test_redis_data_lost_is_refused(backend: Backend, redis_url: str,
                                     worker_process: Callable[..., WorkerProcess]) -> None:
-    backend.only_postgresql("a MySQL server keeps no replication slot to adopt")
+    """PostgreSQL: the slot says capture ran before; MySQL: the landing zone's marker."""
     t1 = backend.t1
     backend.create(t1, 10)
     config = backend.config_path([t1])
@@ -582,6 +585,28 @@ def test_redis_data_lost_is_refused(backend: Backend, redis_url: str,
     backend.execute(f"INSERT INTO {t1} VALUES (99999, {backend.next_version}, 'after')")
     wait_for(lambda: any(e["key"] == "[99999]" for e in events_of(backend, t1)),
              30, "the insert after adopting the slot", adopted.log)
+
+
+def test_reset_starts_capture_anew(backend: Backend, redis_url: str,
+                                   worker_process: Callable[..., WorkerProcess]) -> None:
+    """A checkpoint forgotten by `dblog reset` is not mistaken for lost Redis data."""
+    t1, v = backend.t1, backend.next_version
+    backend.create(t1, 0)
+    config = backend.config_path([t1])
+    worker = worker_process(config)
+    backend.execute(f"INSERT INTO {t1} VALUES (1, {v}, 'before')")
+    wait_for(lambda: len(events_of(backend, t1)) == 1, 30, "the first insert", worker.log)
+    refused = cli(config, "reset", "--yes", check=False)
+    assert refused.returncode == 2 and "holds the lease" in refused.stderr
+    assert worker.stop() == 0
+    cli(config, "reset", "--yes", "--force")
+    assert checkpoint(redis_url) is None
+    if backend.kind == "postgresql":
+        backend.execute(f"SELECT pg_drop_replication_slot('dblog_{SOURCE}')")
+    again = worker_process(config)
+    backend.execute(f"INSERT INTO {t1} VALUES (2, {v}, 'after')")
+    wait_for(lambda: len(events_of(backend, t1)) == 2, 30, "the insert after the reset",
+             again.log)
 
 
 def test_sigterm_flushes_and_exits(backend: Backend,
@@ -768,3 +793,58 @@ def test_landing_zone_unwritable_then_fixed(
     table_dir.unlink()
     aside.rename(table_dir)
     assert_converged(backend, t1)
+
+
+# -- a leader and a standby ----------------------------------------------------------
+
+
+def test_sigterm_hands_the_lease_to_the_standby_at_once(
+    backend: Backend, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    """A clean stop releases the lease: the standby leads long before the lease (30 s)
+    would have expired, and continues the dump where the leader left it."""
+    t1, v = backend.t1, backend.next_version
+    backend.create(t1, 3000)
+    config = backend.config_path([t1], extra="[lease]\nttl_s = 30\nstandby_poll_s = 0.1\n")
+    leader = worker_process(config)
+    standby = worker_process(config, streaming=False)
+    wait_for(lambda: "standing by: lease held by" in standby.log(), 30, "the standby",
+             standby.log)
+    request_id = dump(config, "--table", t1, "--chunk-size", "100", "--delay-ms", "20")
+    wait_for(lambda: chunks(backend, request_id) >= 5, 30, "five chunks", leader.log)
+    # each reports its role: status, readiness, metrics
+    members = json.loads(cli(config, "status", "--json").stdout)["members"]
+    assert sorted(m["role"] for m in members) == ["leader", "standby"]
+    for member in members:
+        ready = _get(member["http"] + "/readyz")
+        metrics = _get(member["http"] + "/metrics")[1]
+        if member["role"] == "leader":
+            assert ready[0] == 200 and f'dblog_leader{{source="{SOURCE}"}} 1' in metrics
+            assert f'dblog_lease_token{{source="{SOURCE}"}} 1' in metrics
+        else:
+            assert ready[0] == 503 and "stands by" in ready[1], ready
+            assert f'dblog_leader{{source="{SOURCE}"}} 0' in metrics
+    backend.execute(f"INSERT INTO {t1} VALUES (5001, {v}, 'before the stop')")
+    stopped_at = time.monotonic()
+    assert leader.stop() == 0
+    wait_for(lambda: "lease acquired: token 2" in standby.log(), 10, "the takeover",
+             standby.log)
+    assert time.monotonic() - stopped_at < 10
+    assert "lease released" in leader.log()
+    status = cli(config, "status", "--json")
+    assert json.loads(status.stdout)["lease"]["token"] == "2"
+    backend.execute(f"INSERT INTO {t1} VALUES (5002, {v}, 'after the stop')")
+    state = wait_request(backend.redis_url, SOURCE, request_id, ["completed"], 60, standby)
+    assert state["state"] == "completed"
+    assert_converged(backend, t1)
+    writers = [pq.read_schema(s.path).metadata[b"dblog.writer"]
+               for s in LandingZone(backend.landing, SOURCE).segments(t1)]
+    assert writers == sorted(writers, key=int) and set(writers) == {b"1", b"2"}
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (loopback)
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()

@@ -50,16 +50,22 @@ def test_the_slot_is_confirmed_only_up_to_durable_output(
     create_test_table(pg_dsn, T1)
     config = write_config(tmp_path, pg_dsn, redis_url, [T1], flush_interval_s=30)
     worker = started(config, tmp_path)
+    zone = LandingZone(tmp_path / "landing", "src")
     try:
         time.sleep(1.0)
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            # the first events after a quiet spell are written at once ...
             conn.execute(f"INSERT INTO {T1} VALUES (1, nextval('versions'), 'x')")
+            wait_for(lambda: len(read_events(zone, T1)) == 1, 10, "the first insert",
+                     worker.log)
+            # ... the next ones wait for the flush interval (30 s)
+            conn.execute(f"INSERT INTO {T1} VALUES (2, nextval('versions'), 'y')")
         inserted = wal_lsn(pg_dsn)
-        time.sleep(3)  # heartbeats and keepalives come and go; nothing is flushed yet
+        time.sleep(3)  # heartbeats and keepalives come and go; nothing more is flushed yet
         assert confirmed_lsn(pg_dsn) < inserted
-        assert read_events(LandingZone(tmp_path / "landing", "src"), T1) == []
+        assert len(read_events(zone, T1)) == 1
         assert worker.stop() == 0  # a stop flushes, then confirms
-        assert len(read_events(LandingZone(tmp_path / "landing", "src"), T1)) == 1
+        assert len(read_events(zone, T1)) == 2
         assert confirmed_lsn(pg_dsn) >= inserted
     finally:
         worker.kill()

@@ -346,7 +346,7 @@ def test_healthchecks_and_depends_on(services: dict[str, Service]) -> None:
 
 def test_worker_commands_are_dblog_run_with_a_config(services: dict[str, Service]) -> None:
     found = workers(services)
-    assert sorted(found) == ["worker-mysql", "worker-pg"]
+    assert sorted(found) == ["worker-mysql", "worker-pg", "worker-pg-standby"]
     for name, service in found.items():
         args = parse_dblog(command(service)[1:])
         assert args.handler is cli._run, name
@@ -356,8 +356,16 @@ def test_worker_commands_are_dblog_run_with_a_config(services: dict[str, Service
         assert service["healthcheck"]["test"] == ["CMD", "dblog-healthcheck"]
     with pytest.raises(SystemExit):
         parse_dblog(["run", "--config", "x.toml", "--log-format", "xml"])
-    configs = [worker_config_path(s) for s in found.values()]
+    # one leader per source; a standby is a service of the same configuration (it waits
+    # for the lease)
+    configs = [worker_config_path(s) for n, s in found.items() if not n.endswith("-standby")]
     assert len(set(configs)) == len(configs), "one worker per source"
+    for name, service in found.items():
+        if name.endswith("-standby"):
+            leader = found[name.removesuffix("-standby")]
+            assert worker_config_path(service) == worker_config_path(leader)
+            assert environment(service) == environment(leader)
+            assert mounts(service) == mounts(leader), "standbys share the landing zone"
     on_disk = {f"/etc/dblog/{p.name}" for p in (ROOT / "docker" / "config").glob("*.toml")}
     assert set(configs) == on_disk, "every configuration has its worker"
 

@@ -128,6 +128,11 @@
         if (entry.checkpoint) p.push(["k", "  from " + entry.checkpoint]);
         if (entry.error) p.push(["drop", "  " + entry.error]);
         break;
+      case "lease":
+        p.push(["tag", "LEAD"], ["", entry.role === "leader"
+          ? " this worker leads (lease token " + entry.token + ")"
+          : " this worker is " + entry.role + (entry.role === "standby" ? ": another leads" : "")]);
+        break;
       case "error":
         p.push(["tag", "ERR"], ["", " " + entry.kind + ": " + entry.message
                                     + (entry.request_id ? " (dump " + entry.request_id + ")" : "")]);

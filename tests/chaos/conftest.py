@@ -1,0 +1,64 @@
+"""Fixtures of the chaos suite: the source backends (as in the scenario suite) on a
+persistent Redis of their own, and the report of what each scenario did."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.chaos.cluster import Report
+from tests.integration.harness import Backend, MariaDatabase, PgDatabase
+from tests.services import MariaDBServer, PostgresServer, RedisServer
+
+REPORTS = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture(scope="session")
+def chaos_redis() -> Iterator[RedisServer]:
+    """A Redis that keeps its data when restarted (append-only file); the chaos tests
+    restart it, so it is not the session's Redis of the other suites."""
+    with RedisServer(persistent=True).start() as server:
+        yield server
+
+
+@pytest.fixture
+def chaos_redis_url(chaos_redis: RedisServer) -> str:
+    """URL of the chaos Redis, flushed before the test."""
+    if not chaos_redis.running:  # a previous test stopped it
+        chaos_redis.restart()
+    with redis.Redis.from_url(chaos_redis.url) as client:
+        client.flushall()
+    return chaos_redis.url
+
+
+@pytest.fixture(params=["postgresql", "mariadb"])
+def backend(request: pytest.FixtureRequest, chaos_redis_url: str, tmp_path: Path) -> Backend:
+    """The scenario suite's view of a source (tests/integration/harness.py); tests that
+    need only one kind parametrize it indirectly."""
+    if request.param == "postgresql":
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        return Backend(PgDatabase(request.getfixturevalue("pg_dsn")), chaos_redis_url,
+                       tmp_path, postgres.restart)
+    mariadb: MariaDBServer = request.getfixturevalue("mariadb_server")
+    return Backend(MariaDatabase(mariadb, request.getfixturevalue("mariadb_database")),
+                   chaos_redis_url, tmp_path, mariadb.restart)
+
+
+@pytest.fixture
+def report(request: pytest.FixtureRequest) -> Iterator[Report]:
+    result = Report(request.node)
+    yield result
+    line = result.line()
+    print(f"chaos report {line}")
+    request.config.stash.setdefault(REPORTS, []).append(line)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = terminalreporter.config.stash.get(REPORTS, [])
+    if lines:
+        terminalreporter.section("chaos report")
+        for line in lines:
+            terminalreporter.write_line(line)
