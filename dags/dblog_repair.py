@@ -49,6 +49,7 @@ with DAG(
     schedule=None,
     start_date=datetime(2024, 1, 1),
     catchup=False,
+    default_args=settings.default_args(),
     max_active_runs=1,
     tags=["dblog"],
     params={

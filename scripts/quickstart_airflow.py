@@ -163,7 +163,7 @@ class LocalAirflow:
     def _not_ready(self, dag_ids: Sequence[str]) -> str:
         """What Airflow does not have yet ("" once ready)."""
         try:
-            health = self._request("GET", "/api/v2/monitor/health", auth=False)
+            health = self._request("GET", "/api/v2/monitor/health", auth=False, retry=False)
         except (OSError, ValueError):
             return "the API server to answer"
         unhealthy = [name for name, key in HEALTH.items()
@@ -177,7 +177,7 @@ class LocalAirflow:
             # out and fails its task; so that first request is made here.
             say("   warming up the API server's execution API (its first request takes a while)")
             try:
-                self._request("GET", "/execution/health", auth=False, timeout=300)
+                self._request("GET", "/execution/health", auth=False, timeout=300, retry=False)
             except OSError:
                 return "the API server's execution API to answer"
             self._warm = True
@@ -223,7 +223,26 @@ class LocalAirflow:
         return self._request(method, path, body)
 
     def _request(self, method: str, path: str, body: Mapping[str, Any] | None = None,
-                 auth: bool = True, timeout: float = 60) -> Any:
+                 auth: bool = True, timeout: float = 60, retry: bool = True) -> Any:
+        """One request. A read or a PATCH that meets a busy server (a 5xx answer, a reset
+        connection, a timeout) is tried twice more, a few seconds apart."""
+        attempt = 1
+        while True:
+            try:
+                return self._request_once(method, path, body, auth, timeout)
+            except urllib.error.HTTPError:  # a 401: api() logs in again
+                raise
+            except (Failed, OSError) as exc:
+                busy = isinstance(exc, OSError) or " answered 5" in str(exc)
+                if not (retry and busy and method in ("GET", "PATCH") and attempt < 3):
+                    raise
+                say(f"   Airflow's API did not answer {method} {path} ({exc}); trying "
+                    f"again in {2 * attempt} s")
+                time.sleep(2 * attempt)
+                attempt += 1
+
+    def _request_once(self, method: str, path: str, body: Mapping[str, Any] | None,
+                      auth: bool, timeout: float) -> Any:
         headers = {"Accept": "application/json"}
         data = None
         if body is not None:

@@ -8,6 +8,9 @@ variable                       default            meaning
                                                   are the forms' table pick list
 ``DBLOG_SPARK_CONN_ID``        ``spark_default``  the Spark connection of the merge tasks
 ``DBLOG_POLL_INTERVAL_S``      ``10``             seconds between two reads of a dump's state
+``DBLOG_TASK_RETRIES``         ``2``              retries of a task that failed for a passing
+                                                  reason (a refusal or a failed dump: none)
+``DBLOG_TASK_RETRY_DELAY_S``   ``30``             seconds before such a retry
 ``DBLOG_MERGE_SCHEDULE``       ``*/15 * * * *``   when ``dblog_merge`` runs
 ``DBLOG_MERGE_CONNECTIONS``    ``DBLOG_CONN_ID``  the connections ``dblog_merge`` merges, comma
                                                   separated (one task each)
@@ -25,8 +28,13 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
 
-__all__ = ["TABLE_PATTERN", "captured_tables", "conn_ids", "env_int", "env_str", "env_tables"]
+__all__ = [
+    "TABLE_PATTERN", "captured_tables", "conn_ids", "default_args", "env_int", "env_str",
+    "env_tables",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,17 @@ def env_int(name: str, default: int, low: int, high: int,
     if not low <= value <= high:
         raise ValueError(f"{name}={value} is out of range: from {low} to {high}")
     return value
+
+
+def default_args(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The tasks' retries: a task that failed for a passing reason (Redis or the API server
+    busy or restarting) runs again; a refusal or a failed dump fails at once
+    (``AirflowFailException``), and a retried submit finds the request it queued."""
+    return {
+        "retries": env_int("DBLOG_TASK_RETRIES", 2, 0, 20, environ),
+        "retry_delay": timedelta(seconds=env_int("DBLOG_TASK_RETRY_DELAY_S", 30, 1, 3600,
+                                                 environ)),
+    }
 
 
 def conn_ids(name: str, default: str, environ: Mapping[str, str] | None = None) -> list[str]:

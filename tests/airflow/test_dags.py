@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -141,6 +141,18 @@ def test_schedules_and_defaults_come_from_the_environment(dags: dict[str, DAG]) 
     assert configured["dblog_dump"].params["conn_id"] == "shop"
 
 
+def test_tasks_retry_a_passing_failure(dags: dict[str, DAG]) -> None:
+    for dag_id in ("dblog_dump", "dblog_repair", "dblog_backfill"):
+        submit, wait = (dags[dag_id].task_dict[t] for t in ("submit", "wait"))
+        assert (submit.retries, wait.retries) == (2, 2), dag_id
+        assert submit.retry_delay == timedelta(seconds=30), dag_id
+    # The merge keeps its own (a merge that meets another one waits a minute).
+    assert dags["dblog_dump"].task_dict["merge"].retry_delay == timedelta(minutes=1)
+    configured = load_dags({"DBLOG_TASK_RETRIES": "0", "DBLOG_TASK_RETRY_DELAY_S": "5"})
+    assert configured["dblog_repair"].task_dict["submit"].retries == 0
+    assert configured["dblog_dump"].task_dict["wait"].retry_delay == timedelta(seconds=5)
+
+
 @pytest.mark.parametrize(("name", "value", "message"), [
     ("DBLOG_BACKFILL_CHUNK_SIZE", "0", "DBLOG_BACKFILL_CHUNK_SIZE=0 is out of range"),
     ("DBLOG_BACKFILL_DELAY_MS", "soon", "DBLOG_BACKFILL_DELAY_MS='soon' is not a whole number"),
@@ -150,12 +162,15 @@ def test_schedules_and_defaults_come_from_the_environment(dags: dict[str, DAG]) 
     ("DBLOG_BACKFILL_TIMEZONE", "Mars/Olympus",
      "DBLOG_BACKFILL_TIMEZONE='Mars/Olympus' is not a time zone name"),
     ("DBLOG_MERGE_CONNECTIONS", "shop db", "'shop db' is not a connection id"),
+    ("DBLOG_TASK_RETRIES", "-1", "DBLOG_TASK_RETRIES=-1 is out of range: from 0 to 20"),
 ])
 def test_a_bad_setting_is_an_import_error_that_names_it(name: str, value: str,
                                                         message: str) -> None:
     bag = dag_bag({name: value})
-    assert len(bag.import_errors) == 1
-    assert message in next(iter(bag.import_errors.values()))
+    errors = list(bag.import_errors.values())
+    assert errors and all(message in error for error in errors), errors
+    # A setting of one DAG stops that DAG only; the task retries are every DAG's but the merge's.
+    assert len(errors) == (3 if name.startswith("DBLOG_TASK_") else 1)
 
 
 def test_the_table_pick_list_comes_from_dblog_config(dags: dict[str, DAG]) -> None:

@@ -45,10 +45,11 @@ def test_quickstart_dumps_merges_and_repairs_through_airflow(tmp_path: Path) -> 
         capture_output=True, text=True, timeout=1400, cwd=tmp_path, check=False,
     )
     stdout = result.stdout
-    # What went wrong (and the traceback or steps just before) comes first: the logs' tails
-    # printed after it would push it out of a CI excerpt.
-    verdict = stdout[max(0, stdout.rfind("\nRESULT:") - 4000):].split("\n== stopping", 1)[0]
-    assert result.returncode == 0, verdict[:6000] + "\n...\n" + (stdout + result.stderr)[-9000:]
+    # What went wrong (with the steps or traceback just before it) goes last: a CI excerpt
+    # shows the end of the message, and the quickstart prints the logs' tails after it.
+    verdict = stdout[max(0, stdout.rfind("\nRESULT:") - 3000):].split("\n== stopping", 1)[0]
+    assert result.returncode == 0, ((stdout + result.stderr)[-8000:]
+                                    + "\n\n---- the quickstart's verdict ----\n" + verdict)
     assert re.search(r"^RESULT: converged: every DAG run succeeded", stdout, re.M), stdout[-6000:]
     summary = stdout.split("\n== summary\n", 1)[1]
 
