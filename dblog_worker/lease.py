@@ -32,7 +32,7 @@ from typing import cast
 import redis
 
 from dblog_worker.errors import LeaseLost, StateUnavailable
-from dblog_worker.state import LAYOUT_VERSION
+from dblog_worker.state import LAYOUT_VERSION, redis_errors
 
 log = logging.getLogger(__name__)
 
@@ -101,14 +101,12 @@ class Lease:
     def acquire(self, *, min_token: int = 0, http: str = "") -> int | None:
         """Take the lease if it is free (or keep it if this worker holds it): the token,
         at least ``min_token``; None while another worker holds it."""
-        try:
+        with redis_errors():
             token = int(cast(int, self._acquire(
                 keys=[self.key, self.prefix + "lease:epoch"],
                 args=[self.holder, self.ttl_ms, min_token, socket.gethostname(), os.getpid(),
                       http, repr(time.time())],
             )))
-        except redis.RedisError as exc:
-            raise StateUnavailable(f"Redis is unreachable: {exc}") from exc
         self.token = token or None
         return self.token
 
@@ -116,10 +114,8 @@ class Lease:
         """Extend the lease; LeaseLost if another worker holds it now (or it expired)."""
         if self.token is None:
             raise LeaseLost("this worker does not hold the lease")
-        try:
+        with redis_errors():
             kept = self._renew(keys=[self.key], args=[self.holder, self.token, self.ttl_ms])
-        except redis.RedisError as exc:
-            raise StateUnavailable(f"Redis is unreachable: {exc}") from exc
         if not kept:
             token, self.token = self.token, None
             raise LeaseLost(f"the lease of token {token} expired or was taken over "
@@ -137,10 +133,8 @@ class Lease:
 
     def current(self) -> dict[str, str]:
         """The lease as Redis holds it ({} when nobody holds it)."""
-        try:
+        with redis_errors():
             return cast(dict[str, str], self.redis.hgetall(self.key))
-        except redis.RedisError as exc:
-            raise StateUnavailable(f"Redis is unreachable: {exc}") from exc
 
     def describe_holder(self) -> str:
         try:
@@ -157,15 +151,13 @@ class Lease:
         member = self.prefix + "member:" + self.holder
         fields = {"role": role, "host": socket.gethostname(), "pid": str(os.getpid()),
                   "http": http, "token": str(self.token or ""), "updated_at": repr(now)}
-        try:
+        with redis_errors():
             pipe = self.redis.pipeline(transaction=True)
             pipe.hset(member, mapping=fields)  # type: ignore[arg-type]
             pipe.pexpire(member, max(1, round(ttl_s * 1000)))
             pipe.zadd(self.prefix + "members", {self.holder: now})
             pipe.zremrangebyscore(self.prefix + "members", "-inf", now - 3600)
             pipe.execute()
-        except redis.RedisError as exc:
-            raise StateUnavailable(f"Redis is unreachable: {exc}") from exc
 
     def forget_member(self) -> None:
         """Leave the members list at a stop; with Redis unreachable the entry expires."""

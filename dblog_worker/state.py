@@ -85,7 +85,8 @@ def _fields(mapping: Mapping[str, str]) -> Any:
 
 
 @contextmanager
-def _redis_errors() -> Iterator[None]:
+def redis_errors() -> Iterator[None]:
+    """Redis unreachable (refused, reset, timed out) becomes StateUnavailable."""
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -115,7 +116,7 @@ class StateStore:
 
     def _write(self, fill: Callable[[Any], object]) -> list[Any]:
         """Run the commands ``fill`` queues as one transaction, fenced if this store is."""
-        with _redis_errors():
+        with redis_errors():
             if self._fence is None:
                 pipe = self.redis.pipeline(transaction=True)
                 fill(pipe)
@@ -144,12 +145,12 @@ class StateStore:
     # -- layout ---------------------------------------------------------------
 
     def has_layout(self) -> bool:
-        with _redis_errors():
+        with redis_errors():
             return bool(self.redis.exists(self.key("meta")))
 
     def ensure_layout(self) -> None:
         """Create the layout on first use; refuse a layout of another version."""
-        with _redis_errors():
+        with redis_errors():
             self.redis.hsetnx(self.key("meta"), "layout", str(LAYOUT_VERSION))
             self.redis.hsetnx(self.key("meta"), "created_at", repr(time.time()))
             found = self.redis.hget(self.key("meta"), "layout")
@@ -164,7 +165,7 @@ class StateStore:
 
     def forget_checkpoint(self) -> None:
         """``dblog reset``: no checkpoint, and a note that it was forgotten on purpose."""
-        with _redis_errors():
+        with redis_errors():
             pipe = self.redis.pipeline(transaction=True)
             pipe.delete(self.key("checkpoint"))
             pipe.hset(self.key("checkpoint"), "reset_at", repr(time.time()))
@@ -172,11 +173,11 @@ class StateStore:
 
     def was_reset(self) -> bool:
         """Whether ``dblog reset`` forgot the checkpoint (rather than Redis losing it)."""
-        with _redis_errors():
+        with redis_errors():
             return bool(self.redis.hexists(self.key("checkpoint"), "reset_at"))
 
     def checkpoint(self) -> str | None:
-        with _redis_errors():
+        with redis_errors():
             return cast(str | None, self.redis.hget(self.key("checkpoint"), "value"))
 
     def save_progress(
@@ -227,7 +228,7 @@ class StateStore:
             raise RequestRejected("a dump needs at least one table")
         if kind is DumpKind.KEYS and (len(tables) != 1 or not keys):
             raise RequestRejected("a primary-key dump names exactly one table and some keys")
-        with _redis_errors():
+        with redis_errors():
             self.ensure_layout()
             if client_token is not None:
                 existing = self.redis.hget(self.key("tokens"), client_token)
@@ -264,12 +265,12 @@ class StateStore:
 
     def token_request(self, client_token: str) -> str | None:
         """The id of the request made with ``client_token``, if any."""
-        with _redis_errors():
+        with redis_errors():
             found = self.redis.hget(self.key("tokens"), client_token)
         return None if found is None else _str(found)
 
     def get_request(self, request_id: str) -> DumpRequest:
-        with _redis_errors():
+        with redis_errors():
             fields = cast(dict[str, str], self.redis.hgetall(self.key("request", request_id)))
         if not fields:
             raise RequestRejected(
@@ -279,7 +280,7 @@ class StateStore:
         return DumpRequest.from_fields(fields)
 
     def list_requests(self, *, active_only: bool = False) -> list[DumpRequest]:
-        with _redis_errors():
+        with redis_errors():
             ids = cast(list[str], self.redis.zrange(
                 self.key("active" if active_only else "requests"), 0, -1))
             pipe = self.redis.pipeline(transaction=False)
@@ -290,7 +291,7 @@ class StateStore:
 
     def next_request(self) -> DumpRequest | None:
         """The oldest request not yet terminal: the one the worker runs."""
-        with _redis_errors():
+        with redis_errors():
             ids = cast(list[str], self.redis.zrange(self.key("active"), 0, 0))
         return self.get_request(ids[0]) if ids else None
 
@@ -301,7 +302,7 @@ class StateStore:
         """Move a request to ``target`` if its current state allows it; return the old state."""
         sources = sources_of(target) if only_from is None else sources_of(target) & only_from
         allowed = sorted(state.value for state in sources)
-        with _redis_errors():
+        with redis_errors():
             result = self._transition(
                 keys=[self.key("request", request_id), self.key("active"),
                       "" if self._fence is None else self.key("lease")],
@@ -334,7 +335,7 @@ class StateStore:
             args += ["delay_ms", str(check_delay_ms(delay_ms))]
         if not args:
             raise RequestRejected("give a chunk size, a delay, or both")
-        with _redis_errors():
+        with redis_errors():
             outcome, previous = cast(
                 list[str],
                 self._set_knobs(keys=[self.key("request", request_id)],
@@ -347,18 +348,18 @@ class StateStore:
         return self.get_request(request_id)
 
     def request_keys(self, request_id: str, start: int, count: int) -> list[KeyTexts]:
-        with _redis_errors():
+        with redis_errors():
             items = self.redis.lrange(self.key("request", request_id, "keys"), start,
                                       start + count - 1)
         return [tuple(json.loads(item)) for item in items]
 
     def missing_keys(self, request_id: str) -> list[KeyTexts]:
-        with _redis_errors():
+        with redis_errors():
             items = self.redis.lrange(self.key("request", request_id, "missing"), 0, -1)
         return [tuple(json.loads(item)) for item in items]
 
     def progress(self, request_id: str) -> dict[str, TableProgress]:
-        with _redis_errors():
+        with redis_errors():
             fields = cast(dict[str, str],
                           self.redis.hgetall(self.key("request", request_id, "progress")))
         return {table: TableProgress.from_json(text) for table, text in fields.items()}
@@ -370,18 +371,18 @@ class StateStore:
         self._write(lambda pipe: pipe.hset(self.key("worker"), mapping=fields))
 
     def status(self) -> dict[str, str]:
-        with _redis_errors():
+        with redis_errors():
             return cast(dict[str, str], self.redis.hgetall(self.key("worker")))
 
     def lease(self) -> dict[str, str]:
         """The leader lease ({} while nobody holds it): holder, token, host, pid, http."""
-        with _redis_errors():
+        with redis_errors():
             return cast(dict[str, str], self.redis.hgetall(self.key("lease")))
 
     def members(self) -> list[dict[str, str]]:
         """Every worker of the source seen lately (leader first): holder, role, host, pid,
         http, token, updated_at."""
-        with _redis_errors():
+        with redis_errors():
             holders = cast(list[str], self.redis.zrange(self.key("members"), 0, -1))
             pipe = self.redis.pipeline(transaction=False)
             for holder in holders:
