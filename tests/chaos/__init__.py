@@ -37,7 +37,7 @@ Run it::
     .venv/bin/python -m pytest tests/chaos -q
 
 The CI version runs one seed per scenario with a few seconds of load (2 kills in
-scenario 1), about four minutes on two cores. The long version, ``DBLOG_CHAOS_LONG=1``,
+scenario 1), about three minutes on two cores. The long version, ``DBLOG_CHAOS_LONG=1``,
 runs seeds 1 to 3, 60 s of load per run, 20 kills in scenario 1, 5 freezes, 5 Redis and
 source restarts and 10 connection kills, with a one-hour timeout per test::
 
