@@ -13,6 +13,7 @@ import pytest
 from dblog_worker.config import (
     Config,
     HttpConfig,
+    LeaseConfig,
     SourceConfig,
     default_server_id,
     load,
@@ -510,3 +511,37 @@ def test_example_configuration_loads() -> None:
     path = Path(__file__).resolve().parents[2] / "examples" / "worker.toml"
     config = load(path, {"SHOP_DB_PASSWORD": "x", "REPLICA_DB_PASSWORD": "y"})
     assert config.http == HttpConfig()
+
+
+def test_lease_defaults_and_settings() -> None:
+    default = parse(data({}), {})
+    assert default.lease == LeaseConfig(ttl_s=5.0, renew_interval_s=1.0, standby_poll_s=0.5)
+    assert default.shutdown_timeout_s == 30.0
+    # A short lease renews three times per lease unless told otherwise.
+    assert parse(data({"lease": {"ttl_s": 1.5}}), {}).lease.renew_interval_s == 0.5
+    config = parse(data({"lease": {"ttl_s": 10, "renew_interval_s": 2, "standby_poll_s": 0.2},
+                         "worker": {"shutdown_timeout_s": 60}}), {})
+    assert config.lease == LeaseConfig(ttl_s=10.0, renew_interval_s=2.0, standby_poll_s=0.2)
+    assert config.shutdown_timeout_s == 60.0
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"lease": {"ttl_s": 4, "renew_interval_s": 3}},
+     "lease.renew_interval_s (3.0) must be at most half of lease.ttl_s (4.0): a leader renews at "
+     "least twice per lease, or a standby takes over from a healthy leader"),
+    ({"lease": {"ttl_s": 0.1}}, "ttl_s must be a number from 0.5 to 600, got 0.1"),
+    ({"lease": {"standby_poll_s": 0}}, "standby_poll_s must be a number from 0.05 to 60, got 0"),
+    ({"lease": {"ttl": 5}}, "unknown option lease.ttl; did you mean ttl_s?"),
+    ({"worker": {"shutdown_timeout_s": 0}},
+     "shutdown_timeout_s must be a number from 1 to 3600, got 0"),
+])
+def test_lease_errors(changes: dict[str, dict[str, Any]], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse(data(changes), {})
+
+
+def test_lease_section_must_be_a_table() -> None:
+    changed = data({})
+    changed["lease"] = 5
+    with pytest.raises(ConfigError, match=re.escape("[lease] must be a table of options")):
+        parse(changed, {})
