@@ -31,6 +31,7 @@ from tests.integration.harness import (
     Backend,
     MariaDatabase,
     WorkerProcess,
+    chunks,
     dump,
     wait_for,
     wait_request,
@@ -81,6 +82,17 @@ def lease_section(ttl_s: float = TTL_S, renew_interval_s: float = RENEW_INTERVAL
     """The ``[lease]`` section of a worker configuration (``Backend.config_path(extra=)``)."""
     return (f"\n[lease]\nttl_s = {ttl_s}\nrenew_interval_s = {renew_interval_s}\n"
             f"standby_poll_s = {standby_poll_s}\n")
+
+
+def filled_tables(backend: Backend, rows: tuple[int, ...], *, ttl_s: float = TTL_S,
+                  **config: Any) -> tuple[list[str], Path]:
+    """The backend's first tables (one or two) with ``rows`` rows each, and a worker
+    configuration that captures them with the chaos lease (``config``: more
+    ``Backend.config_path`` options)."""
+    tables = [backend.t1, backend.t2][:len(rows)]
+    for table, count in zip(tables, rows, strict=True):
+        backend.create(table, count)
+    return tables, backend.config_path(tables, extra=lease_section(ttl_s=ttl_s), **config)
 
 
 class Report:
@@ -437,6 +449,17 @@ class Dumps:
             return
         self.ids.append(dump(self.config, "--all", *self.args))
 
+    def wait_chunks(self, count: int, cluster: Cluster) -> None:
+        """Wait until the newest dump has read ``count`` chunks (or ended)."""
+        request_id = self.ids[-1]
+
+        def read() -> bool:
+            state = read_request(self.backend, request_id).get("state")
+            return state not in ("queued", "running") or chunks(self.backend,
+                                                                request_id) >= count
+
+        wait_for(read, 60, f"{count} chunks of {request_id}", cluster.logs)
+
     def wait_completed(self, cluster: Cluster, timeout: float = 180) -> None:
         for request_id in self.ids:
             state = wait_request(self.backend.redis_url, SOURCE, request_id,
@@ -460,6 +483,17 @@ class Scenario:
     workload: LedgerWorkload
     leader: WorkerProcess
     sampler: RedisSampler
+
+    def strikes(self, count: int, rnd: random.Random, *, busy_s: float = 3.0,
+                chunks_read: int = 0) -> Iterator[int]:
+        """``count`` times: a dump running (with ``chunks_read`` chunks read), a random
+        pause (:func:`gap`), then the body's fault."""
+        for number in range(count):
+            self.dumps.keep_one_running()
+            if chunks_read:
+                self.dumps.wait_chunks(chunks_read, self.cluster)
+            time.sleep(gap(rnd, count, busy_s))
+            yield number
 
 
 @contextlib.contextmanager

@@ -24,8 +24,7 @@ from tests.chaos.cluster import (
     RedisSampler,
     Report,
     describe,
-    gap,
-    lease_section,
+    filled_tables,
     load_until,
     scenario,
     seconds,
@@ -47,17 +46,12 @@ def test_kill_9_of_the_leader(backend: Backend, seed: int, report: Report) -> No
     """kill -9 of the leader at random instants during dumps and writes; a standby takes
     over within ttl_s + standby_poll_s + 5 s, and a new standby is started each time."""
     rnd = random.Random(seed)
-    t1, t2 = backend.t1, backend.t2
-    backend.create(t1, 4000)
-    backend.create(t2, 2000)
-    config = backend.config_path([t1, t2], flush_interval_s=0.1, extra=lease_section())
+    tables, config = filled_tables(backend, (4000, 2000), flush_interval_s=0.1)
     takeovers: list[float] = []
-    with scenario(backend, config, [t1, t2], seed, report, "--chunk-size", "100",
+    with scenario(backend, config, tables, seed, report, "--chunk-size", "100",
                   "--delay-ms", "10") as run:
         cluster = run.cluster
-        for _ in range(PLAN.kills):
-            run.dumps.keep_one_running()
-            time.sleep(gap(rnd, PLAN.kills, busy_s=6))
+        for _ in run.strikes(PLAN.kills, rnd, busy_s=6):
             leader = cluster.leader()
             old = max(token_of(cluster.lease()), token_of(cluster.status()))
             counts = cluster.streaming_counts()
@@ -91,21 +85,15 @@ def test_sigstop_of_the_leader_past_its_lease(backend: Backend, seed: int,
     """The leader frozen longer than its lease: a standby takes over; woken up, the old
     leader writes nothing more (no segment, no checkpoint, no status) and steps down."""
     rnd = random.Random(seed)
-    t1, t2 = backend.t1, backend.t2
-    backend.create(t1, 3000)
-    backend.create(t2, 1000)
     ttl_s = 2.0
     # a flush interval long enough that the frozen leader holds output when it wakes up
-    config = backend.config_path([t1, t2], flush_interval_s=0.5,
-                                 extra=lease_section(ttl_s=ttl_s))
+    tables, config = filled_tables(backend, (3000, 1000), ttl_s=ttl_s, flush_interval_s=0.5)
     freezes: list[Freeze] = []
     silent: list[str] = []  # the old leaders that stepped down without saying `lease lost`
-    with scenario(backend, config, [t1, t2], seed, report, "--chunk-size", "50",
+    with scenario(backend, config, tables, seed, report, "--chunk-size", "50",
                   "--delay-ms", "20") as run:
         cluster = run.cluster
-        for _ in range(PLAN.stops):
-            run.dumps.keep_one_running()
-            time.sleep(gap(rnd, PLAN.stops, busy_s=8))
+        for _ in run.strikes(PLAN.stops, rnd, busy_s=8):
             leader = cluster.leader()
             assert leader.proc is not None
             old = max(token_of(cluster.lease()), token_of(cluster.status()))
@@ -130,7 +118,7 @@ def test_sigstop_of_the_leader_past_its_lease(backend: Backend, seed: int,
                               + "\n".join(leader.log().splitlines()[-3:]))
         report.add("freezes", len(freezes))
         report.add("takeover_s", describe([f.takeover_s for f in freezes]))
-    for table in (t1, t2):
+    for table in tables:
         segments = writer_tokens(backend, table)
         for freeze in freezes:
             late = [(seq, ctime - freeze.stopped_at) for seq, token, ctime in segments
@@ -153,10 +141,7 @@ def test_sigstop_of_the_leader_past_its_lease(backend: Backend, seed: int,
 def test_two_workers_started_at_once(backend: Backend, seed: int, report: Report) -> None:
     """Two workers of one configuration started back to back: one leads, the other stands
     by, and only the leader's token writes the output."""
-    t1, t2 = backend.t1, backend.t2
-    backend.create(t1, 2000)
-    backend.create(t2, 500)
-    config = backend.config_path([t1, t2], extra=lease_section())
+    tables, config = filled_tables(backend, (2000, 500))
     with Cluster(backend, config) as cluster, RedisSampler(backend.redis_url) as sampler:
         pair = [cluster.spawn(), cluster.spawn()]  # Popen back to back
 
@@ -166,7 +151,7 @@ def test_two_workers_started_at_once(backend: Backend, seed: int, report: Report
                 "lease acquired" in log or "standing by" in log for log in logs)
 
         wait_for(settled, 60, "one worker to lead and the other to stand by", cluster.logs)
-        workload = LedgerWorkload(backend.db, [t1, t2], seed)
+        workload = LedgerWorkload(backend.db, tables, seed)
         workload.start()
         started = time.monotonic()
         dumps = Dumps(backend, config, "--chunk-size", "100")
@@ -181,7 +166,7 @@ def test_two_workers_started_at_once(backend: Backend, seed: int, report: Report
         follower = logs[acquired.index(0)]
         assert "standing by" in follower and " streaming " not in follower, cluster.logs()
         assert all(w.alive() for w in pair), cluster.logs()
-        finish(backend, workload, [t1, t2], report)
+        finish(backend, workload, tables, report)
         sampler.assert_never_back()
-    tokens = {token for table in (t1, t2) for _, token, _ in writer_tokens(backend, table)}
+    tokens = {token for table in tables for _, token, _ in writer_tokens(backend, table)}
     assert len(tokens) == 1, f"segments of several writers: {sorted(tokens)}"

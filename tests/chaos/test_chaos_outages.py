@@ -21,13 +21,11 @@ import redis
 from tests.chaos.cluster import (
     PLAN,
     Cluster,
-    Dumps,
     Report,
     fill,
-    gap,
+    filled_tables,
     http_get,
     kill_source_connections,
-    lease_section,
     load_until,
     mount_tmpfs,
     read_hash,
@@ -40,24 +38,12 @@ from tests.integration.harness import (
     Backend,
     checkpoint,
     checkpoint_position,
-    chunks,
     events_of,
     wait_for,
 )
 from tests.services import RedisServer
 
 pytestmark = pytest.mark.timeout(PLAN.timeout_s)
-
-
-def wait_chunks(backend: Backend, dumps: Dumps, count: int, cluster: Cluster) -> None:
-    """Wait until the newest dump has read ``count`` chunks (or ended)."""
-    request_id = dumps.ids[-1]
-
-    def read() -> bool:
-        state = read_hash(backend.redis_url, "request", request_id).get("state")
-        return state not in ("queued", "running") or chunks(backend, request_id) >= count
-
-    wait_for(read, 60, f"{count} chunks of {request_id}", cluster.logs)
 
 
 # -- Redis ------------------------------------------------------------------------------
@@ -84,17 +70,11 @@ def test_redis_restart_mid_dump(backend: Backend, chaos_redis: RedisServer, seed
     """Redis stops and starts again with its data, down for up to 4 s, while a dump runs
     and a leader and a standby depend on it: the dump completes and nothing is lost."""
     rnd = random.Random(seed)
-    t1, t2 = backend.t1, backend.t2
-    backend.create(t1, 4000)
-    backend.create(t2, 1000)
-    config = backend.config_path([t1, t2], extra=lease_section())
+    tables, config = filled_tables(backend, (4000, 1000))
     outages: list[str] = []
-    with scenario(backend, config, [t1, t2], seed, report, "--chunk-size", "50",
+    with scenario(backend, config, tables, seed, report, "--chunk-size", "50",
                   "--delay-ms", "10") as run:
-        for _ in range(PLAN.restarts):
-            run.dumps.keep_one_running()
-            wait_chunks(backend, run.dumps, 3, run.cluster)
-            time.sleep(gap(rnd, PLAN.restarts))
+        for _ in run.strikes(PLAN.restarts, rnd, chunks_read=3):
             outages.append(redis_outage(chaos_redis, rnd))
         report.add("redis_outages", outages)
         wait_for(lambda: len(run.cluster.running()) == 2, 10, "both workers up",
@@ -107,9 +87,7 @@ def test_redis_data_lost_is_refused_on_mariadb(backend: Backend, report: Report)
     segments: the worker does not start over from the binlog's end (that would lose what
     was written meanwhile); it exits non-zero and says what to do. (PostgreSQL's case,
     the slot to adopt, is in tests/integration/test_scenarios.py.)"""
-    t1 = backend.t1
-    backend.create(t1, 10)
-    config = backend.config_path([t1], extra=lease_section())
+    [t1], config = filled_tables(backend, (10,))
     with Cluster(backend, config) as cluster:
         worker = cluster.start_leader()
         backend.execute(f"UPDATE {t1} SET version = {backend.next_version} WHERE id <= 50")
@@ -143,17 +121,11 @@ def test_source_restart_mid_window(backend: Backend, seed: int, report: Report) 
     """The source database restarts (cleanly) while a dump with a delay runs; a standby
     waits: capture goes on, the dump completes, nothing is lost."""
     rnd = random.Random(seed)
-    t1, t2 = backend.t1, backend.t2
-    backend.create(t1, 3000)
-    backend.create(t2, 1000)
-    config = backend.config_path([t1, t2], extra=lease_section())
+    tables, config = filled_tables(backend, (3000, 1000))
     restarts: list[float] = []
-    with scenario(backend, config, [t1, t2], seed, report, "--chunk-size", "50",
+    with scenario(backend, config, tables, seed, report, "--chunk-size", "50",
                   "--delay-ms", "30") as run:
-        for _ in range(PLAN.restarts):
-            run.dumps.keep_one_running()
-            wait_chunks(backend, run.dumps, 3, run.cluster)
-            time.sleep(gap(rnd, PLAN.restarts, busy_s=5))
+        for _ in run.strikes(PLAN.restarts, rnd, busy_s=5, chunks_read=3):
             began = time.monotonic()
             backend.restart_source()
             restarts.append(round(time.monotonic() - began, 2))
@@ -169,17 +141,11 @@ def test_source_connections_killed(backend: Backend, seed: int, report: Report) 
     pg_terminate_backend, the walsender too; MariaDB: KILL, the binlog dump too) at random
     instants of a dump: capture goes on, the dump completes, nothing is lost."""
     rnd = random.Random(seed)
-    t1, t2 = backend.t1, backend.t2
-    backend.create(t1, 3000)
-    backend.create(t2, 1000)
-    config = backend.config_path([t1, t2], extra=lease_section())
+    tables, config = filled_tables(backend, (3000, 1000))
     ended: list[str] = []
-    with scenario(backend, config, [t1, t2], seed, report, "--chunk-size", "50",
+    with scenario(backend, config, tables, seed, report, "--chunk-size", "50",
                   "--delay-ms", "30") as run:
-        for _ in range(PLAN.connection_kills):
-            run.dumps.keep_one_running()
-            wait_chunks(backend, run.dumps, 2, run.cluster)
-            time.sleep(gap(rnd, PLAN.connection_kills, busy_s=2))
+        for _ in run.strikes(PLAN.connection_kills, rnd, busy_s=2, chunks_read=2):
             ended += kill_source_connections(backend, run.workload.spared())
         report.add("connections_killed", len(ended))
     streams = [e for e in ended if "walsender" in e or "Binlog Dump" in e]
@@ -205,9 +171,7 @@ def test_landing_disk_full(backend: Backend, small_landing: Path, seed: int,
     """The landing zone's filesystem fills up: the worker stops advancing (the checkpoint
     stays before the writes it could not land), says so, stays alive; space freed, it
     goes on and nothing is lost."""
-    t1 = backend.t1
-    backend.create(t1, 0)
-    config = backend.config_path([t1], extra=lease_section())
+    [t1], config = filled_tables(backend, (0,))
     with Cluster(backend, config) as cluster:
         worker = cluster.start_leader()
         backend.execute(f"INSERT INTO {t1} VALUES (1, {backend.next_version}, 'first')")
