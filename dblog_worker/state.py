@@ -86,11 +86,15 @@ def _fields(mapping: Mapping[str, str]) -> Any:
 
 @contextmanager
 def redis_errors() -> Iterator[None]:
-    """Redis unreachable (refused, reset, timed out) becomes StateUnavailable."""
+    """Redis unreachable (refused, reset, timed out) or read-only (a replica: a failover
+    under way) becomes StateUnavailable: the caller tries again later."""
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise StateUnavailable(f"Redis is unreachable: {exc}") from exc
+    except redis.ReadOnlyError as exc:
+        raise StateUnavailable(f"Redis is a read-only replica (point [redis] at the primary, "
+                               f"or wait for the failover to end): {exc}") from exc
 
 
 class StateStore:

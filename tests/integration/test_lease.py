@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 
-from dblog_worker.errors import LeaseLost
+from dblog_worker.errors import LeaseLost, StateUnavailable
 from dblog_worker.lease import Lease
 from dblog_worker.requests import DumpKind, RequestState, TableProgress
 from dblog_worker.state import StateStore
@@ -136,3 +136,29 @@ def test_leaving_the_members_list_without_redis_only_warns(
     finally:
         lease.close()
     assert "could not leave the members list" in caplog.text
+
+
+def test_a_read_only_replica_is_unavailable_not_an_error(redis_url: str,
+                                                        leases: tuple[Lease, Lease]) -> None:
+    """A Redis that became a replica (a failover under way) refuses writes: the lease and
+    the state store say so as StateUnavailable, which the worker waits out."""
+    lease, _ = leases
+    store = StateStore(redis_url, "src")
+    admin = redis.Redis.from_url(redis_url)
+    admin.replicaof("127.0.0.1", str(free_port()))  # nothing answers there
+    try:
+        writes: list[tuple[str, Callable[[], object]]] = [
+            ("acquire", lease.acquire),
+            ("publish_member", lambda: lease.publish_member("standby", "", 5)),
+            ("save_progress", lambda: store.save_progress("0/1", {}, {})),
+        ]
+        for name, write in writes:
+            with pytest.raises(StateUnavailable, match="Redis is a read-only replica") as info:
+                write()
+            assert isinstance(info.value.__cause__, redis.ReadOnlyError), name
+        assert lease.current() == {}  # reads still work
+    finally:
+        admin.replicaof("NO", "ONE")
+        admin.close()
+        store.close()
+    assert lease.acquire() == 1  # the primary again: the lease is taken as usual
