@@ -53,7 +53,7 @@ NAME = "dump_throughput"
 TABLE_NAME = "dump_src"
 TARGET_RATIO = 0.4
 TARGET_RATIOS = {MARIADB: 0.5}
-SHAPE = TableShape("public", "dump_src", ("id", "a", "b", "c", "d"), ("id",), ("bigint",))
+SHAPE = TableShape("public", "dump_src", ("id",), ("bigint",))
 
 
 def raw_select(dsn: str, chunk_size: int = CHUNK_SIZE) -> tuple[int, float]:

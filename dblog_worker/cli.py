@@ -22,12 +22,21 @@ from pathlib import Path
 from dblog_worker import __version__
 from dblog_worker import config as config_module
 from dblog_worker.config import MYSQL, Config
-from dblog_worker.control import NO_KEYS, create_dump, request_json, show_json
-from dblog_worker.errors import DblogError, RequestRejected, TerminalError
+from dblog_worker.control import (
+    NO_KEYS,
+    create_dump,
+    entry_json,
+    entry_of,
+    list_entries,
+    request_json,
+    show_record_json,
+)
+from dblog_worker.errors import CorruptState, DblogError, RequestRejected, TerminalError
 from dblog_worker.requests import (
     COMMANDS,
     DEFAULT_CHUNK_SIZE,
     DumpRequest,
+    MalformedRequest,
     RequestState,
     TableProgress,
 )
@@ -207,14 +216,18 @@ def _dump(config: Config, args: argparse.Namespace) -> int:
 
 
 def _list(config: Config, args: argparse.Namespace) -> int:
-    state = _state(config)
-    requests = state.list_requests(active_only=args.active)
+    entries = list_entries(_state(config), active_only=args.active)
     if args.json:
-        print(json.dumps([request_json(r, state.progress(r.id)) for r in requests], indent=2))
+        print(json.dumps([entry_json(entry) for entry in entries], indent=2))
         return 0
     rows = [("ID", "STATE", "KIND", "TABLES", "ROWS", "CHUNK", "DELAY", "CREATED")]
-    for request in requests:
-        progress = state.progress(request.id)
+    malformed = []
+    for entry in entries:
+        if isinstance(entry, MalformedRequest):
+            rows.append((entry.id, "malformed", "-", "-", "-", "-", "-", "-"))
+            malformed.append(entry)
+            continue
+        request, progress = entry
         rows.append((
             request.id, request.state.value, request.kind.value,
             _done_tables(request, progress), str(sum(p.rows for p in progress.values())),
@@ -222,16 +235,25 @@ def _list(config: Config, args: argparse.Namespace) -> int:
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(request.created_at)),
         ))
     print(_table(rows))
+    for record in malformed:
+        print(f"{record.id}: {record.error}")
     return 0
 
 
 def _show(config: Config, args: argparse.Namespace) -> int:
+    """A request and its progress; a malformed one as such (exit 1)."""
     state = _state(config)
-    request = state.get_request(args.id)
     if args.json:
-        print(json.dumps(show_json(state, request), indent=2))
-        return 0
-    progress = state.progress(request.id)
+        document = show_record_json(state, args.id)
+        print(json.dumps(document, indent=2))
+        return 1 if "malformed" in document else 0
+    entry = entry_of(state, state.get_record(args.id))
+    if isinstance(entry, MalformedRequest):
+        print(f"{entry.id}: malformed\nerror: {entry.error}")
+        for name, value in entry.fields.items():
+            print(f"  {name}: {value}")
+        return 1
+    request, progress = entry
     print(f"{request.id}: {request.state.value} ({request.kind.value}), chunk size "
           f"{request.chunk_size}, delay {request.delay_ms} ms")
     if request.error:
@@ -290,13 +312,20 @@ def _follow(state: StateStore, request_id: str, timeout: float) -> int:
         time.sleep(0.5)
 
 
+def _age(updated_at: str | None) -> float | None:
+    """Seconds since a Unix time a worker wrote in Redis; None if missing or not a number."""
+    try:
+        return time.time() - float(updated_at or "")
+    except ValueError:
+        return None
+
+
 def _worker_silence(state: StateStore) -> str | None:
     """Says so when no worker has reported for over 30 s (in whole minutes after the first,
     so that the warning repeats once a minute); None while one reports."""
-    updated = state.status().get("updated_at")
-    if updated is None:
+    age = _age(state.status().get("updated_at"))
+    if age is None:
         return "no worker of this source has ever reported"
-    age = time.time() - float(updated)
     if age < WORKER_SILENT_S:
         return None
     return ("no worker of this source has reported for "
@@ -335,26 +364,31 @@ def _status(config: Config, args: argparse.Namespace) -> int:
     state = _state(config)
     status = state.status()
     lease, members = state.lease(), state.members()
-    document = {"source": config.source.name, "checkpoint": state.checkpoint(), "worker": status,
-                "lease": lease, "members": members}
+    try:
+        checkpoint, malformed = state.checkpoint(), None
+    except CorruptState as exc:  # shown; the worker stops on it with the same message
+        checkpoint, malformed = None, str(exc)
+    document = {"source": config.source.name, "checkpoint": checkpoint,
+                "checkpoint_error": malformed, "worker": status, "lease": lease,
+                "members": members}
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
-    print(f"source {config.source.name}: checkpoint {document['checkpoint'] or '-'}")
+    print(f"source {config.source.name}: checkpoint {checkpoint or '-'}")
+    if malformed is not None:
+        print(f"  checkpoint is malformed: {malformed}")
     if lease:
         print(f"lease: held by {lease.get('holder')} (token {lease.get('token')})")
     else:
         print("lease: free (no worker leads; a standby takes it within its poll interval)")
     for member in members:
-        age = time.time() - float(member.get("updated_at", "0"))
         print(f"  {member.get('role', '?'):8} {member['holder']}  http {member.get('http') or '-'}"
-              f"  seen {age:.1f} s ago")
+              f"  seen {_ago(member.get('updated_at'))}")
     if not status:
         print("no worker has reported yet")
         return 0
-    age = time.time() - float(status.get("updated_at", "0"))
     print(f"leader pid {status.get('pid')} on {status.get('host')} (token "
-          f"{status.get('token') or '-'}), last report {age:.1f} s ago")
+          f"{status.get('token') or '-'}), last report {_ago(status.get('updated_at'))}")
     for name in ("http", "checkpoint", "lag_bytes", "window", "windows", "active_request",
                  "events_emitted", "events_replayed"):
         print(f"  {name}: {status.get(name) or '-'}")
@@ -396,11 +430,12 @@ def _reset(config: Config, args: argparse.Namespace) -> int:
             "back, and a standby would take over), or add --force"
         )
     status = state.status()
-    age = time.time() - float(status.get("updated_at", "0"))
-    if age < 60 and not args.force:
+    age = _age(status.get("updated_at", "0"))  # None: not a time, so maybe a moment ago
+    if (age is None or age < 60) and not args.force:
         raise RequestRejected(
-            f"a worker (pid {status.get('pid')} on {status.get('host')}) reported {age:.0f} s "
-            "ago: stop it first (it would write its checkpoint back), or add --force"
+            f"a worker (pid {status.get('pid')} on {status.get('host')}) reported "
+            f"{'at an unknown time' if age is None else f'{age:.0f} s ago'}: stop it first "
+            "(it would write its checkpoint back), or add --force"
         )
     state.forget_checkpoint()
     if config.source.kind == MYSQL:
@@ -413,6 +448,11 @@ def _reset(config: Config, args: argparse.Namespace) -> int:
 
 
 # -- formatting -------------------------------------------------------------------
+
+
+def _ago(updated_at: str | None) -> str:
+    age = _age(updated_at)
+    return "at an unknown time" if age is None else f"{age:.1f} s ago"
 
 
 def _done_tables(request: DumpRequest, progress: dict[str, TableProgress]) -> str:

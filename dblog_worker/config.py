@@ -74,6 +74,59 @@ POSTGRESQL = "postgresql"
 MYSQL = "mysql"
 KINDS = {"postgresql": POSTGRESQL, "mysql": MYSQL, "mariadb": MYSQL}
 
+PG_NAME_BYTES = 63  # NAMEDATALEN - 1: PostgreSQL truncates a longer name, silently
+MY_NAME_CHARACTERS = 64
+
+
+def name_problem(kind: str, name: str) -> str | None:
+    """Why ``name`` cannot be a schema, table or column name of a ``kind`` database; None
+    if it can. Any other character is fine: names are always quoted."""
+    if not name:
+        return "a name cannot be empty"
+    if "\x00" in name:
+        return "a name cannot contain NUL"
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        return "a name must be valid Unicode"
+    if kind == MYSQL:
+        if len(name) > MY_NAME_CHARACTERS:
+            return (f"MySQL/MariaDB names are at most {MY_NAME_CHARACTERS} characters; "
+                    f"this one has {len(name)}")
+        if name[-1] in " \t\n\v\f\r":
+            return "MySQL/MariaDB names cannot end with a space (or other white space)"
+        if any(ord(c) > 0xFFFF for c in name):
+            return ("MySQL/MariaDB names hold only characters of the Basic Multilingual Plane "
+                    "(no emoji)")
+        return None
+    if size > PG_NAME_BYTES:
+        return (f"PostgreSQL names are at most {PG_NAME_BYTES} bytes (it truncates longer "
+                f"ones); this one has {size}")
+    return None
+
+
+def check_table_name(table: str, kind: str, where: str, *, landed: bool = False) -> None:
+    """``schema.table`` (``database.table``): split at the first dot, both parts names of a
+    ``kind`` database (and, when the table is ``landed``, its landing directory's name
+    within the filesystem's limit); ConfigError naming ``where`` otherwise."""
+    form = "database.table" if kind == MYSQL else "schema.table"
+    schema_name, _, table_name = table.partition(".")
+    if not schema_name or not table_name:
+        raise ConfigError(f"{where}: {table!r} must be qualified: {form} (split at the first "
+                          "dot: a table name may contain dots, a schema or database name may "
+                          "not)")
+    for part in (schema_name, table_name):
+        problem = name_problem(kind, part)
+        if problem is not None:
+            raise ConfigError(f"{where}: {table!r}: {part!r}: {problem}")
+    if landed:
+        from dblog_worker.landing import table_dir_name  # pyarrow: loaded with a file only
+
+        try:
+            table_dir_name(schema_name, table_name)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {table!r}: {exc}") from None
+
 
 @dataclass(frozen=True)
 class SourceConfig:
@@ -290,11 +343,8 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     tables = source.get("tables")
     if not isinstance(tables, list) or not tables or not all(isinstance(t, str) for t in tables):
         raise ConfigError('source.tables must be a non-empty list like ["public.orders"]')
-    qualified = "database.table" if kind == MYSQL else "schema.table"
     for table in tables:
-        schema_name, _, table_name = table.partition(".")
-        if not schema_name or not table_name:
-            raise ConfigError(f"source.tables: {table!r} must be qualified: {qualified}")
+        check_table_name(table, kind, "source.tables", landed=True)
     redis_section = _table(data, "redis")
     landing = _table(data, "landing")
     worker = data.get("worker", {})
@@ -320,7 +370,7 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         reconnect_max_s=_number(worker, "reconnect_max_s", 30.0, 0.1, 600),
         shutdown_timeout_s=_number(worker, "shutdown_timeout_s", 30.0, 1, 3600),
         lease=_lease(data),
-        target=_target(data, env, qualified),
+        target=_target(data, env, kind),
         merge=_merge(data),
         http=_http(data, env),
         logs=_logs(data),
@@ -351,7 +401,7 @@ def _database_dsn(section: Mapping[str, Any], kind: str, env: Mapping[str, str],
 
 
 def _target(data: Mapping[str, Any], env: Mapping[str, str],
-            source_qualified: str) -> TargetConfig | None:
+            source_kind: str) -> TargetConfig | None:
     if "target" not in data:
         return None
     target = _table(data, "target")
@@ -362,12 +412,9 @@ def _target(data: Mapping[str, Any], env: Mapping[str, str],
     ):
         raise ConfigError('target.tables must map source tables to target tables, like '
                           '{ "public.orders" = "replica.orders" }')
-    qualified = "database.table" if kind == MYSQL else "schema.table"
     for source_table, target_table in renames.items():
-        for name, form in ((source_table, source_qualified), (target_table, qualified)):
-            schema_name, _, table_name = name.partition(".")
-            if not schema_name or not table_name:
-                raise ConfigError(f"target.tables: {name!r} must be qualified: {form}")
+        check_table_name(source_table, source_kind, "target.tables")
+        check_table_name(target_table, kind, "target.tables")
     return TargetConfig(
         kind=kind,
         dsn=_database_dsn(target, kind, env, "target"),

@@ -3,6 +3,10 @@
 :func:`create_dump` checks a request against the source (captured tables that still
 exist and have a primary key; keys that fit the key columns) before it is queued, so
 a bad request is refused at once instead of failing in the worker later.
+
+A request whose record in Redis is malformed (its hash, progress or keys: see
+:class:`~dblog_worker.errors.CorruptRequest`) is shown as such, with the key, the field
+and what is wrong (:func:`malformed_json`), and the others are shown as usual.
 """
 
 from __future__ import annotations
@@ -14,11 +18,12 @@ from collections.abc import Sequence
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dblog_worker.config import MYSQL, Config, SourceConfig
-from dblog_worker.errors import DumpFailed, RequestRejected
+from dblog_worker.errors import CorruptRequest, DumpFailed, RequestRejected
 from dblog_worker.requests import (
     DumpKind,
     DumpRequest,
     KeyTexts,
+    MalformedRequest,
     TableProgress,
     check_chunk_size,
     check_delay_ms,
@@ -104,3 +109,51 @@ def show_json(state: StateStore, request: DumpRequest) -> dict[str, object]:
     if request.kind is DumpKind.KEYS:
         document["missing_keys"] = [list(k) for k in state.missing_keys(request.id)]
     return document
+
+
+Entry = tuple[DumpRequest, dict[str, TableProgress]] | MalformedRequest
+
+
+def list_entries(state: StateStore, *, active_only: bool = False) -> list[Entry]:
+    """Every request with its progress, oldest first: what `dblog list` shows; a request
+    whose hash or progress is malformed as a :class:`MalformedRequest`."""
+    return [entry_of(state, record) for record in state.list_records(active_only=active_only)]
+
+
+def entry_of(state: StateStore, record: DumpRequest | MalformedRequest) -> Entry:
+    """A request with its progress, or as malformed (its hash, or its progress, is)."""
+    if isinstance(record, MalformedRequest):
+        return record
+    try:
+        return record, state.progress(record.id)
+    except CorruptRequest as exc:
+        return MalformedRequest(record.id, exc, record.to_fields())
+
+
+def entry_json(entry: Entry) -> dict[str, object]:
+    """`dblog list --json` shows a list of these."""
+    return malformed_json(entry) if isinstance(entry, MalformedRequest) else request_json(*entry)
+
+
+def show_record_json(state: StateStore, request_id: str) -> dict[str, object]:
+    """What `dblog show --json` prints for any request, a malformed one too (RequestRejected
+    if there is no such request)."""
+    record = state.get_record(request_id)
+    if isinstance(record, MalformedRequest):
+        return malformed_json(record)
+    try:
+        return show_json(state, record)
+    except CorruptRequest as exc:  # its progress or its list of missing keys
+        return malformed_json(MalformedRequest(record.id, exc, record.to_fields()))
+
+
+def malformed_json(record: MalformedRequest) -> dict[str, object]:
+    """A request whose record is malformed: where and what is wrong (``malformed``), the
+    whole message with what to do (``error``), and what its hash holds (``fields``)."""
+    error = record.error
+    return {
+        "id": record.id,
+        "malformed": {"key": error.key, "field": error.field, "reason": error.reason},
+        "error": str(error),
+        "fields": dict(record.fields),
+    }

@@ -5,6 +5,11 @@ once (the upper bound), then reads chunks of keys after the last completed key u
 to that bound, until a chunk comes back short. A primary-key dump reads its keys in
 batches of the chunk size. Progress changes only when a window closes, and is
 saved to Redis only after the window's rows are durable (``take_unsaved``).
+
+A window can end *to be read again* (its chunk was stale, or the log held more unseen
+changes than the worker keeps): its progress is not taken, reading goes back to the
+last completed key, and a later window of the same table already open (read ahead of
+it) emits its rows but does not move the progress either.
 """
 
 from __future__ import annotations
@@ -14,6 +19,12 @@ from dataclasses import dataclass, field
 
 from dblog_worker.requests import DumpKind, DumpRequest, KeyTexts, RequestState, TableProgress
 from dblog_worker.window import WindowClosed
+
+# After a chunk to be read again (stale, its table locked, its window discarded), the next
+# window waits RETRY_S, doubling while it keeps happening, up to RETRY_MAX_S: a table locked
+# for minutes by a DDL costs the log a short lock wait now and then, not its pace.
+RETRY_S = 0.2
+RETRY_MAX_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +48,8 @@ class WindowRead:
     keys_read: int = 0
     missing: list[KeyTexts] = field(default_factory=list)
     failure: str | None = None
+    stale: bool = False  # the source said the chunk cannot be used: read it again
+    superseded: bool = False  # read ahead of a window read again: progress not taken
 
 
 class ActiveDump:
@@ -53,6 +66,8 @@ class ActiveDump:
         self._read_after: dict[str, KeyTexts] = {}
         self._read_key_index: dict[str, int] = {}
         self._read_all: set[str] = set()
+        self.reread = 0  # windows read again
+        self._again = 0  # chunks read again in a row
 
     @property
     def id(self) -> str:
@@ -122,11 +137,20 @@ class ActiveDump:
             return
         read = self.open_reads.popleft()
         table = self.progress[read.plan.table]
+        self.next_window_at = now + self.request.delay_ms / 1000
+        if read.stale or closed.retry:
+            self._read_again(read.plan.table)
+            self.read_later(now)
+            return
+        self._again = 0
+        table.rows += len(closed.survivors)
+        self._unsaved.add(table.table)
+        if read.superseded:
+            return
         table.chunks += 1
         table.selected += closed.selected
-        table.rows += len(closed.survivors)
         table.dropped += closed.dropped
-        if read.failure is not None:
+        if read.failure is not None:  # counted; the position in the table does not move
             self.failure = read.failure
         elif self.request.kind is DumpKind.KEYS:
             table.next_key_index += read.keys_read
@@ -137,8 +161,22 @@ class ActiveDump:
             if read.last_key is not None:
                 table.last_key = list(read.last_key)
             table.done = read.selected < read.plan.limit
-        self._unsaved.add(table.table)
-        self.next_window_at = now + self.request.delay_ms / 1000
+
+    def read_later(self, now: float) -> None:
+        """The next chunk cannot be read now (stale, locked): wait, longer each time."""
+        self._again += 1
+        pause = min(RETRY_S * 2 ** (self._again - 1), RETRY_MAX_S)
+        self.next_window_at = max(self.next_window_at, now + pause)
+
+    def _read_again(self, table: str) -> None:
+        """The chunk of a closed window is read again: from the table's progress."""
+        self.reread += 1
+        self._read_after.pop(table, None)
+        self._read_key_index.pop(table, None)
+        self._read_all.discard(table)
+        for later in self.open_reads:
+            if later.plan.table == table:
+                later.superseded = True
 
     def take_unsaved(self) -> tuple[list[TableProgress], list[KeyTexts]]:
         """Progress and missing keys changed since the last save; call after a flush."""

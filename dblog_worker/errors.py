@@ -3,6 +3,8 @@
 ::
 
     DblogError                  base of everything dblog raises on purpose
+     ├── ChunkStale             a chunk cannot be used (its table's columns changed): the
+     │                          window is read again, the session and the dump go on
      ├── TransientError         retry with backoff: the same action may succeed later
      │    ├── SourceUnavailable     the source database is unreachable or dropped us
      │    ├── StateUnavailable      Redis is unreachable
@@ -13,6 +15,9 @@
           ├── ConfigError           the configuration or the source's settings are wrong
           ├── RequestRejected       a dump request or control command is invalid
           ├── DumpFailed            a running dump cannot go on (its table was dropped, ...)
+          ├── CorruptState          a record read back from Redis is malformed (names the key)
+          │    └── CorruptRequest   ... a dump request's record: also a DumpFailed, so the
+          │                         request fails and the log goes on
           ├── ProtocolError         the log or the watermark sequence is malformed
           ├── LogGone               the checkpoint points at log the source no longer has
           ├── TargetError           a merge target table cannot take the table's events
@@ -24,6 +29,11 @@ Every message says what was wrong and what to do about it.
 
 class DblogError(Exception):
     """Base class of the errors dblog raises on purpose."""
+
+
+class ChunkStale(DblogError):
+    """A chunk SELECT read another column list than the worker expected (DDL since the
+    catalog was read): its window is discarded and the chunk is read again."""
 
 
 class TransientError(DblogError):
@@ -65,6 +75,32 @@ class RequestRejected(TerminalError):
 
 class DumpFailed(TerminalError):
     """A running dump cannot go on; the request fails with this message, the log goes on."""
+
+
+class CorruptState(TerminalError):
+    """A record read back from Redis is not what dblog writes there (edited by hand, written
+    by another program or another version): ``key`` and ``field`` say where, ``reason`` what
+    is wrong; the message adds what to do."""
+
+    def __init__(self, key: str, field: str, reason: str, fix: str) -> None:
+        where = f"{key} field {field!r}" if field else key
+        super().__init__(f"malformed record in Redis: {where}: {reason}. {fix}")
+        self.key = key
+        self.field = field
+        self.reason = reason
+
+
+class CorruptRequest(CorruptState, DumpFailed):
+    """The record of dump request ``request_id`` (its hash, progress or keys) is malformed:
+    the worker fails the request and goes on with the next; front ends show it as malformed."""
+
+    def __init__(self, request_id: str, key: str, field: str, reason: str) -> None:
+        super().__init__(
+            key, field, reason,
+            f"dblog does not write such a record (edited by hand, or by another program?): "
+            f"the worker fails request {request_id} and runs the next one; request the dump "
+            "again (`dblog dump`) if it is still needed")
+        self.request_id = request_id
 
 
 class ProtocolError(TerminalError):

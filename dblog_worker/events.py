@@ -120,7 +120,9 @@ class Checkpoint:
 
     For PostgreSQL the position is (end LSN of a commit, or a keepalive's WAL end, 0, 0).
     ``resume`` is where the source restarts the log from this point, when the position
-    alone cannot say it (MySQL: binlog file name, position and GTID state).
+    alone cannot say it (MySQL: binlog file name, position and GTID state; PostgreSQL:
+    the start of a transaction not yet visible to every snapshot, which a restart must
+    read again -- see ``pg/visibility.py``).
     """
 
     position: Position
@@ -139,4 +141,22 @@ class IncompleteRow:
     key: tuple[str, ...]  # texts of the key columns
 
 
-LogItem = ChangeEvent | Watermark | Checkpoint | IncompleteRow
+EVERY_TABLE = "*"  # in Unseen.overflow: changes of tables not known
+
+
+@dataclass(frozen=True, slots=True)
+class Unseen:
+    """Changes logged before a low watermark that the chunk SELECT after it may not have
+    seen (their transactions were not visible yet): they count as inside the window.
+
+    It follows its low watermark in the log items. The changes were emitted already;
+    they only remove chunk rows. ``overflow`` names tables with such changes that were
+    too many to keep (or :data:`EVERY_TABLE`: of unknown tables): a window of one of
+    them is discarded and its chunk read again.
+    """
+
+    events: tuple[ChangeEvent, ...]
+    overflow: frozenset[str] = frozenset()
+
+
+LogItem = ChangeEvent | Watermark | Checkpoint | IncompleteRow | Unseen

@@ -340,6 +340,12 @@ def _last(item: Item) -> Position:
     return item.last if type(item) is DumpRows else item.position  # type: ignore[union-attr]
 
 
+class LandingAhead(OSError, ValueError):
+    """The table's landing directory holds output past the events to write: it changed
+    since the writer looked (restored by hand, or written meanwhile by another worker).
+    An OSError, so that the session starts again from the checkpoint and looks again."""
+
+
 class LandingZone:
     """The landing output of one source under ``root``; the only writer of ``root/source``."""
 
@@ -583,7 +589,7 @@ class LandingZone:
                 newest = (segments[-1].seq, segments[-1].last)
         prev_seq, prev_last = newest if newest is not None else (0, None)
         if prev_last is not None and not first > prev_last:
-            raise ValueError(
+            raise LandingAhead(
                 f"segment of {table!r} starts at {first.encode()}, not after the last committed"
                 f" position {prev_last.encode()}; drop events up to LandingZone.last_position()"
             )

@@ -10,10 +10,15 @@ submitted so far is durable.
 Events at or before a table's last committed position are dropped: they are a
 replay of output that is already durable (the log restarts from the checkpoint,
 which trails the landing zone after a crash).
+
+Dump rows whose encoding failed are left out of the write, which goes on; ``wait``
+reports them in :attr:`OutputBuffer.failed` (dump id → error), so that their dump fails
+and the log does not stop.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -22,6 +27,9 @@ from dblog_worker.errors import OutputUnavailable
 from dblog_worker.events import ChangeEvent, DumpRows, PendingRows
 from dblog_worker.landing import Item, LandingZone
 from dblog_worker.position import Position
+
+log = logging.getLogger(__name__)
+Written = tuple[dict[str, Position], dict[str, str]]  # last positions, failed dumps' errors
 
 
 @contextmanager
@@ -44,7 +52,7 @@ class OutputBuffer:
         self._replay_until = max(landed.values(), default=None)
         self._events: dict[str, list[Item | PendingRows]] = {}
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="dblog-output")
-        self._writing: Future[dict[str, Position]] | None = None
+        self._writing: Future[Written] | None = None
         self._rows_added: dict[str, tuple[int, int]] = {}  # table -> (row batches, rows)
         self._submitted: dict[str, tuple[int, int]] = {}  # the write in flight: (log, dump)
         self._log_events: dict[str, int] = {}  # log events submitted, per table
@@ -52,6 +60,7 @@ class OutputBuffer:
         self.replayed = 0  # events dropped as already durable
         self.emitted = 0  # events made durable by this buffer
         self.landed: dict[str, tuple[int, int]] = {}  # the last write: (log events, dump rows)
+        self.failed: dict[str, str] = {}  # the last write: dumps whose rows failed to encode
 
     def add(self, event: ChangeEvent) -> None:
         if self._replay_until is not None and self._is_replay(event):
@@ -104,14 +113,27 @@ class OutputBuffer:
                              - self._rows_added.get(table, (0, 0))[0])
         return totals
 
-    def _write(self, batch: dict[str, list[Item | PendingRows]]) -> dict[str, Position]:
+    def _write(self, batch: dict[str, list[Item | PendingRows]]) -> Written:
         """In the writer thread: one segment per table; its last position."""
-        written = {}
+        written, failed = {}, {}
         for table, pending in batch.items():
-            events = [e.rows() if type(e) is PendingRows else e for e in pending]
-            segment = self._landing.commit_segment(table, events)  # type: ignore[arg-type]
-            written[table] = segment.last
-        return written
+            events: list[Item] = []
+            for event in pending:
+                if type(event) is not PendingRows:
+                    events.append(event)  # type: ignore[arg-type]
+                    continue
+                try:
+                    events.append(event.rows())
+                except Exception as exc:  # a defect of an encoder: the dump fails
+                    log.error("the rows of dump %s could not be encoded", event.dump_id,
+                              exc_info=exc, extra={"request_id": event.dump_id})
+                    failed[event.dump_id] = (
+                        f"the rows of {table} could not be encoded: unexpected "
+                        f"{type(exc).__name__}: {exc} (the worker's log has the traceback; "
+                        "please report it)")
+            if events:
+                written[table] = self._landing.commit_segment(table, events).last
+        return written, failed
 
     @property
     def writing(self) -> bool:
@@ -121,9 +143,10 @@ class OutputBuffer:
         """Wait for the write in flight; raise what it raised. Returns how many it wrote."""
         future, self._writing = self._writing, None
         if future is None:
-            self.landed = {}
+            self.landed, self.failed = {}, {}
             return 0
-        self._landed.update(future.result())
+        last_positions, self.failed = future.result()
+        self._landed.update(last_positions)
         self.landed = self._submitted
         written = sum(log_events + rows for log_events, rows in self.landed.values())
         self.emitted += written

@@ -15,12 +15,16 @@ brake an operator pulls when the source is under load).
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Mapping, Sequence
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypeVar
 
-from dblog_worker.errors import RequestRejected
+from dblog_worker.errors import CorruptRequest, RequestRejected
 
 MAX_CHUNK_SIZE = 100_000
 DEFAULT_CHUNK_SIZE = 5_000
@@ -165,23 +169,134 @@ class DumpRequest:
         return fields
 
     @classmethod
-    def from_fields(cls, fields: Mapping[str, str]) -> DumpRequest:
-        known = {"id", "kind", "tables", "chunk_size", "delay_ms", "state", "created_at",
-                 "updated_at", "key_count", "error", "client_token"}
+    def from_fields(cls, fields: Mapping[str, str], *, key: str = "request",
+                    request_id: str | None = None) -> DumpRequest:
+        """The request a hash holds, every field checked: :class:`CorruptRequest` names
+        ``key`` (the hash's Redis key), the field and what is wrong with it. With
+        ``request_id`` (the id the key is of), the ``id`` field must be that."""
+        bad = _Bad(request_id or fields.get("id") or "?", key)
+        for name in REQUEST_REQUIRED:
+            if name not in fields:
+                raise bad(name, "is missing")
+        if request_id is not None and fields["id"] != request_id:
+            raise bad("id", f"is {_clip(fields['id'])}, not {request_id!r} (the id of the key)")
+        if not REQUEST_ID.fullmatch(fields["id"]):
+            raise bad("id", f"{_clip(fields['id'])} is not a request id like dump-12")
+        kind = _member(DumpKind, fields["kind"], bad, "kind")
+        key_count = _number(fields.get("key_count", "0"), 0, MAX_KEYS, bad, "key_count")
+        if kind is DumpKind.KEYS and key_count == 0:
+            raise bad("key_count", "is 0, but a primary-key dump has keys")
+        known = {*REQUEST_REQUIRED, "key_count", "error", "client_token"}
         return cls(
             id=fields["id"],
-            kind=DumpKind(fields["kind"]),
-            tables=tuple(json.loads(fields["tables"])),
-            chunk_size=int(fields["chunk_size"]),
-            delay_ms=int(fields["delay_ms"]),
-            state=RequestState(fields["state"]),
-            created_at=float(fields["created_at"]),
-            updated_at=float(fields["updated_at"]),
-            key_count=int(fields.get("key_count", "0")),
+            kind=kind,
+            tables=_tables(fields["tables"], kind, bad),
+            chunk_size=_knob(fields["chunk_size"], check_chunk_size, bad, "chunk_size"),
+            delay_ms=_knob(fields["delay_ms"], check_delay_ms, bad, "delay_ms"),
+            state=_member(RequestState, fields["state"], bad, "state"),
+            created_at=_time(fields["created_at"], bad, "created_at"),
+            updated_at=_time(fields["updated_at"], bad, "updated_at"),
+            key_count=key_count,
             error=fields.get("error"),
             client_token=fields.get("client_token"),
             extra={k: v for k, v in fields.items() if k not in known},
         )
+
+
+REQUEST_REQUIRED = ("id", "kind", "tables", "chunk_size", "delay_ms", "state", "created_at",
+                    "updated_at")
+REQUEST_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")  # never ':', which would reach other keys
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
+_MAX_COUNT = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Bad:
+    """Makes the error of one record: its request and Redis key are known, the field not."""
+
+    request_id: str
+    key: str
+
+    def __call__(self, field: str, reason: str) -> CorruptRequest:
+        return CorruptRequest(self.request_id, self.key, field, reason)
+
+
+def _clip(value: object) -> str:
+    """A bad value as a message shows it: its repr, cut at 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:76] + "...'"
+
+
+E = TypeVar("E", DumpKind, "RequestState")
+
+
+def _member(enum: type[E], text: str, bad: _Bad, name: str) -> E:
+    try:
+        return enum(text)
+    except ValueError:
+        raise bad(name, f"is {_clip(text)}, not one of {', '.join(m.value for m in enum)}"
+                  ) from None
+
+
+def _number(text: str, low: int, high: int, bad: _Bad, name: str) -> int:
+    if not _INTEGER.fullmatch(text) or not low <= int(text) <= high:
+        raise bad(name, f"is {_clip(text)}, not an integer from {low} to {high}")
+    return int(text)
+
+
+def _knob(text: str, check: Callable[[int], int], bad: _Bad, name: str) -> int:
+    """A chunk size or delay, checked with the limits of a new request's."""
+    if not _INTEGER.fullmatch(text):
+        raise bad(name, f"is {_clip(text)}, not an integer")
+    try:
+        return check(int(text))
+    except RequestRejected as exc:
+        raise bad(name, str(exc)) from None
+
+
+def _time(text: str, bad: _Bad, name: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise bad(name, f"is {_clip(text)}, not a Unix time in seconds")
+    return value
+
+
+def _json(text: str, bad: Callable[[str], CorruptRequest]) -> object:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise bad(f"{_clip(text)} is not JSON") from None
+
+
+def _tables(text: str, kind: DumpKind, bad: _Bad) -> tuple[str, ...]:
+    tables = _json(text, lambda reason: bad("tables", reason))
+    if (not isinstance(tables, list) or not tables
+            or not all(isinstance(t, str) and t for t in tables)):
+        raise bad("tables", f"is {_clip(text)}, not a JSON array of table names")
+    if kind is DumpKind.KEYS and len(tables) != 1:
+        raise bad("tables", f"names {len(tables)} tables; a primary-key dump names one")
+    return tuple(tables)
+
+
+def key_record(text: str, *, request_id: str, key: str, index: int) -> KeyTexts:
+    """A key as a list of keys in Redis holds it (a JSON array of the key's column texts);
+    :class:`CorruptRequest` names the list's ``key`` and the entry's index."""
+    value = _json(text, lambda reason: CorruptRequest(request_id, key, f"#{index}", reason))
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(part, str) for part in value)):
+        raise CorruptRequest(request_id, key, f"#{index}",
+                             f"{_clip(text)} is not a JSON array of the key's texts")
+    return tuple(value)
+
+
+def repair_token(table: str, checkpoint: str | None, keys: Sequence[KeyTexts]) -> str:
+    """The client token of the worker's dump of rows the log cut short: one per batch of
+    keys (a digest of the sorted keys), the same when the same batch is replayed."""
+    digest = hashlib.sha256(json.dumps(sorted(keys)).encode()).hexdigest()[:16]
+    return f"incomplete:{table}:{checkpoint}:{digest}"
 
 
 @dataclass(slots=True)
@@ -204,9 +319,72 @@ class TableProgress:
         return json.dumps({name: getattr(self, name) for name in self.__slots__})
 
     @classmethod
-    def from_json(cls, text: str) -> TableProgress:
-        data = json.loads(text)
+    def from_json(cls, text: str, *, key: str = "progress", request_id: str = "?",
+                  table: str | None = None) -> TableProgress:
+        """The progress a hash field holds, every value checked: :class:`CorruptRequest`
+        names ``key``, the field (``table``, the field's name, which the JSON must repeat)
+        and what is wrong. Values left out take their defaults."""
+
+        def bad(reason: str) -> CorruptRequest:
+            return CorruptRequest(request_id, key, table or "?", reason)
+
+        data = _json(text, bad)
+        if not isinstance(data, dict):
+            raise bad(f"{_clip(text)} is not a JSON object")
+        if not isinstance(data.get("table"), str) or (table is not None
+                                                      and data["table"] != table):
+            raise bad(f"its table is {_clip(data.get('table'))}, not {table!r}")
+        for name, check, expected in _PROGRESS_FIELDS:
+            if name in data and not check(data[name]):
+                raise bad(f"{name} is {_clip(data[name])}, not {expected}")
+        last_key, upper_bound = data.get("last_key"), data.get("upper_bound")
+        if last_key is not None and upper_bound is not None and len(last_key) != len(
+                upper_bound):
+            raise bad(f"last_key has {len(last_key)} value(s) but upper_bound "
+                      f"{len(upper_bound)}: they are keys of one table")
         return cls(**{name: data[name] for name in cls.__slots__ if name in data})
+
+    def check(self, request: DumpRequest, *, key: str) -> None:
+        """What the progress of a table of ``request`` must be, beyond each value's type."""
+        bad = _Bad(request.id, key)
+        if self.table not in request.tables:
+            raise bad(self.table, f"is not a table of the request ({', '.join(request.tables)})")
+        if request.kind is DumpKind.KEYS:
+            if self.next_key_index > request.key_count:
+                raise bad(self.table, f"next_key_index is {self.next_key_index}, past the "
+                                      f"request's {request.key_count} keys")
+        elif self.started and not self.done and self.upper_bound is None:
+            raise bad(self.table, "the table's dump started, but upper_bound is null")
+
+
+def _is_count(value: object) -> bool:
+    return type(value) is int and 0 <= value <= _MAX_COUNT
+
+
+def _is_key(value: object) -> bool:
+    """Null, or the texts of a key's columns (a non-empty JSON array of strings)."""
+    return value is None or (isinstance(value, list) and bool(value)
+                             and all(isinstance(part, str) for part in value))
+
+
+_PROGRESS_FIELDS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
+    ("done", lambda v: type(v) is bool, "true or false"),
+    ("started", lambda v: type(v) is bool, "true or false"),
+    ("last_key", _is_key, "null or a JSON array of the key's texts"),
+    ("upper_bound", _is_key, "null or a JSON array of the key's texts"),
+    *((name, _is_count, "a count (an integer, 0 or more)")
+      for name in ("next_key_index", "chunks", "selected", "rows", "dropped", "missing")),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedRequest:
+    """A request whose record in Redis does not parse: the front ends show it as such (with
+    ``error``: the key, the field, what is wrong, what to do); the worker fails it."""
+
+    id: str
+    error: CorruptRequest = field(compare=False)  # exceptions compare by identity
+    fields: Mapping[str, str] = field(default_factory=dict)  # what its hash holds, as text
 
 
 def describe_keys(keys: Sequence[KeyTexts]) -> str:

@@ -22,27 +22,45 @@ and the worker's completion cannot overwrite each other. A leading worker's stor
 only while the lease still carries that token, atomically (WATCH / the script checks
 it), else :class:`LeaseLost`. Redis errors become :class:`StateUnavailable` here, at
 the boundary.
+
+Every record read back is checked before it is used (:meth:`DumpRequest.from_fields`,
+:meth:`TableProgress.from_json`, :func:`key_record`, :func:`check_checkpoint`): a record
+dblog did not write (edited by hand, another program) is :class:`CorruptRequest` or
+:class:`CorruptState`, naming the key, the field and what to do, never an arbitrary
+exception. :meth:`StateStore.quarantine` takes a malformed request out of the queue
+whatever its fields hold.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
 import redis
+from redis.client import NEVER_DECODE
 
-from dblog_worker.errors import ConfigError, LeaseLost, RequestRejected, StateUnavailable
+from dblog_worker.errors import (
+    ConfigError,
+    CorruptRequest,
+    CorruptState,
+    LeaseLost,
+    RequestRejected,
+    StateUnavailable,
+)
 from dblog_worker.requests import (
     DumpKind,
     DumpRequest,
     KeyTexts,
+    MalformedRequest,
     RequestState,
     TableProgress,
     check_chunk_size,
     check_delay_ms,
+    key_record,
     sources_of,
 )
 
@@ -61,6 +79,20 @@ for i = 6, #ARGV do
   end
 end
 return {'refused', state}
+"""
+
+# A request whose record is malformed leaves the queue whatever its fields hold (the
+# transition script refuses a state it does not know): failed, with the error; one that
+# has ended already keeps its state; a key that is not a hash is left as it is.
+_QUARANTINE = """
+if KEYS[3] ~= '' and redis.call('HGET', KEYS[3], 'token') ~= ARGV[4] then return 'fenced' end
+redis.call('ZREM', KEYS[2], ARGV[1])
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'hash' then return kind end
+local state = redis.call('HGET', KEYS[1], 'state')
+if state == 'completed' or state == 'failed' or state == 'cancelled' then return 'ended' end
+redis.call('HSET', KEYS[1], 'state', 'failed', 'updated_at', ARGV[2], 'error', ARGV[3])
+return 'failed'
 """
 
 _SET_KNOBS = """
@@ -82,6 +114,75 @@ def _str(value: object) -> str:
 def _fields(mapping: Mapping[str, str]) -> Any:
     """A str mapping for redis-py, whose stubs want a wider key type."""
     return dict(mapping)
+
+
+_LSN = re.compile(r"[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}")
+_BINLOG_FILE = re.compile(r".+\.[0-9]+")
+
+
+def check_checkpoint(text: str, key: str) -> str:
+    """A checkpoint as dblog saves it: a PostgreSQL LSN (``0/16B3748``) or a binlog
+    checkpoint (``{"file": "mariadb-bin.000042", "pos": 4, "gtid": "..."}``); else
+    :class:`CorruptState` with what to do (the worker cannot stream without one)."""
+    if _LSN.fullmatch(text) or _binlog_checkpoint(text):
+        return text
+    shown = repr(text) if len(text) <= 80 else repr(text[:76]) + "..."
+    raise CorruptState(
+        key, "value", f"{shown} is neither a PostgreSQL LSN (like 0/16B3748) nor a binlog "
+        'checkpoint (like {"file": "mariadb-bin.000042", "pos": 4, "gtid": ""})',
+        _checkpoint_fix(key))
+
+
+def _checkpoint_fix(key: str) -> str:
+    return ("The worker cannot stream without knowing where the log was left: write the right "
+            f"position back (`redis-cli HSET {key} value <position>`: for PostgreSQL the "
+            "slot's confirmed_flush_lsn in pg_replication_slots), or start capture anew: "
+            "`dblog reset --yes`, start the worker, then `dblog dump --all`")
+
+
+def _binlog_checkpoint(text: str) -> bool:
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return (isinstance(data, dict) and isinstance(data.get("file"), str)
+            and _BINLOG_FILE.fullmatch(data["file"]) is not None
+            and type(data.get("pos")) is int and 0 <= data["pos"] < 2**64
+            and isinstance(data.get("gtid", ""), str))
+
+
+def _decode(raw: object) -> str:
+    """Bytes read with NEVER_DECODE as text; ValueError if they are not UTF-8."""
+    if not isinstance(raw, bytes):
+        return str(raw)
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise ValueError(f"{raw[:60]!r} is not UTF-8 text") from None
+
+
+def _decode_hash(raw: Mapping[Any, Any], bad: Callable[[str, str], Exception]
+                 ) -> dict[str, str]:
+    """A hash read with NEVER_DECODE as text; ``bad(field, reason)`` names what is not UTF-8."""
+    decoded = {}
+    for raw_name, raw_value in raw.items():
+        try:
+            name = _decode(raw_name)
+        except ValueError as exc:
+            raise bad("", f"a field's name {exc}") from None
+        try:
+            decoded[name] = _decode(raw_value)
+        except ValueError as exc:
+            raise bad(name, str(exc)) from None
+    return decoded
+
+
+def _shown(raw: Mapping[Any, Any]) -> dict[str, str]:
+    """A hash as text to show, whatever its bytes."""
+    def text(value: object) -> str:
+        return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(
+            value)
+    return {text(name): text(value) for name, value in raw.items()}
 
 
 @contextmanager
@@ -108,6 +209,7 @@ class StateStore:
             socket_connect_timeout=socket_timeout, health_check_interval=30,
         )
         self._transition = self.redis.register_script(_TRANSITION)
+        self._quarantine = self.redis.register_script(_QUARANTINE)
         self._set_knobs = self.redis.register_script(_SET_KNOBS)
         self._fence: int | None = None
 
@@ -181,8 +283,21 @@ class StateStore:
             return bool(self.redis.hexists(self.key("checkpoint"), "reset_at"))
 
     def checkpoint(self) -> str | None:
+        """The saved checkpoint, checked (:func:`check_checkpoint`); None if there is none."""
+        key = self.key("checkpoint")
+        try:
+            raw = self._raw("HGET", key, "value")
+            return None if raw is None else check_checkpoint(_decode(raw), key)
+        except redis.ResponseError as exc:
+            raise CorruptState(key, "", f"is not a hash ({exc})", _checkpoint_fix(key)) from None
+        except ValueError as exc:  # not UTF-8
+            raise CorruptState(key, "value", str(exc), _checkpoint_fix(key)) from None
+
+    def _raw(self, *command: str | int) -> Any:
+        """One read whose answer stays bytes, for the caller to decode and check."""
         with redis_errors():
-            return cast(str | None, self.redis.hget(self.key("checkpoint"), "value"))
+            return self.redis.execute_command(  # type: ignore[no-untyped-call]
+                *command, **{NEVER_DECODE: True})
 
     def save_progress(
         self,
@@ -274,30 +389,107 @@ class StateStore:
         return None if found is None else _str(found)
 
     def get_request(self, request_id: str) -> DumpRequest:
-        with redis_errors():
-            fields = cast(dict[str, str], self.redis.hgetall(self.key("request", request_id)))
-        if not fields:
+        """The request, checked: :class:`CorruptRequest` if its record is malformed."""
+        [reply] = self._request_replies([request_id])
+        request = self._parse_request(request_id, reply, listed=False)
+        if request is None:
             raise RequestRejected(
                 f"no dump request {request_id!r} for source {self.source!r}; "
                 "`dblog list` shows the known ones"
             )
-        return DumpRequest.from_fields(fields)
+        return request
+
+    def get_record(self, request_id: str) -> DumpRequest | MalformedRequest:
+        """Like :meth:`get_request`, but a malformed request is returned as such (an id
+        listed as a request without its hash too)."""
+        [reply] = self._request_replies([request_id])
+        listed = False
+        if not reply:
+            with redis_errors():
+                listed = self.redis.zscore(self.key("requests"), request_id) is not None
+        return self._record(request_id, reply, listed=listed)
 
     def list_requests(self, *, active_only: bool = False) -> list[DumpRequest]:
+        """Every request, oldest first; :class:`CorruptRequest` at the first malformed one
+        (:meth:`list_records` shows those too)."""
+        records = self.list_records(active_only=active_only)
+        for record in records:
+            if isinstance(record, MalformedRequest):
+                raise record.error
+        return cast(list[DumpRequest], records)
+
+    def list_records(self, *, active_only: bool = False
+                     ) -> list[DumpRequest | MalformedRequest]:
+        """Every request, oldest first, a malformed one as :class:`MalformedRequest`."""
         with redis_errors():
             ids = cast(list[str], self.redis.zrange(
                 self.key("active" if active_only else "requests"), 0, -1))
-            pipe = self.redis.pipeline(transaction=False)
-            for request_id in ids:
-                pipe.hgetall(self.key("request", request_id))
-            rows = cast(list[dict[str, str]], pipe.execute())
-        return [DumpRequest.from_fields(fields) for fields in rows if fields]
+        replies = self._request_replies(ids)
+        return [self._record(i, reply, listed=True) for i, reply in zip(ids, replies,
+                                                                         strict=True)]
 
     def next_request(self) -> DumpRequest | None:
-        """The oldest request not yet terminal: the one the worker runs."""
+        """The oldest request not yet terminal: the one the worker runs (checked:
+        :class:`CorruptRequest` if its record is malformed, or missing)."""
         with redis_errors():
             ids = cast(list[str], self.redis.zrange(self.key("active"), 0, 0))
-        return self.get_request(ids[0]) if ids else None
+        if not ids:
+            return None
+        [reply] = self._request_replies(ids)
+        return self._parse_request(ids[0], reply, listed=True)
+
+    def _request_replies(self, ids: Sequence[str]) -> list[Any]:
+        """The request hashes, as bytes (a reply that is an error: the key is no hash)."""
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            for request_id in ids:
+                pipe.execute_command(  # type: ignore[no-untyped-call]
+                    "HGETALL", self.key("request", request_id), **{NEVER_DECODE: True})
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            return replies
+
+    def _parse_request(self, request_id: str, reply: Any, *, listed: bool
+                       ) -> DumpRequest | None:
+        """The request of a reply of :meth:`_request_replies`; None if there is no hash
+        (:class:`CorruptRequest` if ``listed``: the id is in a list of requests)."""
+        key = self.key("request", request_id)
+        if isinstance(reply, redis.ResponseError):
+            raise CorruptRequest(request_id, key, "", f"is not a hash ({reply})")
+        if not reply:
+            if listed:
+                raise CorruptRequest(request_id, key, "", "is listed as a request, but the "
+                                     "key does not exist")
+            return None
+        fields = _decode_hash(reply, lambda field, reason: CorruptRequest(
+            request_id, key, field, reason))
+        return DumpRequest.from_fields(fields, key=key, request_id=request_id)
+
+    def _record(self, request_id: str, reply: Any, *, listed: bool
+                ) -> DumpRequest | MalformedRequest:
+        try:
+            request = self._parse_request(request_id, reply, listed=listed)
+        except CorruptRequest as exc:
+            shown = _shown(reply) if isinstance(reply, dict) else {}
+            return MalformedRequest(request_id, exc, shown)
+        if request is None:
+            raise RequestRejected(
+                f"no dump request {request_id!r} for source {self.source!r}; "
+                "`dblog list` shows the known ones"
+            )
+        return request
+
+    def quarantine(self, request_id: str, error: str) -> str:
+        """Take a request out of the queue, whatever its record holds: unless it has ended,
+        it becomes failed with ``error``. Returns ``failed``, ``ended`` (its state was
+        final already), or the type of its key if that is no hash (``none``: missing)."""
+        with redis_errors():
+            outcome = self._quarantine(
+                keys=[self.key("request", request_id), self.key("active"),
+                      "" if self._fence is None else self.key("lease")],
+                args=[request_id, repr(time.time()), error, str(self._fence or "")])
+        if outcome == "fenced":
+            raise LeaseLost(self._fenced_out("another token"))
+        return str(outcome)
 
     def transition(
         self, request_id: str, target: RequestState, *, error: str | None = None,
@@ -352,21 +544,48 @@ class StateStore:
         return self.get_request(request_id)
 
     def request_keys(self, request_id: str, start: int, count: int) -> list[KeyTexts]:
-        with redis_errors():
-            items = self.redis.lrange(self.key("request", request_id, "keys"), start,
-                                      start + count - 1)
-        return [tuple(json.loads(item)) for item in items]
+        """Keys ``start`` to ``start + count - 1`` of a primary-key dump, checked."""
+        return self._key_list(request_id, "keys", start, start + count - 1)
 
     def missing_keys(self, request_id: str) -> list[KeyTexts]:
-        with redis_errors():
-            items = self.redis.lrange(self.key("request", request_id, "missing"), 0, -1)
-        return [tuple(json.loads(item)) for item in items]
+        """The keys a primary-key dump did not find, checked."""
+        return self._key_list(request_id, "missing", 0, -1)
+
+    def key_count(self, request_id: str) -> int:
+        """How many keys the list of a primary-key dump holds."""
+        key = self.key("request", request_id, "keys")
+        try:
+            return int(self._raw("LLEN", key))
+        except redis.ResponseError as exc:
+            raise CorruptRequest(request_id, key, "", f"is not a list ({exc})") from None
+
+    def _key_list(self, request_id: str, name: str, first: int, last: int) -> list[KeyTexts]:
+        key = self.key("request", request_id, name)
+        try:
+            items = self._raw("LRANGE", key, first, last)
+        except redis.ResponseError as exc:
+            raise CorruptRequest(request_id, key, "", f"is not a list ({exc})") from None
+        keys = []
+        for index, item in enumerate(items, start=first):
+            try:
+                text = _decode(item)
+            except ValueError as exc:
+                raise CorruptRequest(request_id, key, f"#{index}", str(exc)) from None
+            keys.append(key_record(text, request_id=request_id, key=key, index=index))
+        return keys
 
     def progress(self, request_id: str) -> dict[str, TableProgress]:
-        with redis_errors():
-            fields = cast(dict[str, str],
-                          self.redis.hgetall(self.key("request", request_id, "progress")))
-        return {table: TableProgress.from_json(text) for table, text in fields.items()}
+        """The progress of each table of a request, checked."""
+        key = self.key("request", request_id, "progress")
+        try:
+            raw = self._raw("HGETALL", key)
+        except redis.ResponseError as exc:
+            raise CorruptRequest(request_id, key, "", f"is not a hash ({exc})") from None
+        fields = _decode_hash(raw, lambda field, reason: CorruptRequest(
+            request_id, key, field, reason))
+        return {table: TableProgress.from_json(text, key=key, request_id=request_id,
+                                               table=table)
+                for table, text in fields.items()}
 
     # -- worker status --------------------------------------------------------
 

@@ -1,7 +1,9 @@
 r"""The SQL of ``dblog verify``: normalized values, row checksums, key ranges.
 
 Pure functions, tested on exact text.  Identifiers come from the catalogs and are
-always quoted here; values are always bound parameters.  :mod:`dblog_worker.verify`
+always quoted here; values are always bound parameters.  Every statement is run with
+parameters, so both drivers read ``%`` as a placeholder: names (:func:`quote`) and type
+names have it doubled, as do the ``DATE_FORMAT`` patterns.  :mod:`dblog_worker.verify`
 runs these queries; ``docs/verify.md`` is the user's view.
 
 Normalized values
@@ -71,11 +73,10 @@ from typing import Any
 from dblog_worker.config import MYSQL, POSTGRESQL
 from dblog_worker.errors import RequestRejected, TerminalError
 from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL
-from dblog_worker.mysql.catalog import qualified as my_qualified
-from dblog_worker.mysql.catalog import quote_ident as my_quote
+from dblog_worker.mysql.catalog import ident as my_quote
 from dblog_worker.mysql.values import Kind, MyColumn, column_from_information_schema
-from dblog_worker.pg.queries import qualified as pg_qualified
-from dblog_worker.pg.queries import quote_ident as pg_quote
+from dblog_worker.pg.queries import ident as pg_quote
+from dblog_worker.pg.queries import sql_text
 
 __all__ = [
     "MY_COLUMNS_SQL",
@@ -175,6 +176,7 @@ def my_family(column: MyColumn) -> Family:
 
 
 def quote(dialect: str, name: str) -> str:
+    """A name in a statement run with parameters: quoted, ``%`` doubled."""
     return my_quote(name) if dialect == MYSQL else pg_quote(name)
 
 
@@ -354,7 +356,7 @@ def bind_sql(dialect: str, column: Column, family: Family, *, cross: bool) -> st
     if dialect == POSTGRESQL:
         if cross and family is Family.BINARY:
             return "decode(%s, 'hex')"
-        return f"CAST(%s AS {column.cast})"
+        return f"CAST(%s AS {sql_text(column.cast)})"
     if column.my is not None and column.my.kind is Kind.DECIMAL:
         return f"CAST(%s AS DECIMAL(65,{column.my.scale}))"
     return "%s"
@@ -707,7 +709,7 @@ def _side(description: TableDescription, columns: Sequence[Column], families: Se
           free: Sequence[bool], keys: Sequence[int], *, cross: bool, binary: bool) -> SideSql:
     dialect = description.dialect
     schema, _, name = description.name.partition(".")
-    table = my_qualified(description.name) if dialect == MYSQL else pg_qualified(schema, name)
+    table = f"{quote(dialect, schema)}.{quote(dialect, name)}"
     values = [value_sql(dialect, c, f, cross=cross, ref=_ref(dialect, c))
               for c, f in zip(columns, families, strict=True)]
     return SideSql(

@@ -11,6 +11,12 @@ it reads, in log order; the rule is
 * at HW, the surviving chunk rows are emitted, in chunk order, at HW's position
   plus their index among the survivors.
 
+A change logged before LW that the chunk SELECT did not see (PostgreSQL makes a
+transaction visible only after logging its commit) arrives right after LW as
+:class:`Unseen` and counts as inside the window; when such changes were too many to
+keep, the window is *read again*: no row survives, and :attr:`WindowClosed.retry` tells
+the dump not to count the chunk as read.
+
 The reconciler sees only the chunk's keys: it answers which rows survive
 (:class:`WindowClosed`); the rows themselves travel as columns (:class:`DumpRows`).
 
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from dblog_worker.errors import ProtocolError
-from dblog_worker.events import ChangeEvent, Op, Origin, Watermark
+from dblog_worker.events import EVERY_TABLE, ChangeEvent, Op, Origin, Unseen, Watermark
 
 
 class WindowState(Enum):
@@ -56,6 +62,7 @@ class WindowClosed:
     survivors: Sequence[int]  # indices into the chunk, in chunk order
     selected: int
     schema_version: int
+    retry: bool = False  # the chunk is to be read again: nothing of it survives
 
     @property
     def dropped(self) -> int:
@@ -63,8 +70,8 @@ class WindowClosed:
 
 
 class _OpenWindow:
-    __slots__ = ("dump_id", "keys", "schema_version", "state", "table", "tokens", "touched",
-                 "truncated")
+    __slots__ = ("dump_id", "keys", "retry", "schema_version", "state", "table", "tokens",
+                 "touched", "truncated")
 
     def __init__(
         self,
@@ -79,6 +86,7 @@ class _OpenWindow:
         self.keys = keys  # unique: a primary key; read only if an event touched the table
         self.touched: set[str] = set()
         self.truncated = False
+        self.retry = False
         self.dump_id = dump_id
         self.schema_version = schema_version
         self.state = WindowState.AWAITING_LOW
@@ -146,6 +154,16 @@ class Reconciler:
         elif event.key is not None:
             window.touched.add(event.key)
 
+    def on_unseen(self, unseen: Unseen) -> None:
+        """Changes logged before LW that the chunk SELECT did not see: inside the window."""
+        if not self.watching:
+            return
+        window = self._windows[0]
+        for event in unseen.events:
+            self.on_change(event)
+        if window.table in unseen.overflow or EVERY_TABLE in unseen.overflow:
+            window.retry = True
+
     def on_watermark(self, watermark: Watermark) -> WindowClosed | None:
         """Steps 5 and 7: LW opens the window, HW closes it and releases the survivors."""
         token = watermark.token
@@ -178,7 +196,7 @@ class Reconciler:
 def _close(window: _OpenWindow, high: Watermark) -> WindowClosed:
     keys, touched = window.keys, window.touched
     survivors: Sequence[int]
-    if window.truncated:
+    if window.truncated or window.retry:
         survivors = ()
     elif not touched:
         survivors = range(len(keys))
@@ -191,6 +209,7 @@ def _close(window: _OpenWindow, high: Watermark) -> WindowClosed:
         survivors=survivors,
         selected=len(keys),
         schema_version=window.schema_version,
+        retry=window.retry,
     )
 
 

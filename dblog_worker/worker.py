@@ -42,10 +42,12 @@ from types import FrameType
 
 import pyarrow as pa
 
-from dblog_worker.config import Config
+from dblog_worker.config import MYSQL, Config
 from dblog_worker.dump import ActiveDump, WindowRead
 from dblog_worker.errors import (
+    ChunkStale,
     ConfigError,
+    CorruptRequest,
     DblogError,
     DumpFailed,
     LeaseLost,
@@ -61,6 +63,7 @@ from dblog_worker.events import (
     IncompleteRow,
     LogItem,
     PendingRows,
+    Unseen,
     Watermark,
 )
 from dblog_worker.http.server import ControlServer
@@ -71,9 +74,11 @@ from dblog_worker.position import Position
 from dblog_worker.requests import (
     DEFAULT_CHUNK_SIZE,
     DumpKind,
+    DumpRequest,
     KeyTexts,
     RequestState,
     TableProgress,
+    repair_token,
 )
 from dblog_worker.schemas import SchemaRegistry
 from dblog_worker.source import SchemaVersion, Source, open_source
@@ -233,6 +238,17 @@ class Worker:
                     return
 
 
+def _dump_failure(dump: ActiveDump, exc: Exception) -> str:
+    """Why a dump fails: the error's own message, or, for one dblog did not expect, its
+    type and message (the traceback goes to the log)."""
+    if isinstance(exc, DblogError):
+        return str(exc)
+    log.error("dump %s failed on an unexpected error; the log goes on", dump.id,
+              exc_info=exc, extra={"request_id": dump.id})
+    return (f"unexpected {type(exc).__name__}: {exc} (the worker's log has the traceback; "
+            "please report it)")
+
+
 def _done(rows: Encoded) -> Future[Encoded]:
     future: Future[Encoded] = Future()
     future.set_result(rows)
@@ -253,7 +269,10 @@ class KeyColumn(Sequence[str]):
 
     def _strings(self) -> list[str]:
         if self._list is None:
-            self._list = self._rows.result()[0].to_pylist()
+            try:
+                self._list = self._rows.result()[0].to_pylist()
+            except Exception:  # no row survives; the dump fails at HW (_emit_survivors)
+                self._list = []
         return self._list
 
     def __getitem__(self, index: int) -> str:  # type: ignore[override]
@@ -400,6 +419,9 @@ class Session:
                 f"({end.encode()}): it was filled from another database server (or one "
                 "restored from a backup). Move that folder away, or set another [landing] "
                 "path or source name, then start again and request a full dump"
+                + ("; if the source failed over to a replica, follow "
+                   "docs/runbooks/mysql-failover.md" if self.config.source.kind == MYSQL
+                   else "")
             )
 
     # -- the loop -------------------------------------------------------------
@@ -431,6 +453,8 @@ class Session:
                     if self.dump is not None:
                         self.dump.window_closed(closed, time.monotonic())
                     telemetry.window_closed(closed)
+            elif type(item) is Unseen:
+                reconciler.on_unseen(item)
             elif type(item) is IncompleteRow:
                 self.incomplete.setdefault(item.table, {})[item.key] = None
         telemetry.polled(items, self.pending_checkpoint, output.log_events_by_table)
@@ -463,6 +487,12 @@ class Session:
         """Algorithm 1, step 7: the chunk rows no log event touched, at HW's position."""
         assert self.output is not None
         rows, _ = self.window_rows.popleft()
+        if rows.done() and rows.exception() is not None and self.dump is not None:
+            failure = f"the rows of {closed.table} could not be encoded: {rows.exception()!r}"
+            log.error("dump %s: %s", self.dump.id, failure, exc_info=rows.exception(),
+                      extra={"request_id": self.dump.id})
+            self.dump.failure = self.dump.failure or failure
+            return
         if closed.survivors:
             self.output.add_rows(PendingRows(
                 closed.table, rows, closed.survivors, len(closed.survivors),
@@ -508,7 +538,11 @@ class Session:
     # -- dump windows -----------------------------------------------------------
 
     def _window(self, dump: ActiveDump) -> None:
-        """Algorithm 1, steps 1-4: LW, chunk SELECT, HW; the log waits only here."""
+        """Algorithm 1, steps 1-4: LW, chunk SELECT, HW; the log waits only here.
+
+        Nothing a dump meets stops the log: a chunk the source calls stale is read again
+        in a later window; any other error but a transient one (the session ends and
+        resumes) fails the dump, and the log goes on."""
         table = dump.current_table()
         if table is None:
             return
@@ -522,8 +556,14 @@ class Session:
             if dump.request.kind is DumpKind.KEYS:
                 keys = self.state.request_keys(dump.id, plan.key_index, plan.limit)
             self.source.refresh(plan.table)  # a column added since is read too
-        except (DumpFailed, RequestRejected) as exc:
-            dump.failure = str(exc)
+        except ChunkStale as exc:
+            log.info("dump %s: %s", dump.id, exc, extra={"request_id": dump.id})
+            dump.read_later(time.monotonic())
+            return
+        except TransientError:
+            raise
+        except Exception as exc:
+            dump.failure = _dump_failure(dump, exc)
             return
         tokens = self.reconciler.next_tokens()
         self.source.write_watermark(tokens.low)
@@ -540,8 +580,13 @@ class Session:
                 chunk = self.source.read_chunk(plan.table, plan.after, plan.upper, plan.limit)
                 rows, read.last_key = self.encoder.submit(chunk.encode), chunk.last_key
                 read.selected, version = chunk.rows, chunk.schema_version
-        except (DumpFailed, RequestRejected) as exc:
-            read.failure = str(exc)
+        except ChunkStale as exc:
+            read.stale = True
+            log.info("dump %s: %s", dump.id, exc, extra={"request_id": dump.id})
+        except TransientError:
+            raise
+        except Exception as exc:
+            read.failure = _dump_failure(dump, exc)
         self.source.write_watermark(tokens.high)
         self.window_rows.append((rows, self.source.log_position()))
         self.reconciler.open(plan.table, tokens, KeyColumn(read.selected, rows), dump.id,
@@ -591,6 +636,11 @@ class Session:
             return
         with landing_errors():
             self.output.wait()
+        for dump_id, failure in self.output.failed.items():  # rows that failed to encode
+            if covered.finish is not None and covered.finish.id == dump_id:
+                covered.failure = covered.failure or failure
+            if self.dump is not None and self.dump.id == dump_id:
+                self.dump.failure = self.dump.failure or failure
         self._repair_incomplete(covered.incomplete, covered.checkpoint)
         checkpoint = covered.checkpoint
         if checkpoint == self.checkpoint:
@@ -614,12 +664,19 @@ class Session:
         self, incomplete: dict[str, dict[KeyTexts, None]], checkpoint: str | None
     ) -> None:
         """Queue a primary-key dump of rows the log left incomplete, before the checkpoint
-        moves past them: the dump reads them whole, later, inside a window."""
+        moves past them: the dump reads them whole, later, inside a window. One dump per
+        batch of keys; the same batch again (a replay after a restart) queues none."""
         for table, keys in incomplete.items():
-            request = self.state.create_request(
-                DumpKind.KEYS, [table], chunk_size=DEFAULT_CHUNK_SIZE, delay_ms=0,
-                keys=list(keys), client_token=f"incomplete:{table}:{checkpoint}",
-            )
+            batch = list(keys)
+            try:
+                request = self.state.create_request(
+                    DumpKind.KEYS, [table], chunk_size=DEFAULT_CHUNK_SIZE, delay_ms=0,
+                    keys=batch, client_token=repair_token(table, checkpoint, batch))
+            except CorruptRequest as exc:  # the token's request is malformed: a new one
+                log.warning("%s; queuing the repair of %s without a client token", exc, table)
+                request = self.state.create_request(
+                    DumpKind.KEYS, [table], chunk_size=DEFAULT_CHUNK_SIZE, delay_ms=0,
+                    keys=batch)
             log.warning(
                 "%d change(s) of %s came without their whole row (the table's REPLICA "
                 "IDENTITY is not FULL; run ALTER TABLE ... REPLICA IDENTITY FULL): dump %s "
@@ -647,43 +704,96 @@ class Session:
     # -- control ----------------------------------------------------------------
 
     def _control(self, now: float) -> None:
+        """Follow the head of the queue: take a request up (checked: ``_check``), or give
+        the running dump its state and knobs. A request whose record in Redis is malformed
+        fails and leaves the queue (``StateStore.quarantine``: even with a state that is
+        garbage); the next one runs, and the log goes on."""
         self.last_control = now
-        request = self.state.next_request()
-        dump = self.dump
-        if dump is not None and (request is None or request.id != dump.id):
-            log.info("dump %s is no longer active", dump.id, extra={"request_id": dump.id})
-            self.worker.telemetry.dump_ended(dump.id, "inactive")
-            self.dump = dump = None
-        if request is None:
-            return
-        if dump is not None:
-            dump.request = request
-            return
-        if request.state is RequestState.QUEUED:
-            problem = self._check(request.tables, request.kind)
+        try:
+            request = self.state.next_request()
+            dump = self.dump
+            if dump is not None and (request is None or request.id != dump.id):
+                log.info("dump %s is no longer active", dump.id, extra={"request_id": dump.id})
+                self.worker.telemetry.dump_ended(dump.id, "inactive")
+                self.dump = dump = None
+            if request is None:
+                return
+            if dump is not None:
+                dump.request = request
+                return
+            if request.state.terminal:  # ended, yet still in the queue: take it out
+                self.state.quarantine(request.id, "")
+                log.warning("dump %s is %s but was still queued; removed from the queue",
+                            request.id, request.state.value, extra={"request_id": request.id})
+                return
+            progress = self.state.progress(request.id)
+            problem = self._check(request, progress)
             if problem is not None:
                 self.state.transition(request.id, RequestState.FAILED, error=problem)
                 log.warning("dump %s refused: %s", request.id, problem,
                             extra={"request_id": request.id})
                 self.worker.telemetry.error("DumpRefused", problem, request.id)
                 return
-            try:
-                self.state.transition(request.id, RequestState.RUNNING)
-            except RequestRejected:
-                return
-            request = self.state.get_request(request.id)
-            log.info("dump %s started: %s %s", request.id, request.kind.value,
-                     ", ".join(request.tables), extra={"request_id": request.id})
-        self.dump = ActiveDump(request, self.state.progress(request.id))
-        self.state.save_progress(None, {request.id: self.dump.take_unsaved()[0]}, {})
-        self.worker.telemetry.dump_started(self.dump)
+            if request.state is RequestState.QUEUED:
+                try:
+                    self.state.transition(request.id, RequestState.RUNNING)
+                except RequestRejected:
+                    return
+                request = self.state.get_request(request.id)
+                log.info("dump %s started: %s %s", request.id, request.kind.value,
+                         ", ".join(request.tables), extra={"request_id": request.id})
+            self.dump = ActiveDump(request, progress)
+            self.state.save_progress(None, {request.id: self.dump.take_unsaved()[0]}, {})
+            self.worker.telemetry.dump_started(self.dump)
+        except ChunkStale as exc:  # a table's columns are changing: look again next time
+            log.info("dump request not started yet: %s", exc)
+        except CorruptRequest as exc:
+            if self.dump is not None and self.dump.id == exc.request_id:
+                self.worker.telemetry.dump_ended(exc.request_id, "failed", str(exc))
+                self.dump = None
+            self.state.quarantine(exc.request_id, str(exc))
+            log.error("dump %s failed: %s", exc.request_id, exc,
+                      extra={"request_id": exc.request_id})
+            self.worker.telemetry.error("CorruptRequest", str(exc), exc.request_id)
 
-    def _check(self, tables: tuple[str, ...], kind: DumpKind) -> str | None:
-        for table in tables:
-            try:
-                self.source.key_arity(table)
-            except (DumpFailed, RequestRejected) as exc:
-                return str(exc)
+    def _check(self, request: DumpRequest, progress: dict[str, TableProgress]) -> str | None:
+        """Why a request cannot run (a table of a new one not dumpable; a saved key that
+        does not fit its table's key), or None; :class:`CorruptRequest` where its record
+        in Redis cannot be right."""
+        progress_key = self.state.key("request", request.id, "progress")
+        for saved in progress.values():
+            saved.check(request, key=progress_key)
+        if request.state is RequestState.QUEUED:
+            for table in request.tables:
+                try:
+                    self.source.key_arity(table)
+                except (DumpFailed, RequestRejected) as exc:
+                    return str(exc)
+        for saved in progress.values():
+            for name, key in (("last_key", saved.last_key), ("upper_bound", saved.upper_bound)):
+                if saved.done or key is None:
+                    continue
+                try:
+                    arity = self.source.key_arity(saved.table)
+                except (DumpFailed, RequestRejected) as exc:
+                    return str(exc)
+                misfit = f"{len(key)} value(s) for a key of {arity} column(s)"
+                try:
+                    if len(key) == arity:
+                        self.source.check_keys(saved.table, [tuple(key)])
+                        continue
+                except RequestRejected as exc:
+                    misfit = str(exc)
+                return (f"the saved progress of {saved.table} ({progress_key}) has {name} "
+                        f"{key} that does not fit the table's primary key ({misfit}): the key "
+                        "changed during the dump, or the record was edited; request a new "
+                        "dump of the table")
+        if request.kind is DumpKind.KEYS:
+            held = self.state.key_count(request.id)
+            if held != request.key_count:
+                raise CorruptRequest(request.id, self.state.key("request", request.id, "keys"),
+                                     "", f"holds {held} keys, but the request's key_count is "
+                                         f"{request.key_count}")
         return None
 
     def _publish_status(self) -> None:

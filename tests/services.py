@@ -46,6 +46,7 @@ __all__ = [
     "PostgresServer",
     "RedisServer",
     "ServiceError",
+    "SynchronousStandby",
     "find_pg_bindir",
     "free_port",
 ]
@@ -413,6 +414,50 @@ class PostgresServer(_Server):
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+class SynchronousStandby(_Server):
+    """A synchronous standby of a :class:`PostgresServer` that acknowledges flush, never
+    apply: ``pg_receivewal --synchronous`` under the ``application_name`` the server lists
+    in ``synchronous_standby_names``. A ``synchronous_commit = remote_apply`` commit then
+    waits (committed in the WAL, not visible) until the list is emptied; an ``on`` commit
+    returns once the WAL is received."""
+
+    def __init__(self, server: PostgresServer, name: str = "dblog_standby") -> None:
+        super().__init__(server.port)
+        self.server = server
+        self.name = name
+
+    def start(self) -> Self:
+        self._base = Path(tempfile.mkdtemp(prefix="dblog-receivewal-"))
+        self._register_atexit()
+        dsn = make_conninfo(self.server.dsn(), application_name=self.name)
+        log = (self._base / "receivewal.log").open("ab")
+        self._proc = subprocess.Popen(
+            [str(self.server.bindir / "pg_receivewal"), "-D", str(self._base), "-d", dsn,
+             "--synchronous", "--no-loop"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_die_with_parent(signal.SIGTERM),
+        )
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        with self.server._admin() as conn:
+            while time.monotonic() < deadline:
+                row = conn.execute(
+                    "SELECT sync_state FROM pg_stat_replication WHERE application_name = %s",
+                    (self.name,)).fetchone()
+                if row is not None and row[0] == "sync":
+                    return self
+                if self._proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+        self.stop()
+        raise ServiceError("pg_receivewal did not become a synchronous standby")
+
+    def _shutdown(self) -> None:
+        if self._proc is not None:
+            _stop_process(self._proc, [signal.SIGTERM])
+            self._proc = None
 
 
 def _find_binary(name: str, fallback: str) -> str:

@@ -25,8 +25,9 @@ from typing import Any
 
 from dblog_worker.config import MYSQL, Config
 from dblog_worker.errors import TargetError
-from dblog_worker.mysql.catalog import quote_ident as my_ident
-from dblog_worker.pg.queries import quote_ident as pg_ident
+from dblog_worker.mysql.catalog import ident as my_ident
+from dblog_worker.pg.queries import ident as pg_ident
+from dblog_worker.pg.queries import sql_text
 from dblog_worker.requests import KeyTexts, parse_keys
 from dblog_worker.source import open_source
 from dblog_worker.target.base import POSITION_COLUMN
@@ -51,11 +52,14 @@ class ExtraRemoval:
     kept: list[tuple[list[object], str]] = field(default_factory=list)  # key, why
 
 
+# Both statements are run with parameters: names are spelled with ``ident`` (``%`` doubled)
+# and the key's type names with ``sql_text``.
 def _condition(kind: str, key_columns: Sequence[str], types: Mapping[str, str]) -> str:
     if kind == MYSQL:
         return " AND ".join(f"{my_ident(c)} = %s" for c in key_columns)
     # Each key text is cast to its column's type, as the key dump's texts are.
-    return " AND ".join(f"{pg_ident(c)} = CAST(%s AS {types[c]})" for c in key_columns)
+    return " AND ".join(f"{pg_ident(c)} = CAST(%s AS {sql_text(types[c])})"
+                        for c in key_columns)
 
 
 def position_sql(kind: str, table: str, key_columns: Sequence[str],

@@ -39,8 +39,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CONN_ID = re.compile(r"[A-Za-z0-9_.\-]{1,250}")
-TABLE_PATTERN = r"^[^.\s]+\.[^.\s]+$"
-"""``schema.table`` (``database.table`` for MySQL): two names without spaces, one dot."""
+TABLE_PATTERN = r"^[^.]+\.[\s\S]+$"
+"""``schema.table`` (``database.table`` for MySQL), split at the first dot: the schema's
+name has no dot, the table's may have any character (names are quoted wherever they go)."""
 
 
 def env_str(name: str, default: str, environ: Mapping[str, str] | None = None) -> str:

@@ -17,13 +17,21 @@ from pathlib import Path
 from typing import Any
 
 from dblog_worker.config import Config
-from dblog_worker.control import NO_KEYS, create_dump, request_json, show_json
-from dblog_worker.errors import RequestRejected, StateUnavailable
+from dblog_worker.control import (
+    NO_KEYS,
+    create_dump,
+    entry_json,
+    list_entries,
+    show_json,
+    show_record_json,
+)
+from dblog_worker.errors import CorruptRequest, CorruptState, RequestRejected, StateUnavailable
 from dblog_worker.http import openapi
 from dblog_worker.http.openapi import FEED_LIMIT, MAX_CLIENT_TOKEN
 from dblog_worker.requests import (
     COMMANDS,
     DEFAULT_CHUNK_SIZE,
+    REQUEST_ID,
     DumpRequest,
     check_chunk_size,
     check_delay_ms,
@@ -47,7 +55,6 @@ CONTENT_TYPES = {
     ".map": "application/json",
 }
 STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")  # one file, never a path
-REQUEST_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")  # never ':', which would reach other keys
 CREATE_FIELDS = ("kind", "tables", "keys", "chunk_size", "delay_ms", "client_token")
 KNOB_FIELDS = ("chunk_size", "delay_ms")
 
@@ -158,10 +165,13 @@ class Api:
 
     def status(self, call: Call) -> Response:
         document: dict[str, Any] = self.telemetry.snapshot()
-        redis: dict[str, Any] = {"checkpoint": None, "worker": None, "members": [],
-                                 "error": None}
+        redis: dict[str, Any] = {"checkpoint": None, "checkpoint_error": None, "worker": None,
+                                 "members": [], "error": None}
         try:
-            redis["checkpoint"] = self.state.checkpoint()
+            try:
+                redis["checkpoint"] = self.state.checkpoint()
+            except CorruptState as exc:
+                redis["checkpoint_error"] = str(exc)
             redis["worker"] = self.state.status()
             redis["members"] = self.state.members()
         except StateUnavailable as exc:
@@ -176,9 +186,8 @@ class Api:
         active = call.query.get("active", "false")
         if active not in ("true", "false"):
             raise ApiError(400, f"active must be true or false, got {active!r}")
-        requests = self.state.list_requests(active_only=active == "true")
-        return json_response(200, [request_json(r, self.state.progress(r.id))
-                                   for r in requests])
+        entries = list_entries(self.state, active_only=active == "true")
+        return json_response(200, [entry_json(entry) for entry in entries])
 
     def create_request(self, call: Call) -> Response:
         body = _object(call.body, CREATE_FIELDS, required=True)
@@ -226,7 +235,11 @@ class Api:
         return None if client_token is None else self.state.token_request(client_token)
 
     def get_request(self, call: Call) -> Response:
-        return json_response(200, show_json(self.state, self._request(call)))
+        request_id = self._request_id(call)
+        try:
+            return json_response(200, show_record_json(self.state, request_id))
+        except RequestRejected:
+            raise self._no_request(request_id) from None
 
     def set_knobs(self, call: Call) -> Response:
         body = _object(call.body, KNOB_FIELDS, required=True)
@@ -267,16 +280,25 @@ class Api:
         return json_response(200, document)
 
     def _request(self, call: Call) -> DumpRequest:
+        """The request of the path; 404 if there is none, 409 if its record is malformed."""
+        request_id = self._request_id(call)
+        try:
+            return self.state.get_request(request_id)
+        except CorruptRequest as exc:
+            raise ApiError(409, str(exc)) from None
+        except RequestRejected:
+            raise self._no_request(request_id) from None
+
+    def _request_id(self, call: Call) -> str:
         request_id = call.params["id"]
         if not REQUEST_ID.fullmatch(request_id):
             raise ApiError(404, f"no dump request {request_id!r}: ids look like dump-12; "
                                 "GET /api/v1/requests lists them")
-        try:
-            return self.state.get_request(request_id)
-        except RequestRejected:
-            raise ApiError(404, f"no dump request {request_id!r} for source "
-                                f"{self.config.source.name!r}; GET /api/v1/requests lists "
-                                "them") from None
+        return request_id
+
+    def _no_request(self, request_id: str) -> ApiError:
+        return ApiError(404, f"no dump request {request_id!r} for source "
+                             f"{self.config.source.name!r}; GET /api/v1/requests lists them")
 
     # -- telemetry ------------------------------------------------------------------
 

@@ -107,6 +107,29 @@ SCHEMAS: dict[str, Schema] = {
         },
         "required": REQUEST_REQUIRED,
     },
+    "MalformedRequest": {
+        "type": "object",
+        "description": "A request whose record in Redis (its hash, progress or keys) is "
+                       "malformed: the worker fails it and runs the next one.",
+        "properties": {
+            "id": {"type": "string", "examples": ["dump-12"]},
+            "malformed": {
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string", "description": "the Redis key"},
+                    "field": {"type": "string",
+                              "description": "its field (a hash) or #index (a list); "
+                                             "empty for the whole key"},
+                    "reason": {"type": "string", "description": "what is wrong"},
+                },
+                "required": ["key", "field", "reason"],
+            },
+            "error": {"type": "string", "description": "the whole message, with what to do"},
+            "fields": {"type": "object", "additionalProperties": {"type": "string"},
+                       "description": "what the request's hash holds"},
+        },
+        "required": ["id", "malformed", "error", "fields"],
+    },
     "ControlResult": {
         "type": "object",
         "description": "The request after the command, and the state it was in before.",
@@ -219,6 +242,10 @@ SCHEMAS: dict[str, Schema] = {
                 "properties": {
                     "checkpoint": {**_nullable("string"),
                                    "description": "the checkpoint saved in Redis"},
+                    "checkpoint_error": {**_nullable("string"),
+                                         "description": "set when the saved checkpoint is "
+                                                        "malformed: the key, what is wrong, "
+                                                        "what to do"},
                     "worker": {"type": ["object", "null"],
                                "additionalProperties": {"type": "string"},
                                "description": "the worker's last report"},
@@ -231,7 +258,7 @@ SCHEMAS: dict[str, Schema] = {
                     "error": {**_nullable("string"),
                               "description": "set when Redis is unreachable"},
                 },
-                "required": ["checkpoint", "worker", "members", "error"],
+                "required": ["checkpoint", "checkpoint_error", "worker", "members", "error"],
             },
         },
         "required": ["source", "connected", "role", "lease_token", "leader", "last_error",
@@ -263,7 +290,8 @@ ERRORS = {
          "not a loopback name",
     404: "No such request, file or route",
     405: "The route does not take this method (see the Allow header)",
-    409: "The request's state does not allow this (e.g. resume a request that is not paused)",
+    409: "The request's state does not allow this (e.g. resume a request that is not paused), "
+         "or its record in Redis is malformed",
     411: "A chunked body: send a Content-Length instead",
     413: f"The body is larger than {MAX_BODY_BYTES // 1024 // 1024} MiB",
     415: "The body is not application/json",
@@ -333,8 +361,9 @@ def document(*, auth: bool) -> dict[str, Any]:
         "/api/v1/requests": {
             "get": _operation(
                 "List dump requests, oldest first",
-                {"200": _json({"type": "array", "items": _ref("RequestSummary")},
-                              "The requests")},
+                {"200": _json({"type": "array", "items": {"oneOf": [
+                    _ref("RequestSummary"), _ref("MalformedRequest")]}},
+                              "The requests (a malformed one as MalformedRequest)")},
                 public=False, errors=(503,), parameters=[{
                     "name": "active", "in": "query", "required": False,
                     "schema": {"type": "string", "enum": ["true", "false"],
@@ -353,8 +382,12 @@ def document(*, auth: bool) -> dict[str, Any]:
         },
         "/api/v1/requests/{id}": {
             "get": _operation("One dump request with its per-table progress",
-                              {"200": request_ok}, public=False, errors=(404, 503),
-                              parameters=[_id()], auth=auth),
+                              {"200": _json({"oneOf": [_ref("Request"),
+                                                       _ref("MalformedRequest")]},
+                                            "The request with its progress, or what is "
+                                            "malformed in its record")},
+                              public=False, errors=(404, 503), parameters=[_id()],
+                              auth=auth),
             "patch": _operation(
                 "Change the chunk size and/or delay of a request that has not ended",
                 {"200": request_ok}, public=False, errors=with_body, parameters=[_id()],

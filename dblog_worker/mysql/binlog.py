@@ -17,6 +17,13 @@ the thread waits, so the log waits in the socket and memory stays bounded.
 * The end of a transaction (``XID``, ``COMMIT``, or a statement logged on its own,
   such as DDL) becomes a :class:`Checkpoint` that carries where to resume: a
   transaction is never half-checkpointed.
+* An XA transaction's rows, logged at ``XA PREPARE``, become change events only at its
+  ``XA COMMIT``, at positions of that event (file number, its position, twice the row's
+  index in the transaction): the reader reads the prepared group again then, so memory
+  holds no prepared transaction. Until then no checkpoint resumes after the group's
+  start. After ``XA ROLLBACK`` nothing of it is emitted.
+* An event the reader cannot decode but that carries changes (compressed, partial JSON)
+  stops the worker: the setting that writes it loses changes.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import queue
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from pymysqlreplication import BinLogStreamReader
@@ -36,14 +43,21 @@ from pymysqlreplication.event import (
     GtidEvent,
     HeartbeatLogEvent,
     MariadbGtidEvent,
+    NotImplementedEvent,
     QueryEvent,
     RotateEvent,
+    XAPrepareEvent,
     XidEvent,
 )
 from pymysqlreplication.gtid import Gtid, GtidSet
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    PartialUpdateRowsEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
 
-from dblog_worker.errors import LogGone, ProtocolError, SourceUnavailable
+from dblog_worker.errors import ConfigError, LogGone, ProtocolError, SourceUnavailable
 from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin, Watermark
 from dblog_worker.mysql.values import BINLOG_READER_OPTIONS
 from dblog_worker.position import Position
@@ -55,6 +69,18 @@ WATERMARK_TABLE = "watermark"
 _QUEUE_BATCHES = 64  # batches of up to _BATCH items between the reader and the loop
 _BATCH = 2000
 _FL_STANDALONE = 1  # MariaDB GTID flag: the group is one statement, no XID follows
+_FL_PREPARED_XA = 64  # MariaDB GTID flag: an XA transaction's group, up to XA PREPARE
+# Events that carry changes mysql-replication cannot decode, by type: the setting that
+# makes the server write them (catalog.REFUSED_SETTINGS).
+_UNREADABLE = {
+    39: "binlog_row_value_options=PARTIAL_JSON",  # MySQL PARTIAL_UPDATE_ROWS_EVENT
+    40: "binlog_transaction_compression",  # MySQL TRANSACTION_PAYLOAD_EVENT
+    **dict.fromkeys(range(165, 172), "log_bin_compress"),  # MariaDB's compressed events
+}
+_XA_RESOLVED = re.compile(
+    r"\s*XA\s+(COMMIT|ROLLBACK)\s+X'([0-9A-F]*)'\s*,\s*X'([0-9A-F]*)'\s*,\s*(\d+)",
+    re.IGNORECASE,
+)
 _ER_GTID_OR_FILE_GONE = {1236}  # ER_MASTER_FATAL_ERROR_READING_BINLOG
 
 
@@ -67,17 +93,21 @@ class BinlogCheckpoint:
     file: str
     pos: int
     gtid: str = ""
+    server: str = ""  # whose log: "server_id=1" (MariaDB), "server_uuid=…" (MySQL); "": unknown
 
     def encode(self) -> str:
-        return json.dumps({"file": self.file, "pos": self.pos, "gtid": self.gtid},
-                          separators=(",", ":"))
+        fields: dict[str, object] = {"file": self.file, "pos": self.pos, "gtid": self.gtid}
+        if self.server:
+            fields["server"] = self.server
+        return json.dumps(fields, separators=(",", ":"))
 
     @classmethod
     def decode(cls, text: str) -> BinlogCheckpoint:
         try:
             data = json.loads(text)
-            return cls(str(data["file"]), int(data["pos"]), str(data.get("gtid", "")))
-        except (ValueError, KeyError, TypeError):
+            return cls(str(data["file"]), int(data["pos"]), str(data.get("gtid", "")),
+                       str(data.get("server", "")))
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise ProtocolError(
                 f"checkpoint {text!r} is not a binlog checkpoint: was this source's Redis "
                 "state written for a PostgreSQL source? Use another source name"
@@ -91,6 +121,46 @@ class BinlogCheckpoint:
     def mysql_gtid_set(self) -> bool:
         """The GTID state is a MySQL GTID set (``uuid:interval``), not MariaDB's."""
         return ":" in self.gtid
+
+
+Xid = tuple[int, bytes, bytes]  # an XA transaction's id: format id, gtrid, bqual
+
+
+def xid_text(xid: Xid) -> str:
+    """As the binary log spells it: ``X'6131',X'',1``."""
+    return f"X'{xid[1].hex()}',X'{xid[2].hex()}',{xid[0]}"
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedXa:
+    """Where the event group of a prepared XA transaction lies in the binary log (its
+    rows are read again from there at its XA COMMIT), and ``resume``: the end of the
+    transaction before it, where a restart begins while it waits for its commit."""
+
+    file: str
+    start: int  # where the group's first event begins
+    end: int  # where its XA_PREPARE event ends (0 while the group is being read)
+    resume: BinlogCheckpoint
+    captured: bool = False  # it changed a captured table
+
+
+@dataclass(slots=True)
+class XaCommit:
+    """A commit of an XA transaction that changed captured tables: the reader reads its
+    prepared group again; its rows take ``position`` (the XA COMMIT event's) with twice
+    their index in the group (plus one for a key change's create)."""
+
+    xid: Xid
+    prepared: PreparedXa
+    position: Position
+    commit_ts_us: int
+    rows: int = 0  # captured rows of the group read again so far
+    opened: bool = False  # the group's first event was read again
+    complete: bool = False  # and its XA_PREPARE event
+
+
+def _text(value: str | bytes) -> str:
+    return value if isinstance(value, str) else bytes(value).decode()
 
 
 def file_number(name: str) -> int:
@@ -141,7 +211,13 @@ def truncated_table(query: str, schema: str) -> str | None:
 
 
 class BinlogTranslator:
-    """Binlog events → log items, for the captured tables and this source's watermarks."""
+    """Binlog events → log items, for the captured tables and this source's watermarks.
+
+    An XA transaction's rows are logged at XA PREPARE and commit (or not) at a later XA
+    COMMIT (XA ROLLBACK): the translator keeps where each prepared group lies, emits
+    nothing of it, and at its XA COMMIT sets :attr:`committing` for the reader, which
+    reads the group again through :meth:`read_again` and ends with :meth:`committed`.
+    """
 
     def __init__(self, source: str, tables: Iterable[str], describe: Describe,
                  start: BinlogCheckpoint) -> None:
@@ -151,6 +227,7 @@ class BinlogTranslator:
         self._views: dict[tuple[str, int], TableView] = {}
         self._versions: dict[str, int] = {}  # the last schema version seen per table
         self.file = start.file
+        self.server = start.server
         self._gtids = {} if start.mysql_gtid_set else _parse_gtids(start.gtid)
         # MySQL: the executed set, grown by each committed GTID. Only when it started from
         # the server's whole set: a set grown from nothing would claim too little.
@@ -158,6 +235,10 @@ class BinlogTranslator:
         self._pending_gtid: tuple[int, str] | None = None
         self.in_transaction = False
         self._standalone = False
+        self._boundary = start  # the last end of a transaction read
+        self._xa: PreparedXa | None = None  # the XA transaction's group being read
+        self._prepared: dict[Xid, PreparedXa] = {}  # waiting for XA COMMIT, oldest first
+        self.committing: XaCommit | None = None
 
     @property
     def gtid(self) -> str:
@@ -170,24 +251,33 @@ class BinlogTranslator:
         if kind in (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent):
             self._rows(event, out)
         elif kind is XidEvent:
-            self._commit(event, out)
+            self._commit(event.packet.log_pos, out)
         elif kind is MariadbGtidEvent:
             self._pending_gtid = (event.domain_id, event.gtid)
             self._standalone = bool(event.flags & _FL_STANDALONE)
             self.in_transaction = not self._standalone
+            if event.flags & _FL_PREPARED_XA:
+                self._begin_xa(event)
         elif kind is GtidEvent:
             if self._gtid_set is not None:
                 self._pending_gtid = (0, str(event.gtid))
         elif kind is QueryEvent:
             self._query(event, out)
+        elif kind is XAPrepareEvent:
+            self._xa_prepared(event, out)
         elif kind is RotateEvent:
             self.file = event.next_binlog
+        elif kind is NotImplementedEvent or kind is PartialUpdateRowsEvent:
+            self._unreadable(event)
 
     def _query(self, event: Any, out: list[LogItem]) -> None:
-        query = event.query if isinstance(event.query, str) else bytes(event.query).decode()
+        query = _text(event.query)
         statement = query.strip().upper()
         if statement == "BEGIN":
             self.in_transaction = True
+            return
+        if statement.startswith("XA "):
+            self._xa_statement(event, query, out)
             return
         if statement != "COMMIT":
             # DDL, perhaps of a captured table. The row events after it describe the table
@@ -202,9 +292,11 @@ class BinlogTranslator:
             out.append(ChangeEvent(table, Op.TRUNCATE, position, None, None, None, Origin.LOG,
                                    event.timestamp * 1_000_000, self._versions.get(table, 0)))
         if statement == "COMMIT" or not self.in_transaction:
-            self._commit(event, out)
+            self._commit(event.packet.log_pos, out)
 
-    def _commit(self, event: Any, out: list[LogItem]) -> None:
+    def _commit(self, pos: int, out: list[LogItem]) -> None:
+        """The end of a transaction at ``pos``: a checkpoint, which resumes no later than
+        the oldest prepared XA transaction (a restart must read its rows again)."""
         self.in_transaction = False
         if self._pending_gtid is not None:
             domain, gtid = self._pending_gtid
@@ -213,23 +305,136 @@ class BinlogTranslator:
             else:
                 self._gtids[domain] = gtid
             self._pending_gtid = None
+        self._boundary = BinlogCheckpoint(self.file, pos, self.gtid, self.server)
+        resume = next(iter(self._prepared.values())).resume if self._prepared else self._boundary
+        out.append(Checkpoint(Position(file_number(self.file), pos), resume.encode()))
+
+    # -- XA transactions ------------------------------------------------------
+
+    def _begin_xa(self, event: Any) -> None:
+        """MariaDB's GTID event of an XA group, or MySQL's ``XA START`` that opens one."""
+        start = event.packet.log_pos - event.packet.event_size
+        self._xa = PreparedXa(self.file, start, 0, self._boundary)
+        self.in_transaction = True
+
+    def _xa_statement(self, event: Any, query: str, out: list[LogItem]) -> None:
+        """``XA START`` (MySQL) opens a group; ``XA END`` is inside it; ``XA COMMIT`` and
+        ``XA ROLLBACK`` of a prepared transaction are each a group of their own."""
+        if query.split(None, 2)[1].upper() == "START":
+            self._begin_xa(event)
+            return
+        resolved = _XA_RESOLVED.match(query)
+        if resolved is None:
+            return
+        xid = (int(resolved[4]), bytes.fromhex(resolved[2]), bytes.fromhex(resolved[3]))
+        prepared = self._prepared.pop(xid, None)
         pos = event.packet.log_pos
-        checkpoint = BinlogCheckpoint(self.file, pos, self.gtid)
-        out.append(Checkpoint(Position(file_number(self.file), pos), checkpoint.encode()))
+        if resolved[1].upper() == "COMMIT":
+            if prepared is None:
+                log.warning(
+                    "XA transaction %s was committed at %s:%d, but it was prepared before "
+                    "the position capture started from: if it changed captured tables, "
+                    "those changes are not in the output; dump them (dblog dump --table ...)",
+                    xid_text(xid), self.file, pos)
+            elif prepared.captured:
+                self.committing = XaCommit(xid, prepared, Position(file_number(self.file), pos),
+                                           event.timestamp * 1_000_000)
+                return
+        self._commit(pos, out)
+
+    def _xa_prepared(self, event: Any, out: list[LogItem]) -> None:
+        """The end of an XA group: prepared, or (MySQL's XA COMMIT … ONE PHASE) committed."""
+        pos = event.packet.log_pos
+        xid = (event.xid_format_id, bytes(event.xid_gtrid), bytes(event.xid_bqual))
+        group, self._xa = self._xa, None
+        if group is not None:
+            group = replace(group, end=pos)
+            if not event.one_phase:
+                self._prepared[xid] = group
+            elif group.captured:
+                self.committing = XaCommit(xid, group, Position(file_number(self.file), pos),
+                                           event.timestamp * 1_000_000)
+                return
+        self._commit(pos, out)
+
+    def read_again(self, event: Any, out: list[LogItem]) -> None:
+        """An event of :attr:`committing`'s group, read again at its commit: its rows of
+        captured tables become events at the commit's positions."""
+        commit = self.committing
+        assert commit is not None
+        kind = type(event)
+        start = event.packet.log_pos - event.packet.event_size
+        if not commit.opened:
+            commit.opened = start == commit.prepared.start and (
+                (kind is MariadbGtidEvent and bool(event.flags & _FL_PREPARED_XA))
+                or (kind is QueryEvent and _text(event.query).strip().upper().startswith(
+                    "XA START")))
+            if not commit.opened:
+                raise self._not_found(commit)
+        elif kind is XAPrepareEvent:
+            xid = (event.xid_format_id, bytes(event.xid_gtrid), bytes(event.xid_bqual))
+            commit.complete = xid == commit.xid and event.packet.log_pos == commit.prepared.end
+        elif kind in (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent):
+            table = f"{event.schema}.{event.table}"
+            if table in self.tables:
+                commit.rows += self._changes(table, event, commit.position, commit.rows,
+                                             commit.commit_ts_us, out)
+
+    def committed(self, out: list[LogItem]) -> None:
+        """The group of :attr:`committing` is read again: the checkpoint of its commit."""
+        commit, self.committing = self.committing, None
+        assert commit is not None
+        if not commit.complete:
+            raise self._not_found(commit)
+        self._commit(commit.position.minor, out)
+
+    def _not_found(self, commit: XaCommit) -> ProtocolError:
+        prepared = commit.prepared
+        return ProtocolError(
+            f"XA transaction {xid_text(commit.xid)} was committed at {self.file}:"
+            f"{commit.position.minor}, but its prepared changes are not at {prepared.file}:"
+            f"{prepared.start}-{prepared.end} any more (the binary log was replaced?): they "
+            "cannot be captured. Run `dblog reset --yes --config <file>`, start the worker, "
+            "then `dblog dump --all` to bring the output back in sync")
+
+    def _unreadable(self, event: Any) -> None:
+        setting = _UNREADABLE.get(event.packet.event_type)
+        if setting is not None:
+            raise ConfigError(
+                f"the binary log holds an event the worker cannot read at {self.file}:"
+                f"{event.packet.log_pos} (type {event.packet.event_type}, written because "
+                f"{setting} is on): its changes would be lost. Turn {setting} off (`dblog "
+                "preflight` prints how); as the binary log keeps such events, then run `dblog "
+                "reset --yes --config <file>`, start the worker, and `dblog dump --all`")
+
+    # -- rows -----------------------------------------------------------------
 
     def _rows(self, event: Any, out: list[LogItem]) -> None:
         table = f"{event.schema}.{event.table}"
-        major, minor = file_number(self.file), event.packet.log_pos
+        if self._xa is not None:  # emitted at its XA COMMIT, if that comes
+            if table in self.tables and not self._xa.captured:
+                self._xa = replace(self._xa, captured=True)
+            return
+        position = Position(file_number(self.file), event.packet.log_pos)
         ts = event.timestamp * 1_000_000
         if table not in self.tables:
             if event.schema == WATERMARK_SCHEMA and event.table == WATERMARK_TABLE:
-                self._watermarks(event, major, minor, ts, out)
+                self._watermarks(event, position.major, position.minor, ts, out)
             return
+        self._changes(table, event, position, 0, ts, out)
+
+    def _changes(self, table: str, event: Any, at: Position, first: int, ts: int,
+                 out: list[LogItem]) -> int:
+        """The rows of a rows event as change events: row ``i`` at (``at``'s file number
+        and event position, twice (``first`` + i)), a key change's create at the next one.
+        Returns how many rows the event has."""
         view = self._view(table, event)
         version = view.schema_version
         key_row = view.codec.key_row_from_binlog
         kind = type(event)
-        for index, row in enumerate(event.rows):
+        major, minor = at.major, at.minor
+        rows = event.rows
+        for index, row in enumerate(rows, first):
             position = Position(major, minor, 2 * index)
             if kind is WriteRowsEvent:
                 key, after = key_row(row["values"], row.get("none_sources"))
@@ -250,6 +455,7 @@ class BinlogTranslator:
                                            Origin.LOG, ts, version))
                     out.append(ChangeEvent(table, Op.CREATE, Position(major, minor, 2 * index + 1),
                                            new_key, after, None, Origin.LOG, ts, version))
+        return len(rows)
 
     def _view(self, table: str, event: Any) -> TableView:
         signature = (table, hash(tuple((c.name, c.type) for c in event.columns)))
@@ -306,22 +512,26 @@ class BinlogReader:
         self.translator = translator
         self._queue: queue.Queue[list[LogItem] | BaseException] = queue.Queue(_QUEUE_BATCHES)
         self._stopping = threading.Event()
-        settings = {"host": connect_args["host"], "port": connect_args["port"],
-                    "user": connect_args["user"], "password": connect_args["password"]}
-        control = {**settings, "database": "information_schema"}  # not the deprecated db=
+        self._settings = {"host": connect_args["host"], "port": connect_args["port"],
+                          "user": connect_args["user"], "password": connect_args["password"]}
+        # not the deprecated db=
+        self._control = {**self._settings, "database": "information_schema"}
+        self._schemas = sorted({*schemas, WATERMARK_SCHEMA})
         position: dict[str, Any] = (
             {"auto_position": start.gtid, "is_mariadb": is_mariadb} if by_gtid
             else {"log_file": start.file, "log_pos": start.pos, "resume_stream": True}
         )
         self._stream = _Stream(
-            connection_settings=settings,
-            ctl_connection_settings=control,
+            connection_settings=self._settings,
+            ctl_connection_settings=self._control,
             server_id=server_id,
             blocking=True,
             slave_heartbeat=1.0,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent,
-                         RotateEvent, GtidEvent, MariadbGtidEvent, HeartbeatLogEvent],
-            only_schemas=sorted({*schemas, WATERMARK_SCHEMA}),
+                         RotateEvent, GtidEvent, MariadbGtidEvent, HeartbeatLogEvent,
+                         XAPrepareEvent, PartialUpdateRowsEvent, NotImplementedEvent],
+            filter_non_implemented_events=False,  # compressed events stop the worker
+            only_schemas=self._schemas,
             enable_logging=False,
             **BINLOG_READER_OPTIONS,
             **position,
@@ -346,12 +556,51 @@ class BinlogReader:
                     batch = []
                     continue
                 translate(event, batch)
+                if self.translator.committing is not None:
+                    batch = self._read_again(batch)
                 if len(batch) >= _BATCH or (batch and not self.translator.in_transaction):
                     self._put(batch)
                     batch = []
         except BaseException as exc:  # handed to the loop, which ends the session
             if not self._stopping.is_set():
                 self._put(_reader_error(exc))
+
+    def _read_again(self, batch: list[LogItem]) -> list[LogItem]:
+        """Read the prepared group of the XA transaction being committed again, with a
+        reader of its own, and translate its rows; memory holds one batch of them at most."""
+        commit = self.translator.committing
+        assert commit is not None
+        prepared = commit.prepared
+        stream = _Stream(
+            connection_settings=self._settings,
+            ctl_connection_settings=self._control,
+            server_id=0,  # a reader that stops at the end: the server stops no other for it
+            blocking=False,
+            log_file=prepared.file,
+            log_pos=prepared.start,
+            resume_stream=True,
+            end_log_pos=prepared.end,
+            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent,
+                         MariadbGtidEvent, XAPrepareEvent],
+            only_schemas=self._schemas,
+            enable_logging=False,
+            **BINLOG_READER_OPTIONS,
+        )
+        try:
+            while not self._stopping.is_set():
+                event = stream.fetchone()
+                if event is None:
+                    break
+                self.translator.read_again(event, batch)
+                if len(batch) >= _BATCH:
+                    self._put(batch)
+                    batch = []
+        finally:
+            with contextlib.suppress(Exception):
+                stream.close()
+        if not self._stopping.is_set():
+            self.translator.committed(batch)
+        return batch
 
     def _put(self, item: list[LogItem] | BaseException) -> None:
         while not self._stopping.is_set():
@@ -390,7 +639,7 @@ class BinlogReader:
 
 
 def _reader_error(exc: BaseException) -> BaseException:
-    if isinstance(exc, (SourceUnavailable, ProtocolError, LogGone)):
+    if isinstance(exc, (SourceUnavailable, ProtocolError, LogGone, ConfigError)):
         return exc
     args = getattr(exc, "args", ())
     if args and args[0] in _ER_GTID_OR_FILE_GONE:

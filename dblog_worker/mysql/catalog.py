@@ -1,7 +1,11 @@
 """What the worker reads about a MySQL or MariaDB server, and the SQL it runs there.
 
 Identifiers are checked against ``information_schema`` before they are spelled into
-SQL, and are always backtick-quoted; values are always bound parameters.
+SQL, and are always backtick-quoted; values are always bound parameters. PyMySQL
+formats a statement's parameters in with Python's ``%``, so every statement here is
+run with parameters and :func:`ident` doubles ``%`` in names (``disc%`` is
+```disc%%``` here, ```disc%``` on the server; a crafted ``%s`` in a name stays a name).
+:func:`quote_ident` and :func:`qualified` are the SQL text, for messages and fixes.
 """
 
 from __future__ import annotations
@@ -35,6 +39,26 @@ REQUIRED_SETTINGS = (
     ("binlog_row_image", "FULL", "binlog-row-image = FULL"),
     ("binlog_row_metadata", "FULL", "binlog-row-metadata = FULL"),
 )
+# Settings whose non-default value loses or reorders changes without a word: (variable,
+# the refused value, the default, what it breaks, whether sessions may set their own).
+# A server without the variable is fine: each exists on one kind of server only.
+REFUSED_SETTINGS = (
+    ("binlog_transaction_compression", "ON", "OFF",
+     "MySQL logs each transaction as one compressed payload event, which the binlog reader "
+     "cannot read: the transaction's changes would be skipped", True),
+    ("log_bin_compress", "ON", "OFF",
+     "MariaDB logs row events compressed, which the binlog reader cannot read: those changes "
+     "would be skipped", False),
+    ("binlog_row_value_options", "PARTIAL_JSON", "",
+     "MySQL logs an update of a JSON column as the changed parts only: the row after the "
+     "change is not whole, and the binlog reader does not read such events", True),
+    ("binlog_order_commits", "OFF", "ON",
+     "MySQL may make transactions visible in another order than it logs them: a change "
+     "logged before a low watermark could be invisible to the chunk SELECT after it, and "
+     "the chunk's older row would be emitted after the change", False),
+)
+SETTINGS = tuple(s[0] for s in REQUIRED_SETTINGS) + tuple(s[0] for s in REFUSED_SETTINGS)
+"""Every global variable :func:`setting_problems` looks at."""
 
 
 def split_table(table: str) -> tuple[str, str]:
@@ -49,6 +73,16 @@ def quote_ident(name: str) -> str:
 def qualified(table: str) -> str:
     database, name = split_table(table)
     return f"{quote_ident(database)}.{quote_ident(name)}"
+
+
+def ident(name: str) -> str:
+    """A name in a statement run with parameters: backtick-quoted, ``%`` doubled."""
+    return quote_ident(name).replace("%", "%%")
+
+
+def _table_sql(table: str) -> str:
+    database, name = split_table(table)
+    return f"{ident(database)}.{ident(name)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +100,7 @@ class TableShape:
 
 
 def _columns(shape: TableShape) -> str:
-    return shape.select or ", ".join(quote_ident(c) for c in shape.columns)
+    return shape.select or ", ".join(ident(c) for c in shape.columns)
 
 
 def _after(key: Sequence[str]) -> str:
@@ -74,8 +108,8 @@ def _after(key: Sequence[str]) -> str:
     ``k1 > %s OR (k1 = %s AND k2 > %s)``; parameters: the texts of :func:`after_params`."""
     terms = []
     for i, column in enumerate(key):
-        equal = [f"{quote_ident(k)} = %s" for k in key[:i]]
-        terms.append("(" + " AND ".join([*equal, f"{quote_ident(column)} > %s"]) + ")")
+        equal = [f"{ident(k)} = %s" for k in key[:i]]
+        terms.append("(" + " AND ".join([*equal, f"{ident(column)} > %s"]) + ")")
     return "(" + " OR ".join(terms) + ")"
 
 
@@ -88,9 +122,9 @@ def _at_most(key: Sequence[str]) -> str:
     """``(k1, k2) <= (%s, %s)``, index-friendly: NOT (the upper bound is after the row)."""
     terms = []
     for i, column in enumerate(key):
-        equal = [f"{quote_ident(k)} = %s" for k in key[:i]]
-        terms.append("(" + " AND ".join([*equal, f"{quote_ident(column)} < %s"]) + ")")
-    last = " AND ".join(f"{quote_ident(k)} = %s" for k in key)
+        equal = [f"{ident(k)} = %s" for k in key[:i]]
+        terms.append("(" + " AND ".join([*equal, f"{ident(column)} < %s"]) + ")")
+    last = " AND ".join(f"{ident(k)} = %s" for k in key)
     return "(" + " OR ".join([*terms, f"({last})"]) + ")"
 
 
@@ -102,15 +136,15 @@ def chunk_sql(shape: TableShape, *, first: bool) -> str:
     """One keyset chunk, up to the table's upper bound: parameters are the last key
     read (unless ``first``; :func:`after_params`), the upper bound
     (:func:`at_most_params`), and the limit."""
-    order = ", ".join(quote_ident(k) for k in shape.key)
+    order = ", ".join(ident(k) for k in shape.key)
     where = _at_most(shape.key) if first else f"{_after(shape.key)} AND {_at_most(shape.key)}"
-    return (f"SELECT {_columns(shape)} FROM {qualified(shape.table)} WHERE {where} "
+    return (f"SELECT {_columns(shape)} FROM {_table_sql(shape.table)} WHERE {where} "
             f"ORDER BY {order} LIMIT %s")
 
 
 def upper_bound_sql(shape: TableShape) -> str:
-    order = ", ".join(f"{quote_ident(k)} DESC" for k in shape.key)
-    return f"SELECT {_columns(shape)} FROM {qualified(shape.table)} ORDER BY {order} LIMIT 1"
+    order = ", ".join(f"{ident(k)} DESC" for k in shape.key)
+    return f"SELECT {_columns(shape)} FROM {_table_sql(shape.table)} ORDER BY {order} LIMIT 1"
 
 
 def keys_sql(shape: TableShape, count: int) -> str:
@@ -118,15 +152,15 @@ def keys_sql(shape: TableShape, count: int) -> str:
     first and NULL columns for a key that does not exist. Parameters: per key, its
     index then its key values."""
     width = len(shape.key)
-    names = ", ".join(f"%s AS {quote_ident(f'k{i}')}" for i in range(width))
+    names = ", ".join(f"%s AS {ident(f'k{i}')}" for i in range(width))
     requested = " UNION ALL ".join([f"SELECT %s AS n, {names}"] + [
         "SELECT %s, " + ", ".join(["%s"] * width) for _ in range(count - 1)
     ])
-    join = " AND ".join(f"t.{quote_ident(k)} = r.{quote_ident(f'k{i}')}"
+    join = " AND ".join(f"t.{ident(k)} = r.{ident(f'k{i}')}"
                         for i, k in enumerate(shape.key))
-    columns = shape.select_t or ", ".join(f"t.{quote_ident(c)}" for c in shape.columns)
+    columns = shape.select_t or ", ".join(f"t.{ident(c)}" for c in shape.columns)
     return (f"SELECT r.n, {columns} FROM ({requested}) AS r "
-            f"LEFT JOIN {qualified(shape.table)} AS t ON {join} ORDER BY r.n")
+            f"LEFT JOIN {_table_sql(shape.table)} AS t ON {join} ORDER BY r.n")
 
 
 _GRANT = re.compile(r"GRANT (.+?) ON (\S+) TO ", re.IGNORECASE)
@@ -160,6 +194,8 @@ def has_privilege(scopes: dict[str, set[str]], privilege: str, database: str | N
 
 
 def setting_problems(settings: dict[str, str]) -> list[Problem]:
+    """The server's global variables (lower-case names, see :data:`SETTINGS`) → what in
+    them stops capture or would lose changes, each with its fix."""
     problems = []
     for name, wanted, option in REQUIRED_SETTINGS:
         value = settings.get(name)
@@ -175,5 +211,16 @@ def setting_problems(settings: dict[str, str]) -> list[Problem]:
                 f"set `{option}` in the server's configuration ([mysqld]) and restart it"
                 + ("" if name == "log_bin" else
                    f", or SET GLOBAL {name} = '{wanted}'; (new sessions only)"),
+            ))
+    for name, refused, default, why, per_session in REFUSED_SETTINGS:
+        value = settings.get(name)
+        if value is not None and value.upper() == refused:
+            option = name.replace("_", "-") + " = " + (default or "''")
+            problems.append(Problem(
+                f"{name} is {value}: {why}",
+                f"SET GLOBAL {name} = '{default}'; and set `{option}` in the server's "
+                "configuration ([mysqld]) to keep it"
+                + (" (sessions opened before keep their own value until they reconnect)"
+                   if per_session else ""),
             ))
     return problems

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ import pymysql
 
 from dblog_worker.config import SourceConfig
 from dblog_worker.errors import (
+    ChunkStale,
     ConfigError,
     DumpFailed,
     LogGone,
@@ -61,6 +63,14 @@ HEARTBEAT = "heartbeat"
 _CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 _NO_TABLE, _NO_COLUMN, _DENIED = 1146, 1054, (1044, 1142, 1143, 1227)
 _PARSE_ERROR = 1064
+# The connection is gone (server gone away, lost, refused, shut down, killed, too many
+# connections): a chunk SELECT failing so is retried by a new session; any other error
+# is the statement's (a timeout, a KILL QUERY, ...) and fails the dump.
+_LOST = frozenset({1040, 1053, 1927, 2002, 2003, 2006, 2013, 2014, 2055, 4031})
+_LOCK_WAIT = 1205  # lock_wait_timeout (a DDL statement's metadata lock) or a row lock
+# The longest the loop waits for a lock (s): the chunk is read again later, the log goes on.
+LOCK_WAIT_S = 1
+Described = tuple[tuple[str, int, int, int], ...]  # (name, type code, length, decimals)
 
 
 @contextmanager
@@ -75,17 +85,36 @@ def _connection_errors(what: str) -> Iterator[None]:
 
 
 class _Table:
-    """A captured table as information_schema describes it now."""
+    """A captured table as information_schema describes it now, and as ``SELECT *``
+    describes it (``described``: what a later look must find for a chunk to be current)."""
 
-    __slots__ = ("codec", "columns", "key_positions", "shape", "version")
+    __slots__ = ("codec", "columns", "described", "key_positions", "shape", "version")
 
     def __init__(self, shape: TableShape, columns: Sequence[MyColumn], codec: MyRowCodec,
-                 version: int) -> None:
+                 version: int, described: Described) -> None:
         self.shape = shape
         self.columns = tuple(columns)
         self.codec = codec
         self.version = version
+        self.described = described
         self.key_positions = tuple(shape.columns.index(k) for k in shape.key)
+
+
+def _key_params(table: str, captured: _Table, key: KeyTexts) -> list[object]:
+    """A key's parameters; a key the table's key columns cannot hold (they changed since
+    the dump began or was requested) fails the dump."""
+    try:
+        return captured.codec.key_params(key)
+    except ValueError as exc:
+        raise DumpFailed(
+            f"key {list(key)} does not fit the primary key of {table} any more ({exc}): its "
+            "columns changed since the dump began; request a new dump"
+        ) from None
+
+
+def _description(cursor: Any) -> Described:
+    return tuple((str(d[0]), int(d[1]), int(d[3] or 0), int(d[5] or 0))
+                 for d in cursor.description or ())
 
 
 def _encode_rows(codec: MyRowCodec, rows: Sequence[Sequence[Any]]) -> Encoded:
@@ -93,6 +122,24 @@ def _encode_rows(codec: MyRowCodec, rows: Sequence[Sequence[Any]]) -> Encoded:
     pairs = [key_row(r) for r in rows]
     return (pa.array([k for k, _ in pairs], pa.string()),
             pa.array([r for _, r in pairs], pa.string()))
+
+
+def _other_server(start: BinlogCheckpoint, here: BinlogCheckpoint) -> str:
+    """Why a checkpoint of another server is refused, and the runbook."""
+    base, _, suffix = here.file.rpartition(".")
+    past = file_number(start.file) + 2  # past a rotation after the last checkpoint, too
+    flush = "" if file_number(here.file) >= past else (
+        f"on this server, run FLUSH BINARY LOGS {past - file_number(here.file)} time(s), "
+        f"until SHOW MASTER STATUS shows {base}.{str(past).zfill(len(suffix))} (its positions "
+        "then sort after everything landed); ")
+    return (
+        f"the checkpoint {start.encode()} was taken on another server ({start.server}); this "
+        f"one is {here.server}, at {here.file}: a failover to a replica, or another server "
+        "behind the same address. Positions in this server's binary log have nothing to do "
+        "with those of the output, so resuming could drop changes as replays and misorder "
+        "others. To capture from this server: stop every worker of this source; "
+        f"{flush}run `dblog reset --yes --config <file>`; start the worker; then `dblog dump "
+        "--all` (runbook: docs/runbooks/mysql-failover.md)")
 
 
 class MySqlSource:
@@ -110,6 +157,7 @@ class MySqlSource:
         self._refreshed: dict[str, float] = {}
         self._reader: BinlogReader | None = None
         self._is_mariadb = False
+        self._server = ""  # which server: "server_id=1" (MariaDB), "server_uuid=…" (MySQL)
         self._status_sql = "SHOW BINARY LOG STATUS"
 
     # -- connection and checks ------------------------------------------------
@@ -122,8 +170,12 @@ class MySqlSource:
         with _connection_errors("connecting"):
             self._conn = pymysql.connect(**self._args, **dump_connection_options(),
                                          autocommit=True, connect_timeout=10)
+        self._rows("SET SESSION lock_wait_timeout = %s, innodb_lock_wait_timeout = %s",
+                   (LOCK_WAIT_S, LOCK_WAIT_S))
         version = str(self._one("SELECT VERSION()")[0])
         self._is_mariadb = "mariadb" in version.lower()
+        variable = "server_id" if self._is_mariadb else "server_uuid"
+        self._server = f"{variable}={self._one(f'SELECT @@{variable}')[0]}"
 
     @property
     def conn(self) -> pymysql.connections.Connection[Any]:
@@ -144,12 +196,11 @@ class MySqlSource:
 
     def preflight(self) -> list[Problem]:
         """Every problem that stops capture, each with its fix. Changes nothing."""
-        names = [setting[0] for setting in catalog.REQUIRED_SETTINGS]
+        names = catalog.SETTINGS
         placeholders = ", ".join(["%s"] * len(names))
-        settings = {
+        settings = {  # not information_schema.GLOBAL_VARIABLES: MySQL 8.0 removed it
             str(n).lower(): str(v) for n, v in self._rows(
-                f"SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
-                f"WHERE VARIABLE_NAME IN ({placeholders})", [n.upper() for n in names])
+                f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({placeholders})", names)
         }
         problems = catalog.setting_problems(settings)
         user = str(self._one("SELECT CURRENT_USER()")[0])
@@ -268,12 +319,15 @@ class MySqlSource:
             gtid = str(self._one("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))[0] or "")
         else:  # Executed_Gtid_Set, consistent with file and position; empty if GTIDs are off
             gtid = "".join(str(row[4] or "").split()) if len(row) > 4 else ""
-        return BinlogCheckpoint(file, pos, gtid)
+        return BinlogCheckpoint(file, pos, gtid, self._server)
 
     # -- the log --------------------------------------------------------------
 
     def start(self, checkpoint: str | None) -> str:
         start = BinlogCheckpoint.decode(checkpoint) if checkpoint else self._current()
+        if start.server and start.server != self._server:
+            raise ConfigError(_other_server(start, self._current()))
+        start = replace(start, server=self._server)  # a checkpoint from before it had none
         files = {str(r[0]) for r in self._rows("SHOW BINARY LOGS")}
         if start.file not in files and not start.gtid:
             raise LogGone(
@@ -352,19 +406,45 @@ class MySqlSource:
             )
 
     def _load(self, table: str) -> _Table:
+        """The table's columns from information_schema, between two looks at what
+        ``SELECT *`` reads: equal looks mean no DDL came in between."""
         database, name = catalog.split_table(table)
-        rows = self._rows(COLUMNS_SQL, (database, name))
-        key = tuple(str(r[0]) for r in self._rows(catalog.KEY_COLUMNS_SQL, (database, name)))
-        if not rows or not key:
-            raise DumpFailed(f"table {table} " + ("does not exist any more" if not rows
-                                                  else "has no primary key"))
+        for _ in range(3):
+            before = self._describe_table(table)
+            rows = self._rows(COLUMNS_SQL, (database, name))
+            key = tuple(str(r[0]) for r in self._rows(catalog.KEY_COLUMNS_SQL, (database, name)))
+            if not rows or not key:
+                raise DumpFailed(f"table {table} " + ("does not exist any more" if not rows
+                                                      else "has no primary key"))
+            if self._describe_table(table) == before:
+                break
+        else:
+            raise ChunkStale(f"the columns of {table} keep changing; reading them again later")
         columns = [column_from_information_schema(r) for r in rows]
         shape = TableShape(table, tuple(c.name for c in columns), key,
                            select_list(columns), select_list(columns, "t"))
         version = self._schema_version(table, schema_document(columns, list(key)))
-        loaded = _Table(shape, columns, MyRowCodec(columns, list(key)), version)
+        loaded = _Table(shape, columns, MyRowCodec(columns, list(key)), version, before)
         self._tables[table] = loaded
         return loaded
+
+    def _describe_table(self, table: str) -> Described:
+        """What ``SELECT *`` reads of ``table`` now: names, types, lengths, decimals."""
+        try:
+            with self.conn.cursor() as cursor:
+                cursor.execute(f"SELECT * FROM {catalog.ident(catalog.split_table(table)[0])}."
+                               f"{catalog.ident(catalog.split_table(table)[1])} LIMIT 0", ())
+                return _description(cursor)
+        except pymysql.MySQLError as exc:
+            raise self._read_error(table, exc) from exc
+
+    def _check_current(self, table: str, captured: _Table) -> None:
+        """After a chunk SELECT: the table's columns are still those it was read with (a
+        DDL statement since the catalog was read makes the chunk stale)."""
+        if self._describe_table(table) != captured.described:
+            self._load(table)
+            raise ChunkStale(f"the columns of {table} changed since the worker read them: "
+                             "the chunk is read again with the new columns")
 
     def _table(self, table: str) -> _Table:
         self._captured(table)
@@ -388,11 +468,12 @@ class MySqlSource:
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
                    limit: int) -> Chunk:
         captured = self._table(table)
-        params_of = captured.codec.key_params
+        params_of = functools.partial(_key_params, table, captured)
         params = [] if after is None else catalog.after_params(params_of(after))
         params += catalog.at_most_params(params_of(upper))
         sql = catalog.chunk_sql(captured.shape, first=after is None)
         rows = self._select(table, sql, [*params, limit])
+        self._check_current(table, captured)
         last = None if not rows else captured.codec.key_texts_from_dump(rows[-1])
         return Chunk(len(rows), last, captured.version,
                      functools.partial(_encode_rows, captured.codec, rows))
@@ -404,8 +485,9 @@ class MySqlSource:
             return KeysChunk(empty, empty, [], captured.version)
         params: list[Any] = []
         for index, key in enumerate(keys):
-            params += [index, *captured.codec.key_params(key)]
+            params += [index, *_key_params(table, captured, key)]
         rows = self._select(table, catalog.keys_sql(captured.shape, len(keys)), params)
+        self._check_current(table, captured)
         first_key = 1 + captured.key_positions[0]
         missing = [keys[int(row[0])] for row in rows if row[first_key] is None]
         found: dict[str, Any] = {}
@@ -425,17 +507,32 @@ class MySqlSource:
                 raise RequestRejected(f"key {list(key)} does not fit {table}: {exc}") from None
 
     def _select(self, table: str, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """One SELECT of a dump: a lost connection ends the session, a refused statement
+        fails the dump, a column gone makes the chunk stale."""
         try:
-            return self._rows(sql, params)
-        except (*_CONNECTION_ERRORS, pymysql.err.ProgrammingError) as exc:
-            code = exc.args[0] if exc.args else None
-            if code == _NO_TABLE:
-                raise DumpFailed(f"table {table} does not exist any more") from exc
-            if code in _DENIED:
-                raise DumpFailed(f"the worker may not read {table}: {exc}") from exc
-            if code == _NO_COLUMN:
-                raise SourceUnavailable(f"{table} changed while it was read; retrying") from exc
-            raise
+            with self.conn.cursor() as cursor:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+        except pymysql.MySQLError as exc:
+            raise self._read_error(table, exc) from exc
+
+    def _read_error(self, table: str, exc: pymysql.MySQLError) -> Exception:
+        code = exc.args[0] if exc.args else None
+        if isinstance(exc, pymysql.err.InterfaceError) or code in _LOST:
+            return SourceUnavailable(f"reading {table}: the source database is unreachable: "
+                                     f"{exc}")
+        if code == _NO_TABLE:
+            return DumpFailed(f"table {table} does not exist any more")
+        if code in _DENIED:
+            return DumpFailed(f"the worker may not read {table}: {exc}")
+        if code == _LOCK_WAIT:
+            return ChunkStale(f"{table} is locked (a DDL statement, LOCK TABLES?): the chunk "
+                              "is read later")
+        if code == _NO_COLUMN:  # a key column renamed or dropped
+            self._tables.pop(table, None)
+            return ChunkStale(f"the columns of {table} changed ({exc}): the chunk is read "
+                              "again with the new columns")
+        return DumpFailed(f"the source refused a dump's SELECT of {table}: {exc}")
 
     def close(self) -> None:
         if self._reader is not None:

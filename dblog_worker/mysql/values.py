@@ -401,12 +401,14 @@ def same_column(from_information_schema: MyColumn, from_binlog: MyColumn) -> boo
 
 
 def _quote_identifier(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+    """Quoted for a statement run with parameters (PyMySQL formats it with ``%``)."""
+    return "`" + name.replace("`", "``").replace("%", "%%") + "`"
 
 
 def select_list(columns: Sequence[MyColumn], qualifier: str = "") -> str:
     """The select list of a dump SELECT of ``columns``, in order: what the dump path
-    encodes.  ``qualifier``, a table alias, prefixes each column (``t`` → ``t.`a```)."""
+    encodes.  ``qualifier``, a table alias, prefixes each column (``t`` → ``t.`a```).
+    For a statement run with parameters: ``%`` in a name is doubled."""
     prefix = _quote_identifier(qualifier) + "." if qualifier else ""
     parts = []
     for column in columns:

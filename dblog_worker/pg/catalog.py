@@ -30,11 +30,15 @@ class TableInfo:
     schema: str
     name: str
     oid: int
-    columns: tuple[str, ...]
+    columns: tuple[str, ...]  # the captured columns: what the log carries
     type_oids: tuple[int, ...]
     key_columns: tuple[str, ...]
     key_types: tuple[str, ...]
     replica_identity: str
+    # what ``SELECT *`` reads: every column, generated ones too, in order
+    star: tuple[str, ...] = ()
+    star_oids: tuple[int, ...] = ()
+    partitioned: bool = False
 
     @property
     def table(self) -> str:
@@ -42,7 +46,12 @@ class TableInfo:
 
     @property
     def shape(self) -> TableShape:
-        return TableShape(self.schema, self.name, self.columns, self.key_columns, self.key_types)
+        return TableShape(self.schema, self.name, self.key_columns, self.key_types)
+
+    @property
+    def star_index(self) -> tuple[int, ...]:
+        """Where each captured column is among the columns ``SELECT *`` reads."""
+        return tuple(self.star.index(c) for c in self.columns)
 
 
 def split_table(table: str) -> tuple[str, str]:
@@ -62,11 +71,12 @@ def load_table(conn: psycopg.Connection[tuple[object, ...]], table: str) -> Tabl
     if row is None:
         return None
     oid = int(str(row[0]))
-    columns = conn.execute(
-        "SELECT attname, atttypid::int FROM pg_attribute WHERE attrelid = %s AND attnum > 0 "
-        "AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
+    every = conn.execute(
+        "SELECT attname, atttypid::int, attgenerated <> '' FROM pg_attribute "
+        "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
         (oid,),
     ).fetchall()
+    columns = [c for c in every if not c[2]]  # the log does not carry generated columns
     key = conn.execute(
         "SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_index i "
         "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
@@ -83,6 +93,9 @@ def load_table(conn: psycopg.Connection[tuple[object, ...]], table: str) -> Tabl
         key_columns=tuple(str(k[0]) for k in key),
         key_types=tuple(str(k[1]) for k in key),
         replica_identity=str(row[2]),
+        star=tuple(str(c[0]) for c in every),
+        star_oids=tuple(int(str(c[1])) for c in every),
+        partitioned=str(row[1]) == "p",
     )
 
 
@@ -118,7 +131,10 @@ def builtin_types() -> dict[int, PgType]:
 
 def table_problems(info: TableInfo | None, table: str) -> list[Problem]:
     if info is None:
-        return [Problem(f"table {table} does not exist (or is not a table)",
+        schema, name = split_table(table)
+        read_as = f" (read as table {quote_ident(name)} in schema {quote_ident(schema)}: " \
+            "the first dot ends the schema's name)" if "." in name else ""
+        return [Problem(f"table {table} does not exist (or is not a table){read_as}",
                         "check source.tables in the configuration")]
     problems = []
     if not info.key_columns:
@@ -133,6 +149,110 @@ def table_problems(info: TableInfo | None, table: str) -> list[Problem]:
             f"ALTER TABLE {qualified(info.schema, info.name)} REPLICA IDENTITY FULL;",
         ))
     return problems
+
+
+def partition_problems(
+    conn: psycopg.Connection[tuple[object, ...]], infos: Sequence[TableInfo]
+) -> list[Problem]:
+    """Partitioned tables: the log carries each partition's old rows as the partition's
+    REPLICA IDENTITY says (the partitioned table's own is not inherited); and a table
+    captured together with one of its partitions would have the partition's changes
+    published under the partitioned table's name only."""
+    problems = []
+    captured = {info.oid: info for info in infos}
+    for info in infos:
+        if info.partitioned:
+            leaves = conn.execute(
+                "SELECT n.nspname, c.relname FROM pg_partition_tree(%s) AS t "
+                "JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE t.isleaf AND c.relreplident <> 'f' ORDER BY 1, 2",
+                (info.oid,),
+            ).fetchall()
+            if leaves:
+                names = [qualified(str(a), str(b)) for a, b in leaves]
+                problems.append(Problem(
+                    f"partitions of {info.table} do not have REPLICA IDENTITY FULL (a "
+                    "partitioned table's is not inherited): the log would carry their updated "
+                    f"and deleted rows incomplete: {', '.join(names[:5])}"
+                    + (f" and {len(names) - 5} more" if len(names) > 5 else ""),
+                    " ".join(f"ALTER TABLE {n} REPLICA IDENTITY FULL;" for n in names),
+                ))
+        ancestors = conn.execute(
+            "SELECT relid::int FROM pg_partition_ancestors(%s) WHERE relid <> %s",
+            (info.oid, info.oid),
+        ).fetchall()
+        for (ancestor,) in ancestors:
+            parent = captured.get(int(str(ancestor)))
+            if parent is not None:
+                problems.append(Problem(
+                    f"{info.table} is a partition of {parent.table}, which is captured too: "
+                    f"its changes are in the log as changes of {parent.table} only",
+                    f"remove {info.table} from source.tables (the dumps and the log of "
+                    f"{parent.table} cover its rows)",
+                ))
+    return problems
+
+
+_PUBLISH = ("insert", "update", "delete", "truncate")
+
+
+def publication_setting_problems(
+    conn: psycopg.Connection[tuple[object, ...]], publication: str, infos: Sequence[TableInfo]
+) -> list[Problem]:
+    """An existing publication must publish every operation, whole rows and columns, and a
+    partitioned table's changes under its own name; dblog changes none of these for you."""
+    row = conn.execute(
+        "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot FROM pg_publication "
+        "WHERE pubname = %s", (publication,),
+    ).fetchone()
+    if row is None:
+        return []  # the worker creates it, with these settings
+    name = quote_ident(publication)
+    problems = []
+    missing = [op for op, on in zip(_PUBLISH, row[:4], strict=True) if not on]
+    if missing:
+        problems.append(Problem(
+            f"publication {publication} does not publish {', '.join(missing)}: those changes "
+            "would never reach the output",
+            f"ALTER PUBLICATION {name} SET (publish = '{', '.join(_PUBLISH)}');",
+        ))
+    partitioned = [info.table for info in infos if info.partitioned]
+    if partitioned and not row[4]:
+        problems.append(Problem(
+            f"publication {publication} publishes the changes of partitioned table(s) "
+            f"{', '.join(partitioned)} under their partitions' names, which dblog does not "
+            "capture: every change would be lost",
+            f"ALTER PUBLICATION {name} SET (publish_via_partition_root = true);",
+        ))
+    wanted = {(info.schema, info.name) for info in infos} | {(SCHEMA, WATERMARK_TABLE)}
+    filtered = conn.execute(
+        "SELECT n.nspname, c.relname, r.prqual IS NOT NULL, r.prattrs IS NOT NULL "
+        "FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid "
+        "JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE p.pubname = %s AND (r.prqual IS NOT NULL OR r.prattrs IS NOT NULL) ORDER BY 1, 2",
+        (publication,),
+    ).fetchall()
+    for schema, table, rows, columns in filtered:
+        if (str(schema), str(table)) not in wanted:
+            continue
+        what = " and ".join(w for w, on in (("rows (WHERE)", rows), ("columns", columns)) if on)
+        problems.append(Problem(
+            f"publication {publication} filters the {what} of {schema}.{table}: the changes "
+            "it leaves out would never reach the output",
+            f"ALTER PUBLICATION {name} SET TABLE "
+            + ", ".join(qualified(s, t) for s, t in sorted(wanted)) + ";",
+        ))
+    return problems
+
+
+def publication_is_fixed(conn: psycopg.Connection[tuple[object, ...]], publication: str) -> bool:
+    """A publication FOR ALL TABLES or FOR TABLES IN SCHEMA: its tables are not set one by
+    one (the worker leaves it as it is; preflight checks it holds the captured tables)."""
+    row = conn.execute(
+        "SELECT p.puballtables OR EXISTS (SELECT 1 FROM pg_publication_namespace s "
+        "WHERE s.pnpubid = p.oid) FROM pg_publication p WHERE p.pubname = %s", (publication,),
+    ).fetchone()
+    return row is not None and bool(row[0])
 
 
 def server_problems(conn: psycopg.Connection[tuple[object, ...]]) -> list[Problem]:
@@ -233,7 +353,10 @@ def publication_problems(
     exists = conn.execute(
         "SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)
     ).fetchone() is not None
-    if exists and {(str(a), str(b)) for a, b in rows} == wanted:
+    published = {(str(a), str(b)) for a, b in rows}
+    if exists and publication_is_fixed(conn, publication):
+        return _fixed_publication_problems(conn, publication, wanted - published)
+    if exists and published == wanted:
         return []
     superuser = conn.execute(
         "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
@@ -277,6 +400,36 @@ def publication_problems(
         f"publication {publication} {state} and role {role} does not own "
         f"{', '.join(not_owned)}, so it cannot {'alter' if exists else 'create'} it",
         f"{first}{verb} {names}; -- as the tables' owner or a superuser",
+    )]
+
+
+def _fixed_publication_problems(
+    conn: psycopg.Connection[tuple[object, ...]], publication: str,
+    left_out: set[tuple[str, str]],
+) -> list[Problem]:
+    """A publication FOR ALL TABLES or TABLES IN SCHEMA must hold the captured tables, and
+    the watermark table once the worker creates it."""
+    watermark = f"{SCHEMA}.{WATERMARK_TABLE}"
+    first = ""
+    if (SCHEMA, WATERMARK_TABLE) in left_out and conn.execute(
+            "SELECT to_regclass(%s)", (watermark,)).fetchone() == (None,):
+        row = conn.execute(
+            "SELECT p.puballtables OR EXISTS (SELECT 1 FROM pg_publication_namespace s "
+            "JOIN pg_namespace n ON n.oid = s.pnnspid WHERE s.pnpubid = p.oid "
+            "AND n.nspname = %s) FROM pg_publication p WHERE p.pubname = %s",
+            (SCHEMA, publication),
+        ).fetchone()
+        if row is not None and row[0]:
+            left_out = left_out - {(SCHEMA, WATERMARK_TABLE)}  # published once created
+        else:
+            first = f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}; {WATERMARK_DDL}; "
+    if not left_out:
+        return []
+    return [Problem(
+        f"publication {publication} (FOR ALL TABLES or TABLES IN SCHEMA; dblog does not "
+        f"change it) does not publish {', '.join(f'{s}.{n}' for s, n in sorted(left_out))}",
+        f"{first}ALTER PUBLICATION {quote_ident(publication)} ADD TABLE "
+        + ", ".join(qualified(s, n) for s, n in sorted(left_out)) + ";",
     )]
 
 

@@ -3,6 +3,15 @@
 Identifiers come from the catalog and are always quoted here; values are always
 bound parameters. Keys are compared by the database (row-value comparison on the
 primary-key index), never by Python, so collations are the database's.
+
+Every statement built here is run with parameters, so psycopg reads ``%`` as the
+start of a placeholder: :func:`ident` doubles it inside identifiers (a column named
+``disc%`` is ``"disc%%"`` here and ``"disc%"`` on the server). :func:`quote_ident` is
+the identifier as SQL text, for messages and for fixes a person runs.
+
+Chunk and key SELECTs read ``*``: the statement itself says which columns it read
+(its result's description), so a chunk is never encoded with a column list older
+than the statement (see ``pg/source.py``).
 """
 
 from __future__ import annotations
@@ -21,37 +30,42 @@ def qualified(schema: str, name: str) -> str:
     return f"{quote_ident(schema)}.{quote_ident(name)}"
 
 
+def ident(name: str) -> str:
+    """An identifier in a statement run with parameters: quoted, ``%`` doubled."""
+    return quote_ident(name).replace("%", "%%")
+
+
+def sql_text(text: str) -> str:
+    """SQL text from the catalog (a type's name) in a statement run with parameters."""
+    return text.replace("%", "%%")
+
+
 @dataclass(frozen=True, slots=True)
 class TableShape:
     """What the queries need of a table: names from the catalog, in order."""
 
     schema: str
     name: str
-    columns: tuple[str, ...]
     key_columns: tuple[str, ...]
     key_types: tuple[str, ...]  # format_type(atttypid, NULL) of each key column
 
     @property
     def qualified(self) -> str:
-        return qualified(self.schema, self.name)
-
-
-def _columns(shape: TableShape, alias: str = "") -> str:
-    prefix = f"{alias}." if alias else ""
-    return ", ".join(prefix + quote_ident(c) for c in shape.columns)
+        """The table's name in a statement run with parameters."""
+        return f"{ident(self.schema)}.{ident(self.name)}"
 
 
 def _key(shape: TableShape) -> str:
-    return ", ".join(quote_ident(c) for c in shape.key_columns)
+    return ", ".join(ident(c) for c in shape.key_columns)
 
 
 def _bound(shape: TableShape) -> str:
-    return ", ".join(f"CAST(%s AS {t})" for t in shape.key_types)
+    return ", ".join(f"CAST(%s AS {sql_text(t)})" for t in shape.key_types)
 
 
 def upper_bound_sql(shape: TableShape) -> str:
     """The largest key of the table: the upper bound of a table dump, captured once."""
-    order = ", ".join(f"{quote_ident(c)} DESC" for c in shape.key_columns)
+    order = ", ".join(f"{ident(c)} DESC" for c in shape.key_columns)
     return f"SELECT {_key(shape)} FROM {shape.qualified} ORDER BY {order} LIMIT 1"
 
 
@@ -65,7 +79,7 @@ def chunk_sql(shape: TableShape, *, first: bool) -> str:
     conditions = [] if first else [f"({key}) > ({_bound(shape)})"]
     conditions.append(f"({key}) <= ({_bound(shape)})")
     return (
-        f"SELECT {_columns(shape)} FROM {shape.qualified} "
+        f"SELECT * FROM {shape.qualified} "
         f"WHERE {' AND '.join(conditions)} ORDER BY {key} LIMIT %s"
     )
 
@@ -73,16 +87,16 @@ def chunk_sql(shape: TableShape, *, first: bool) -> str:
 def keys_sql(shape: TableShape) -> str:
     """Rows of a list of keys, one array parameter per key column, in the list's order.
 
-    The first column is the key's 1-based index in the list; the row's columns are
-    NULL where the key does not exist.
+    The first column is the key's 1-based index in the list, then the table's columns
+    (``t.*``), NULL where the key does not exist.
     """
-    arrays = ", ".join(f"CAST(%s AS {t}[])" for t in shape.key_types)
+    arrays = ", ".join(f"CAST(%s AS {sql_text(t)}[])" for t in shape.key_types)
     names = ", ".join(f"k{i}" for i in range(len(shape.key_columns)))
     join = " AND ".join(
-        f"t.{quote_ident(c)} = k.k{i}" for i, c in enumerate(shape.key_columns)
+        f"t.{ident(c)} = k.k{i}" for i, c in enumerate(shape.key_columns)
     )
     return (
-        f"SELECT k.n, {_columns(shape, 't')} "
+        f"SELECT k.n, t.* "
         f"FROM unnest({arrays}) WITH ORDINALITY AS k({names}, n) "
         f"LEFT JOIN {shape.qualified} AS t ON {join} ORDER BY k.n"
     )
@@ -90,7 +104,7 @@ def keys_sql(shape: TableShape) -> str:
 
 def check_key_values_sql(key_type: str) -> str:
     """Casts texts to a key column's type; fails, naming the value, if one does not fit."""
-    return f"SELECT CAST(v AS {key_type}) FROM unnest(CAST(%s AS text[])) AS u(v)"
+    return f"SELECT CAST(v AS {sql_text(key_type)}) FROM unnest(CAST(%s AS text[])) AS u(v)"
 
 
 def publication_tables_sql() -> str:

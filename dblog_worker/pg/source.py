@@ -25,6 +25,7 @@ from psycopg.types.string import TextLoader
 from dblog_worker.columns import ColumnCodec, text_columns
 from dblog_worker.config import SourceConfig
 from dblog_worker.errors import (
+    ChunkStale,
     ConfigError,
     DumpFailed,
     LogGone,
@@ -37,6 +38,7 @@ from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.catalog import SCHEMA, WATERMARK_DDL, TableInfo
 from dblog_worker.pg.stream import ReplicationStream
 from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView
+from dblog_worker.pg.visibility import Snapshot
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 from dblog_worker.source import Chunk, KeysChunk, Problem, SchemaVersion
@@ -48,6 +50,14 @@ TextRow = tuple[str | None, ...]
 REFRESH_S = 1.0  # how old the catalog description of a table being dumped may be
 
 HEARTBEAT = "heartbeat"  # a watermark value of no window: the reconciler ignores it
+# How often, at most, a snapshot tells which transactions read from the log every later
+# snapshot sees (so they need no remembering, and the checkpoint may pass them): while
+# transactions are remembered, and more often when they are many (visibility.py).
+SNAPSHOT_S = 0.5
+SNAPSHOT_BUSY_S = 0.05
+# The longest the loop waits for a lock (a table a DDL statement holds): the chunk is read
+# again later, and the log goes on meanwhile.
+LOCK_TIMEOUT = "200ms"
 
 
 @contextmanager
@@ -74,30 +84,51 @@ def _text(cell: bytes | None) -> str:
     return bytes(cell).decode()
 
 
-def _encode_result(codec: ColumnCodec, result: PGresult) -> Encoded:
-    """A chunk's rows as canonical JSON, read column by column from the query result.
+def _encode_result(codec: ColumnCodec, fields: Sequence[int], result: PGresult) -> Encoded:
+    """A chunk's rows as canonical JSON, read column by column from the query result
+    (``fields``: the result columns the log carries too, in the codec's order).
 
     PostgreSQL sends valid UTF-8 (the worker refuses other encodings), so the cells'
     bytes are viewed as strings without decoding them one by one.
     """
     count, get = result.ntuples, result.get_value
     columns = [pa.array([get(r, c) for r in range(count)], pa.binary()).view(pa.string())
-               for c in range(result.nfields)]
+               for c in fields]
     return codec.encode(columns)
 
 
-class _Table:
-    """A captured table: catalog description, codec, schema version."""
+def _wire_type(oid: int, types: Mapping[int, PgType]) -> int:
+    """The type a result column reports for a column of type ``oid``: a domain's base."""
+    for _ in range(32):  # domains over domains
+        known = types.get(oid)
+        if known is None or not known.base_oid:
+            break
+        oid = known.base_oid
+    return oid
 
-    __slots__ = ("codec", "columns", "info", "key_positions", "version")
+
+def _described(result: PGresult, skip: int) -> tuple[tuple[str, int], ...]:
+    """The columns a SELECT read, as its result describes them: (name, type OID)."""
+    return tuple((bytes(result.fname(i) or b"").decode(), result.ftype(i))
+                 for i in range(skip, result.nfields))
+
+
+class _Table:
+    """A captured table: catalog description, codec, schema version, and what ``SELECT *``
+    reads of it (``wire``: each column's name and the type OID its result reports)."""
+
+    __slots__ = ("codec", "columns", "info", "key_positions", "star_index", "version", "wire")
 
     def __init__(self, info: TableInfo, codec: RowCodec, columns: ColumnCodec,
-                 version: int) -> None:
+                 version: int, types: Mapping[int, PgType]) -> None:
         self.info = info
         self.codec = codec
         self.columns = columns
         self.version = version
-        self.key_positions = tuple(info.columns.index(k) for k in info.key_columns)
+        self.star_index = info.star_index
+        self.key_positions = tuple(info.star.index(k) for k in info.key_columns)
+        self.wire = tuple(zip(info.star, (_wire_type(o, types) for o in info.star_oids),
+                              strict=True))
 
 
 def schema_document(info_columns: Sequence[tuple[str, int]], key: Sequence[str],
@@ -126,6 +157,7 @@ class PgSource:
         self._stream: ReplicationStream | None = None
         self._cursor: psycopg.Cursor[TextRow] | None = None
         self._refreshed: dict[str, float] = {}
+        self._snapshot_at = 0.0
         self.translator = LogTranslator(config.name, self._describe)
 
     # -- connection and checks ------------------------------------------------
@@ -133,7 +165,8 @@ class PgSource:
     def connect(self) -> None:
         with _connection_errors("connecting"):
             self._conn = psycopg.connect(
-                self.config.dsn, autocommit=True, options=libpq_options(),
+                self.config.dsn, autocommit=True,
+                options=f"{libpq_options()} -c lock_timeout={LOCK_TIMEOUT}",
                 application_name=f"dblog-{self.name}",
             )
 
@@ -156,10 +189,13 @@ class PgSource:
                 problems += catalog.table_problems(info, table)
                 if info is not None:
                     infos.append(info)
+            problems += catalog.partition_problems(self.conn, infos)
             problems += catalog.privilege_problems(self.conn, infos)
             problems += catalog.publication_problems(
                 self.conn, self.config.publication, self.config.tables
             )
+            problems += catalog.publication_setting_problems(
+                self.conn, self.config.publication, infos)
             problems += catalog.slot_problems(self.conn, self.config.slot)
         return problems
 
@@ -217,10 +253,13 @@ class PgSource:
         exists = conn.execute(
             "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.config.publication,)
         ).fetchone()
-        names = ", ".join(queries.qualified(s, n) for s, n in sorted(wanted))
-        publication = queries.quote_ident(self.config.publication)
-        if exists is None:
-            conn.execute(f"CREATE PUBLICATION {publication} FOR TABLE {names}".encode())
+        names = ", ".join(f"{queries.ident(s)}.{queries.ident(n)}" for s, n in sorted(wanted))
+        publication = queries.ident(self.config.publication)
+        if exists is None:  # a partitioned table's changes under its own name
+            conn.execute(f"CREATE PUBLICATION {publication} FOR TABLE {names} "
+                         "WITH (publish_via_partition_root = true)".encode(), ())
+            return
+        if catalog.publication_is_fixed(conn, self.config.publication):
             return
         current = {
             (str(s), str(n)) for s, n in conn.execute(
@@ -228,7 +267,7 @@ class PgSource:
             ).fetchall()
         }
         if current != wanted:
-            conn.execute(f"ALTER PUBLICATION {publication} SET TABLE {names}".encode())
+            conn.execute(f"ALTER PUBLICATION {publication} SET TABLE {names}".encode(), ())
 
     # -- the log --------------------------------------------------------------
 
@@ -253,8 +292,15 @@ class PgSource:
                 f"checkpoint {checkpoint} is gone. Run `dblog reset --yes --config <file>` to "
                 "start capture anew, then `dblog dump --all` to bring the output back in sync"
             )
+        try:
+            lsn = pg.parse_lsn(checkpoint) if checkpoint else 0
+        except ValueError:
+            raise ConfigError(
+                f"the checkpoint in Redis, {checkpoint!r}, is not a PostgreSQL log position: "
+                "was this source's state written for a MySQL source? Use another source name, "
+                "or `dblog reset --yes --config <file>` and a full dump"
+            ) from None
         self._take_slot()
-        lsn = pg.parse_lsn(checkpoint) if checkpoint else 0
         self.translator = LogTranslator(self.name, self._describe)
         self._stream = ReplicationStream(
             self.config.dsn, self.config.slot, self.config.publication, self.translator
@@ -289,9 +335,17 @@ class PgSource:
     def poll(self, timeout: float, out: list[LogItem]) -> None:
         assert self._stream is not None
         self._stream.poll(timeout, out)
+        recent = self.translator.recent
+        every = SNAPSHOT_BUSY_S if recent.over_limit else SNAPSHOT_S
+        if recent and time.monotonic() - self._snapshot_at >= every:
+            with _connection_errors("reading the snapshot"):
+                row = self.conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+            assert row is not None
+            self._snapshot_at = time.monotonic()
+            self.translator.observe(Snapshot.parse(str(row[0])))
 
     def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
-        return pg.format_lsn(checkpoint.position.major)
+        return checkpoint.resume or pg.format_lsn(checkpoint.position.major)
 
     def confirm(self, checkpoint: str) -> None:
         assert self._stream is not None
@@ -339,19 +393,44 @@ class PgSource:
     # -- watermarks -----------------------------------------------------------
 
     def write_watermark(self, token: str) -> None:
-        """Write a watermark; returns once it is committed (an upsert: a lost row comes back)."""
+        """Write a watermark; returns once it is committed (an upsert: a lost row comes back).
+
+        The write's snapshot goes to the translator: the transactions it did not see count
+        as inside the window this watermark opens, wherever the log has them.
+        """
         with _connection_errors("writing a watermark"):
-            self.conn.execute(
-                f"INSERT INTO {SCHEMA}.watermark (source, value, written_at) "
-                "VALUES (%s, %s, now()) ON CONFLICT (source) DO UPDATE "
-                "SET value = excluded.value, written_at = excluded.written_at",
-                (self.name, token),
-            )
+            try:
+                row = self.conn.execute(
+                    f"INSERT INTO {SCHEMA}.watermark (source, value, written_at) "
+                    "VALUES (%s, %s, now()) ON CONFLICT (source) DO UPDATE "
+                    "SET value = excluded.value, written_at = excluded.written_at "
+                    "RETURNING pg_current_snapshot()::text",
+                    (self.name, token),
+                ).fetchone()
+            except psycopg.errors.UndefinedTable as exc:
+                raise SourceUnavailable(
+                    f"the watermark table {SCHEMA}.watermark is gone: {exc.diag.message_primary}"
+                    "; the next session creates it again") from exc
+            except psycopg.errors.LockNotAvailable as exc:
+                raise SourceUnavailable(
+                    f"the watermark table {SCHEMA}.watermark is locked by another session: "
+                    f"{exc.diag.message_primary}; trying again") from exc
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise ConfigError(
+                    f"the worker may not write the watermark table {SCHEMA}.watermark: "
+                    f"{exc.diag.message_primary}; run `dblog preflight` for the grant") from exc
+        assert row is not None
+        self._snapshot_at = time.monotonic()
+        self.translator.observe(Snapshot.parse(str(row[0])),
+                                None if token == HEARTBEAT else token)
 
     def log_position(self) -> Position:
-        """The end of the log now, comparable with checkpoints: every commit so far is before."""
+        """The end of the log now, comparable with checkpoints: every commit so far is before
+        it. The insert position: under ``synchronous_commit = off`` a commit returns before
+        its WAL is written, so the write position can still be behind it."""
         with _connection_errors("reading the log position"):
-            row = self.conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+            row = self.conn.execute(
+                "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
         assert row is not None
         return Position(int(row[0]), 0)
 
@@ -369,7 +448,7 @@ class PgSource:
                     f"table {table} " + ("does not exist any more" if info is None
                                          else "has no primary key")
                 )
-            self._types = catalog.load_types(self.conn, info.type_oids, self._types)
+            self._types = catalog.load_types(self.conn, info.star_oids, self._types)
         codec = RowCodec(info.columns, info.type_oids, info.key_columns, self._types)
         columns = ColumnCodec(info.columns, info.type_oids, info.key_columns, self._types)
         version = self._schema_version(
@@ -377,7 +456,7 @@ class PgSource:
             schema_document(list(zip(info.columns, info.type_oids, strict=True)),
                             info.key_columns, self._types),
         )
-        loaded = _Table(info, codec, columns, version)
+        loaded = _Table(info, codec, columns, version, self._types)
         self._tables[table] = loaded
         return loaded
 
@@ -413,24 +492,53 @@ class PgSource:
         self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int
     ) -> Chunk:
         captured = self._table(table)
+        arity = len(captured.info.key_columns)
+        if len(upper) != arity or (after is not None and len(after) != arity):
+            raise DumpFailed(
+                f"the primary key of {table} changed during the dump (now "
+                f"{', '.join(captured.info.key_columns)}): request a new dump of the table"
+            )
         sql = queries.chunk_sql(captured.info.shape, first=after is None)
         result = self._run(table, sql, [*(after or ()), *upper, limit]).pgresult
         assert result is not None
+        self._check_read(table, captured, result, 0)
         count = result.ntuples
         last = None
         if count:
             last = tuple(_text(result.get_value(count - 1, i)) for i in captured.key_positions)
-        return Chunk(count, last, captured.version,
-                     functools.partial(_encode_result, captured.columns, result))
+        return Chunk(count, last, captured.version, functools.partial(
+            _encode_result, captured.columns, captured.star_index, result))
+
+    def _check_read(self, table: str, captured: _Table, result: PGresult, skip: int) -> None:
+        """The SELECT read the columns the codec expects, else the chunk is stale: a column
+        was added, dropped, renamed or retyped since the catalog was read."""
+        read = _described(result, skip)
+        if read != captured.wire:
+            self._load(table)
+            raise ChunkStale(
+                f"the columns of {table} changed since the worker read them "
+                f"({', '.join(n for n, _ in captured.wire)} → {', '.join(n for n, _ in read)}, "
+                "or their types): the chunk is read again with the new columns"
+            )
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
         captured = self._table(table)
         info = captured.info
+        if any(len(key) != len(info.key_columns) for key in keys):
+            raise DumpFailed(
+                f"the primary key of {table} changed since the dump was requested (now "
+                f"{', '.join(info.key_columns)}): request a new dump with keys of that shape"
+            )
         params = queries.key_params(keys, len(info.key_columns))
-        rows = self._select(table, queries.keys_sql(info.shape), params)
+        cursor = self._run(table, queries.keys_sql(info.shape), params)
+        assert cursor.pgresult is not None
+        self._check_read(table, captured, cursor.pgresult, 1)
+        with _connection_errors(f"reading {table}"):
+            rows = cursor.fetchall()
         first_key = 1 + captured.key_positions[0]
+        fields = [1 + i for i in captured.star_index]
         missing = [keys[int(str(row[0])) - 1] for row in rows if row[first_key] is None]
-        found = [row[1:] for row in rows if row[first_key] is not None]
+        found = [[row[i] for i in fields] for row in rows if row[first_key] is not None]
         encoded_keys, afters = captured.columns.encode(text_columns(found, len(info.columns)))
         if len(set(encoded_keys.to_pylist())) != len(encoded_keys):  # "1" and "01" given
             unique = pc.index_in(pc.unique(encoded_keys), encoded_keys)
@@ -459,18 +567,31 @@ class PgSource:
             return cursor.fetchall()
 
     def _run(self, table: str, sql: str, params: Sequence[object]) -> psycopg.Cursor[TextRow]:
-        """Run one SELECT of ``table``: its result is the cursor's."""
+        """Run one SELECT of ``table``: its result is the cursor's. A lost connection ends
+        the session; a statement the server refused (a timeout, a cancel, ...) fails the
+        dump; a column gone makes the chunk stale."""
         try:
-            with _connection_errors(f"reading {table}"):
-                cursor = self._text_cursor()
-                cursor.execute(sql.encode(), params)
-                return cursor
-        except psycopg.errors.UndefinedTable as exc:
-            raise DumpFailed(f"table {table} does not exist any more") from exc
-        except psycopg.errors.InsufficientPrivilege as exc:
-            raise DumpFailed(f"the worker may not read {table}: {exc}") from exc
-        except psycopg.errors.UndefinedColumn as exc:
-            raise SourceUnavailable(f"{table} changed while it was read; retrying") from exc
+            cursor = self._text_cursor()
+            cursor.execute(sql.encode(), params)
+            return cursor
+        except psycopg.Error as exc:
+            if self._conn is None or self._conn.broken or self._conn.closed:
+                raise SourceUnavailable(
+                    f"reading {table}: the source database is unreachable: {exc}") from exc
+            if isinstance(exc, psycopg.errors.UndefinedTable):
+                raise DumpFailed(f"table {table} does not exist any more") from exc
+            if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+                raise DumpFailed(f"the worker may not read {table}: {exc}") from exc
+            if isinstance(exc, psycopg.errors.LockNotAvailable):
+                raise ChunkStale(f"{table} is locked (a DDL statement, LOCK TABLE?): "
+                                 "the chunk is read later") from exc
+            if isinstance(exc, psycopg.errors.UndefinedColumn):  # a key column renamed
+                self._load(table)
+                raise ChunkStale(f"the columns of {table} changed: "
+                                 f"{exc.diag.message_primary}; the chunk is read again with "
+                                 "the new columns") from exc
+            raise DumpFailed(f"the source refused a dump's SELECT of {table}: "
+                             f"{exc.diag.message_primary or exc}") from exc
 
     def _text_cursor(self) -> psycopg.Cursor[TextRow]:
         """A cursor that loads every value as its text output, in C (psycopg's TextLoader).

@@ -18,10 +18,9 @@ import psycopg
 from psycopg import pq
 
 from dblog_worker.errors import SourceUnavailable
-from dblog_worker.events import Checkpoint, LogItem
+from dblog_worker.events import LogItem
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.translate import LogTranslator
-from dblog_worker.position import Position
 from dblog_worker.values import libpq_options
 
 _XLOG_HEADER = 25  # 'w', start LSN, WAL end, send time
@@ -109,7 +108,7 @@ class ReplicationStream:
                     self.server_wal_end = frame.wal_end
                     if not self.translator.in_transaction and frame.wal_end > self.received_lsn:
                         self.received_lsn = frame.wal_end
-                        out.append(Checkpoint(Position(frame.wal_end, 0)))
+                        out.append(self.translator.checkpoint(frame.wal_end))
                     if frame.reply_requested:
                         self.send_status()
         except psycopg.OperationalError as exc:

@@ -6,6 +6,11 @@ catalog when a Relation message names a table for the first time or anew.
 Positions: every event of a transaction gets ``(commit LSN, index, 0)``, the index
 counting the events this translator produces in that transaction (a key change
 produces two), so a replay of the same transaction yields the same positions.
+
+It also remembers each committed transaction's changes (:mod:`dblog_worker.pg.visibility`)
+until a snapshot sees it: after a watermark whose snapshot the source reported
+(:meth:`LogTranslator.observe`), the changes that snapshot did not see follow as one
+:class:`Unseen` item.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from dblog_worker.events import (
     Watermark,
 )
 from dblog_worker.pg import pgoutput as pg
+from dblog_worker.pg.visibility import RecentCommits, Snapshot
 from dblog_worker.position import Position
 from dblog_worker.values import RowCodec
 
@@ -55,7 +61,8 @@ Describe = Callable[[pg.Relation], RelationView]
 class LogTranslator:
     """Keeps the open transaction and the relations; turns messages into log items."""
 
-    def __init__(self, source_name: str, describe: Describe) -> None:
+    def __init__(self, source_name: str, describe: Describe,
+                 recent: RecentCommits | None = None) -> None:
         self.source_name = source_name
         self._describe = describe
         self._relations: dict[int, RelationView] = {}
@@ -63,6 +70,34 @@ class LogTranslator:
         self._ts = 0
         self._index = 0
         self.in_transaction = False
+        self.recent = recent if recent is not None else RecentCommits()
+        self._xid = 0
+        self._changes: list[ChangeEvent] = []  # of the open transaction, up to the limit
+        self._room = self.recent.limit
+        self._more: set[str] = set()  # tables with changes beyond the limit
+        self._snapshots: dict[str, Snapshot] = {}  # watermarks written, not read back yet
+
+    def observe(self, snapshot: Snapshot, token: str | None = None) -> None:
+        """A snapshot taken now (by the write of watermark ``token``): what every snapshot
+        still to come sees need not be remembered any more."""
+        if token is not None:
+            self._snapshots[token] = snapshot
+        self.recent.forget([*self._snapshots.values(), snapshot])
+
+    def checkpoint(self, lsn: int) -> Checkpoint:
+        """Everything before ``lsn`` is read; a restart resumes before the oldest transaction
+        not yet seen by a snapshot, so that it is read (and known) again."""
+        oldest = self.recent.oldest()
+        if oldest is None or oldest >= lsn:
+            return Checkpoint(Position(lsn, 0))
+        return Checkpoint(Position(lsn, 0), pg.format_lsn(oldest))
+
+    def _changed(self, event: ChangeEvent) -> None:
+        if self._room:
+            self._room -= 1
+            self._changes.append(event)
+        else:
+            self._more.add(event.table)
 
     def translate(self, message: pg.Message, out: list[LogItem]) -> None:
         if type(message) is pg.Insert:  # the hot path: inlined
@@ -73,11 +108,17 @@ class LogTranslator:
                 new = message.new
                 # tuple.__new__ builds the NamedTuples in C: the same values, half the time
                 key, after = codec.key_row(new)  # type: ignore[arg-type]
-                out.append(_new(ChangeEvent, (
+                event = _new(ChangeEvent, (
                     view.table, Op.CREATE, _new(Position, (self._lsn, self._index, 0)),
                     key, after, None, Origin.LOG, self._ts, view.schema_version, None,
-                )))
+                ))
+                out.append(event)
                 self._index += 1
+                if self._room:
+                    self._room -= 1
+                    self._changes.append(event)
+                else:
+                    self._more.add(view.table)
             elif view.kind is RelationKind.WATERMARK:
                 self._watermark(out, view, message.new)
         elif isinstance(message, pg.Update):
@@ -93,9 +134,13 @@ class LogTranslator:
         elif isinstance(message, pg.Begin):
             self.in_transaction = True
             self._lsn, self._ts, self._index = message.final_lsn, message.commit_ts_us, 0
+            self._xid = message.xid
         elif isinstance(message, pg.Commit):
             self.in_transaction = False
-            out.append(Checkpoint(Position(message.end_lsn, 0)))
+            if self._changes or self._more:
+                self.recent.committed(self._xid, self._lsn, self._changes, self._more)
+                self._changes, self._room, self._more = [], self.recent.limit, set()
+            out.append(self.checkpoint(message.end_lsn))
         elif isinstance(message, pg.Relation):
             self._relations[message.relation_oid] = self._describe(message)
         elif isinstance(message, pg.Truncate):
@@ -157,15 +202,23 @@ class LogTranslator:
         self, out: list[LogItem], view: RelationView, op: Op,
         key: str | None, after: str | None, before: str | None,
     ) -> None:
-        out.append(ChangeEvent(
+        event = ChangeEvent(
             view.table, op, self._position(), key, after, before, Origin.LOG, self._ts,
             view.schema_version,
-        ))
+        )
+        out.append(event)
+        self._changed(event)
 
     def _watermark(self, out: list[LogItem], view: RelationView, row: pg.Tuple) -> None:
         source_at, value_at = view.watermark_columns
         if row[source_at] == self.source_name and isinstance(row[value_at], str):
-            out.append(Watermark(str(row[value_at]), self._position(), self._ts))
+            token = str(row[value_at])
+            out.append(Watermark(token, self._position(), self._ts))
+            snapshot = self._snapshots.pop(token, None)
+            if snapshot is not None:
+                unseen = self.recent.unseen(snapshot)
+                if unseen is not None:
+                    out.append(unseen)
 
 
 def _texts(

@@ -14,7 +14,7 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dblog_worker.config import TargetConfig
+from dblog_worker.config import MYSQL, TargetConfig, name_problem
 from dblog_worker.errors import TargetError
 from dblog_worker.landing import split_table
 from dblog_worker.target.columns import SourceColumn, target_type
@@ -117,7 +117,7 @@ class Target(abc.ABC):
         the source's or a source type has no target type.
         """
         table = batch.target_table
-        split_table(table)
+        self._check_names(batch)
         if any(c.name == POSITION_COLUMN for c in batch.columns):
             raise TargetError(f"{batch.source_table}: a source column is named {POSITION_COLUMN},"
                               " which the merge keeps for itself")
@@ -149,6 +149,23 @@ class Target(abc.ABC):
         found = self.table_columns(table)
         assert found is not None
         return found
+
+    def _check_names(self, batch: Batch) -> None:
+        """TargetError unless the target table's and every column's name fit this kind of
+        database (a name too long for PostgreSQL would be truncated, silently)."""
+        target = "MySQL/MariaDB" if self.kind == MYSQL else "PostgreSQL"
+        for part in split_table(batch.target_table):
+            problem = name_problem(self.kind, part)
+            if problem is not None:
+                raise TargetError(f"target table {batch.target_table!r} cannot be a {target}"
+                                  f" table: {problem}; map it to another name (target.tables)")
+        for column in batch.columns:
+            problem = name_problem(self.kind, column.name)
+            if problem is not None:
+                raise TargetError(
+                    f"{batch.source_table}: column {column.name!r} cannot be a column of a"
+                    f" {target} target table: {problem}; leave the table out of the merge"
+                    " (--table)")
 
     def _types(self, batch: Batch, columns: Sequence[SourceColumn]) -> list[tuple[str, str]]:
         return [

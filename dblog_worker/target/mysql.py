@@ -5,6 +5,11 @@ insert converts each text to its column's type (strict SQL mode: a value that
 does not fit is an error, not a warning). Tables the merge creates use the
 ``utf8mb4_nopad_bin`` collation, so that every key the source tells apart stays
 apart. Positions are ``ascii_bin``: byte order is position order.
+
+PyMySQL formats every statement here with Python's ``%`` (each is run with parameters,
+``()`` when it has none): names are spelled with :func:`~dblog_worker.mysql.catalog.ident`
+and other text taken from a name, a type or a member with :func:`_formatted`, which
+double ``%``.
 """
 
 from __future__ import annotations
@@ -19,14 +24,14 @@ import pymysql
 from dblog_worker.config import MYSQL
 from dblog_worker.errors import TargetError, TargetUnavailable
 from dblog_worker.landing import split_table
-from dblog_worker.mysql.catalog import quote_ident
+from dblog_worker.mysql.catalog import ident, quote_ident
 from dblog_worker.target.base import POSITION_COLUMN, Applied, Target
 from dblog_worker.target.columns import Encoding, SourceColumn
 from dblog_worker.target.plan import Batch, MergeLogEntry
 
 __all__ = ["MySQLTarget"]
 
-_P = quote_ident(POSITION_COLUMN)
+_P = ident(POSITION_COLUMN)
 _TEXT = "utf8mb4"
 _COLLATION = "utf8mb4_nopad_bin"
 _POSITION = "VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin"
@@ -39,8 +44,14 @@ _CONNECTION_ERRORS = frozenset({2002, 2003, 2006, 2013, 2055, 1927, 1053})
 
 
 def qualified(table: str) -> str:
+    """``database.table`` in a statement run with parameters."""
     schema, name = split_table(table)
-    return f"{quote_ident(schema)}.{quote_ident(name)}"
+    return f"{ident(schema)}.{ident(name)}"
+
+
+def _formatted(sql: str) -> str:
+    """SQL text (a type, a string literal) in a statement run with parameters."""
+    return sql.replace("%", "%%")
 
 
 def _string(text: str) -> str:
@@ -48,7 +59,10 @@ def _string(text: str) -> str:
 
 
 def _json_path(name: str) -> str:
-    return _string('$."' + name.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    """The JSON path of member ``name``, as a string literal in a statement run with
+    parameters."""
+    path = '$."' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return _formatted(_string(path))
 
 
 def convert(column: SourceColumn, text: str, type_sql: str) -> str:
@@ -129,7 +143,7 @@ class MySQLTarget(Target):
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         self._conn: pymysql.connections.Connection[Any] | None = None
-        self._s = quote_ident(self.state)
+        self._s = ident(self.state)
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -244,17 +258,18 @@ class MySQLTarget(Target):
     def create_table(self, table: str, columns: Sequence[tuple[str, str]],
                      key: Sequence[str]) -> None:
         schema, _ = split_table(table)
-        described = ", ".join(f"{quote_ident(n)} {t}" for n, t in columns)
-        primary = ", ".join(quote_ident(k) for k in key)
+        described = ", ".join(f"{ident(n)} {_formatted(t)}" for n, t in columns)
+        primary = ", ".join(ident(k) for k in key)
         with self._errors(f"creating target table {table}"):
-            self._run(f"CREATE DATABASE IF NOT EXISTS {quote_ident(schema)}"
+            self._run(f"CREATE DATABASE IF NOT EXISTS {ident(schema)}"
                       f" CHARACTER SET {_TEXT}")
             self._run(f"CREATE TABLE IF NOT EXISTS {qualified(table)} ({described},"
                       f" PRIMARY KEY ({primary})) ENGINE=InnoDB"
                       f" CHARACTER SET {_TEXT} COLLATE {_COLLATION}")
 
     def add_columns(self, table: str, columns: Sequence[tuple[str, str]]) -> None:
-        added = ", ".join(f"ADD COLUMN IF NOT EXISTS {quote_ident(n)} {t}" for n, t in columns)
+        added = ", ".join(f"ADD COLUMN IF NOT EXISTS {ident(n)} {_formatted(t)}"
+                          for n, t in columns)
         with self._errors(f"adding columns to target table {table}"):
             self._run(f"ALTER TABLE {qualified(table)} {added}")
 
@@ -267,7 +282,7 @@ class MySQLTarget(Target):
             "SELECT COLUMN_NAME, IS_NULLABLE FROM information_schema.COLUMNS"
             " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (schema, name)))
         changes = ", ".join(
-            f"MODIFY COLUMN {quote_ident(n)} {t}"
+            f"MODIFY COLUMN {ident(n)} {_formatted(t)}"
             + (" NOT NULL" if nullable.get(n) == "NO" else " NULL")
             for n, t in columns
         )
@@ -275,7 +290,7 @@ class MySQLTarget(Target):
             self._run(f"ALTER TABLE {qualified(table)} {changes}")
 
     def prepare_stage(self, stage: str) -> None:
-        staged = f"{self._s}.{quote_ident(stage)}"
+        staged = self._stage(stage)
         with self._errors("creating the staging table"):
             self._run(f"DROP TABLE IF EXISTS {staged}")
             self._run(
@@ -285,7 +300,11 @@ class MySQLTarget(Target):
             )
 
     def stage_table(self, stage: str) -> str:
-        return f"{self._s}.{quote_ident(stage)}"
+        return f"{quote_ident(self.state)}.{quote_ident(stage)}"
+
+    def _stage(self, stage: str) -> str:
+        """The staging table in a statement run with parameters."""
+        return f"{self._s}.{ident(stage)}"
 
     def jdbc(self) -> tuple[str, dict[str, str]]:
         args = self.config.mysql_connect_args()
@@ -311,12 +330,12 @@ class MySQLTarget(Target):
                 raise
             conn.commit()
             # DDL would commit the transaction: the staging table goes after it.
-            self._run(f"DROP TABLE IF EXISTS {self.stage_table(batch.stage)}")
+            self._run(f"DROP TABLE IF EXISTS {self._stage(batch.stage)}")
         return result
 
     def _apply(self, batch: Batch, types: Mapping[str, str], retention_h: float) -> Applied:
         s = self._s
-        stage = self.stage_table(batch.stage)
+        stage = self._stage(batch.stage)
         target = qualified(batch.target_table)
         ids = (batch.source, batch.source_table, batch.target_table)
         self._run(f"INSERT IGNORE INTO {s}.merge_log VALUES (%s, %s, %s, 0, '', '', 0, 0,"
@@ -337,16 +356,7 @@ class MySQLTarget(Target):
             self._run(f"DELETE FROM {s}.tombstones WHERE target_table = %s AND position < %s",
                       (batch.target_table, cut))
         t = f"{s}.tombstones"
-        by_name = {c.name: c for c in batch.columns}
-        match = " AND ".join(
-            f"t.{quote_ident(k)} = "
-            + typed(convert(by_name[k], f"JSON_VALUE(s.key_json, '$[{i}]')", types[k]),
-                    types[k])
-            for i, k in enumerate(batch.key)
-        )
-        deleted = self._run(
-            f"DELETE t FROM {target} t JOIN {stage} s ON {match} WHERE s.op = 'd'"
-            f" AND s.position > %s AND (t.{_P} IS NULL OR t.{_P} < s.position)", (cut,))
+        deleted = self._run(self.delete_sql(batch, types), (cut,))
         self._run(
             f"INSERT INTO {s}.tombstones (target_table, key_hash, key_json, position,"
             " deleted_at) SELECT %s, UNHEX(MD5(s.key_json)), s.key_json, s.position,"
@@ -373,10 +383,23 @@ class MySQLTarget(Target):
             (batch.last_segment, batch.last_position, cut, batch.events, *ids))
         return Applied(upserted=upserted, deleted=deleted, truncated=truncated)
 
+    def delete_sql(self, batch: Batch, types: Mapping[str, str]) -> str:
+        """Delete the target rows of the staged deletes that are newer; parameter the cut."""
+        by_name = {c.name: c for c in batch.columns}
+        match = " AND ".join(
+            f"t.{ident(k)} = "
+            + typed(convert(by_name[k], f"JSON_VALUE(s.key_json, '$[{i}]')", types[k]),
+                    types[k])
+            for i, k in enumerate(batch.key)
+        )
+        return (f"DELETE t FROM {qualified(batch.target_table)} t JOIN {self._stage(batch.stage)}"
+                f" s ON {match} WHERE s.op = 'd' AND s.position > %s"
+                f" AND (t.{_P} IS NULL OR t.{_P} < s.position)")
+
     def upsert_sql(self, batch: Batch, types: Mapping[str, str]) -> str:
         target = qualified(batch.target_table)
-        stage = self.stage_table(batch.stage)
-        names = [quote_ident(c.name) for c in batch.columns]
+        stage = self._stage(batch.stage)
+        names = [ident(c.name) for c in batch.columns]
         record = ", ".join(
             f"j{i} LONGTEXT CHARACTER SET {_TEXT} PATH {_json_path(c.name)}"
             for i, c in enumerate(batch.columns)

@@ -3,6 +3,10 @@
 Row images are parsed once per row with ``json_to_record`` into text columns and
 each text is cast to its target column's type (``format_type`` from the
 catalog). Positions are ``varchar(48) COLLATE "C"``: byte order is position order.
+
+Every statement is run with parameters (``()`` when it has none), so psycopg reads
+``%`` as a placeholder: names are spelled with :func:`~dblog_worker.pg.queries.ident`
+and types with :func:`~dblog_worker.pg.queries.sql_text`, which double it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 from dblog_worker.config import POSTGRESQL
 from dblog_worker.errors import TargetError, TargetUnavailable
 from dblog_worker.landing import split_table
-from dblog_worker.pg.queries import quote_ident
+from dblog_worker.pg.queries import ident, quote_ident, sql_text
 from dblog_worker.target.base import POSITION_COLUMN, Applied, Target
 from dblog_worker.target.columns import Encoding, SourceColumn
 from dblog_worker.target.plan import Batch, MergeLogEntry
@@ -27,12 +31,13 @@ from dblog_worker.values import libpq_options
 
 __all__ = ["PostgresTarget", "upsert_sql"]
 
-_P = quote_ident(POSITION_COLUMN)
+_P = ident(POSITION_COLUMN)
 
 
 def qualified(table: str) -> str:
+    """``schema.table`` in a statement run with parameters."""
     schema, name = split_table(table)
-    return f"{quote_ident(schema)}.{quote_ident(name)}"
+    return f"{ident(schema)}.{ident(name)}"
 
 
 # A JSON array of any depth as a PostgreSQL array literal ('{{1,2},{3,4}}'): the cast of
@@ -95,6 +100,7 @@ def convert(column: SourceColumn, text: str, type_sql: str, state: str) -> str:
 
     ``state``: the quoted state schema, which holds ``array_literal``.
     """
+    type_sql = sql_text(type_sql)
     if column.encoding is Encoding.BASE64:
         return f"CAST(decode({text}, 'base64') AS {type_sql})"
     if column.encoding is Encoding.ARRAY:
@@ -111,28 +117,28 @@ def _key_match(batch: Batch, types: Mapping[str, str], alias: str, state: str) -
     parts = []
     for index, name in enumerate(batch.key):
         text = f"(s.key_json::json ->> {index})"
-        parts.append(f"{alias}.{quote_ident(name)} = "
+        parts.append(f"{alias}.{ident(name)} = "
                      f"{convert(by_name[name], text, types[name], state)}")
     return " AND ".join(parts)
 
 
 def upsert_sql(batch: Batch, types: Mapping[str, str], state: str) -> str:
     target = qualified(batch.target_table)
-    stage = f"{quote_ident(state)}.{quote_ident(batch.stage)}"
-    names = [quote_ident(c.name) for c in batch.columns]
+    stage = f"{ident(state)}.{ident(batch.stage)}"
+    names = [ident(c.name) for c in batch.columns]
     record = ", ".join(f"{n} text" for n in names)
     values = ", ".join(
-        convert(c, f"x.{n}", types[c.name], quote_ident(state))
+        convert(c, f"x.{n}", types[c.name], ident(state))
         for c, n in zip(batch.columns, names, strict=True)
     )
     updates = ", ".join(f"{n} = EXCLUDED.{n}" for n in names)
-    key = ", ".join(quote_ident(k) for k in batch.key)
+    key = ", ".join(ident(k) for k in batch.key)
     return (
         f"INSERT INTO {target} AS t ({', '.join(names)}, {_P})"
         f" SELECT {values}, s.position FROM {stage} s"
         f" CROSS JOIN LATERAL json_to_record(s.after_json::json) AS x({record})"
         f" WHERE s.op <> 'd' AND s.position > %(cut)s AND NOT EXISTS ("
-        f"SELECT 1 FROM {quote_ident(state)}.tombstones tb WHERE tb.target_table = %(target)s"
+        f"SELECT 1 FROM {ident(state)}.tombstones tb WHERE tb.target_table = %(target)s"
         f" AND tb.key_hash = decode(md5(s.key_json), 'hex') AND tb.position >= s.position)"
         f" ON CONFLICT ({key}) DO UPDATE SET {updates}, {_P} = EXCLUDED.{_P}"
         f" WHERE t.{_P} IS NULL OR t.{_P} < EXCLUDED.{_P}"
@@ -140,11 +146,11 @@ def upsert_sql(batch: Batch, types: Mapping[str, str], state: str) -> str:
 
 
 def delete_sql(batch: Batch, types: Mapping[str, str], state: str) -> str:
-    stage = f"{quote_ident(state)}.{quote_ident(batch.stage)}"
+    stage = f"{ident(state)}.{ident(batch.stage)}"
     return (
         f"DELETE FROM {qualified(batch.target_table)} t USING {stage} s"
         f" WHERE s.op = 'd' AND s.position > %(cut)s"
-        f" AND {_key_match(batch, types, 't', quote_ident(state))}"
+        f" AND {_key_match(batch, types, 't', ident(state))}"
         f" AND (t.{_P} IS NULL OR t.{_P} < s.position)"
     )
 
@@ -156,7 +162,7 @@ class PostgresTarget(Target):
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
-        self._s = quote_ident(self.state)
+        self._s = ident(self.state)
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -215,7 +221,7 @@ class PostgresTarget(Target):
             " position varchar(48) COLLATE \"C\" NOT NULL, deleted_at timestamptz NOT NULL,"
             " PRIMARY KEY (target_table, key_hash))"
         )
-        function = f"{s}.array_literal(json)"
+        function = f"{quote_ident(self.state)}.array_literal(json)"  # a value: SQL text
         if self._rows("SELECT to_regprocedure(%s)", (function,))[0][0] is None:
             self._run(_ARRAY_LITERAL.format(s=s))
 
@@ -266,15 +272,16 @@ class PostgresTarget(Target):
     def create_table(self, table: str, columns: Sequence[tuple[str, str]],
                      key: Sequence[str]) -> None:
         schema, _ = split_table(table)
-        described = ", ".join(f"{quote_ident(n)} {t}" for n, t in columns)
-        primary = ", ".join(quote_ident(k) for k in key)
+        described = ", ".join(f"{ident(n)} {sql_text(t)}" for n, t in columns)
+        primary = ", ".join(ident(k) for k in key)
         with self._errors("creating the target table"), self.conn.transaction():
-            self._ddl(table, f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
+            self._ddl(table, f"CREATE SCHEMA IF NOT EXISTS {ident(schema)}")
             self._ddl(table, f"CREATE TABLE IF NOT EXISTS {qualified(table)}"
                              f" ({described}, PRIMARY KEY ({primary}))")
 
     def add_columns(self, table: str, columns: Sequence[tuple[str, str]]) -> None:
-        added = ", ".join(f"ADD COLUMN IF NOT EXISTS {quote_ident(n)} {t}" for n, t in columns)
+        added = ", ".join(f"ADD COLUMN IF NOT EXISTS {ident(n)} {sql_text(t)}"
+                          for n, t in columns)
         with self._errors("adding columns"), self.conn.transaction():
             self._ddl(table, f"ALTER TABLE {qualified(table)} {added}")
 
@@ -282,29 +289,29 @@ class PostgresTarget(Target):
         return widened(column, existing)
 
     def modify_columns(self, table: str, columns: Sequence[tuple[str, str]]) -> None:
-        changes = ", ".join(f"ALTER COLUMN {quote_ident(n)} TYPE {t}" for n, t in columns)
+        changes = ", ".join(f"ALTER COLUMN {ident(n)} TYPE {sql_text(t)}" for n, t in columns)
         with self._errors("widening columns"), self.conn.transaction():
             self._ddl(table, f"ALTER TABLE {qualified(table)} {changes}")
 
     def _ddl(self, table: str, sql: str) -> None:
         try:
-            self.conn.execute(sql.encode())
+            self.conn.execute(sql.encode(), ())
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
             raise TargetError(f"cannot prepare target table {table}: {str(exc).strip()}") from None
 
     def prepare_stage(self, stage: str) -> None:
-        staged = f"{self._s}.{quote_ident(stage)}"
+        staged = f"{self._s}.{ident(stage)}"
         with self._errors("creating the staging table"), self.conn.transaction():
-            self.conn.execute(f"DROP TABLE IF EXISTS {staged}".encode())
+            self.conn.execute(f"DROP TABLE IF EXISTS {staged}".encode(), ())
             self.conn.execute(
                 f"CREATE UNLOGGED TABLE {staged} (key_json text NOT NULL, op text NOT NULL,"
-                ' position varchar(48) COLLATE "C" NOT NULL, after_json text)'.encode()
+                ' position varchar(48) COLLATE "C" NOT NULL, after_json text)'.encode(), ()
             )
 
     def stage_table(self, stage: str) -> str:
-        return f"{self._s}.{quote_ident(stage)}"
+        return f"{quote_ident(self.state)}.{quote_ident(stage)}"
 
     def jdbc(self) -> tuple[str, dict[str, str]]:
         params = conninfo_to_dict(self.config.dsn)
@@ -329,7 +336,7 @@ class PostgresTarget(Target):
 
     def apply(self, batch: Batch, types: Mapping[str, str], retention_h: float) -> Applied:
         s = self._s
-        stage = f"{s}.{quote_ident(batch.stage)}"
+        stage = f"{s}.{ident(batch.stage)}"
         target = qualified(batch.target_table)
         ids = (batch.source, batch.source_table, batch.target_table)
         conn = self.conn
@@ -355,7 +362,7 @@ class PostgresTarget(Target):
                                  .encode(), (cut,))
                     conn.execute(f"DELETE FROM {s}.tombstones WHERE target_table = %s"
                                  " AND position < %s".encode(), (batch.target_table, cut))
-                conn.execute(f"ANALYZE {stage}".encode())
+                conn.execute(f"ANALYZE {stage}".encode(), ())
                 params = {"cut": cut, "target": batch.target_table}
                 deleted = conn.execute(delete_sql(batch, types, self.state).encode(),
                                        params).rowcount
@@ -383,7 +390,7 @@ class PostgresTarget(Target):
                     " updated_at = now() WHERE source = %s AND source_table = %s"
                     " AND target_table = %s".encode(),
                     (batch.last_segment, batch.last_position, cut, batch.events, *ids))
-                conn.execute(f"DROP TABLE {stage}".encode())
+                conn.execute(f"DROP TABLE {stage}".encode(), ())
             except psycopg.OperationalError:
                 raise
             except psycopg.Error as exc:

@@ -65,8 +65,8 @@ def submit_command(config: Config, config_path: Path, *, tables: Sequence[str] =
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     command += [str(job_path()), "--config", str(config_path.resolve())]
-    for table in tables:
-        command += ["--table", table]
+    # --table=T: a table whose name starts with "-" is not taken for an option
+    command += [f"--table={table}" for table in tables]
     if as_json:
         command.append("--json")
     return command

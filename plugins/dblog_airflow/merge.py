@@ -9,7 +9,7 @@ options, the worker's configuration taken from the ``dblog`` connection::
         --conf spark.log.level=WARN [--conf <merge.spark_conf>...]
         [--conf spark.driver.host=127.0.0.1 --conf spark.driver.bindAddress=127.0.0.1]
         --jars <merge.jars> --name dblog-merge-<source>
-        .../dblog_spark/merge.py --config <the connection's config> [--table T ...]
+        .../dblog_spark/merge.py --config <the connection's config> [--table=T ...]
 
 The Spark master comes from the Spark connection (``spark_default``: e.g.
 ``{"conn_type": "spark", "host": "local[2]"}``), not from the configuration's
@@ -106,8 +106,8 @@ class DblogMergeOperator(SparkSubmitOperator):
         """Set the job's arguments, jars, Spark options and environment from the worker's
         configuration (what ``dblog merge`` takes from it too)."""
         self.application_args = ["--config", str(config_path.resolve())]
-        for table in as_tables(self.tables):
-            self.application_args += ["--table", table]
+        # --table=T: a table whose name starts with "-" is not taken for an option
+        self.application_args += [f"--table={table}" for table in as_tables(self.tables)]
         if "jars" not in self._explicit:
             self.jars = ",".join(config.merge.jars) or None
         if "name" not in self._explicit:

@@ -203,6 +203,11 @@ VALID: list[tuple[str, dict[str, Any]]] = [
                     "keys": '\n[[7, "EU"],\n [8, "US"]]\n', "conn_id": "shop.prod-2"}),
     ("dblog_dump", {"scope": "tables", "tables": ["public.not_in_the_list"], "keys": None}),
     ("dblog_repair", {"table": "public.orders"}),
+    # any name: split at the first dot, the table's name may hold dots, spaces, anything
+    ("dblog_dump", {"scope": "tables", "tables": [
+        "public.a%sb", "public.dot.ted", 'sch "x".with space', "d.naïve ☃ `b`",
+        "public. lead and trail ", "public.line\nbreak"]}),
+    ("dblog_repair", {"table": 'public.x"y %s'}),
     ("dblog_repair", {"table": "public.orders", "chunk_size": 500, "delay_ms": 200}),
     ("dblog_backfill", {}),
     ("dblog_backfill", {"scope": "tables", "tables": ["public.orders"], "busy_hours": "22-06",
@@ -221,7 +226,8 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("dblog_dump", {"scope": "everything"}, "'everything' is not one of ['all', 'tables'"),
     ("dblog_dump", {"tables": "public.orders"}, "'public.orders' is not of type 'array'"),
     ("dblog_dump", {"tables": ["orders"]}, "'orders' does not match"),
-    ("dblog_dump", {"tables": ["public.or ders"]}, "does not match"),
+    ("dblog_dump", {"tables": [".orders"]}, "does not match"),
+    ("dblog_dump", {"tables": ["public."]}, "does not match"),
     ("dblog_dump", {"tables": ["public.orders", "public.orders"]}, "non-unique elements"),
     ("dblog_dump", {"keys": "1, 2"}, "'1, 2' does not match"),
     ("dblog_dump", {"keys": [1, 2]}, "is not of type 'string', 'null'"),
@@ -400,6 +406,17 @@ def test_extra_rows_sql() -> None:
         ' AND "_dblog_position" IS NOT DISTINCT FROM %s')
     assert extras.delete_sql("mysql", "shop.orders", ["id", "region"], {}) == (
         "DELETE FROM `shop`.`orders` WHERE `id` = %s AND `region` = %s"
+        " AND `_dblog_position` <=> %s")
+
+
+def test_extra_rows_sql_doubles_percent_in_names_and_types() -> None:
+    """Run with parameters: ``%`` in a name or a type is doubled for the driver."""
+    types = {"i d%": '"ty%pe"', "a`b": "text"}
+    assert extras.position_sql("postgresql", 'p.t%s"', ["i d%", "a`b"], types) == (
+        'SELECT "_dblog_position" FROM "p"."t%%s""" WHERE "i d%%" = CAST(%s AS "ty%%pe")'
+        ' AND "a`b" = CAST(%s AS text)')
+    assert extras.delete_sql("mysql", "db.t%s", ["i d%", "a`b"], {}) == (
+        "DELETE FROM `db`.`t%%s` WHERE `i d%%` = %s AND `a``b` = %s"
         " AND `_dblog_position` <=> %s")
 
 

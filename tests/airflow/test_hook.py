@@ -4,6 +4,7 @@ commands, and no password in any log line or message."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,8 @@ from dblog_airflow.hooks.dblog import (
     redis_url,
 )
 
-from dblog_worker.errors import ConfigError, RequestRejected, StateUnavailable
-from dblog_worker.requests import DEFAULT_CHUNK_SIZE, DumpKind, RequestState
+from dblog_worker.errors import ConfigError, CorruptRequest, RequestRejected, StateUnavailable
+from dblog_worker.requests import DEFAULT_CHUNK_SIZE, DumpKind, MalformedRequest, RequestState
 from dblog_worker.state import StateStore
 from tests.airflow.conftest import DblogConnection
 from tests.integration.harness import write_config
@@ -129,6 +130,11 @@ def test_templated_values_are_read_back() -> None:
     assert as_tables("['public.a', 'public.b', 'public.a']") == ["public.a", "public.b"]
     assert as_tables('["public.a"]') == as_tables(("public.a",)) == ["public.a"]
     assert as_tables("") == as_tables(None) == []
+    # names exactly as given (a PostgreSQL name may end with a space), and as a template
+    # renders a list of them (Python's repr)
+    odd = ["public.t ", 'public.a\'b"c', "public.dot.ted %s", "s.naïve ☃"]
+    assert as_tables(repr(odd)) == as_tables(json.dumps(odd)) == as_tables(odd) == odd
+    assert as_tables("public.t ") == ["public.t "]
     assert as_keys("[1, 2]") == [1, 2]
     assert as_keys("[['1', 'a']]") == as_keys([("1", "a")]) == [["1", "a"]]
     assert as_keys("") is None and as_keys(None) is None
@@ -271,3 +277,20 @@ def test_control_commands_change_the_request(hook: DblogHook, store: StateStore)
         hook.set_knobs(request.id, chunk_size=10)
     with pytest.raises(RequestRejected, match="no dump request 'dump-99'"):
         hook.get_request("dump-99")
+
+
+def test_malformed_requests_are_shown_as_such(hook: DblogHook, store: StateStore) -> None:
+    first = hook.submit_dump("tables", "public.a")
+    second = hook.submit_dump("tables", "public.b")
+    store.redis.hset(store.key("request", first.id), "state", "zombie")
+    with pytest.raises(CorruptRequest, match="field 'state': is 'zombie'"):
+        hook.get_request(first.id)
+    record = hook.get_record(first.id)
+    assert isinstance(record, MalformedRequest)
+    assert (record.error.key, record.error.field) == (store.key("request", first.id), "state")
+    assert record.fields["state"] == "zombie"
+    assert hook.list_requests() == [record, store.get_request(second.id)]
+    assert hook.get_record(second.id) == second
+    store.redis.hset(store.key("request", second.id, "progress"), "public.b", "{")
+    with pytest.raises(CorruptRequest, match=r":progress field 'public.b': '\{' is not JSON"):
+        hook.progress(second.id)

@@ -63,6 +63,7 @@ def test_merge_submits_the_line_of_dblog_merge(
                               submit=spark_submit())
     assert argv[0] == expected[0] == spark_submit()
     assert options(argv) == options(expected)
+    assert (op.application_args or [])[-1] == "--table=public.a"  # never read as an option
     assert op.env_vars == {"PYSPARK_PYTHON": sys.executable,
                            "PYSPARK_DRIVER_PYTHON": sys.executable,
                            "SPARK_LOCAL_IP": "127.0.0.1"}

@@ -246,3 +246,21 @@ def test_classic_sensor_pokes_until_the_dump_ends(store: StateStore,
     assert result["status"] == "completed"
     poked = wait.poke(task_context())
     assert isinstance(poked, PokeReturnValue) and poked.xcom_value == result
+
+
+def test_a_malformed_request_fails_the_trigger_and_the_sensor(
+        store: StateStore, task_context: MakeContext) -> None:
+    """A request whose record in Redis is malformed cannot run (the worker fails it): the
+    trigger fires failed and the sensor fails, both with the key and what is wrong."""
+    request = new_dump(store, RequestState.RUNNING)
+    store.redis.hset(store.key("request", request.id), "chunk_size", "lots")
+    where = f"{store.key('request', request.id)} field 'chunk_size': is 'lots', not an integer"
+    [event] = follow(trigger_for(request))
+    assert event.payload["status"] == "failed"
+    assert where in event.payload["message"]
+    for deferrable in (True, False):
+        with pytest.raises(AirflowFailException, match="malformed record in Redis") as failed:
+            sensor(request.id, deferrable=deferrable).execute(task_context())
+        assert where in str(failed.value)
+    with pytest.raises(AirflowFailException, match=where):
+        sensor(request.id).execute_complete(task_context(), event.payload)

@@ -25,8 +25,9 @@ import redis
 
 from dblog_worker.landing import LandingZone, read_events
 from dblog_worker.mysql.binlog import BinlogCheckpoint, file_number
-from dblog_worker.mysql.catalog import qualified
+from dblog_worker.mysql.catalog import ident as my_ident
 from dblog_worker.pg.pgoutput import parse_lsn
+from dblog_worker.pg.queries import ident as pg_ident
 from dblog_worker.state import StateStore
 from tests.services import MariaDBServer
 
@@ -55,7 +56,7 @@ def write_config(
 name = "{name}"
 kind = "{kind}"
 dsn = {json.dumps(dsn)}
-tables = {json.dumps(list(tables))}
+tables = {toml_list(tables)}
 
 [redis]
 url = "{redis_url}"
@@ -75,6 +76,17 @@ reconnect_max_s = 1.0
 """
     )
     return path
+
+
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string (JSON's escapes are TOML's, but for characters
+    outside the BMP, which JSON escapes as surrogate pairs: kept as they are here)."""
+    assert "\x7f" not in text, "DEL must be escaped in TOML and JSON does not"
+    return json.dumps(text, ensure_ascii=False)
+
+
+def toml_list(texts: Sequence[str]) -> str:
+    return "[" + ", ".join(toml_string(t) for t in texts) + "]"
 
 
 def cli(config: Path, *args: str, check: bool = True, timeout: float = 60
@@ -213,6 +225,12 @@ class Session(ABC):
         """Run one statement; the number of rows it changed."""
         ...
 
+    def run(self, statement: str, params: Sequence[Any] = ()) -> int:
+        """Run a statement whose names are quoted for statements with parameters (``%``
+        doubled: :meth:`Database.sql`), always with parameters, so that both drivers read
+        ``%%`` back as ``%``; the number of rows it changed."""
+        return self.execute(statement, params)
+
     @abstractmethod
     def transaction(self) -> AbstractContextManager[None]:
         """Statements executed inside are one transaction."""
@@ -253,6 +271,10 @@ class MySession(Session):
         with self.conn.cursor() as cursor:
             return int(cursor.execute(statement, tuple(params) or None))
 
+    def run(self, statement: str, params: Sequence[Any] = ()) -> int:
+        with self.conn.cursor() as cursor:
+            return int(cursor.execute(statement, tuple(params)))
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
         self.conn.begin()
@@ -267,22 +289,86 @@ class MySession(Session):
         self.conn.close()
 
 
+@dataclass(frozen=True)
+class TableFlavour:
+    """What the scenario test tables look like: their names and their DDL.
+
+    A test table has a key column (integer, the primary key), a version column (every
+    write takes it from one sequence, :attr:`Database.next_version`, so that a key's
+    versions only grow) and a payload column (text). ``prefix`` goes before a table's base
+    name (``items``). With ``quote``, the harness quotes the tables' names wherever it
+    spells them in SQL (:meth:`Database.sql`); the plain flavour's names are written as
+    they are, as the scenario tests write them (``f"UPDATE {t1} ..."``; some callers pass
+    a name quoted already). ``pg_options`` follows the column list of PostgreSQL's
+    ``CREATE TABLE`` (``PARTITION BY ...``); ``pg_after`` are statements run after it,
+    ``{table}`` standing for the table in SQL; ``my_options`` follows MariaDB's column list.
+    """
+
+    name: str = "plain"
+    prefix: str = ""
+    key: str = "id"
+    version: str = "version"
+    payload: str = "payload"
+    quote: bool = False
+    pg_options: str = ""
+    pg_after: tuple[str, ...] = ()
+    my_options: str = ""
+
+
+PLAIN = TableFlavour()
+HOSTILE = TableFlavour("hostile", prefix='odd "na%me".', key="i d%", version="ver`sion",
+                       payload="pay load", quote=True)
+"""Names that need quoting everywhere: a dot, double quotes, ``%``, a space, a backtick."""
+PARTITIONED = TableFlavour(
+    "partitioned",
+    pg_options=" PARTITION BY HASH (id)",
+    pg_after=tuple(statement for i in range(4) for statement in (
+        f"CREATE TABLE {{table}}_p{i} PARTITION OF {{table}} "
+        f"FOR VALUES WITH (MODULUS 4, REMAINDER {i})",
+        f"ALTER TABLE {{table}}_p{i} REPLICA IDENTITY FULL",
+    )),
+    my_options=" PARTITION BY HASH (id) PARTITIONS 4",
+)
+"""Tables partitioned by their key: a key change moves the row to another partition."""
+
+
 class Database(ABC):
     """A source database as the tests write to it: the SQL that differs between kinds.
 
-    The test tables have ``id`` (the key), ``version`` (every write takes it from one
-    sequence, :attr:`next_version`, so that a key's versions only grow) and ``payload``.
+    The test tables are of :attr:`flavour` (:class:`TableFlavour`): by default ``id`` (the
+    key), ``version`` and ``payload``.
     """
 
     kind: str  # the worker's source.kind
     dsn: str  # the worker's source.dsn
     next_version: str  # SQL expression: the next value of the version sequence
     random_text: str  # SQL expression: a random text
+    flavour: TableFlavour = PLAIN
 
     @abstractmethod
     def table(self, name: str) -> str:
-        """The worker's name of table ``name`` of this database."""
+        """The worker's name of table ``name`` of this database (with the flavour's
+        prefix)."""
         ...
+
+    @abstractmethod
+    def ident(self, name: str) -> str:
+        """A column's or a schema's name in a statement run with parameters."""
+        ...
+
+    def sql(self, table: str) -> str:
+        """A worker's table name in a statement run with parameters (see
+        :class:`TableFlavour`)."""
+        if not self.flavour.quote:
+            return table
+        schema, name = table.split(".", 1)
+        return f"{self.ident(schema)}.{self.ident(name)}"
+
+    @property
+    def names(self) -> tuple[str, str, str]:
+        """The flavour's key, version and payload columns, each in SQL."""
+        f = self.flavour
+        return self.ident(f.key), self.ident(f.version), self.ident(f.payload)
 
     @abstractmethod
     def connect(self) -> Session:
@@ -319,12 +405,24 @@ class Database(ABC):
 
     def key_change(self, table: str) -> str:
         """Move row ``%s`` (2nd parameter) to id ``%s`` (1st and 3rd), if that id is free."""
-        return (f"UPDATE {table} SET id = %s, version = {self.next_version} WHERE id = %s "
-                f"AND NOT EXISTS (SELECT 1 FROM {table} AS other WHERE other.id = %s)")
+        sql, (key, version, _) = self.sql(table), self.names
+        return (f"UPDATE {sql} SET {key} = %s, {version} = {self.next_version} WHERE {key} = %s "
+                f"AND NOT EXISTS (SELECT 1 FROM {sql} AS other WHERE other.{key} = %s)")
+
+    def update(self, table: str) -> str:
+        """A new version and payload for row ``%s``."""
+        key, version, payload = self.names
+        return (f"UPDATE {self.sql(table)} SET {version} = {self.next_version}, "
+                f"{payload} = {self.random_text} WHERE {key} = %s")
+
+    def delete(self, table: str) -> str:
+        """Delete row ``%s``."""
+        return f"DELETE FROM {self.sql(table)} WHERE {self.names[0]} = %s"
 
     @abstractmethod
-    def rows(self, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
-        """The table as it is, keyed like the output (key columns of integers and text)."""
+    def rows(self, table: str, key: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """The table as it is, keyed like the output (key columns of integers and text;
+        by default the flavour's key)."""
         ...
 
 
@@ -342,17 +440,30 @@ class PgDatabase(Database):
         self.dsn = dsn
 
     def table(self, name: str) -> str:
-        return f"public.{name}"
+        return f"public.{self.flavour.prefix}{name}"
+
+    def ident(self, name: str) -> str:
+        return pg_ident(name)
 
     def connect(self) -> Session:
         return PgSession(self.dsn)
 
     def create_test_table(self, table: str, rows: int = 0) -> None:
+        sql, (key, version, payload) = self.sql(table), self.names
+        flavour = self.flavour
+        statements = [
+            f"CREATE TABLE IF NOT EXISTS {sql} ({key} integer PRIMARY KEY, "
+            f"{version} bigint NOT NULL, {payload} text){flavour.pg_options}",
+            *(statement.format(table=sql) for statement in flavour.pg_after),
+            f"ALTER TABLE {sql} REPLICA IDENTITY FULL",
+            "CREATE SEQUENCE IF NOT EXISTS versions",
+        ]
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute(TEST_TABLE_DDL.format(table=table).encode())
+            for statement in statements:
+                conn.execute(statement.encode(), ())
             if rows:
                 conn.execute(
-                    f"INSERT INTO {table} (id, version, payload) "
+                    f"INSERT INTO {sql} ({key}, {version}, {payload}) "
                     "SELECT g * 10, nextval('versions'), md5(g::text) "
                     "FROM generate_series(1, %s) g".encode(),
                     (rows,),
@@ -362,9 +473,10 @@ class PgDatabase(Database):
         return f"generate_series({int(first)}, {int(last)}) AS g"
 
     def upsert(self, table: str) -> str:
-        return (f"INSERT INTO {table} (id, version, payload) VALUES "
-                f"(%s, nextval('versions'), {self.random_text}) ON CONFLICT (id) DO "
-                "UPDATE SET version = nextval('versions'), payload = excluded.payload")
+        key, version, payload = self.names
+        return (f"INSERT INTO {self.sql(table)} ({key}, {version}, {payload}) VALUES "
+                f"(%s, nextval('versions'), {self.random_text}) ON CONFLICT ({key}) DO "
+                f"UPDATE SET {version} = nextval('versions'), {payload} = excluded.{payload}")
 
     def insert_ignore(self, table: str, values: str) -> str:
         return f"INSERT INTO {table} VALUES {values} ON CONFLICT (id) DO NOTHING"
@@ -375,12 +487,12 @@ class PgDatabase(Database):
             assert row is not None
             return int(row[0]), 0
 
-    def rows(self, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
+    def rows(self, table: str, key: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         with (psycopg.connect(self.dsn) as conn,
               conn.cursor(row_factory=psycopg.rows.dict_row) as cur):
             schema, name = table.split(".", 1)
-            cur.execute(f'SELECT * FROM "{schema}"."{name}"'.encode())
-            return _keyed(cur.fetchall(), key)
+            cur.execute(f"SELECT * FROM {pg_ident(schema)}.{pg_ident(name)}".encode(), ())
+            return _keyed(cur.fetchall(), key or (self.flavour.key,))
 
 
 class MariaDatabase(Database):
@@ -396,28 +508,33 @@ class MariaDatabase(Database):
         self.dsn = server.url()
 
     def table(self, name: str) -> str:
-        return f"{self.name}.{name}"
+        return f"{self.name}.{self.flavour.prefix}{name}"
+
+    def ident(self, name: str) -> str:
+        return my_ident(name)
 
     def connect(self) -> Session:
         return MySession(self.server.connect_args(self.name))
 
     def create_test_table(self, table: str, rows: int = 0) -> None:
+        sql, (key, version, payload) = self.sql(table), self.names
         with self.connect() as session:
-            session.execute(f"CREATE TABLE IF NOT EXISTS {table} (id int PRIMARY KEY, "
-                            "version bigint NOT NULL, payload text)")
-            session.execute("CREATE SEQUENCE IF NOT EXISTS versions")
+            session.run(f"CREATE TABLE IF NOT EXISTS {sql} ({key} int PRIMARY KEY, "
+                        f"{version} bigint NOT NULL, {payload} text){self.flavour.my_options}")
+            session.run("CREATE SEQUENCE IF NOT EXISTS versions")
             if rows:
-                session.execute(f"INSERT INTO {table} (id, version, payload) "
-                                f"SELECT g * 10, NEXTVAL(versions), MD5(g) "
-                                f"FROM {self.series(1, rows)}")
+                session.run(f"INSERT INTO {sql} ({key}, {version}, {payload}) "
+                            f"SELECT g * 10, NEXTVAL(versions), MD5(g) "
+                            f"FROM {self.series(1, rows)}")
 
     def series(self, first: int, last: int) -> str:
         return f"(SELECT seq AS g FROM seq_{int(first)}_to_{int(last)}) AS series"
 
     def upsert(self, table: str) -> str:
-        return (f"INSERT INTO {table} (id, version, payload) VALUES "
+        key, version, payload = self.names
+        return (f"INSERT INTO {self.sql(table)} ({key}, {version}, {payload}) VALUES "
                 f"(%s, NEXTVAL(versions), {self.random_text}) ON DUPLICATE KEY "
-                "UPDATE version = NEXTVAL(versions), payload = VALUES(payload)")
+                f"UPDATE {version} = NEXTVAL(versions), {payload} = VALUES({payload})")
 
     def insert_ignore(self, table: str, values: str) -> str:
         return f"INSERT IGNORE INTO {table} VALUES {values}"
@@ -430,12 +547,13 @@ class MariaDatabase(Database):
             assert row is not None
             return file_number(str(row[0])), int(row[1])
 
-    def rows(self, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
+    def rows(self, table: str, key: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         connection = pymysql.connect(**self.server.connect_args(self.name),
                                      cursorclass=pymysql.cursors.DictCursor)
+        schema, name = table.split(".", 1)
         with connection, connection.cursor() as cur:
-            cur.execute(f"SELECT * FROM {qualified(table)}")
-            return _keyed(list(cur.fetchall()), key)
+            cur.execute(f"SELECT * FROM {my_ident(schema)}.{my_ident(name)}", ())
+            return _keyed(list(cur.fetchall()), key or (self.flavour.key,))
 
 
 def create_test_table(dsn: str, table: str, rows: int = 0) -> None:
@@ -443,23 +561,13 @@ def create_test_table(dsn: str, table: str, rows: int = 0) -> None:
     PgDatabase(dsn).create_test_table(table, rows)
 
 
-def source_rows(dsn: str, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
+def source_rows(dsn: str, table: str, key: Sequence[str] = ("id",)
+                ) -> dict[str, dict[str, Any]]:
     """The PostgreSQL table as it is, keyed like the output."""
     return PgDatabase(dsn).rows(table, key)
 
 
 # -- a workload -------------------------------------------------------------------
-
-
-TEST_TABLE_DDL = """
-CREATE TABLE IF NOT EXISTS {table} (
-    id integer PRIMARY KEY,
-    version bigint NOT NULL,
-    payload text
-);
-ALTER TABLE {table} REPLICA IDENTITY FULL;
-CREATE SEQUENCE IF NOT EXISTS versions;
-"""
 
 
 class Workload(threading.Thread):
@@ -499,18 +607,14 @@ class Workload(threading.Thread):
                 key = rnd.randrange(1, self.key_space)
                 action = rnd.random()
                 if action < 0.3:
-                    session.execute(db.upsert(table), (key,))
+                    session.run(db.upsert(table), (key,))
                 elif action < 0.7:
-                    session.execute(
-                        f"UPDATE {table} SET version = {db.next_version}, "
-                        f"payload = {db.random_text} WHERE id = %s", (key,),
-                    )
+                    session.run(db.update(table), (key,))
                 elif action < 0.85:
-                    session.execute(f"DELETE FROM {table} WHERE id = %s", (key,))
+                    session.run(db.delete(table), (key,))
                 else:
                     target = rnd.randrange(1, self.key_space)
-                    self.key_changes += session.execute(db.key_change(table),
-                                                        (target, key, target))
+                    self.key_changes += session.run(db.key_change(table), (target, key, target))
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -566,8 +670,12 @@ class Backend:
     def connect(self) -> Session:
         return self.db.connect()
 
-    def rows(self, table: str, key: Sequence[str] = ("id",)) -> dict[str, dict[str, Any]]:
+    def rows(self, table: str, key: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         return self.db.rows(table, key)
+
+    def use(self, flavour: TableFlavour) -> None:
+        """Make the test tables (:attr:`t1`, :attr:`t2`) of this flavour."""
+        self.db.flavour = flavour
 
     def log_end(self) -> tuple[int, int]:
         return self.db.log_end()
@@ -590,21 +698,22 @@ class Backend:
 
 def assert_converged(backend: Backend, *tables: str) -> None:
     """Wait until the output equals each table; then check it never went back in time."""
+    version = backend.db.flavour.version
     for table in tables:
         expected = backend.rows(table)
 
         def caught_up(table: str = table, expected: dict[str, Any] = expected) -> bool:
-            return replay(backend.landing, SOURCE, table).rows == expected
+            return replay(backend.landing, SOURCE, table, version).rows == expected
 
         wait_for(caught_up, 30, f"the output of {table} to equal the table",
                  lambda table=table: _difference(backend, table))  # type: ignore[misc]
-        result = replay(backend.landing, SOURCE, table)
+        result = replay(backend.landing, SOURCE, table, version)
         assert result.time_travel == [], result.time_travel[:10]
 
 
 def _difference(backend: Backend, table: str) -> str:
     expected = backend.rows(table)
-    got = replay(backend.landing, SOURCE, table).rows
+    got = replay(backend.landing, SOURCE, table, backend.db.flavour.version).rows
     missing = sorted(set(expected) - set(got))[:10]
     extra = sorted(set(got) - set(expected))[:10]
     wrong = [k for k in expected if k in got and got[k] != expected[k]][:10]

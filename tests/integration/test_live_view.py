@@ -350,6 +350,7 @@ def test_live_view_in_chromium_during_a_dump(start_run: Any, tmp_path: Path) -> 
     run: Run = start_run(token=TOKEN)
     with pytest.raises(urllib.error.HTTPError) as refused:
         run.request("GET", "/api/v1/status", token="wrong")
+    refused.value.close()  # its response's socket, else left to the garbage collector
     assert refused.value.code == 401
     request_id = run.dump(chunk_size=500, delay_ms=150)
     wait_for(lambda: run.progress(request_id)["chunks"] >= 4, 30, "four windows to close",

@@ -32,6 +32,7 @@ from dblog_worker.target.plan import Batch, stage_name
 from dblog_worker.target.postgres import PostgresTarget
 from dblog_worker.target.submit import submit_command
 from dblog_worker.values import libpq_options
+from spark import merge as merge_job
 from spark.merge import spark_stager
 from tests.services import MariaDBServer
 
@@ -406,9 +407,15 @@ def test_the_spark_submit_line(pg_bed: Bed, tmp_path: Path) -> None:
     assert command[command.index("--jars") + 1] == "/opt/jars/pg.jar"
     assert "spark.executor.memory=4g" in command
     assert "spark.driver.host=127.0.0.1" not in command, "loopback only for local masters"
-    assert command[-6:] == [str(Path("spark/merge.py").resolve()), "--config",
-                            str((tmp_path / "worker.toml").resolve()), "--table", TABLE, "--json"]
+    assert command[-5:] == [str(Path("spark/merge.py").resolve()), "--config",
+                            str((tmp_path / "worker.toml").resolve()), f"--table={TABLE}",
+                            "--json"]
     assert not any("password" in part for part in command)
+    # --table=T: a name that starts with "-" or holds spaces stays one argument
+    odd = submit_command(config, tmp_path / "worker.toml", tables=["-s.t %s", "public.a b"])
+    assert odd[-2:] == ["--table=-s.t %s", "--table=public.a b"]
+    assert merge_job._parser().parse_args(odd[odd.index("--config"):]).tables == [
+        "-s.t %s", "public.a b"]
 
 
 def test_names_that_need_quoting_stay_names(bed: Bed, spark: SparkSession) -> None:

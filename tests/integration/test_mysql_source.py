@@ -23,7 +23,6 @@ from tests.integration.harness import (
     Backend,
     MariaDatabase,
     WorkerProcess,
-    Workers,
     assert_converged,
     checkpoint,
     dump,
@@ -34,18 +33,8 @@ from tests.integration.harness import (
 )
 from tests.services import MariaDBServer
 
-
-@pytest.fixture
-def backend(mariadb_server: MariaDBServer, mariadb_database: str, redis_url: str,
-            tmp_path: Path) -> Backend:
-    return Backend(MariaDatabase(mariadb_server, mariadb_database), redis_url, tmp_path,
-                   mariadb_server.restart)
-
-
-@pytest.fixture
-def worker_process(backend: Backend) -> Iterator[Callable[..., WorkerProcess]]:
-    with Workers(backend.tmp / "worker.log") as workers:
-        yield workers.start
+# the integration suites' backend fixture, of this kind only
+pytestmark = pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 
 
 @pytest.fixture

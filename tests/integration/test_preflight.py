@@ -407,6 +407,59 @@ def test_mariadb_binlog_settings(
     assert preflight(config).returncode == 0
 
 
+@pytest.fixture
+def binlog_compression(mariadb_server: MariaDBServer) -> Iterator[None]:
+    """log_bin_compress of the session server, off again after the test."""
+    yield
+    my_admin(mariadb_server, "SET GLOBAL log_bin_compress = OFF")
+
+
+COMPRESSED = "log_bin_compress is ON: MariaDB logs row events compressed"
+
+
+def test_mariadb_compressed_binary_log(
+    tmp_path: Path, mariadb_server: MariaDBServer, mariadb_database: str, redis_url: str,
+    binlog_compression: None
+) -> None:
+    """log_bin_compress=ON writes events the binlog reader skips: preflight and `dblog run`
+    refuse it with the SET GLOBAL that turns it off; run as printed, the source is ready."""
+    database = MariaDatabase(mariadb_server, mariadb_database)
+    database.create_test_table(database.table("items"), 3)
+    config = my_config(tmp_path, mariadb_server, redis_url, [database.table("items")])
+    my_admin(mariadb_server, "SET GLOBAL log_bin_compress = ON")
+    assert_refused(config, ["SET GLOBAL log_bin_compress = 'OFF'; and set `log-bin-compress = "
+                            "OFF` in the server's configuration ([mysqld]) to keep it"],
+                   what=COMPRESSED)
+    run_fixes(mariadb_server, fixes(preflight(config).stdout))
+    assert preflight(config).returncode == 0
+
+
+def test_mariadb_compression_turned_on_while_the_worker_runs(
+    tmp_path: Path, mariadb_server: MariaDBServer, mariadb_database: str, redis_url: str,
+    binlog_compression: None
+) -> None:
+    """log_bin_compress turned on after the worker started: it stops (exit 1) at the first
+    compressed event, naming the setting and the way back, instead of skipping it."""
+    database = MariaDatabase(mariadb_server, mariadb_database)
+    items = database.table("items")
+    database.create_test_table(items)
+    config = my_config(tmp_path, mariadb_server, redis_url, [items])
+    worker = WorkerProcess(config, tmp_path / "worker.log").start()
+    try:
+        wait_for(lambda: " streaming " in worker.log(), 20, "the worker to stream",
+                 lambda: worker.log()[-4000:])
+        my_admin(mariadb_server, "SET GLOBAL log_bin_compress = ON")
+        database.execute(f"INSERT INTO {items} VALUES (1, 1, REPEAT('x', 2000))")
+        wait_for(lambda: not worker.alive(), 20, "the worker to stop", worker.log)
+    finally:
+        worker.kill()
+    assert worker.proc is not None and worker.proc.returncode == 1
+    log = worker.log()
+    assert "because log_bin_compress is on): its changes would be lost" in log, log[-3000:]
+    assert "dblog dump --all" in log and "Traceback" not in log, log[-3000:]
+    assert not read_events(LandingZone(tmp_path / "landing", "src"), items)
+
+
 def test_mariadb_table_without_primary_key(
     tmp_path: Path, mariadb_server: MariaDBServer, mariadb_database: str, redis_url: str
 ) -> None:

@@ -19,8 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -39,12 +38,13 @@ from dblog_worker.source import Chunk, KeysChunk, Problem, SchemaVersion, Source
 from dblog_worker.state import StateStore
 from dblog_worker.worker import Worker
 from tests.integration.harness import (
+    HOSTILE,
+    PARTITIONED,
+    PLAIN,
     SOURCE,
     Backend,
-    MariaDatabase,
-    PgDatabase,
+    TableFlavour,
     WorkerProcess,
-    Workers,
     assert_converged,
     checkpoint,
     checkpoint_position,
@@ -58,25 +58,7 @@ from tests.integration.harness import (
     wait_for,
     wait_request,
 )
-from tests.services import MariaDBServer, PostgresServer, RedisServer
-
-
-@pytest.fixture(params=["postgresql", "mariadb"])
-def backend(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Backend:
-    if request.param == "postgresql":
-        postgres: PostgresServer = request.getfixturevalue("postgres_server")
-        return Backend(PgDatabase(request.getfixturevalue("pg_dsn")), redis_url, tmp_path,
-                       postgres.restart)
-    mariadb: MariaDBServer = request.getfixturevalue("mariadb_server")
-    return Backend(MariaDatabase(mariadb, request.getfixturevalue("mariadb_database")),
-                   redis_url, tmp_path, mariadb.restart)
-
-
-@pytest.fixture
-def worker_process(backend: Backend) -> Iterator[Callable[..., WorkerProcess]]:
-    with Workers(backend.tmp / "worker.log") as workers:
-        yield workers.start
-
+from tests.services import RedisServer
 
 # -- the live log ---------------------------------------------------------------
 
@@ -257,9 +239,16 @@ def test_add_column_mid_stream(backend: Backend,
 # -- dumps under load ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["all", "tables", "keys"])
-def test_dumps_converge_under_load(backend: Backend, kind: str,
+@pytest.mark.parametrize(("kind", "flavour"), [
+    ("all", PLAIN), ("tables", PLAIN), ("keys", PLAIN),
+    # tables and columns whose names need quoting everywhere (a dot, quotes, %, a space)
+    ("tables", HOSTILE),
+    # tables partitioned by their key: key changes move rows between partitions
+    ("all", PARTITIONED),
+], ids=["all", "tables", "keys", "hostile-names-tables", "partitioned-all"])
+def test_dumps_converge_under_load(backend: Backend, kind: str, flavour: TableFlavour,
                                    worker_process: Callable[..., WorkerProcess]) -> None:
+    backend.use(flavour)
     t1, t2 = backend.t1, backend.t2
     backend.create(t1, 1500)
     backend.create(t2, 800)
@@ -305,7 +294,8 @@ def test_dumps_converge_under_load(backend: Backend, kind: str,
 
 
 class HookedSource:
-    """A source that runs a hook after the low watermark and after the chunk SELECT."""
+    """A source that runs a hook before and after the low watermark, and after the chunk
+    SELECT."""
 
     def __init__(self, inner: Source, hooks: dict[str, Callable[[str], None]]) -> None:
         self.inner = inner
@@ -313,6 +303,8 @@ class HookedSource:
         self.name = inner.name
 
     def write_watermark(self, token: str) -> None:
+        if token.endswith(".lw") and "before_low" in self.hooks:
+            self.hooks["before_low"](token)
         self.inner.write_watermark(token)
         if token.endswith(".lw") and "after_low" in self.hooks:
             self.hooks["after_low"](token)

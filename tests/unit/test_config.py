@@ -63,6 +63,8 @@ path = "/data/landing"
 PASSWORD = "s3cret-Pa55"
 REDIS_URL = "redis://:r3dis-pw@cache.internal:6380/2"
 ENV = {"SHOP_DB_PASSWORD": PASSWORD, "DBLOG_REDIS_URL": REDIS_URL}
+SPLIT = (" (split at the first dot: a table name may contain dots, a schema or database name"
+         " may not)")
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -182,6 +184,24 @@ def test_tables_deduplicated_in_order() -> None:
     assert config.source.tables == ("s.b", "s.a", "s.c")
 
 
+HOSTILE_TABLES = ['public.disc%', 'public.a%sb', 'public.%%', 'public.x"y', 'public.a`b',
+                  'public.with space', 'public.dot.ted', 'public.naïve ünïcode ☃',
+                  'public.select', 'sch "%s".order', 'public."', "public." + "x" * 63,
+                  "public.émoji 😀 ", "x" * 63 + ".t"]
+
+
+def test_tables_with_any_name_are_accepted() -> None:
+    """Names are quoted wherever they go: any character but NUL, up to the database's limit
+    (PostgreSQL 63 bytes; MySQL 64 characters, no trailing space, no emoji)."""
+    config = parse(data({"source": {"tables": HOSTILE_TABLES}}), {})
+    assert config.source.tables == tuple(HOSTILE_TABLES)
+    mysql = [t.replace("public.", "shop.", 1) for t in HOSTILE_TABLES[:-2]]
+    mysql += ["s." + "x" * 64, "s." + "ü" * 40]
+    config = parse(data({"source": {"kind": "mariadb", "dsn": "mysql://u@h:3306",
+                                    "tables": mysql}}), {})
+    assert config.source.tables == tuple(mysql)
+
+
 @pytest.mark.parametrize("name", ["s", "shop_2", "a" * 40, "x1_"])
 def test_good_source_names(name: str) -> None:
     config = parse(data({"source": {"name": name}}), {})
@@ -240,14 +260,40 @@ def test_good_source_names(name: str) -> None:
                      'source.tables must be a non-empty list like ["public.orders"]',
                      id="tables-number"),
         pytest.param({"source": {"tables": ["public.a", "orders"]}}, {},
-                     "source.tables: 'orders' must be qualified: schema.table",
+                     "source.tables: 'orders' must be qualified: schema.table"
+                     + SPLIT,
                      id="unqualified"),
         pytest.param({"source": {"tables": ["public."]}}, {},
-                     "source.tables: 'public.' must be qualified: schema.table",
+                     "source.tables: 'public.' must be qualified: schema.table"
+                     + SPLIT,
                      id="empty-table-name"),
         pytest.param({"source": {"tables": [".orders"]}}, {},
-                     "source.tables: '.orders' must be qualified: schema.table",
+                     "source.tables: '.orders' must be qualified: schema.table"
+                     + SPLIT,
                      id="empty-schema-name"),
+        pytest.param({"source": {"tables": ["public." + "é" * 32]}}, {},
+                     f"source.tables: 'public.{'é' * 32}': '{'é' * 32}': PostgreSQL names are at"
+                     " most 63 bytes (it truncates longer ones); this one has 64",
+                     id="pg-name-64-bytes"),
+        pytest.param({"source": {"tables": ["public.a\x00b"]}}, {},
+                     "source.tables: 'public.a\\x00b': 'a\\x00b': a name cannot contain NUL",
+                     id="nul"),
+        pytest.param({"source": {"kind": "mariadb", "dsn": "mysql://u@h:3306",
+                                 "tables": ["shop.t\n"]}}, {},
+                     "source.tables: 'shop.t\\n': 't\\n': MySQL/MariaDB names cannot end with a"
+                     " space (or other white space)", id="mysql-trailing-space"),
+        pytest.param({"source": {"kind": "mariadb", "dsn": "mysql://u@h:3306",
+                                 "tables": ["shop." + "x" * 65]}}, {},
+                     f"source.tables: 'shop.{'x' * 65}': '{'x' * 65}': MySQL/MariaDB names are"
+                     " at most 64 characters; this one has 65", id="mysql-65-characters"),
+        pytest.param({"source": {"kind": "mariadb", "dsn": "mysql://u@h:3306",
+                                 "tables": ["shop.a😀"]}}, {},
+                     "source.tables: 'shop.a😀': 'a😀': MySQL/MariaDB names hold only characters"
+                     " of the Basic Multilingual Plane (no emoji)", id="mysql-emoji"),
+        pytest.param({"source": {"tables": ["漢字" * 8 + "." + "漢字" * 8]}}, {},
+                     f"source.tables: '{'漢字' * 8}.{'漢字' * 8}': the directory name of table"
+                     f" '{'漢字' * 8}'.'{'漢字' * 8}' would be 289 bytes, over the filesystem"
+                     " limit of 255; rename the table or schema", id="landing-directory"),
         pytest.param({"source": {"dsn_env": "NOPE"}}, {},
                      "source.dsn_env names NOPE, which is not set", id="dsn_env-unset"),
         pytest.param({"source": {"password_env": "NOPE"}}, {},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dblog_worker.dump import ActiveDump, ChunkPlan, WindowRead
+from dblog_worker.dump import RETRY_S, ActiveDump, ChunkPlan, WindowRead
 from dblog_worker.events import ChangeEvent, Op, Origin, Watermark
 from dblog_worker.position import Position
 from dblog_worker.requests import DumpKind, DumpRequest, KeyTexts, RequestState, TableProgress
@@ -329,3 +329,67 @@ def test_a_failed_dump_ends_once_its_windows_close() -> None:
     assert not dump.ending
     dump.window_closed(closed(A, (), 0), 5.0)
     assert not dump.finished and dump.ending
+
+
+def _retried(table: str, selected: int) -> WindowClosed:
+    """A window the reconciler says is to be read again."""
+    return WindowClosed(
+        table=table, dump_id=DUMP, high=Watermark("run.1.hw", Position(10, 0), 5),
+        survivors=(), selected=selected, schema_version=1, retry=True,
+    )
+
+
+def test_a_stale_chunk_is_read_again_from_the_progress() -> None:
+    """The source found the chunk stale (its columns changed): nothing is read after it
+    until its window closes; then the next plan starts from the last completed key, a
+    moment later."""
+    dump = ActiveDump(request(tables=(A,), delay_ms=0), {})
+    dump.set_upper_bound(dump.progress[A], ("10",))
+    read_and_close(dump, selected=2, last_key=("2",), kept=(1, 2), now=1.0)
+    first = dump.plan()
+    assert first is not None and first.after == ("2",)
+    dump.window_opened(WindowRead(first, selected=0, last_key=None, stale=True))
+    assert dump.plan() is None
+    dump.window_closed(closed(A, (), 0), 2.0)
+    assert dump.reread == 1 and not dump.ending
+    assert dump.next_window_at == pytest.approx(2.0 + RETRY_S)
+    assert dump.progress[A].last_key == ["2"] and dump.progress[A].chunks == 1
+    again = dump.plan()
+    assert again is not None and again.after == ("2",)
+
+
+def test_a_window_read_again_does_not_let_a_read_ahead_move_the_progress() -> None:
+    """The reconciler discards a window (unseen changes too many to keep): progress stays;
+    the window read ahead of it emits its rows but does not move the progress; reading
+    goes on from the last completed key."""
+    dump = ActiveDump(request(tables=(A,), delay_ms=0), {})
+    dump.set_upper_bound(dump.progress[A], ("10",))
+    read_and_close(dump, selected=2, last_key=("2",), kept=(1, 2), now=1.0)
+    first = dump.plan()
+    assert first is not None
+    dump.window_opened(WindowRead(first, selected=2, last_key=("4",)))
+    ahead = dump.plan()
+    assert ahead is not None and ahead.after == ("4",)
+    dump.window_opened(WindowRead(ahead, selected=2, last_key=("6",)))
+    dump.window_closed(_retried(A, 2), 2.0)
+    assert dump.reread == 1
+    assert dump.progress[A].last_key == ["2"] and dump.progress[A].chunks == 1
+    dump.window_closed(closed(A, rows(A, 5, 6), 2), 3.0)
+    assert dump.progress[A].last_key == ["2"] and dump.progress[A].chunks == 1
+    assert dump.progress[A].rows == 4
+    again = dump.plan()
+    assert again is not None and again.after == ("2",)
+    read_and_close(dump, selected=2, last_key=("4",), kept=(3, 4), now=4.0)
+    assert dump.progress[A].last_key == ["4"] and dump.progress[A].chunks == 2
+
+
+def test_a_keys_batch_read_again_is_read_from_its_first_key() -> None:
+    dump = ActiveDump(request(DumpKind.KEYS, (A,), key_count=6), {})
+    plan = dump.plan()
+    assert plan is not None and plan.key_index == 0
+    dump.window_opened(WindowRead(plan, selected=2, last_key=None, keys_read=2))
+    assert (p := dump.plan()) is not None and p.key_index == 2
+    dump.window_closed(_retried(A, 2), 1.0)
+    again = dump.plan()
+    assert again is not None and again.key_index == 0
+    assert dump.progress[A].next_key_index == 0 and not dump.progress[A].done

@@ -78,7 +78,7 @@ def test_request_json_matches_its_schema() -> None:
 def test_a_fresh_status_matches_its_schema() -> None:
     """What /api/v1/status sends: the telemetry's snapshot, the address, Redis's part."""
     status = {**Telemetry("shop", kind="postgresql").snapshot(), "http": "http://127.0.0.1:1",
-              "redis": {"checkpoint": None, "worker": {"pid": "1"},
+              "redis": {"checkpoint": None, "checkpoint_error": None, "worker": {"pid": "1"},
                         "members": [{"holder": "h:1:ab", "role": "leader"}], "error": None}}
     _validator("Status").validate(status)
     _validator("Feed").validate(Telemetry("shop", kind="postgresql").feed(0))

@@ -109,6 +109,44 @@ def test_setting_problems_name_the_fix() -> None:
                                      "binlog_row_metadata": "FULL"}) == []
 
 
+READY = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
+         "binlog_row_metadata": "FULL"}
+
+
+@pytest.mark.parametrize(("name", "value", "what", "fix"), [
+    ("binlog_transaction_compression", "ON", "compressed payload event",
+     "SET GLOBAL binlog_transaction_compression = 'OFF'; and set "
+     "`binlog-transaction-compression = OFF` in the server's configuration ([mysqld]) to keep "
+     "it (sessions opened before keep their own value until they reconnect)"),
+    ("log_bin_compress", "ON", "row events compressed",
+     "SET GLOBAL log_bin_compress = 'OFF'; and set `log-bin-compress = OFF` in the server's "
+     "configuration ([mysqld]) to keep it"),
+    ("binlog_row_value_options", "PARTIAL_JSON", "the row after the change is not whole",
+     "SET GLOBAL binlog_row_value_options = ''; and set `binlog-row-value-options = ''` in "
+     "the server's configuration ([mysqld]) to keep it (sessions opened before keep their own "
+     "value until they reconnect)"),
+    ("binlog_order_commits", "OFF", "another order than it logs them",
+     "SET GLOBAL binlog_order_commits = 'ON'; and set `binlog-order-commits = ON` in the "
+     "server's configuration ([mysqld]) to keep it"),
+])
+def test_settings_that_lose_changes_are_refused(name: str, value: str, what: str,
+                                                fix: str) -> None:
+    [problem] = catalog.setting_problems({**READY, name: value.lower()})
+    assert problem.what.startswith(f"{name} is {value.lower()}: ") and what in problem.what
+    assert problem.fix == fix
+    assert name in catalog.SETTINGS
+
+
+@pytest.mark.parametrize("settings", [
+    {},  # MariaDB: none of the MySQL variables; MySQL: no log_bin_compress
+    {"binlog_transaction_compression": "OFF", "binlog_row_value_options": "",
+     "binlog_order_commits": "ON"},
+    {"log_bin_compress": "OFF"},
+])
+def test_safe_defaults_and_missing_variables_pass(settings: dict[str, str]) -> None:
+    assert catalog.setting_problems({**READY, **settings}) == []
+
+
 @pytest.mark.parametrize(("query", "schema", "table"), [
     ("TRUNCATE TABLE shop.orders", "", "shop.orders"),
     ("truncate shop.orders;", "", "shop.orders"),

@@ -8,9 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from dblog_worker.errors import OutputUnavailable
 from dblog_worker.events import ChangeEvent, Encoded, Op, Origin, PendingRows
 from dblog_worker.landing import LandingZone, read_events
-from dblog_worker.output import OutputBuffer
+from dblog_worker.output import OutputBuffer, landing_errors
 from dblog_worker.position import Position
 
 A, B, C = "public.a", "public.b", "public.c"
@@ -197,16 +198,41 @@ def test_pending_rows_keep_their_survivors_in_chunk_order(tmp_path: Path) -> Non
     ]
 
 
-def test_a_chunk_that_failed_to_encode_fails_the_write(tmp_path: Path) -> None:
-    """The encoder's error reaches the worker when it waits for the write: nothing of the
-    batch is written, and the session ends with it."""
+def test_a_chunk_that_failed_to_encode_fails_its_dump_not_the_write(tmp_path: Path) -> None:
+    """The encoder's error is the dump's: the log events of the batch are written, the
+    rows left out, and ``failed`` names the dump with the error (the dump fails, the log
+    goes on)."""
     zone = LandingZone(tmp_path, SOURCE)
     buffer = OutputBuffer(zone, {})
     chunk: Future[Encoded] = Future()
     chunk.set_exception(ValueError("malformed bool 'x'"))
     buffer.add(event(A, 10))
     buffer.add_rows(PendingRows(A, chunk, [0], 1, Position(20, 0), 0, 1, "dump-1"))
+    buffer.add(event(A, 30))
     buffer.submit()
-    with pytest.raises(ValueError, match="malformed bool"):
+    buffer.wait()
+    assert list(buffer.failed) == ["dump-1"]
+    assert "malformed bool 'x'" in buffer.failed["dump-1"]
+    events = read_events(zone, A)
+    assert [e["origin"] for e in events] == ["log", "log"]
+    buffer.submit()
+    buffer.wait()
+    assert buffer.failed == {}
+
+
+def test_a_landing_directory_that_came_back_ends_the_session_not_the_worker(
+    tmp_path: Path,
+) -> None:
+    """The table's directory was away when the session recovered the landing zone (so
+    nothing of it is a replay) and is back with output past the events to write: the
+    write fails as the storage's failure does, so the session starts again and looks
+    again, instead of the worker stopping on an error."""
+    zone = LandingZone(tmp_path, SOURCE)
+    zone.commit_segment(A, [event(A, 10)])
+    buffer = OutputBuffer(LandingZone(tmp_path, SOURCE), {})  # recovered without A
+    buffer.add(event(A, 10))
+    buffer.add(event(A, 20))
+    buffer.submit()
+    with pytest.raises(OutputUnavailable, match="not after the last committed position"), \
+            landing_errors():
         buffer.wait()
-    assert zone.segments(A) == []

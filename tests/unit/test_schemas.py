@@ -97,3 +97,48 @@ def test_gap_in_existing_versions(tmp_path: Path) -> None:
     registry = SchemaRegistry(zone)
     assert registry.version(A, V2) == 5
     assert registry.version(A, V3) == 6
+
+
+V4 = schema(("id", "int8", 20), ("note", "text", 25))
+
+
+def test_two_workers_leading_in_turn_share_the_numbers(tmp_path: Path) -> None:
+    """Two workers of one source, each with its registry for its whole life, lead in turn
+    (each fences the landing zone with a higher token): a version the other wrote
+    meanwhile is found, not numbered again, and a new schema takes the next free number."""
+    first_zone, second_zone = LandingZone(tmp_path, SOURCE), LandingZone(tmp_path, SOURCE)
+    first, second = SchemaRegistry(first_zone), SchemaRegistry(second_zone)
+    first_zone.fence(1)
+    assert first.version(A, V1) == 1
+    second_zone.fence(2)  # the second leads: it writes version 2
+    assert second.version(A, V1) == 1
+    assert second.version(A, V2) == 2
+    first_zone.fence(3)  # the first leads again, its registry knows only version 1
+    assert first.version(A, V3) == 3
+    assert first.version(A, V2) == 2
+    second_zone.fence(4)
+    assert second.version(A, V3) == 3
+    assert second.version(A, V4) == 4
+    first_zone.fence(5)
+    assert [first.version(A, s) for s in (V4, V1, V2, V3)] == [4, 1, 2, 3]
+    assert first_zone.schemas(A) == {1: V1, 2: V2, 3: V3, 4: V4}
+
+
+def test_a_number_taken_meanwhile_is_not_taken_twice(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer publishes the number this registry picked between its look and its
+    write: it takes the next one."""
+    zone = LandingZone(tmp_path, SOURCE)
+    registry = SchemaRegistry(zone)
+    assert registry.version(A, V1) == 1
+    write = zone.write_schema
+
+    def other_writer_first(table: str, version: int, document: object) -> None:
+        if version == 2 and not (zone.table_dir(table) / "schema-000002.json").exists():
+            write(table, 2, V4)  # the other writer's schema, at the same instant
+        write(table, version, document)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(zone, "write_schema", other_writer_first)
+    assert registry.version(A, V2) == 3
+    assert registry.version(A, V4) == 2
+    assert zone.schemas(A) == {1: V1, 2: V4, 3: V2}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dblog_worker import config as config_module
-from dblog_worker.config import MYSQL, POSTGRESQL
+from dblog_worker.config import MYSQL, POSTGRESQL, TargetConfig
 from dblog_worker.errors import ConfigError, SegmentCorrupt, TargetError
 from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.landing import LandingZone
@@ -22,8 +23,14 @@ from dblog_worker.target.columns import (
     target_type,
     union_columns,
 )
-from dblog_worker.target.mysql import typed, widened
-from dblog_worker.target.plan import MergeLogEntry, next_batch, pending_segments, stage_name
+from dblog_worker.target.mysql import MySQLTarget, typed, widened
+from dblog_worker.target.plan import (
+    Batch,
+    MergeLogEntry,
+    next_batch,
+    pending_segments,
+    stage_name,
+)
 
 PG_SCHEMA = {
     "columns": [
@@ -297,3 +304,92 @@ def test_the_example_configuration_has_a_target() -> None:
     config = config_module.load(example, {"SHOP_DB_PASSWORD": "a", "REPLICA_DB_PASSWORD": "b"})
     assert config.require_target().table("public.orders") == "public.orders"
     assert config.merge.batch_max_events == 5_000_000
+
+
+# -- names that need quoting ----------------------------------------------------------------
+
+PCT_PG = Batch("src", "public.t", "public.t%s", (), 0, 0, "", "",
+               (SourceColumn("i d%", POSTGRESQL, "int4", Encoding.TEXT),
+                SourceColumn('a%sb"', POSTGRESQL, "bytea", Encoding.BASE64)), ("i d%",))
+PCT_MY = Batch("src", "db.t", "db.t%s", (), 0, 0, "", "",
+               (SourceColumn("i d%", MYSQL, "integer", Encoding.TEXT),
+                SourceColumn('a%sb`"', MYSQL, "text", Encoding.TEXT)), ("i d%",))
+
+
+def test_postgresql_merge_sql_doubles_percent_in_names_and_types() -> None:
+    """The apply statements run with named parameters: a name or type with ``%`` has it
+    doubled (psycopg reads ``%%`` back as ``%``), quotes are doubled as always."""
+    types = {"i d%": "integer", 'a%sb"': '"by%te"'}
+    assert PCT_PG.stage == "stage_5dac100f2bfa095f"
+    assert postgres.upsert_sql(PCT_PG, types, "dblog") == (
+        'INSERT INTO "public"."t%%s" AS t ("i d%%", "a%%sb""", "_dblog_position")'
+        ' SELECT CAST(x."i d%%" AS integer), CAST(decode(x."a%%sb""", \'base64\') AS "by%%te"),'
+        ' s.position FROM "dblog"."stage_5dac100f2bfa095f" s CROSS JOIN LATERAL'
+        ' json_to_record(s.after_json::json) AS x("i d%%" text, "a%%sb""" text)'
+        " WHERE s.op <> 'd' AND s.position > %(cut)s AND NOT EXISTS (SELECT 1 FROM"
+        ' "dblog".tombstones tb WHERE tb.target_table = %(target)s'
+        " AND tb.key_hash = decode(md5(s.key_json), 'hex') AND tb.position >= s.position)"
+        ' ON CONFLICT ("i d%%") DO UPDATE SET "i d%%" = EXCLUDED."i d%%",'
+        ' "a%%sb""" = EXCLUDED."a%%sb""", "_dblog_position" = EXCLUDED."_dblog_position"'
+        ' WHERE t."_dblog_position" IS NULL OR t."_dblog_position" < EXCLUDED."_dblog_position"')
+    assert postgres.delete_sql(PCT_PG, types, "dblog") == (
+        'DELETE FROM "public"."t%%s" t USING "dblog"."stage_5dac100f2bfa095f" s'
+        " WHERE s.op = 'd' AND s.position > %(cut)s"
+        ' AND t."i d%%" = CAST((s.key_json::json ->> 0) AS integer)'
+        ' AND (t."_dblog_position" IS NULL OR t."_dblog_position" < s.position)')
+    assert postgres.qualified('sch "%s".a.b%') == '"sch ""%%s"""."a.b%%"'
+
+
+def test_mysql_merge_sql_doubles_percent_in_names_and_json_paths() -> None:
+    """PyMySQL formats every statement with ``%``: names, and the JSON paths spelled from
+    them, have it doubled; backticks are doubled in names, quotes escaped in paths."""
+    target = MySQLTarget(TargetConfig(MYSQL, "mysql://u@h:3306"))
+    types = {"i d%": "bigint", 'a%sb`"': "longtext"}
+    stage = "`dblog`.`stage_21bbeeadc9c68947`"
+    assert target.stage_table(PCT_MY.stage) == stage  # Spark's dbtable: SQL text
+    newer = ("`db`.`t%%s`.`_dblog_position` IS NULL OR `db`.`t%%s`.`_dblog_position`"
+             " < VALUES(`_dblog_position`)")
+    assert target.upsert_sql(PCT_MY, types) == (
+        'INSERT INTO `db`.`t%%s` (`i d%%`, `a%%sb``"`, `_dblog_position`)'
+        f" SELECT x.j0, x.j1, s.position FROM {stage} s CROSS JOIN JSON_TABLE(s.after_json,"
+        " '$' COLUMNS (j0 LONGTEXT CHARACTER SET utf8mb4 PATH '$.\"i d%%\"',"
+        " j1 LONGTEXT CHARACTER SET utf8mb4 PATH '$.\"a%%sb`\\\\\"\"')) AS x"
+        " WHERE s.op <> 'd' AND s.position > %s AND NOT EXISTS (SELECT 1 FROM"
+        " `dblog`.tombstones tb WHERE tb.target_table = %s"
+        " AND tb.key_hash = UNHEX(MD5(s.key_json)) AND tb.position >= s.position)"
+        f" ON DUPLICATE KEY UPDATE `db`.`t%%s`.`i d%%` = IF({newer}, VALUES(`i d%%`),"
+        f" `db`.`t%%s`.`i d%%`), `db`.`t%%s`.`a%%sb``\"` = IF({newer},"
+        ' VALUES(`a%%sb``"`), `db`.`t%%s`.`a%%sb``"`),'
+        f" `db`.`t%%s`.`_dblog_position` = IF({newer}, VALUES(`_dblog_position`),"
+        " `db`.`t%%s`.`_dblog_position`)")
+    assert target.delete_sql(PCT_MY, types) == (
+        f"DELETE t FROM `db`.`t%%s` t JOIN {stage} s ON t.`i d%%` ="
+        " CAST(JSON_VALUE(s.key_json, '$[0]') AS SIGNED) WHERE s.op = 'd' AND s.position > %s"
+        " AND (t.`_dblog_position` IS NULL OR t.`_dblog_position` < s.position)")
+
+
+@pytest.mark.parametrize(("kind", "batch", "message"), [
+    (POSTGRESQL, dataclasses.replace(PCT_PG, columns=(
+        SourceColumn("i d%", MYSQL, "integer", Encoding.TEXT),
+        SourceColumn("ü" * 32, MYSQL, "text", Encoding.TEXT))),
+     "public.t: column 'üüüüüüüüüüüüüüüüüüüüüüüüüüüüüüüü' cannot be a column of a PostgreSQL"
+     " target table: PostgreSQL names are at most 63 bytes (it truncates longer ones); this"
+     " one has 64; leave the table out of the merge (--table)"),
+    (MYSQL, dataclasses.replace(PCT_MY, target_table="db.t "),
+     "target table 'db.t ' cannot be a MySQL/MariaDB table: MySQL/MariaDB names cannot end"
+     " with a space (or other white space); map it to another name (target.tables)"),
+    (MYSQL, dataclasses.replace(PCT_MY, columns=(
+        *PCT_MY.columns, SourceColumn("😀", POSTGRESQL, "text", Encoding.TEXT))),
+     "db.t: column '😀' cannot be a column of a MySQL/MariaDB target table: MySQL/MariaDB"
+     " names hold only characters of the Basic Multilingual Plane (no emoji); leave the"
+     " table out of the merge (--table)"),
+], ids=["pg-64-bytes", "mysql-trailing-space", "mysql-emoji"])
+def test_names_a_target_cannot_take_are_refused_before_anything(kind: str, batch: Batch,
+                                                                 message: str) -> None:
+    """A name PostgreSQL would truncate (silently: the merge would write NULLs) or MySQL
+    refuses stops the table with the reason; nothing is asked of the database."""
+    target = (MySQLTarget if kind == MYSQL else postgres.PostgresTarget)(
+        TargetConfig(kind, "mysql://u@h:3306" if kind == MYSQL else "host=h"))
+    with pytest.raises(TargetError) as refused:
+        target.prepare_table(batch)  # not connected: it must not get that far
+    assert str(refused.value) == message

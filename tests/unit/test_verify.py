@@ -90,6 +90,23 @@ def test_hostile_identifiers_are_quoted_on_both_dialects() -> None:
     assert plan.source.order == ("t.`a``b`",)
 
 
+def test_percent_in_names_and_types_is_doubled_for_the_drivers() -> None:
+    """Every verify query runs with parameters: ``%`` in a name or a type name is doubled,
+    so that neither driver takes it for a placeholder (``k%s`` would take a key value)."""
+    pg_table = table(POSTGRESQL, "sch%s.t%", [pg("k%", "mood", '"mo%od"', category="E")],
+                     ["k%"])
+    side = vs.plan(pg_table, pg_table).source
+    assert (side.table, side.binds) == ('"sch%%s"."t%%"', ('CAST(%s AS "mo%%od")',))
+    assert vs.boundary_sql(side, lower=True) == (
+        'SELECT t."k%%"::text FROM "sch%%s"."t%%" AS t WHERE t."k%%" > CAST(%s AS "mo%%od")'
+        " ORDER BY t.\"k%%\" LIMIT 1 OFFSET %s")
+    my_table = table(MYSQL, "db%.t%s", [my("k%s", "int", "int(11)")], ["k%s"])
+    side = vs.plan(my_table, my_table).source
+    assert vs.boundary_sql(side, lower=True) == (
+        "SELECT CAST(t.`k%%s` + 0 AS CHAR) FROM `db%%`.`t%%s` AS t WHERE t.`k%%s` > %s"
+        " ORDER BY t.`k%%s` LIMIT 1 OFFSET %s")
+
+
 def test_postgresql_range_queries_compare_row_values() -> None:
     side = vs.plan(PG_ORDERS, PG_ORDERS).source
     assert side.binds == ("CAST(%s AS text)", "CAST(%s AS integer)")

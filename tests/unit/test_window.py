@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from dblog_worker.errors import ProtocolError
-from dblog_worker.events import ChangeEvent, Op, Origin, Watermark
+from dblog_worker.events import EVERY_TABLE, ChangeEvent, Op, Origin, Unseen, Watermark
 from dblog_worker.position import Position
 from dblog_worker.window import Reconciler, WindowState, dump_events
 
@@ -31,7 +31,16 @@ class Mark:
     kind: str  # "lw" | "hw" | a literal token
 
 
-Step = Log | Mark
+@dataclass(frozen=True)
+class Late:
+    """Changes logged before LW that the chunk SELECT did not see (emitted earlier)."""
+
+    keys: tuple[str, ...] = ()
+    overflow: frozenset[str] = frozenset()
+    table: str = TABLE
+
+
+Step = Log | Mark | Late
 
 
 def key(name: str) -> str:
@@ -68,6 +77,13 @@ def run_script(
             )
             output.append(event)
             reconciler.on_change(event)
+        elif isinstance(step, Late):
+            late = tuple(
+                ChangeEvent(step.table, Op.UPDATE, Position(0, 0, 0), key(name), "{}", None,
+                            Origin.LOG, 0, 1)
+                for name in step.keys
+            )
+            reconciler.on_unseen(Unseen(late, step.overflow))
         else:
             token = {"lw": tokens.low, "hw": tokens.high}.get(step.kind, step.kind)
             closed = reconciler.on_watermark(Watermark(token, position, index))
@@ -174,6 +190,42 @@ CASES: list[tuple[str, list[str], list[Step], list[str]]] = [
         ["r:a"],
     ),
     (
+        "a change before LW the SELECT did not see drops its row",
+        ["a", "b", "c"],
+        [Log("u", "b"), LW, Late(("b",)), HW],
+        ["u:b", "r:a", "r:c"],
+    ),
+    (
+        "unseen changes of another table drop nothing",
+        ["a", "b"],
+        [LW, Late(("b",), table=OTHER), HW],
+        ["r:a", "r:b"],
+    ),
+    (
+        "unseen changes too many to keep: the window is read again",
+        ["a", "b"],
+        [Log("u", "x"), LW, Late((), frozenset({TABLE})), Log("u", "a"), HW],
+        ["u:x", "u:a"],
+    ),
+    (
+        "unseen changes of unknown tables: the window is read again",
+        ["a"],
+        [LW, Late((), frozenset({EVERY_TABLE})), HW],
+        [],
+    ),
+    (
+        "too many unseen changes of another table: the window stands",
+        ["a"],
+        [LW, Late((), frozenset({OTHER})), HW],
+        ["r:a"],
+    ),
+    (
+        "unseen changes outside a window are ignored",
+        ["a", "b"],
+        [Late(("a",), frozenset({TABLE})), LW, HW, Late(("b",))],
+        ["r:a", "r:b"],
+    ),
+    (
         "every row collides",
         ["a", "b"],
         [LW, Log("u", "b"), Log("u", "a"), HW],
@@ -277,3 +329,14 @@ def test_states_and_tokens_follow_the_window() -> None:
 def test_run_id_must_be_a_plain_name(run_id: str) -> None:
     with pytest.raises(ValueError):
         Reconciler(run_id)
+
+
+def test_a_window_read_again_says_so() -> None:
+    reconciler = Reconciler(RUN)
+    tokens = reconciler.next_tokens()
+    reconciler.open(TABLE, tokens, [key("a"), key("b")], dump_id="d", schema_version=1)
+    reconciler.on_watermark(Watermark(tokens.low, Position(1, 0), 0))
+    reconciler.on_unseen(Unseen((), frozenset({TABLE})))
+    closed = reconciler.on_watermark(Watermark(tokens.high, Position(2, 0), 0))
+    assert closed is not None
+    assert closed.retry and list(closed.survivors) == [] and closed.selected == 2

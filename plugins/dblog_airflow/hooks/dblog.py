@@ -50,6 +50,7 @@ from dblog_worker.requests import (
     DumpKind,
     DumpRequest,
     KeyTexts,
+    MalformedRequest,
     RequestState,
     TableProgress,
     describe_keys,
@@ -144,20 +145,21 @@ def redis_url(*, host: str, port: int, login: str | None, password: str | None,
 
 
 def as_tables(value: object) -> list[str]:
-    """Table names from a list, a JSON or Python list literal, or one name; duplicates dropped."""
+    """Table names from a list, a JSON or Python list literal, or one name; duplicates dropped.
+    Names are kept exactly as given: a PostgreSQL name may begin or end with a space."""
     if value is None or value == "":
         return []
     if isinstance(value, str):
         text = value.strip()
         if not text.startswith("["):
-            return [text]
+            return [value]
         value = _literal(text, "tables")
     if not isinstance(value, Sequence) or isinstance(value, str) or not all(
         isinstance(t, str) and t for t in value
     ):
         raise RequestRejected(f"tables must be a list of names like [\"public.orders\"], "
                               f"got {value!r}")
-    return list(dict.fromkeys(t.strip() for t in value))
+    return list(dict.fromkeys(value))
 
 
 def as_keys(value: object) -> list[object] | None:
@@ -204,6 +206,9 @@ class DblogHook(BaseHook):
     Like the ``dblog`` CLI's dump commands; the worker itself runs elsewhere and picks the
     requests up. Methods raise dblog's errors: :class:`~dblog_worker.errors.RequestRejected`
     when a request or command is refused (nothing was queued or changed),
+    :class:`~dblog_worker.errors.CorruptRequest` when a request's record in Redis is
+    malformed (the message names the key, the field and what is wrong; the worker fails
+    such a request; :meth:`get_record` returns it as a ``MalformedRequest`` instead),
     :class:`~dblog_worker.errors.ConfigError` for a connection or configuration that needs a
     change, :class:`~dblog_worker.errors.StateUnavailable` when Redis is unreachable (try
     again). Call :meth:`close` when done (operators do).
@@ -307,9 +312,12 @@ class DblogHook(BaseHook):
         where = f"Redis at {settings.safe_redis_url} answers; source {settings.source}: "
         if not status:
             return True, where + "no worker has reported yet (is `dblog run` running?)"
-        age = time.time() - float(status.get("updated_at", "0"))
+        try:
+            when = f"{time.time() - float(status.get('updated_at', '')):.0f} s ago"
+        except ValueError:  # not a time: say so rather than fail
+            when = "at an unknown time"
         return True, where + (f"worker pid {status.get('pid')} on {status.get('host')} reported "
-                              f"{age:.0f} s ago")
+                              f"{when}")
 
     # -- dumps --------------------------------------------------------------------------
 
@@ -419,7 +427,18 @@ class DblogHook(BaseHook):
             source.close()
 
     def get_request(self, request_id: str) -> DumpRequest:
+        """The request; :class:`~dblog_worker.errors.CorruptRequest` if its record is
+        malformed."""
         return self.state().get_request(request_id)
+
+    def get_record(self, request_id: str) -> DumpRequest | MalformedRequest:
+        """The request, or, if its record in Redis is malformed, what is wrong with it."""
+        return self.state().get_record(request_id)
+
+    def list_requests(self, active_only: bool = False) -> list[DumpRequest | MalformedRequest]:
+        """Every request, oldest first; one whose record is malformed as a
+        ``MalformedRequest`` (its ``error`` names the key and what is wrong)."""
+        return self.state().list_records(active_only=active_only)
 
     def progress(self, request_id: str) -> dict[str, TableProgress]:
         """Per table: done, chunks, rows selected and emitted, keys missing."""

@@ -8,8 +8,10 @@ chunks walk up to the table's upper bound) and fires exactly one event::
     {"status": "completed" | "failed" | "cancelled" | "error",
      "request_id": "dump-3", "message": "...", "rows": 120000}
 
-``failed`` carries the worker's error in ``message``; ``error`` means the trigger could not
-follow the request (no such request, a connection that needs a change). While Redis is
+``failed`` carries the worker's error in ``message`` (also when the request's record in
+Redis is malformed: the worker fails such a request; the message names the key and what is
+wrong); ``error`` means the trigger could not follow the request (no such request, a
+connection that needs a change). While Redis is
 unreachable it logs a warning and keeps polling: the sensor's timeout bounds the wait.
 """
 
@@ -24,7 +26,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook
-from dblog_worker.errors import DblogError, StateUnavailable
+from dblog_worker.errors import CorruptRequest, DblogError, StateUnavailable
 from dblog_worker.requests import DumpKind, DumpRequest, RequestState, TableProgress
 from dblog_worker.state import StateStore
 
@@ -178,6 +180,10 @@ class DblogDumpTrigger(BaseTrigger):
                         logged = ("unreachable",)
                     await asyncio.sleep(self.poll_interval)
                     continue
+                except CorruptRequest as exc:  # the worker fails it: it cannot run
+                    self.log.error("%s", exc)
+                    yield self._event("failed", str(exc))
+                    return
                 except DblogError as exc:  # the request does not exist
                     yield self._event("error", str(exc))
                     return
