@@ -150,12 +150,13 @@ class Unseen:
     seen (their transactions were not visible yet): they count as inside the window.
 
     It follows its low watermark in the log items. The changes were emitted already;
-    they only remove chunk rows. ``overflow`` names tables with such changes that were
-    too many to keep (or :data:`EVERY_TABLE`: of unknown tables): a window of one of
-    them is discarded and its chunk read again.
+    they only remove chunk rows: ``changes`` holds (table, key) of each, the key None for a
+    truncate. ``overflow`` names tables with such changes that were too many to keep (or
+    :data:`EVERY_TABLE`: of unknown tables): a window of one of them is discarded and its
+    chunk read again.
     """
 
-    events: tuple[ChangeEvent, ...]
+    changes: tuple[tuple[str, str | None], ...]
     overflow: frozenset[str] = frozenset()
 
 

@@ -19,7 +19,7 @@ and the log does not stop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -115,25 +115,37 @@ class OutputBuffer:
 
     def _write(self, batch: dict[str, list[Item | PendingRows]]) -> Written:
         """In the writer thread: one segment per table; its last position."""
-        written, failed = {}, {}
+        written: dict[str, Position] = {}
+        failed: dict[str, str] = {}
         for table, pending in batch.items():
-            events: list[Item] = []
-            for event in pending:
-                if type(event) is not PendingRows:
-                    events.append(event)  # type: ignore[arg-type]
-                    continue
-                try:
-                    events.append(event.rows())
-                except Exception as exc:  # a defect of an encoder: the dump fails
-                    log.error("the rows of dump %s could not be encoded", event.dump_id,
-                              exc_info=exc, extra={"request_id": event.dump_id})
-                    failed[event.dump_id] = (
-                        f"the rows of {table} could not be encoded: unexpected "
-                        f"{type(exc).__name__}: {exc} (the worker's log has the traceback; "
-                        "please report it)")
+            events: Sequence[Item]
+            try:
+                events = [e.rows() if type(e) is PendingRows else e  # type: ignore[misc]
+                          for e in pending]
+            except Exception:  # a chunk failed to encode: leave it out, its dump fails
+                events = self._without_failed(table, pending, failed)
             if events:
                 written[table] = self._landing.commit_segment(table, events).last
         return written, failed
+
+    @staticmethod
+    def _without_failed(table: str, pending: list[Item | PendingRows],
+                        failed: dict[str, str]) -> list[Item]:
+        events: list[Item] = []
+        for event in pending:
+            if type(event) is not PendingRows:
+                events.append(event)  # type: ignore[arg-type]
+                continue
+            try:
+                events.append(event.rows())
+            except Exception as exc:  # a defect of an encoder: the dump fails
+                log.error("the rows of dump %s could not be encoded", event.dump_id,
+                          exc_info=exc, extra={"request_id": event.dump_id})
+                failed[event.dump_id] = (
+                    f"the rows of {table} could not be encoded: unexpected "
+                    f"{type(exc).__name__}: {exc} (the worker's log has the traceback; "
+                    "please report it)")
+        return events
 
     @property
     def writing(self) -> bool:

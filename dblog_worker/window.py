@@ -159,8 +159,13 @@ class Reconciler:
         if not self.watching:
             return
         window = self._windows[0]
-        for event in unseen.events:
-            self.on_change(event)
+        for table, key in unseen.changes:
+            if table != window.table:
+                continue
+            if key is None:
+                window.truncated = True
+            else:
+                window.touched.add(key)
         if window.table in unseen.overflow or EVERY_TABLE in unseen.overflow:
             window.retry = True
 

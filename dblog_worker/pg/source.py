@@ -52,9 +52,10 @@ REFRESH_S = 1.0  # how old the catalog description of a table being dumped may b
 HEARTBEAT = "heartbeat"  # a watermark value of no window: the reconciler ignores it
 # How often, at most, a snapshot tells which transactions read from the log every later
 # snapshot sees (so they need no remembering, and the checkpoint may pass them): while
-# transactions are remembered, and more often when they are many (visibility.py).
+# transactions are remembered; more often when they are many or the log has paused (the
+# checkpoint then moves on at once) (visibility.py).
 SNAPSHOT_S = 0.5
-SNAPSHOT_BUSY_S = 0.05
+SNAPSHOT_SOON_S = 0.05
 # The longest the loop waits for a lock (a table a DDL statement holds): the chunk is read
 # again later, and the log goes on meanwhile.
 LOCK_TIMEOUT = "200ms"
@@ -334,15 +335,23 @@ class PgSource:
 
     def poll(self, timeout: float, out: list[LogItem]) -> None:
         assert self._stream is not None
+        read = len(out)
         self._stream.poll(timeout, out)
-        recent = self.translator.recent
-        every = SNAPSHOT_BUSY_S if recent.over_limit else SNAPSHOT_S
-        if recent and time.monotonic() - self._snapshot_at >= every:
-            with _connection_errors("reading the snapshot"):
-                row = self.conn.execute("SELECT pg_current_snapshot()::text").fetchone()
-            assert row is not None
-            self._snapshot_at = time.monotonic()
-            self.translator.observe(Snapshot.parse(str(row[0])))
+        translator = self.translator
+        recent = translator.recent
+        if not recent:
+            return
+        every = SNAPSHOT_SOON_S if recent.over_limit or len(out) == read else SNAPSHOT_S
+        if time.monotonic() - self._snapshot_at < every:
+            return
+        with _connection_errors("reading the snapshot"):
+            row = self.conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+        assert row is not None
+        self._snapshot_at = time.monotonic()
+        held = recent.oldest()
+        translator.observe(Snapshot.parse(str(row[0])))
+        if recent.oldest() != held and not translator.in_transaction and translator.read_to:
+            out.append(translator.checkpoint(translator.read_to))  # held back less now
 
     def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
         return checkpoint.resume or pg.format_lsn(checkpoint.position.major)

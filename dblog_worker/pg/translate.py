@@ -72,10 +72,13 @@ class LogTranslator:
         self.in_transaction = False
         self.recent = recent if recent is not None else RecentCommits()
         self._xid = 0
-        self._changes: list[ChangeEvent] = []  # of the open transaction, up to the limit
+        # the open transaction's changes, up to the limit: their tables and keys
+        self._tables: list[str] = []
+        self._keys: list[str | None] = []
         self._room = self.recent.limit
         self._more: set[str] = set()  # tables with changes beyond the limit
         self._snapshots: dict[str, Snapshot] = {}  # watermarks written, not read back yet
+        self.read_to = 0  # the last checkpoint's position: every transaction before is read
 
     def observe(self, snapshot: Snapshot, token: str | None = None) -> None:
         """A snapshot taken now (by the write of watermark ``token``): what every snapshot
@@ -87,6 +90,7 @@ class LogTranslator:
     def checkpoint(self, lsn: int) -> Checkpoint:
         """Everything before ``lsn`` is read; a restart resumes before the oldest transaction
         not yet seen by a snapshot, so that it is read (and known) again."""
+        self.read_to = max(self.read_to, lsn)
         oldest = self.recent.oldest()
         if oldest is None or oldest >= lsn:
             return Checkpoint(Position(lsn, 0))
@@ -95,7 +99,8 @@ class LogTranslator:
     def _changed(self, event: ChangeEvent) -> None:
         if self._room:
             self._room -= 1
-            self._changes.append(event)
+            self._tables.append(event.table)
+            self._keys.append(event.key)
         else:
             self._more.add(event.table)
 
@@ -116,7 +121,8 @@ class LogTranslator:
                 self._index += 1
                 if self._room:
                     self._room -= 1
-                    self._changes.append(event)
+                    self._tables.append(view.table)
+                    self._keys.append(key)
                 else:
                     self._more.add(view.table)
             elif view.kind is RelationKind.WATERMARK:
@@ -137,9 +143,10 @@ class LogTranslator:
             self._xid = message.xid
         elif isinstance(message, pg.Commit):
             self.in_transaction = False
-            if self._changes or self._more:
-                self.recent.committed(self._xid, self._lsn, self._changes, self._more)
-                self._changes, self._room, self._more = [], self.recent.limit, set()
+            if self._keys or self._more:
+                self.recent.committed(self._xid, self._lsn, self._tables, self._keys, self._more)
+                self._tables, self._keys = [], []
+                self._room, self._more = self.recent.limit, set()
             out.append(self.checkpoint(message.end_lsn))
         elif isinstance(message, pg.Relation):
             self._relations[message.relation_oid] = self._describe(message)

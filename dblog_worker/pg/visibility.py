@@ -14,7 +14,8 @@ pg_current_snapshot()``): it is taken before the chunk SELECT's, so whatever the
 did not see, the LW write did not see either (or the transaction began after it).
 
 :class:`RecentCommits` keeps the changes of the transactions read from the log that some
-snapshot may not see yet, and forgets a transaction once a snapshot sees it. Memory is
+snapshot may not see yet -- their tables and keys, strings, which the garbage collector
+does not walk -- and forgets a transaction once a snapshot sees it. Memory is
 bounded: at most ``limit`` changes are kept; beyond that a transaction is remembered by
 its xid and tables only, and a window it touches is read again (its chunk discarded).
 The checkpoint never passes a transaction still kept (:meth:`RecentCommits.oldest`): a
@@ -30,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from dblog_worker.events import ChangeEvent, Unseen
+from dblog_worker.events import Unseen
 
 _XID_MASK = 0xFFFF_FFFF
 
@@ -66,8 +67,8 @@ class Snapshot:
 @dataclass(slots=True)
 class _Commit:
     lsn: int  # where its commit record starts: a stream started there sends it again
-    events: Sequence[ChangeEvent] | None  # None: too many to keep, see tables
-    tables: frozenset[str] = frozenset()
+    tables: Sequence[str]  # of each change kept; or, when keys is None, every table
+    keys: Sequence[str | None] | None  # of each change (None: a truncate); None: too many
 
 
 class RecentCommits:
@@ -89,17 +90,16 @@ class RecentCommits:
     def over_limit(self) -> bool:
         return self._kept > self.limit
 
-    def committed(self, xid: int, lsn: int, events: Sequence[ChangeEvent],
-                  more: Iterable[str] = ()) -> None:
-        """Transaction ``xid``, whose commit record is at ``lsn``, committed with these
-        changes of captured tables (and, if ``more`` names tables, with more changes of
-        those than were kept)."""
-        if more or len(events) > self.limit:
-            tables = frozenset(e.table for e in events) | frozenset(more)
-            self._commits[xid] = _Commit(lsn, None, tables)
+    def committed(self, xid: int, lsn: int, tables: Sequence[str],
+                  keys: Sequence[str | None], more: Iterable[str] = ()) -> None:
+        """Transaction ``xid``, whose commit record is at ``lsn``, committed with changes of
+        captured tables: the table and key of each (and, if ``more`` names tables, more
+        changes of those than were kept)."""
+        if more or len(keys) > self.limit:
+            self._commits[xid] = _Commit(lsn, tuple({*tables, *more}), None)
             return
-        self._commits[xid] = _Commit(lsn, events)
-        self._kept += len(events)
+        self._commits[xid] = _Commit(lsn, tables, keys)
+        self._kept += len(keys)
 
     def oldest(self) -> int | None:
         """Where the oldest kept transaction's commit record starts (they are kept in log
@@ -110,18 +110,18 @@ class RecentCommits:
 
     def unseen(self, snapshot: Snapshot) -> Unseen | None:
         """The kept changes of the transactions ``snapshot`` did not see, in log order."""
-        events: list[ChangeEvent] = []
+        changes: list[tuple[str, str | None]] = []
         overflow: set[str] = set()
         for xid, commit in self._commits.items():
             if snapshot.sees(xid):
                 continue
-            if commit.events is None:
-                overflow |= commit.tables
+            if commit.keys is None:
+                overflow.update(commit.tables)
             else:
-                events.extend(commit.events)
-        if not events and not overflow:
+                changes.extend(zip(commit.tables, commit.keys, strict=True))
+        if not changes and not overflow:
             return None
-        return Unseen(tuple(events), frozenset(overflow))
+        return Unseen(tuple(changes), frozenset(overflow))
 
     def forget(self, snapshots: Sequence[Snapshot]) -> None:
         """Forget the transactions every one of ``snapshots`` sees (no later one can miss
@@ -143,17 +143,16 @@ class RecentCommits:
         for xid in [x for x in commits if all(s.sees(x) for s in snapshots)]:
             self._drop(xid)
         if self._kept > self.limit:
-            largest = sorted((c for c in commits.values() if c.events),
-                             key=lambda c: len(c.events or ()), reverse=True)
+            largest = sorted((c for c in commits.values() if c.keys),
+                             key=lambda c: len(c.keys or ()), reverse=True)
             for commit in largest:
-                assert commit.events is not None
-                self._kept -= len(commit.events)
-                commit.tables = frozenset(e.table for e in commit.events)
-                commit.events = None
+                assert commit.keys is not None
+                self._kept -= len(commit.keys)
+                commit.tables, commit.keys = tuple(set(commit.tables)), None
                 if self._kept <= self.limit:
                     break
 
     def _drop(self, xid: int) -> None:
         commit = self._commits.pop(xid)
-        if commit.events is not None:
-            self._kept -= len(commit.events)
+        if commit.keys is not None:
+            self._kept -= len(commit.keys)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin, Unseen, Watermark
+from dblog_worker.events import Checkpoint, LogItem, Unseen, Watermark
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView
 from dblog_worker.pg.visibility import RecentCommits, Snapshot
@@ -15,9 +15,11 @@ from dblog_worker.values import BUILTIN_TYPES, RowCodec
 T, OTHER = "public.t", "public.other"
 
 
-def change(key: int, table: str = T) -> ChangeEvent:
-    return ChangeEvent(table, Op.UPDATE, Position(1, key), f"[{key}]", "{}", None,
-                       Origin.LOG, 0, 1)
+def commit(recent: RecentCommits, xid: int, lsn: int, *keys: int | tuple[int, str],
+           more: tuple[str, ...] = ()) -> None:
+    """Transaction ``xid`` changed these keys (of T, or of the table given with a key)."""
+    pairs = [(k, T) if isinstance(k, int) else k for k in keys]
+    recent.committed(xid, lsn, [t for _, t in pairs], [f"[{k}]" for k, _ in pairs], more)
 
 
 @pytest.mark.parametrize(
@@ -60,19 +62,19 @@ def test_snapshot_sees(snapshot: Snapshot, xid: int, sees: bool) -> None:
 
 def test_unseen_changes_are_those_of_transactions_the_snapshot_missed() -> None:
     recent = RecentCommits()
-    recent.committed(11, 100, [change(1)])
-    recent.committed(12, 200, [change(2), change(3, OTHER)])
-    recent.committed(13, 300, [change(4)])
+    commit(recent, 11, 100, 1)
+    commit(recent, 12, 200, 2, (3, OTHER))
+    commit(recent, 13, 300, 4)
     unseen = recent.unseen(Snapshot(10, 14, frozenset({12, 13})))
-    assert unseen == Unseen((change(2), change(3, OTHER), change(4)))
+    assert unseen == Unseen(((T, "[2]"), (OTHER, "[3]"), (T, "[4]")))
     assert recent.unseen(Snapshot(14, 20, frozenset())) is None
 
 
 def test_forget_keeps_what_some_snapshot_may_miss_and_the_oldest_holds_the_log() -> None:
     recent = RecentCommits()
-    recent.committed(11, 100, [change(1)])
-    recent.committed(12, 200, [change(2)])
-    recent.committed(13, 300, [change(3)])
+    commit(recent, 11, 100, 1)
+    commit(recent, 12, 200, 2)
+    commit(recent, 13, 300, 3)
     assert recent.oldest() == 100 and len(recent) == 3
     recent.forget([Snapshot(12, 14, frozenset({12}))])  # sees 11: forgotten, from the oldest
     assert recent.oldest() == 200 and len(recent) == 2
@@ -81,23 +83,23 @@ def test_forget_keeps_what_some_snapshot_may_miss_and_the_oldest_holds_the_log()
     older = Snapshot(12, 14, frozenset({12}))
     recent.forget([older, Snapshot(14, 14, frozenset())])
     assert recent.oldest() == 200
-    assert recent.unseen(older) == Unseen((change(2),))
+    assert recent.unseen(older) == Unseen(((T, "[2]"),))
     recent.forget([Snapshot(14, 14, frozenset())])
     assert recent.oldest() is None and len(recent) == 0 and recent.kept == 0
 
 
 def test_memory_is_bounded_beyond_the_limit_a_window_is_read_again() -> None:
     recent = RecentCommits(limit=3)
-    recent.committed(11, 100, [change(k) for k in range(4)])  # too many on its own
+    commit(recent, 11, 100, 0, 1, 2, 3)  # too many on its own
     assert recent.kept == 0
-    recent.committed(12, 200, [change(10), change(11)])
-    recent.committed(13, 300, [change(12), change(13, OTHER)])
+    commit(recent, 12, 200, 10, 11)
+    commit(recent, 13, 300, 12, (13, OTHER))
     assert recent.kept == 4 and recent.over_limit
     recent.forget([Snapshot(10, 14, frozenset({11, 12, 13}))])  # sees none: drop the largest
     assert recent.kept <= 3
     unseen = recent.unseen(Snapshot(10, 14, frozenset({11, 12, 13})))
     assert unseen is not None and T in unseen.overflow
-    recent.committed(14, 400, [change(20)], more=[OTHER])  # changes left out while read
+    commit(recent, 14, 400, 20, more=(OTHER,))  # changes left out while read
     unseen = recent.unseen(Snapshot(14, 15, frozenset({14})))
     assert unseen is not None and unseen.overflow == frozenset({T, OTHER})
 
@@ -140,7 +142,7 @@ def test_after_a_low_watermark_come_the_changes_its_snapshot_did_not_see() -> No
     lw = _transaction(translator, 701, 2000, pg.Insert(WATERMARK, ("src", "run.1.lw")))
     assert [type(item) for item in lw] == [Watermark, Unseen, Checkpoint]
     unseen = lw[1]
-    assert isinstance(unseen, Unseen) and [e.key for e in unseen.events] == ["[5]"]
+    assert isinstance(unseen, Unseen) and unseen.changes == ((T, "[5]"),)
     # a snapshot that sees T: forgotten, and the checkpoint may pass it
     translator.observe(Snapshot(702, 702, frozenset()))
     assert translator.checkpoint(3000) == Checkpoint(Position(3000, 0))
@@ -166,4 +168,4 @@ def test_a_transaction_larger_than_the_limit_is_kept_by_its_tables() -> None:
     translator.observe(Snapshot(700, 702, frozenset({700})), "run.1.lw")
     lw = _transaction(translator, 701, 2000, pg.Insert(WATERMARK, ("src", "run.1.lw")))
     unseen = lw[1]
-    assert isinstance(unseen, Unseen) and unseen.events == () and unseen.overflow == {T}
+    assert isinstance(unseen, Unseen) and unseen.changes == () and unseen.overflow == {T}

@@ -38,6 +38,7 @@ class Late:
     keys: tuple[str, ...] = ()
     overflow: frozenset[str] = frozenset()
     table: str = TABLE
+    truncate: bool = False
 
 
 Step = Log | Mark | Late
@@ -78,11 +79,10 @@ def run_script(
             output.append(event)
             reconciler.on_change(event)
         elif isinstance(step, Late):
-            late = tuple(
-                ChangeEvent(step.table, Op.UPDATE, Position(0, 0, 0), key(name), "{}", None,
-                            Origin.LOG, 0, 1)
-                for name in step.keys
-            )
+            late: tuple[tuple[str, str | None], ...] = tuple(
+                (step.table, key(name)) for name in step.keys)
+            if step.truncate:
+                late += ((step.table, None),)
             reconciler.on_unseen(Unseen(late, step.overflow))
         else:
             token = {"lw": tokens.low, "hw": tokens.high}.get(step.kind, step.kind)
@@ -194,6 +194,12 @@ CASES: list[tuple[str, list[str], list[Step], list[str]]] = [
         ["a", "b", "c"],
         [Log("u", "b"), LW, Late(("b",)), HW],
         ["u:b", "r:a", "r:c"],
+    ),
+    (
+        "a truncate before LW the SELECT did not see drops the chunk",
+        ["a", "b"],
+        [Log("t", None), LW, Late(truncate=True), Log("c", "c"), HW],
+        ["t:*", "c:c"],
     ),
     (
         "unseen changes of another table drop nothing",
