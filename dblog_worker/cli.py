@@ -21,7 +21,7 @@ from pathlib import Path
 
 from dblog_worker import __version__
 from dblog_worker import config as config_module
-from dblog_worker.config import MYSQL, Config
+from dblog_worker.config import Config
 from dblog_worker.control import (
     NO_KEYS,
     create_dump,
@@ -31,6 +31,7 @@ from dblog_worker.control import (
     request_json,
     show_record_json,
 )
+from dblog_worker.dialect import dialect, open_source
 from dblog_worker.errors import CorruptState, DblogError, RequestRejected, TerminalError
 from dblog_worker.requests import (
     COMMANDS,
@@ -40,7 +41,6 @@ from dblog_worker.requests import (
     RequestState,
     TableProgress,
 )
-from dblog_worker.source import open_source
 from dblog_worker.state import StateStore
 
 
@@ -438,12 +438,7 @@ def _reset(config: Config, args: argparse.Namespace) -> int:
             "(it would write its checkpoint back), or add --force"
         )
     state.forget_checkpoint()
-    if config.source.kind == MYSQL:
-        print(f"checkpoint of source {config.source.name} forgotten; the worker starts at the "
-              "end of the binary log")
-    else:
-        print(f"checkpoint of source {config.source.name} forgotten; drop the slot with "
-              f"SELECT pg_drop_replication_slot('{config.source.slot}'); if it still exists")
+    print(dialect(config.source.kind).forgotten_checkpoint(config.source))
     return 0
 
 

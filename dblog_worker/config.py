@@ -15,9 +15,10 @@
     [landing]
     path = "/var/lib/dblog/landing"
 
-A MySQL or MariaDB source (``kind = "mysql"``; ``"mariadb"`` is the same) takes a
-URL, ``dsn = "mysql://dblog@db:3306"``, tables named ``database.table``, and
-``server_id``, the replica id it uses to read the binary log.
+Each kind of database (``dblog_worker.kinds``) checks its own DSN, names and options: a
+MySQL or MariaDB source (``kind = "mysql"``; ``"mariadb"`` is the same) takes a URL,
+``dsn = "mysql://dblog@db:3306"``, tables named ``database.table``, and ``server_id``, the
+replica id it uses to read the binary log.
 
 The optional ``[http]`` section is the worker's HTTP control plane (on by default,
 on loopback)::
@@ -56,26 +57,19 @@ import ipaddress
 import os
 import re
 import tomllib
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
 
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
+from dblog_worker import kinds
+from dblog_worker.checks import integer, number, str_value
 from dblog_worker.errors import ConfigError
 
 NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 
-POSTGRESQL = "postgresql"
-MYSQL = "mysql"
-KINDS = {"postgresql": POSTGRESQL, "mysql": MYSQL, "mariadb": MYSQL}
 
-PG_NAME_BYTES = 63  # NAMEDATALEN - 1: PostgreSQL truncates a longer name, silently
-MY_NAME_CHARACTERS = 64
 
 
 def name_problem(kind: str, name: str) -> str | None:
@@ -86,30 +80,17 @@ def name_problem(kind: str, name: str) -> str | None:
     if "\x00" in name:
         return "a name cannot contain NUL"
     try:
-        size = len(name.encode())
+        name.encode()
     except UnicodeEncodeError:
         return "a name must be valid Unicode"
-    if kind == MYSQL:
-        if len(name) > MY_NAME_CHARACTERS:
-            return (f"MySQL/MariaDB names are at most {MY_NAME_CHARACTERS} characters; "
-                    f"this one has {len(name)}")
-        if name[-1] in " \t\n\v\f\r":
-            return "MySQL/MariaDB names cannot end with a space (or other white space)"
-        if any(ord(c) > 0xFFFF for c in name):
-            return ("MySQL/MariaDB names hold only characters of the Basic Multilingual Plane "
-                    "(no emoji)")
-        return None
-    if size > PG_NAME_BYTES:
-        return (f"PostgreSQL names are at most {PG_NAME_BYTES} bytes (it truncates longer "
-                f"ones); this one has {size}")
-    return None
+    return kinds.rules(kind).name_problem(name)
 
 
 def check_table_name(table: str, kind: str, where: str, *, landed: bool = False) -> None:
     """``schema.table`` (``database.table``): split at the first dot, both parts names of a
     ``kind`` database (and, when the table is ``landed``, its landing directory's name
     within the filesystem's limit); ConfigError naming ``where`` otherwise."""
-    form = "database.table" if kind == MYSQL else "schema.table"
+    form = kinds.rules(kind).table_form
     schema_name, _, table_name = table.partition(".")
     if not schema_name or not table_name:
         raise ConfigError(f"{where}: {table!r} must be qualified: {form} (split at the first "
@@ -131,52 +112,21 @@ def check_table_name(table: str, kind: str, where: str, *, landed: bool = False)
 @dataclass(frozen=True)
 class SourceConfig:
     name: str
-    kind: str  # POSTGRESQL or MYSQL
+    kind: str  # a key of kinds.REGISTRY
     dsn: str = field(repr=False)
     tables: tuple[str, ...]
-    slot: str
-    publication: str
-    server_id: int = 0  # MySQL: the replica id of the binary log connection
+    options: object  # the kind's own [source] options (kinds.Rules.source_options)
 
     def safe_dsn(self) -> str:
         """The DSN with any password removed: the only form that may be logged."""
-        if self.kind == MYSQL:
-            return redact_url(self.dsn)
-        return redact_dsn(self.dsn)
-
-    def mysql_connect_args(self) -> dict[str, Any]:
-        """Keyword arguments for ``pymysql.connect`` from a ``mysql://`` URL."""
-        return mysql_url_args(self.dsn)
-
-
-def mysql_url_args(url: str) -> dict[str, Any]:
-    """``mysql://user:password@host:port/`` to ``pymysql.connect`` keyword arguments."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
-        raise ValueError("a MySQL DSN is a URL like mysql://user@host:3306")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError("a MySQL DSN names no database and takes no options: mysql://user@host:3306")
-    return {
-        "host": parts.hostname,
-        "port": parts.port or 3306,
-        "user": unquote(parts.username or ""),
-        "password": unquote(parts.password or ""),
-    }
-
-
-def redact_url(url: str) -> str:
-    try:
-        args = mysql_url_args(url)
-    except ValueError:
-        return "<unparseable dsn>"
-    return f"mysql://{quote(args['user'], safe='')}@{args['host']}:{args['port']}"
+        return kinds.rules(self.kind).redact(self.dsn)
 
 
 @dataclass(frozen=True)
 class TargetConfig:
     """The database ``dblog merge`` writes and ``dblog verify`` compares with."""
 
-    kind: str  # POSTGRESQL or MYSQL
+    kind: str  # a key of kinds.REGISTRY
     dsn: str = field(repr=False)
     state_schema: str = "dblog"  # merge log, tombstones and staging tables
     renames: Mapping[str, str] = field(default_factory=dict)  # source table -> target table
@@ -186,10 +136,7 @@ class TargetConfig:
         return self.renames.get(source_table, source_table)
 
     def safe_dsn(self) -> str:
-        return redact_url(self.dsn) if self.kind == MYSQL else redact_dsn(self.dsn)
-
-    def mysql_connect_args(self) -> dict[str, Any]:
-        return mysql_url_args(self.dsn)
+        return kinds.rules(self.kind).redact(self.dsn)
 
 
 DEFAULT_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
@@ -274,14 +221,6 @@ class Config:
         return self.target
 
 
-def redact_dsn(dsn: str) -> str:
-    try:
-        params = conninfo_to_dict(dsn)
-    except Exception:
-        return "<unparseable dsn>"
-    return make_conninfo("", **{k: v for k, v in params.items() if k != "password"})
-
-
 def load(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
     env = os.environ if environ is None else environ
     try:
@@ -294,8 +233,7 @@ def load(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
 
 
 KNOWN: Mapping[str, frozenset[str]] = {
-    "source": frozenset({"name", "kind", "dsn", "dsn_env", "password_env", "tables", "slot",
-                         "publication", "server_id"}),
+    "source": frozenset({"name", "kind", "dsn", "dsn_env", "password_env", "tables"}),
     "redis": frozenset({"url", "url_env"}),
     "landing": frozenset({"path", "flush_interval_s", "flush_max_events"}),
     "worker": frozenset({"heartbeat_interval_s", "status_interval_s", "control_interval_s",
@@ -314,7 +252,8 @@ def _check_names(data: Mapping[str, Any]) -> None:
     for name in data:
         if name not in KNOWN:
             raise ConfigError(f"unknown section [{name}]{_did_you_mean(name, KNOWN)}")
-    for section, known in KNOWN.items():
+    source_options = frozenset().union(*(kinds.rules(k).option_names for k in kinds.REGISTRY))
+    for section, known in {**KNOWN, "source": KNOWN["source"] | source_options}.items():
         options = data.get(section)
         if isinstance(options, dict):
             for option in options:
@@ -332,13 +271,15 @@ def _did_you_mean(name: str, known: Iterable[str]) -> str:
 def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     _check_names(data)
     source = _table(data, "source")
-    name = _str(source, "source.name")
+    name = str_value(source, "source.name")
     if not NAME.fullmatch(name):
         raise ConfigError(
             f"source.name {name!r} must be 1-40 characters of a-z, 0-9 and _, starting "
             "with a letter (it names the replication slot and the Redis keys)"
         )
     kind = _kind(source, "source.kind")
+    _check_foreign_options(source, kind)
+    options = kinds.rules(kind).source_options(source, name)
     dsn = _database_dsn(source, kind, env, "source")
     tables = source.get("tables")
     if not isinstance(tables, list) or not tables or not all(isinstance(t, str) for t in tables):
@@ -356,19 +297,17 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             kind=kind,
             dsn=dsn,
             tables=tuple(dict.fromkeys(tables)),
-            slot=_identifier(source, "slot", f"dblog_{name}"),
-            publication=_identifier(source, "publication", f"dblog_{name}"),
-            server_id=_integer(source, "server_id", default_server_id(name), 1, 2**32 - 1),
+            options=options,
         ),
         redis_url=_secret(redis_section, "url", env, "redis.url"),
-        landing_path=Path(_str(landing, "landing.path")),
-        flush_interval_s=_number(landing, "flush_interval_s", 1.0, 0.01, 60),
-        flush_max_events=_integer(landing, "flush_max_events", 50_000, 1, 10_000_000),
-        heartbeat_interval_s=_number(worker, "heartbeat_interval_s", 10.0, 0.1, 3600),
-        status_interval_s=_number(worker, "status_interval_s", 1.0, 0.1, 60),
-        control_interval_s=_number(worker, "control_interval_s", 0.2, 0.01, 10),
-        reconnect_max_s=_number(worker, "reconnect_max_s", 30.0, 0.1, 600),
-        shutdown_timeout_s=_number(worker, "shutdown_timeout_s", 30.0, 1, 3600),
+        landing_path=Path(str_value(landing, "landing.path")),
+        flush_interval_s=number(landing, "flush_interval_s", 1.0, 0.01, 60),
+        flush_max_events=integer(landing, "flush_max_events", 50_000, 1, 10_000_000),
+        heartbeat_interval_s=number(worker, "heartbeat_interval_s", 10.0, 0.1, 3600),
+        status_interval_s=number(worker, "status_interval_s", 1.0, 0.1, 60),
+        control_interval_s=number(worker, "control_interval_s", 0.2, 0.01, 10),
+        reconnect_max_s=number(worker, "reconnect_max_s", 30.0, 0.1, 600),
+        shutdown_timeout_s=number(worker, "shutdown_timeout_s", 30.0, 1, 3600),
         lease=_lease(data),
         target=_target(data, env, kind),
         merge=_merge(data),
@@ -377,15 +316,20 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     )
 
 
+def _check_foreign_options(source: Mapping[str, Any], kind: str) -> None:
+    own = kinds.rules(kind).option_names
+    for other in kinds.REGISTRY:
+        rules = kinds.rules(other)
+        for option in sorted((rules.option_names - own) & source.keys()):
+            raise ConfigError(f"source.{option} is an option of {rules.title} sources; this "
+                              f"source is {kind}: remove it, or set source.kind")
+
+
 def _kind(section: Mapping[str, Any], dotted: str) -> str:
-    kind_name = section.get("kind", POSTGRESQL)
-    kind = KINDS.get(kind_name) if isinstance(kind_name, str) else None
-    if kind is None:
-        raise ConfigError(
-            f"{dotted} {kind_name!r} is not supported; use one of "
-            + ", ".join(f'"{k}"' for k in KINDS)
-        )
-    return kind
+    try:
+        return kinds.canonical(section.get("kind", kinds.DEFAULT))
+    except ConfigError as exc:
+        raise ConfigError(f"{dotted} {exc}") from None
 
 
 def _database_dsn(section: Mapping[str, Any], kind: str, env: Mapping[str, str],
@@ -397,7 +341,10 @@ def _database_dsn(section: Mapping[str, Any], kind: str, env: Mapping[str, str],
         if password_env not in env:
             raise ConfigError(f"{name}.password_env names {password_env}, which is not set")
         password = env[password_env]
-    return _mysql_dsn(dsn, password, name) if kind == MYSQL else _pg_dsn(dsn, password, name)
+    try:
+        return kinds.rules(kind).connection_string(dsn, password)
+    except ValueError as exc:
+        raise ConfigError(f"{name}.dsn{exc}") from None
 
 
 def _target(data: Mapping[str, Any], env: Mapping[str, str],
@@ -443,8 +390,8 @@ def _merge(data: Mapping[str, Any]) -> MergeConfig:
     return MergeConfig(
         master=master,
         jars=tuple(jars),
-        batch_max_events=_integer(merge, "batch_max_events", 5_000_000, 1, 1_000_000_000),
-        tombstone_retention_h=_number(merge, "tombstone_retention_h", 168.0, 0, 87_600),
+        batch_max_events=integer(merge, "batch_max_events", 5_000_000, 1, 1_000_000_000),
+        tombstone_retention_h=number(merge, "tombstone_retention_h", 168.0, 0, 87_600),
         spark_conf={k: str(v) for k, v in spark_conf.items()},
     )
 
@@ -453,8 +400,8 @@ def _lease(data: Mapping[str, Any]) -> LeaseConfig:
     section = data.get("lease", {})
     if not isinstance(section, dict):
         raise ConfigError("[lease] must be a table of options")
-    ttl_s = _number(section, "ttl_s", 5.0, 0.5, 600)
-    renew_s = _number(section, "renew_interval_s", min(1.0, ttl_s / 3), 0.05, 600)
+    ttl_s = number(section, "ttl_s", 5.0, 0.5, 600)
+    renew_s = number(section, "renew_interval_s", min(1.0, ttl_s / 3), 0.05, 600)
     if renew_s > ttl_s / 2:
         raise ConfigError(
             f"lease.renew_interval_s ({renew_s}) must be at most half of lease.ttl_s "
@@ -462,7 +409,7 @@ def _lease(data: Mapping[str, Any]) -> LeaseConfig:
             "from a healthy leader"
         )
     return LeaseConfig(ttl_s=ttl_s, renew_interval_s=renew_s,
-                       standby_poll_s=_number(section, "standby_poll_s", 0.5, 0.05, 60))
+                       standby_poll_s=number(section, "standby_poll_s", 0.5, 0.05, 60))
 
 
 def _logs(data: Mapping[str, Any]) -> LogConfig:
@@ -551,45 +498,11 @@ def _plain_name(section: Mapping[str, Any], key: str, default: str) -> str:
     return value
 
 
-def default_server_id(name: str) -> int:
-    """A replica id derived from the source name, away from the small ids servers use."""
-    return 1_000_000_000 + zlib.crc32(name.encode()) % 1_000_000_000
-
-
-def _pg_dsn(dsn: str, password: str | None, name: str = "source") -> str:
-    if password is not None:
-        dsn = make_conninfo(dsn, password=password)
-    try:
-        conninfo_to_dict(dsn)
-    except Exception as exc:
-        raise ConfigError(f"{name}.dsn is not a valid libpq connection string: {exc}") from None
-    return dsn
-
-
-def _mysql_dsn(dsn: str, password: str | None, name: str = "source") -> str:
-    try:
-        args = mysql_url_args(dsn)
-    except ValueError as exc:
-        raise ConfigError(f"{name}.dsn: {exc}") from None
-    if password is not None:
-        args["password"] = password
-    user = quote(args["user"], safe="")
-    secret = f":{quote(args['password'], safe='')}" if args["password"] else ""
-    return f"mysql://{user}{secret}@{args['host']}:{args['port']}"
-
-
 def _table(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     section = data.get(name)
     if not isinstance(section, dict):
         raise ConfigError(f"the configuration needs a [{name}] section")
     return section
-
-
-def _str(section: Mapping[str, Any], dotted: str) -> str:
-    value = section.get(dotted.split(".")[-1])
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{dotted} must be a non-empty string")
-    return value
 
 
 def _secret(section: Mapping[str, Any], key: str, env: Mapping[str, str], dotted: str) -> str:
@@ -599,30 +512,4 @@ def _secret(section: Mapping[str, Any], key: str, env: Mapping[str, str], dotted
         if env_name not in env:
             raise ConfigError(f"{dotted}_env names {env_name}, which is not set")
         return env[env_name]
-    return _str(section, dotted)
-
-
-def _number(section: Mapping[str, Any], key: str, default: float, low: float,
-            high: float) -> float:
-    value = section.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ConfigError(f"{key} must be a number from {low} to {high}, got {value!r}")
-    return float(value)
-
-
-def _integer(section: Mapping[str, Any], key: str, default: int, low: int, high: int) -> int:
-    value = section.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(f"{key} must be an integer from {low} to {high}, got {value!r}")
-    return value
-
-
-def _identifier(section: Mapping[str, Any], key: str, default: str) -> str:
-    """A slot or publication name: it is spelled into replication commands."""
-    value = section.get(key, default)
-    if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", value):
-        raise ConfigError(
-            f"source.{key} {value!r} must be 1-63 characters of a-z, 0-9 and _ "
-            "(PostgreSQL's rule for replication slot names)"
-        )
-    return value
+    return str_value(section, dotted)

@@ -11,13 +11,11 @@ and what is wrong (:func:`malformed_json`), and the others are shown as usual.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-from dblog_worker.config import MYSQL, Config, SourceConfig
+from dblog_worker.config import Config, SourceConfig
+from dblog_worker.dialect import dialect, open_source
 from dblog_worker.errors import CorruptRequest, DumpFailed, RequestRejected
 from dblog_worker.requests import (
     DumpKind,
@@ -29,7 +27,6 @@ from dblog_worker.requests import (
     check_delay_ms,
     parse_keys,
 )
-from dblog_worker.source import open_source
 from dblog_worker.state import StateStore
 
 SOURCE_CONNECT_TIMEOUT_S = 10  # a source that does not answer refuses the request, in time
@@ -80,10 +77,7 @@ def create_dump(
 
 
 def _with_connect_timeout(source: SourceConfig) -> SourceConfig:
-    if source.kind == MYSQL or "connect_timeout" in conninfo_to_dict(source.dsn):
-        return source
-    return dataclasses.replace(source, dsn=make_conninfo(
-        source.dsn, connect_timeout=SOURCE_CONNECT_TIMEOUT_S))
+    return dialect(source.kind).with_connect_timeout(source, SOURCE_CONNECT_TIMEOUT_S)
 
 
 def request_json(request: DumpRequest, progress: dict[str, TableProgress]) -> dict[str, object]:

@@ -12,7 +12,6 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from dblog_worker.config import MYSQL, SourceConfig
 from dblog_worker.events import Checkpoint, Encoded, LogItem
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
@@ -104,13 +103,3 @@ class Source(Protocol):
 
     def close(self) -> None: ...
 
-
-def open_source(config: SourceConfig, schema_version: SchemaVersion) -> Source:
-    """The source of ``config``'s kind (not connected yet)."""
-    if config.kind == MYSQL:
-        from dblog_worker.mysql.source import MySqlSource
-
-        return MySqlSource(config, schema_version)
-    from dblog_worker.pg.source import PgSource
-
-    return PgSource(config, schema_version)

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dblog_worker import __version__
-from dblog_worker.config import MYSQL, POSTGRESQL
+from dblog_worker.dialect import dialect
 from dblog_worker.dump import ActiveDump
 from dblog_worker.events import ChangeEvent, Encoded, LogItem, Watermark
+from dblog_worker.kinds import DEFAULT
 from dblog_worker.position import Position
 from dblog_worker.requests import DumpKind
 from dblog_worker.window import WindowClosed
@@ -50,16 +51,7 @@ KEY_TEXT_MAX = 80
 
 def describe_position(kind: str) -> Callable[[Position], str]:
     """How people read a log position of this source kind."""
-    if kind == POSTGRESQL:
-        def pg(position: Position) -> str:
-            lsn = f"{position.major >> 32:X}/{position.major & 0xFFFFFFFF:X}"
-            return f"{lsn}#{position.minor}" if position.minor or position.sub else lsn
-        return pg
-    if kind == MYSQL:
-        def mysql(position: Position) -> str:
-            return f"{position.major:06d}:{position.minor}#{position.sub}"
-        return mysql
-    return Position.encode
+    return dialect(kind).describe_position
 
 
 @dataclass(slots=True)
@@ -86,7 +78,7 @@ class Telemetry:
         self,
         source: str,
         *,
-        kind: str = POSTGRESQL,
+        kind: str = DEFAULT,
         feed_size: int = FEED_SIZE,
         lag_points: int = LAG_POINTS,
         clock: Callable[[], float] = time.time,

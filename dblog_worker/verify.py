@@ -51,10 +51,12 @@ import pymysql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dblog_worker import verify_sql as vs
-from dblog_worker.config import POSTGRESQL, Config, mysql_url_args
+from dblog_worker.config import Config
 from dblog_worker.errors import ConfigError, RequestRejected, SourceUnavailable
 from dblog_worker.landing import table_dir_name
+from dblog_worker.mysql.options import url_args as mysql_url_args
 from dblog_worker.mysql.values import dump_connection_options
+from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.requests import MAX_KEYS
 from dblog_worker.values import libpq_options
 from dblog_worker.verify_sql import KeyParam, SideSql, TablePlan, VerifyFailed

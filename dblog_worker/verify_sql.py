@@ -70,11 +70,12 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
-from dblog_worker.config import MYSQL, POSTGRESQL
 from dblog_worker.errors import RequestRejected, TerminalError
 from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL
 from dblog_worker.mysql.catalog import ident as my_quote
+from dblog_worker.mysql.options import MYSQL
 from dblog_worker.mysql.values import Kind, MyColumn, column_from_information_schema
+from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.pg.queries import ident as pg_quote
 from dblog_worker.pg.queries import sql_text
 

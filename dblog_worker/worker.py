@@ -42,7 +42,8 @@ from types import FrameType
 
 import pyarrow as pa
 
-from dblog_worker.config import MYSQL, Config
+from dblog_worker.config import Config
+from dblog_worker.dialect import dialect, open_source
 from dblog_worker.dump import ActiveDump, WindowRead
 from dblog_worker.errors import (
     ChunkStale,
@@ -81,7 +82,7 @@ from dblog_worker.requests import (
     repair_token,
 )
 from dblog_worker.schemas import SchemaRegistry
-from dblog_worker.source import SchemaVersion, Source, open_source
+from dblog_worker.source import SchemaVersion, Source
 from dblog_worker.state import StateStore
 from dblog_worker.telemetry import Telemetry
 from dblog_worker.window import Reconciler, WindowClosed
@@ -307,6 +308,7 @@ class Session:
         self.token = worker.lease.token
         self.state.fence(self.token)
         self.source = worker.source_factory(self.config, worker.schemas.version)
+        self.dialect = dialect(self.config.source.kind)
         self.reconciler = Reconciler(self.run_id)
         self.output: OutputBuffer | None = None
         self.dump: ActiveDump | None = None
@@ -378,7 +380,8 @@ class Session:
         if self.source.capture_exists():
             raise ConfigError(
                 f"Redis holds no checkpoint for source {self.config.source.name!r}, but "
-                f"replication slot {self.config.source.slot} exists: Redis lost its data or "
+                f"{self.dialect.capture_exists_problem(self.config.source)}: Redis lost its "
+                "data or "
                 "another Redis was configured. Start once with `dblog run --adopt-slot` to "
                 "continue from the slot's position, then request a full dump to re-sync."
             )
@@ -419,9 +422,7 @@ class Session:
                 f"({end.encode()}): it was filled from another database server (or one "
                 "restored from a backup). Move that folder away, or set another [landing] "
                 "path or source name, then start again and request a full dump"
-                + ("; if the source failed over to a replica, follow "
-                   "docs/runbooks/mysql-failover.md" if self.config.source.kind == MYSQL
-                   else "")
+                + self.dialect.other_server_hint()
             )
 
     # -- the loop -------------------------------------------------------------

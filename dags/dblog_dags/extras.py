@@ -23,13 +23,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dblog_worker.config import MYSQL, Config
+from dblog_worker.config import Config
+from dblog_worker.dialect import open_source
 from dblog_worker.errors import TargetError
 from dblog_worker.mysql.catalog import ident as my_ident
+from dblog_worker.mysql.options import MYSQL
 from dblog_worker.pg.queries import ident as pg_ident
 from dblog_worker.pg.queries import sql_text
 from dblog_worker.requests import KeyTexts, parse_keys
-from dblog_worker.source import open_source
 from dblog_worker.target.base import POSITION_COLUMN
 from dblog_worker.target.merge import open_target
 from dblog_worker.target.mysql import MySQLTarget

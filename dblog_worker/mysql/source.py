@@ -41,6 +41,7 @@ from dblog_worker.mysql.binlog import (
     file_number,
 )
 from dblog_worker.mysql.catalog import SCHEMA, TableShape, qualified
+from dblog_worker.mysql.options import server_id, url_args
 from dblog_worker.mysql.values import (
     COLUMNS_SQL,
     MyColumn,
@@ -151,7 +152,7 @@ class MySqlSource:
         self._registry = schema_version
         # The binlog reader's thread asks for schema versions too: one at a time.
         self._versions_lock = threading.Lock()
-        self._args = config.mysql_connect_args()
+        self._args = url_args(config.dsn)
         self._conn: pymysql.connections.Connection[Any] | None = None
         self._tables: dict[str, _Table] = {}
         self._refreshed: dict[str, float] = {}
@@ -339,7 +340,7 @@ class MySqlSource:
         translator = BinlogTranslator(self.name, self.config.tables, self._describe, start)
         databases = {catalog.split_table(t)[0] for t in self.config.tables}
         self._reader = BinlogReader(
-            self._args, self.config.server_id, start, translator, databases,
+            self._args, server_id(self.config), start, translator, databases,
             by_gtid=self._by_gtid(start), is_mariadb=self._is_mariadb,
         )
         self._reader.start()

@@ -36,6 +36,7 @@ from dblog_worker.events import Checkpoint, Encoded, LogItem
 from dblog_worker.pg import catalog, queries
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.catalog import SCHEMA, WATERMARK_DDL, TableInfo
+from dblog_worker.pg.options import pg_options
 from dblog_worker.pg.stream import ReplicationStream
 from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView
 from dblog_worker.pg.visibility import Snapshot
@@ -150,6 +151,7 @@ class PgSource:
 
     def __init__(self, config: SourceConfig, schema_version: SchemaVersion) -> None:
         self.config = config
+        self.options = pg_options(config)
         self.name = config.name
         self._schema_version = schema_version
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
@@ -193,11 +195,11 @@ class PgSource:
             problems += catalog.partition_problems(self.conn, infos)
             problems += catalog.privilege_problems(self.conn, infos)
             problems += catalog.publication_problems(
-                self.conn, self.config.publication, self.config.tables
+                self.conn, self.options.publication, self.config.tables
             )
             problems += catalog.publication_setting_problems(
-                self.conn, self.config.publication, infos)
-            problems += catalog.slot_problems(self.conn, self.config.slot)
+                self.conn, self.options.publication, infos)
+            problems += catalog.slot_problems(self.conn, self.options.slot)
         return problems
 
     def prepare(self) -> str | None:
@@ -236,35 +238,35 @@ class PgSource:
             return None
         created = conn.execute(
             "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
-            (self.config.slot,),
+            (self.options.slot,),
         ).fetchone()
         assert created is not None
-        log.info("created replication slot %s at %s", self.config.slot, created[0])
+        log.info("created replication slot %s at %s", self.options.slot, created[0])
         return str(created[0])
 
     def capture_exists(self) -> bool:
         with _connection_errors("reading the slot"):
             return self.conn.execute(
-                "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.config.slot,)
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.options.slot,)
             ).fetchone() is not None
 
     def _sync_publication(self) -> None:
         wanted = catalog.published_tables(self.config.tables)
         conn = self.conn
         exists = conn.execute(
-            "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.config.publication,)
+            "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.options.publication,)
         ).fetchone()
         names = ", ".join(f"{queries.ident(s)}.{queries.ident(n)}" for s, n in sorted(wanted))
-        publication = queries.ident(self.config.publication)
+        publication = queries.ident(self.options.publication)
         if exists is None:  # a partitioned table's changes under its own name
             conn.execute(f"CREATE PUBLICATION {publication} FOR TABLE {names} "
                          "WITH (publish_via_partition_root = true)".encode(), ())
             return
-        if catalog.publication_is_fixed(conn, self.config.publication):
+        if catalog.publication_is_fixed(conn, self.options.publication):
             return
         current = {
             (str(s), str(n)) for s, n in conn.execute(
-                queries.publication_tables_sql(), (self.config.publication,)
+                queries.publication_tables_sql(), (self.options.publication,)
             ).fetchall()
         }
         if current != wanted:
@@ -277,19 +279,19 @@ class PgSource:
         with _connection_errors("reading the slot"):
             row = self.conn.execute(
                 "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s",
-                (self.config.slot,),
+                (self.options.slot,),
             ).fetchone()
         if row is not None and row[0] == "lost":
             raise LogGone(
-                f"replication slot {self.config.slot} lost the log it held (wal_status lost, "
+                f"replication slot {self.options.slot} lost the log it held (wal_status lost, "
                 "max_slot_wal_keep_size was exceeded): changes since checkpoint "
                 f"{checkpoint} are gone. Drop the slot (SELECT pg_drop_replication_slot("
-                f"'{self.config.slot}');), run `dblog reset --yes --config <file>`, start the "
+                f"'{self.options.slot}');), run `dblog reset --yes --config <file>`, start the "
                 "worker, then `dblog dump --all` to bring the output back in sync"
             )
         if row is None:
             raise LogGone(
-                f"replication slot {self.config.slot} does not exist any more: the log since "
+                f"replication slot {self.options.slot} does not exist any more: the log since "
                 f"checkpoint {checkpoint} is gone. Run `dblog reset --yes --config <file>` to "
                 "start capture anew, then `dblog dump --all` to bring the output back in sync"
             )
@@ -304,7 +306,7 @@ class PgSource:
         self._take_slot()
         self.translator = LogTranslator(self.name, self._describe)
         self._stream = ReplicationStream(
-            self.config.dsn, self.config.slot, self.config.publication, self.translator
+            self.config.dsn, self.options.slot, self.options.publication, self.translator
         )
         self._stream.start(lsn)
         return pg.format_lsn(lsn)
@@ -316,11 +318,11 @@ class PgSource:
         sql = ("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s "
                "AND active_pid IS NOT NULL")
         with _connection_errors("taking over the slot"):
-            row = self.conn.execute(sql, (self.config.slot,)).fetchone()
+            row = self.conn.execute(sql, (self.options.slot,)).fetchone()
             if row is None:
                 return
             log.warning("replication slot %s is still in use by backend %s (a previous "
-                        "worker): ending it", self.config.slot, row[0])
+                        "worker): ending it", self.options.slot, row[0])
             try:
                 self.conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
             except psycopg.errors.InsufficientPrivilege:
@@ -328,7 +330,7 @@ class PgSource:
                             "over once wal_sender_timeout ends it", row[0])
                 return
             deadline = time.monotonic() + 5
-            while self.conn.execute(sql, (self.config.slot,)).fetchone() is not None:
+            while self.conn.execute(sql, (self.options.slot,)).fetchone() is not None:
                 if time.monotonic() > deadline:
                     break
                 time.sleep(0.05)

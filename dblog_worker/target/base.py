@@ -14,9 +14,10 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dblog_worker.config import MYSQL, TargetConfig, name_problem
+from dblog_worker.config import TargetConfig, name_problem
 from dblog_worker.errors import TargetError
 from dblog_worker.landing import split_table
+from dblog_worker.mysql.options import MYSQL
 from dblog_worker.target.columns import SourceColumn, target_type
 from dblog_worker.target.plan import Batch, MergeLogEntry
 

@@ -19,8 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from dblog_worker.config import MYSQL, POSTGRESQL
 from dblog_worker.errors import TargetError
+from dblog_worker.mysql.options import MYSQL
+from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.values import BUILTIN_TYPES
 
 __all__ = ["Encoding", "SourceColumn", "columns_of", "target_type"]

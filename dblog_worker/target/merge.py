@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from dblog_worker.config import MYSQL, Config, MergeConfig, TargetConfig
+from dblog_worker.config import Config, MergeConfig, TargetConfig
 from dblog_worker.errors import SegmentCorrupt, TargetError, TargetUnavailable
 from dblog_worker.landing import LandingZone
+from dblog_worker.mysql.options import MYSQL
 from dblog_worker.target.base import Target
 from dblog_worker.target.plan import Batch, next_batch, pending_segments, stage_name
 

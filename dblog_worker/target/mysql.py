@@ -21,10 +21,10 @@ from typing import Any
 
 import pymysql
 
-from dblog_worker.config import MYSQL
 from dblog_worker.errors import TargetError, TargetUnavailable
 from dblog_worker.landing import split_table
 from dblog_worker.mysql.catalog import ident, quote_ident
+from dblog_worker.mysql.options import MYSQL, url_args
 from dblog_worker.target.base import POSITION_COLUMN, Applied, Target
 from dblog_worker.target.columns import Encoding, SourceColumn
 from dblog_worker.target.plan import Batch, MergeLogEntry
@@ -149,7 +149,7 @@ class MySQLTarget(Target):
 
     def connect(self) -> None:
         with self._errors("connecting"):
-            self._conn = pymysql.connect(**self.config.mysql_connect_args(), charset=_TEXT,
+            self._conn = pymysql.connect(**url_args(self.config.dsn), charset=_TEXT,
                                          autocommit=True, connect_timeout=10)
             self._run(_SESSION)
 
@@ -307,7 +307,7 @@ class MySQLTarget(Target):
         return f"{self._s}.{ident(stage)}"
 
     def jdbc(self) -> tuple[str, dict[str, str]]:
-        args = self.config.mysql_connect_args()
+        args = url_args(self.config.dsn)
         # jdbc:mysql: makes Spark use its MySQL dialect (backquoted names); MariaDB's
         # Connector/J 2.x accepts that scheme.
         url = (f"jdbc:mysql://{args['host']}:{args['port']}/"

@@ -20,9 +20,9 @@ from urllib.parse import quote
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from dblog_worker.config import POSTGRESQL
 from dblog_worker.errors import TargetError, TargetUnavailable
 from dblog_worker.landing import split_table
+from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.pg.queries import ident, quote_ident, sql_text
 from dblog_worker.target.base import POSITION_COLUMN, Applied, Target
 from dblog_worker.target.columns import Encoding, SourceColumn

@@ -54,9 +54,10 @@ from pyspark.sql import SparkSession
 import tests.airflow.conftest  # noqa: F401  (AIRFLOW_HOME for Airflow, imported below)
 from dblog_worker import config as config_module
 from dblog_worker.cli import main as cli_main
-from dblog_worker.config import MYSQL, name_problem
+from dblog_worker.config import name_problem
 from dblog_worker.landing import LandingZone, read_events
 from dblog_worker.mysql.catalog import ident as my_ident
+from dblog_worker.mysql.options import MYSQL
 from dblog_worker.pg.queries import ident as pg_ident
 from dblog_worker.target.base import POSITION_COLUMN
 from dblog_worker.target.merge import merge_source

@@ -28,10 +28,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dblog_worker import verify_sql as vs
-from dblog_worker.config import MYSQL, POSTGRESQL, TargetConfig, name_problem
+from dblog_worker.config import TargetConfig, name_problem
 from dblog_worker.mysql import catalog as my_queries
+from dblog_worker.mysql.options import MYSQL
 from dblog_worker.mysql.values import Kind, MyColumn
 from dblog_worker.pg import queries as pg_queries
+from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.target import postgres as pg_target
 from dblog_worker.target.columns import Encoding, SourceColumn
 from dblog_worker.target.mysql import MySQLTarget

@@ -28,8 +28,8 @@ import pytest
 
 from dblog_worker import config as config_module
 from dblog_worker.cli import main
+from dblog_worker.dialect import open_source
 from dblog_worker.requests import parse_keys
-from dblog_worker.source import open_source
 from dblog_worker.verify import VerifyOptions, verify
 from tests.services import MariaDBServer, PostgresServer, free_port
 

@@ -32,9 +32,13 @@ from psycopg.conninfo import conninfo_to_dict
 
 from dblog_worker import cli
 from dblog_worker import config as config_module
-from dblog_worker.config import MYSQL, POSTGRESQL, Config, mysql_url_args
+from dblog_worker.config import Config
 from dblog_worker.errors import ConfigError
 from dblog_worker.mysql import catalog as mysql_catalog
+from dblog_worker.mysql.options import MYSQL
+from dblog_worker.mysql.options import server_id as source_server_id
+from dblog_worker.mysql.options import url_args as mysql_url_args
+from dblog_worker.pg.options import POSTGRESQL, pg_options
 from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -458,7 +462,8 @@ def test_the_postgresql_server_is_set_up_for_the_worker(services: dict[str, Serv
             assert f"ALTER TABLE {table} REPLICA IDENTITY FULL;" in sql
         assert f"GRANT SELECT ON {', '.join(config.source.tables)} TO {dsn['user']};" in sql
         tables = ", ".join([*config.source.tables, "dblog.watermark"])
-        assert f"CREATE PUBLICATION {config.source.publication} FOR TABLE {tables};" in sql
+        publication = pg_options(config.source).publication
+        assert f"CREATE PUBLICATION {publication} FOR TABLE {tables};" in sql
     for service in workers(services).values():
         config = load_worker_config(service)
         assert config.target is not None
@@ -486,7 +491,7 @@ def test_the_mysql_binlog_passes_the_worker_preflight(services: dict[str, Servic
     for service in workers(services).values():
         config = load_worker_config(service)
         if config.source.kind == MYSQL:
-            assert config.source.server_id != server_id
+            assert source_server_id(config.source) != server_id
     assert not os.access(MYSQL_INIT, os.X_OK), "the mysql image must source it"
     script = re.sub(r"\s+", " ", MYSQL_INIT.read_text())
     assert "DBLOG_MYSQL_PASSWORD" in environment(services["mysql"])

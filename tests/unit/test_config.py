@@ -10,17 +10,11 @@ from typing import Any
 
 import pytest
 
-from dblog_worker.config import (
-    Config,
-    HttpConfig,
-    LeaseConfig,
-    SourceConfig,
-    default_server_id,
-    load,
-    parse,
-    redact_dsn,
-)
+from dblog_worker.config import Config, HttpConfig, LeaseConfig, SourceConfig, load, parse
 from dblog_worker.errors import ConfigError
+from dblog_worker.mysql.options import default_server_id, server_id, url_args
+from dblog_worker.pg.options import RULES as PG_RULES
+from dblog_worker.pg.options import PgOptions, pg_options
 
 FULL = """
 [source]
@@ -97,9 +91,7 @@ def test_full_config(tmp_path: Path) -> None:
             kind="postgresql",
             dsn=f"user=dblog dbname=shop host=db port=5432 password={PASSWORD}",
             tables=("public.orders", "public.customers"),
-            slot="shop_slot",
-            publication="shop_pub",
-            server_id=default_server_id("shop"),
+            options=PgOptions(slot="shop_slot", publication="shop_pub"),
         ),
         redis_url=REDIS_URL,
         landing_path=Path("/var/lib/dblog/landing"),
@@ -122,9 +114,7 @@ def test_defaults(tmp_path: Path) -> None:
             kind="postgresql",
             dsn="host=db dbname=shop user=dblog",
             tables=("public.orders",),
-            slot="dblog_shop",
-            publication="dblog_shop",
-            server_id=default_server_id("shop"),
+            options=PgOptions(slot="dblog_shop", publication="dblog_shop"),
         ),
         redis_url="redis://127.0.0.1:6379/0",
         landing_path=Path("/data/landing"),
@@ -205,7 +195,7 @@ def test_tables_with_any_name_are_accepted() -> None:
 @pytest.mark.parametrize("name", ["s", "shop_2", "a" * 40, "x1_"])
 def test_good_source_names(name: str) -> None:
     config = parse(data({"source": {"name": name}}), {})
-    assert (config.source.name, config.source.slot) == (name, f"dblog_{name}")
+    assert (config.source.name, pg_options(config.source).slot) == (name, f"dblog_{name}")
 
 
 @pytest.mark.parametrize(
@@ -240,9 +230,16 @@ def test_good_source_names(name: str) -> None:
                      "source.dsn: a MySQL DSN names no database and takes no options: "
                      "mysql://user@host:3306",
                      id="mysql-database-in-dsn"),
-        pytest.param({"source": {"server_id": 0}}, {},
-                     "server_id must be an integer from 1 to 4294967295, got 0",
+        pytest.param({"source": {"kind": "mysql", "dsn": "mysql://dblog@db", "server_id": 0}},
+                     {}, "server_id must be an integer from 1 to 4294967295, got 0",
                      id="server-id"),
+        pytest.param({"source": {"server_id": 7}}, {},
+                     "source.server_id is an option of MySQL/MariaDB sources; this source is "
+                     "postgresql: remove it, or set source.kind", id="server-id-on-postgresql"),
+        pytest.param({"source": {"kind": "mysql", "dsn": "mysql://dblog@db", "slot": "s"}}, {},
+                     "source.slot is an option of PostgreSQL sources; this source is mysql: "
+                     "remove it, or set source.kind",
+                     id="slot-on-mysql"),
         pytest.param({"source": {"dsn": None}}, {}, "source.dsn must be a non-empty string",
                      id="no-dsn"),
         pytest.param({"source": {"dsn": "host=db port"}}, {},
@@ -408,8 +405,8 @@ def test_missing_file(tmp_path: Path) -> None:
     ],
 )
 def test_redact_dsn(dsn: str, redacted: str) -> None:
-    assert redact_dsn(dsn) == redacted
-    assert "secret" not in redact_dsn(dsn)
+    assert PG_RULES.redact(dsn) == redacted
+    assert "secret" not in PG_RULES.redact(dsn)
 
 
 def test_repr_hides_secrets(tmp_path: Path) -> None:
@@ -458,9 +455,9 @@ path = "/data/landing"
 
 def test_mysql_source(tmp_path: Path) -> None:
     source = load(write(tmp_path, MYSQL), ENV).source
-    assert (source.kind, source.tables, source.server_id) == (
+    assert (source.kind, source.tables, server_id(source)) == (
         "mysql", ("shop.orders", "billing.invoices"), 4242)
-    assert source.mysql_connect_args() == {
+    assert url_args(source.dsn) == {
         "host": "db.internal", "port": 3307, "user": "dblog", "password": PASSWORD,
     }
     assert source.safe_dsn() == "mysql://dblog@db.internal:3307"
@@ -470,7 +467,7 @@ def test_mysql_source(tmp_path: Path) -> None:
 def test_mysql_password_with_url_characters(tmp_path: Path) -> None:
     odd = "p@ss:w/rd%?"
     source = load(write(tmp_path, MYSQL), {"SHOP_DB_PASSWORD": odd}).source
-    assert source.mysql_connect_args()["password"] == odd
+    assert url_args(source.dsn)["password"] == odd
     assert odd not in source.safe_dsn()
 
 

@@ -10,10 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from dblog_worker import config as config_module
-from dblog_worker.config import MYSQL, POSTGRESQL, TargetConfig
+from dblog_worker.config import TargetConfig
 from dblog_worker.errors import ConfigError, SegmentCorrupt, TargetError
 from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.landing import LandingZone
+from dblog_worker.mysql.options import MYSQL, url_args
+from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.position import Position
 from dblog_worker.target import postgres
 from dblog_worker.target.columns import (
@@ -268,7 +270,7 @@ def test_target_and_merge_sections() -> None:
     target = config.require_target()
     assert target.kind == MYSQL and target.table("public.t") == "replica.t"
     assert target.table("public.u") == "public.u"
-    assert target.mysql_connect_args()["password"] == "s3cret"
+    assert url_args(target.dsn)["password"] == "s3cret"
     assert "s3cret" not in target.safe_dsn() and "s3cret" not in repr(config)
     assert config.merge.master == "yarn" and config.merge.batch_max_events == 1000
     assert config.merge.spark_conf == {"spark.executor.memory": "4g", "spark.executor.cores": "2"}

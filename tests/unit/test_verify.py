@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from dblog_worker import verify_sql as vs
-from dblog_worker.config import MYSQL, POSTGRESQL
 from dblog_worker.errors import RequestRejected
+from dblog_worker.mysql.options import MYSQL
 from dblog_worker.mysql.values import column_from_information_schema
+from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.requests import parse_keys
 from dblog_worker.verify import (
     Differences,

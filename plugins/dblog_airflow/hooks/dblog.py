@@ -22,7 +22,6 @@ password as ``***`` (:attr:`DblogSettings.safe_redis_url`).
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -35,7 +34,7 @@ import redis
 from airflow.sdk import BaseHook
 
 from dblog_worker import config as config_module
-from dblog_worker.config import MYSQL, NAME, Config
+from dblog_worker.config import NAME, Config
 from dblog_worker.errors import (
     ConfigError,
     DblogError,
@@ -400,16 +399,11 @@ class DblogHook(BaseHook):
 
     def _source_keys(self, config: Config, tables: Sequence[str],
                      raw_keys: list[object] | None) -> list[KeyTexts]:
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+        from dblog_worker.dialect import dialect
 
-        from dblog_worker.source import open_source
-
-        source_config = config.source
-        if source_config.kind != MYSQL and "connect_timeout" not in conninfo_to_dict(
-                source_config.dsn):
-            source_config = dataclasses.replace(source_config, dsn=make_conninfo(
-                source_config.dsn, connect_timeout=SOURCE_CONNECT_TIMEOUT_S))
-        source = open_source(source_config, lambda table, schema: 0)
+        source_config = dialect(config.source.kind).with_connect_timeout(
+            config.source, SOURCE_CONNECT_TIMEOUT_S)
+        source = dialect(source_config.kind).open_source(source_config, lambda table, schema: 0)
         source.connect()
         try:
             arities = []

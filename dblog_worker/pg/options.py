@@ -1,0 +1,79 @@
+"""What the configuration asks of a PostgreSQL database: names, libpq DSNs, the slot and the
+publication."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from dblog_worker.config import SourceConfig
+from dblog_worker.errors import ConfigError
+
+POSTGRESQL = "postgresql"
+NAME_BYTES = 63  # NAMEDATALEN - 1: PostgreSQL truncates a longer name, silently
+
+
+@dataclass(frozen=True)
+class PgOptions:
+    slot: str  # the logical replication slot
+    publication: str  # the publication of the captured tables
+
+
+class PgRules:
+    kind = POSTGRESQL
+    aliases: tuple[str, ...] = ()
+    title = "PostgreSQL"
+    table_form = "schema.table"
+    option_names = frozenset({"slot", "publication"})
+
+    def name_problem(self, name: str) -> str | None:
+        size = len(name.encode())
+        if size > NAME_BYTES:
+            return (f"PostgreSQL names are at most {NAME_BYTES} bytes (it truncates longer "
+                    f"ones); this one has {size}")
+        return None
+
+    def connection_string(self, dsn: str, password: str | None) -> str:
+        if password is not None:
+            dsn = make_conninfo(dsn, password=password)
+        try:
+            conninfo_to_dict(dsn)
+        except Exception as exc:
+            raise ValueError(f" is not a valid libpq connection string: {exc}") from None
+        return dsn
+
+    def redact(self, dsn: str) -> str:
+        try:
+            params = conninfo_to_dict(dsn)
+        except Exception:
+            return "<unparseable dsn>"
+        return make_conninfo("", **{k: v for k, v in params.items() if k != "password"})
+
+    def source_options(self, section: Mapping[str, Any], source_name: str) -> PgOptions:
+        return PgOptions(slot=_identifier(section, "slot", f"dblog_{source_name}"),
+                         publication=_identifier(section, "publication", f"dblog_{source_name}"))
+
+
+def pg_options(config: SourceConfig) -> PgOptions:
+    """The slot and publication of a PostgreSQL source's configuration."""
+    if not isinstance(config.options, PgOptions):
+        raise TypeError(f"source {config.name} is not a PostgreSQL source")
+    return config.options
+
+
+def _identifier(section: Mapping[str, Any], key: str, default: str) -> str:
+    """A slot or publication name: it is spelled into replication commands."""
+    value = section.get(key, default)
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", value):
+        raise ConfigError(
+            f"source.{key} {value!r} must be 1-63 characters of a-z, 0-9 and _ "
+            "(PostgreSQL's rule for replication slot names)"
+        )
+    return value
+
+
+RULES = PgRules()
