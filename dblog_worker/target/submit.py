@@ -13,12 +13,13 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from dblog_worker.config import Config
 from dblog_worker.errors import ConfigError
 
-__all__ = ["job_path", "spark_submit", "submit_command"]
+__all__ = ["MergeJob", "job_path", "merge_job", "spark_submit", "submit_command"]
 
 _LOOPBACK = "127.0.0.1"
 
@@ -47,29 +48,53 @@ def spark_submit(environ: Mapping[str, str] | None = None) -> str:
     )
 
 
+@dataclass(frozen=True)
+class MergeJob:
+    """What a ``spark-submit`` of the merge job says, whoever submits it: ``dblog merge``
+    or the Airflow merge operator (which hands these to Spark's own hook)."""
+
+    name: str
+    jars: tuple[str, ...]
+    conf: dict[str, str]
+    application: Path
+    arguments: list[str]
+    env: dict[str, str]  # what a local master needs in the job's environment
+
+
+def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequence[str] = (),
+              as_json: bool = False) -> MergeJob:
+    """The merge job of ``config`` on ``master``: a pure function of its arguments."""
+    config.require_target()
+    merge = config.merge
+    conf = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
+            "spark.log.level": "WARN", **merge.spark_conf}
+    env = {}
+    if master.startswith("local"):
+        conf.setdefault("spark.driver.host", _LOOPBACK)
+        conf.setdefault("spark.driver.bindAddress", _LOOPBACK)
+        env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+               "SPARK_LOCAL_IP": _LOOPBACK}
+    arguments = ["--config", str(config_path.resolve())]
+    # --table=T: a table whose name starts with "-" is not taken for an option
+    arguments += [f"--table={table}" for table in tables]
+    if as_json:
+        arguments.append("--json")
+    return MergeJob(name=f"dblog-merge-{config.source.name}", jars=merge.jars, conf=conf,
+                    application=job_path(), arguments=arguments, env=env)
+
+
 def submit_command(config: Config, config_path: Path, *, tables: Sequence[str] = (),
                    master: str | None = None, as_json: bool = False,
                    submit: str = "spark-submit") -> list[str]:
     """The exact ``spark-submit`` line ``dblog merge`` runs."""
-    config.require_target()
-    merge = config.merge
-    chosen_master = master or merge.master
-    command = [submit, "--master", chosen_master, "--name", f"dblog-merge-{config.source.name}"]
-    if merge.jars:
-        command += ["--jars", ",".join(merge.jars)]
-    conf = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
-            "spark.log.level": "WARN", **merge.spark_conf}
-    if chosen_master.startswith("local"):
-        conf.setdefault("spark.driver.host", _LOOPBACK)
-        conf.setdefault("spark.driver.bindAddress", _LOOPBACK)
-    for key, value in conf.items():
+    chosen_master = master or config.merge.master
+    job = merge_job(config, config_path, chosen_master, tables=tables, as_json=as_json)
+    command = [submit, "--master", chosen_master, "--name", job.name]
+    if job.jars:
+        command += ["--jars", ",".join(job.jars)]
+    for key, value in job.conf.items():
         command += ["--conf", f"{key}={value}"]
-    command += [str(job_path()), "--config", str(config_path.resolve())]
-    # --table=T: a table whose name starts with "-" is not taken for an option
-    command += [f"--table={table}" for table in tables]
-    if as_json:
-        command.append("--json")
-    return command
+    return [*command, str(job.application), *job.arguments]
 
 
 def check_jars(config: Config) -> None:
@@ -89,9 +114,7 @@ def run_merge(config: Config, config_path: Path, *, tables: Sequence[str] = (),
     check_jars(config)
     command = submit_command(config, config_path, tables=tables, master=master,
                              as_json=as_json, submit=spark_submit())
-    env = dict(os.environ)
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if (master or config.merge.master).startswith("local"):
-        env.setdefault("SPARK_LOCAL_IP", _LOOPBACK)
+    job = merge_job(config, config_path, master or config.merge.master)
+    env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           **job.env, **os.environ}
     return subprocess.run(command, env=env, check=False).returncode

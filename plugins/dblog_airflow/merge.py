@@ -21,7 +21,6 @@ line: the job reads the configuration file and the environment of the Airflow wo
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,17 +32,12 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook, as_tables
 from dblog_worker.config import DEFAULT_JARS, Config
-from dblog_worker.target.submit import check_jars, job_path, spark_submit
+from dblog_worker.target.submit import check_jars, job_path, merge_job, spark_submit
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 __all__ = ["DblogMergeOperator", "merge_operator"]
-
-LOOPBACK = "127.0.0.1"
-BASE_CONF = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
-             "spark.log.level": "WARN"}
-
 
 class DblogMergeOperator(SparkSubmitOperator):
     """Merge the landing zone into the target tables with Spark, as ``dblog merge`` does.
@@ -104,22 +98,15 @@ class DblogMergeOperator(SparkSubmitOperator):
 
     def prepare(self, config: Config, config_path: Path, master: str) -> None:
         """Set the job's arguments, jars, Spark options and environment from the worker's
-        configuration (what ``dblog merge`` takes from it too)."""
-        self.application_args = ["--config", str(config_path.resolve())]
-        # --table=T: a table whose name starts with "-" is not taken for an option
-        self.application_args += [f"--table={table}" for table in as_tables(self.tables)]
+        configuration, as ``dblog merge`` does (:func:`merge_job`)."""
+        job = merge_job(config, config_path, master, tables=as_tables(self.tables))
+        self.application_args = job.arguments
         if "jars" not in self._explicit:
-            self.jars = ",".join(config.merge.jars) or None
+            self.jars = ",".join(job.jars) or None
         if "name" not in self._explicit:
-            self.name = f"dblog-merge-{config.source.name}"
-        conf: dict[str, Any] = {**BASE_CONF, **config.merge.spark_conf}
-        env: dict[str, Any] = {}
-        if master.startswith("local"):
-            conf |= {"spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK}
-            env |= {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-                    "SPARK_LOCAL_IP": LOOPBACK}
-        self.conf = conf | (self.conf or {})
-        self.env_vars = (env | self.env_vars) if self.env_vars else (env or None)
+            self.name = job.name
+        self.conf = job.conf | (self.conf or {})
+        self.env_vars = (job.env | self.env_vars) if self.env_vars else (job.env or None)
         if "spark_binary" not in self._explicit:
             self._spark_binary = spark_submit()  # on PATH, in $SPARK_HOME/bin, or beside Python
 
