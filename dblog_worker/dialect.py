@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Protocol, cast
 
-from dblog_worker.config import SourceConfig
+from dblog_worker.config import SourceConfig, TargetConfig
 from dblog_worker.kinds import Rules, load
 from dblog_worker.position import Position
 from dblog_worker.source import SchemaVersion, Source
+from dblog_worker.target.base import Target
 
 
 class Dialect(Rules, Protocol):
@@ -34,6 +35,9 @@ class Dialect(Rules, Protocol):
 
     def other_server_hint(self) -> str:
         """Added when the landing zone was filled from another server's log ("" for none)."""
+
+    def open_target(self, config: TargetConfig) -> Target:
+        """The merge target of ``config`` (not connected yet)."""
 
 
 def dialect(kind: str) -> Dialect:

@@ -19,26 +19,17 @@ removal leaves no tombstone: the merge only applies events newer than what it me
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from dblog_worker.config import Config
 from dblog_worker.dialect import open_source
 from dblog_worker.errors import TargetError
-from dblog_worker.mysql.catalog import ident as my_ident
-from dblog_worker.mysql.options import MYSQL
-from dblog_worker.pg.queries import ident as pg_ident
-from dblog_worker.pg.queries import sql_text
 from dblog_worker.requests import KeyTexts, parse_keys
 from dblog_worker.target.base import POSITION_COLUMN
 from dblog_worker.target.merge import open_target
-from dblog_worker.target.mysql import MySQLTarget
-from dblog_worker.target.mysql import qualified as my_qualified
-from dblog_worker.target.postgres import PostgresTarget
-from dblog_worker.target.postgres import qualified as pg_qualified
 
-__all__ = ["ExtraRemoval", "delete_sql", "position_sql", "remove_extra"]
+__all__ = ["ExtraRemoval", "remove_extra"]
 
 log = logging.getLogger(__name__)
 
@@ -51,44 +42,6 @@ class ExtraRemoval:
 
     removed: list[list[object]] = field(default_factory=list)
     kept: list[tuple[list[object], str]] = field(default_factory=list)  # key, why
-
-
-# Both statements are run with parameters: names are spelled with ``ident`` (``%`` doubled)
-# and the key's type names with ``sql_text``.
-def _condition(kind: str, key_columns: Sequence[str], types: Mapping[str, str]) -> str:
-    if kind == MYSQL:
-        return " AND ".join(f"{my_ident(c)} = %s" for c in key_columns)
-    # Each key text is cast to its column's type, as the key dump's texts are.
-    return " AND ".join(f"{pg_ident(c)} = CAST(%s AS {sql_text(types[c])})"
-                        for c in key_columns)
-
-
-def position_sql(kind: str, table: str, key_columns: Sequence[str],
-                 types: Mapping[str, str]) -> str:
-    """The position of the target row of one key (parameters: the key's texts)."""
-    ident, qualified = (my_ident, my_qualified) if kind == MYSQL else (pg_ident, pg_qualified)
-    return (f"SELECT {ident(POSITION_COLUMN)} FROM {qualified(table)}"
-            f" WHERE {_condition(kind, key_columns, types)}")
-
-
-def delete_sql(kind: str, table: str, key_columns: Sequence[str],
-               types: Mapping[str, str]) -> str:
-    """Delete the row of one key if it still has a position (parameters: the key's texts,
-    then the position; a NULL position matches NULL)."""
-    ident, qualified = (my_ident, my_qualified) if kind == MYSQL else (pg_ident, pg_qualified)
-    same = "<=> %s" if kind == MYSQL else "IS NOT DISTINCT FROM %s"
-    return (f"DELETE FROM {qualified(table)} WHERE {_condition(kind, key_columns, types)}"
-            f" AND {ident(POSITION_COLUMN)} {same}")
-
-
-def _execute(conn: Any, kind: str, sql: str, params: Sequence[object]) -> tuple[int, list[Any]]:
-    """Run one statement on the target: (rows changed, rows returned)."""
-    if kind == MYSQL:
-        with conn.cursor() as cursor:
-            changed = int(cursor.execute(sql, list(params)))
-            return changed, list(cursor.fetchall() or [])
-    cursor = conn.execute(sql.encode(), list(params))
-    return cursor.rowcount, cursor.fetchall() if cursor.description else []
 
 
 def remove_extra(config: Config, table: str, keys: Sequence[object]) -> ExtraRemoval:
@@ -117,16 +70,11 @@ def remove_extra(config: Config, table: str, keys: Sequence[object]) -> ExtraRem
         for raw in keys:
             given = list(raw) if isinstance(raw, list) else [raw]
             values.setdefault(parse_keys([given], arity)[0], given)
-        if not isinstance(target, PostgresTarget | MySQLTarget):
-            raise TargetError(f"cannot remove rows from a {target_config.kind} target")
-        kind = target_config.kind
-        conn: Any = target.conn
         positions: dict[KeyTexts, object] = {}
         for key, value in values.items():  # 1. the target rows and their positions, first
-            _, rows = _execute(conn, kind, position_sql(kind, target_table, key_columns, columns),
-                               key)
-            if rows:
-                positions[key] = rows[0][0]
+            exists, position = target.row_position(target_table, key_columns, columns, key)
+            if exists:
+                positions[key] = position
             else:
                 result.kept.append((value, "not in the target any more"))
         found = list(positions)
@@ -138,10 +86,7 @@ def remove_extra(config: Config, table: str, keys: Sequence[object]) -> ExtraRem
             if key not in lacking:
                 result.kept.append((value, "the source has it now: a key dump repairs it"))
                 continue
-            changed, _ = _execute(conn, kind,
-                                  delete_sql(kind, target_table, key_columns, columns),
-                                  [*key, position])
-            if changed:
+            if target.delete_row(target_table, key_columns, columns, key, position):
                 result.removed.append(value)
             else:
                 result.kept.append((value, "the merge wrote it meanwhile"))

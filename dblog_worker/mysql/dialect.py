@@ -3,9 +3,10 @@ and its words."""
 
 from __future__ import annotations
 
-from dblog_worker.config import SourceConfig
+from dblog_worker.config import SourceConfig, TargetConfig
 from dblog_worker.mysql.options import MySqlRules
 from dblog_worker.mysql.source import MySqlSource
+from dblog_worker.mysql.target import MySQLTarget
 from dblog_worker.position import Position
 from dblog_worker.source import SchemaVersion
 
@@ -30,6 +31,9 @@ class MySqlDialect(MySqlRules):
     def other_server_hint(self) -> str:
         return ("; if the source failed over to a replica, follow "
                 "docs/runbooks/mysql-failover.md")
+
+    def open_target(self, config: TargetConfig) -> MySQLTarget:
+        return MySQLTarget(config)
 
 
 DIALECT = MySqlDialect()

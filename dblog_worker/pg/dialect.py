@@ -6,9 +6,10 @@ import dataclasses
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from dblog_worker.config import SourceConfig
+from dblog_worker.config import SourceConfig, TargetConfig
 from dblog_worker.pg.options import PgRules, pg_options
 from dblog_worker.pg.source import PgSource
+from dblog_worker.pg.target import PostgresTarget
 from dblog_worker.position import Position
 from dblog_worker.source import SchemaVersion
 
@@ -37,6 +38,9 @@ class PgDialect(PgRules):
 
     def other_server_hint(self) -> str:
         return ""
+
+    def open_target(self, config: TargetConfig) -> PostgresTarget:
+        return PostgresTarget(config)
 
 
 DIALECT = PgDialect()

@@ -14,10 +14,10 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dblog_worker import kinds
 from dblog_worker.config import TargetConfig, name_problem
 from dblog_worker.errors import TargetError
-from dblog_worker.landing import split_table
-from dblog_worker.mysql.options import MYSQL
+from dblog_worker.names import split_table
 from dblog_worker.target.columns import SourceColumn, target_type
 from dblog_worker.target.plan import Batch, MergeLogEntry
 
@@ -154,7 +154,7 @@ class Target(abc.ABC):
     def _check_names(self, batch: Batch) -> None:
         """TargetError unless the target table's and every column's name fit this kind of
         database (a name too long for PostgreSQL would be truncated, silently)."""
-        target = "MySQL/MariaDB" if self.kind == MYSQL else "PostgreSQL"
+        target = kinds.rules(self.kind).title
         for part in split_table(batch.target_table):
             problem = name_problem(self.kind, part)
             if problem is not None:
@@ -178,3 +178,16 @@ class Target(abc.ABC):
     @property
     @abc.abstractmethod
     def position_type(self) -> str: ...
+
+    # -- one row by its key (removing rows the source does not have) -----------------------
+
+    @abc.abstractmethod
+    def row_position(self, table: str, key_columns: Sequence[str], types: Mapping[str, str],
+                     key: Sequence[str]) -> tuple[bool, object]:
+        """Whether ``table`` has the row of ``key`` (texts, as a key dump's), and the
+        position that wrote it (None for a row the merge did not write)."""
+
+    @abc.abstractmethod
+    def delete_row(self, table: str, key_columns: Sequence[str], types: Mapping[str, str],
+                   key: Sequence[str], position: object) -> bool:
+        """Delete the row of ``key`` if it still has ``position``; whether it did."""

@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from dblog_worker.config import Config, MergeConfig, TargetConfig
+from dblog_worker.dialect import dialect
 from dblog_worker.errors import SegmentCorrupt, TargetError, TargetUnavailable
 from dblog_worker.landing import LandingZone
-from dblog_worker.mysql.options import MYSQL
 from dblog_worker.target.base import Target
 from dblog_worker.target.plan import Batch, next_batch, pending_segments, stage_name
 
@@ -33,13 +33,8 @@ Stager = Callable[[Batch, Target], None]
 
 
 def open_target(config: TargetConfig) -> Target:
-    if config.kind == MYSQL:
-        from dblog_worker.target.mysql import MySQLTarget
-
-        return MySQLTarget(config)
-    from dblog_worker.target.postgres import PostgresTarget
-
-    return PostgresTarget(config)
+    """The target of ``config``'s kind (not connected yet)."""
+    return dialect(config.kind).open_target(config)
 
 
 @dataclass

@@ -29,7 +29,10 @@ from dblog_worker.state import StateStore
 from tests.airflow.conftest import DblogConnection
 from tests.airflow.dag_files import DAGS, dag_bag, load_dags
 
-from dblog_dags import extras, settings  # isort: skip  (dags/ is on sys.path from here)
+from dblog_dags import settings  # isort: skip  (dags/ is on sys.path from here)
+from dblog_worker.mysql import target as my_target
+from dblog_worker.pg import target as pg_target
+
 from dblog_dags.pace import DumpPaceSensor, Pace, parse_busy_hours  # isort: skip
 from dblog_dags.params import check_dump  # isort: skip
 
@@ -398,13 +401,13 @@ def test_captured_tables(tmp_path: Path) -> None:
 
 def test_extra_rows_sql() -> None:
     types = {"id": "bigint", "region": "text"}
-    assert extras.position_sql("postgresql", "public.orders", ["id", "region"], types) == (
+    assert pg_target.row_position_sql("public.orders", ["id", "region"], types) == (
         'SELECT "_dblog_position" FROM "public"."orders" WHERE "id" = CAST(%s AS bigint)'
         ' AND "region" = CAST(%s AS text)')
-    assert extras.delete_sql("postgresql", "public.orders", ["id"], types) == (
+    assert pg_target.delete_row_sql("public.orders", ["id"], types) == (
         'DELETE FROM "public"."orders" WHERE "id" = CAST(%s AS bigint)'
         ' AND "_dblog_position" IS NOT DISTINCT FROM %s')
-    assert extras.delete_sql("mysql", "shop.orders", ["id", "region"], {}) == (
+    assert my_target.delete_row_sql("shop.orders", ["id", "region"]) == (
         "DELETE FROM `shop`.`orders` WHERE `id` = %s AND `region` = %s"
         " AND `_dblog_position` <=> %s")
 
@@ -412,10 +415,10 @@ def test_extra_rows_sql() -> None:
 def test_extra_rows_sql_doubles_percent_in_names_and_types() -> None:
     """Run with parameters: ``%`` in a name or a type is doubled for the driver."""
     types = {"i d%": '"ty%pe"', "a`b": "text"}
-    assert extras.position_sql("postgresql", 'p.t%s"', ["i d%", "a`b"], types) == (
+    assert pg_target.row_position_sql('p.t%s"', ["i d%", "a`b"], types) == (
         'SELECT "_dblog_position" FROM "p"."t%%s""" WHERE "i d%%" = CAST(%s AS "ty%%pe")'
         ' AND "a`b" = CAST(%s AS text)')
-    assert extras.delete_sql("mysql", "db.t%s", ["i d%", "a`b"], {}) == (
+    assert my_target.delete_row_sql("db.t%s", ["i d%", "a`b"]) == (
         "DELETE FROM `db`.`t%%s` WHERE `i d%%` = %s AND `a``b` = %s"
         " AND `_dblog_position` <=> %s")
 

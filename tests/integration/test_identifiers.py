@@ -23,20 +23,20 @@ from typing import Any
 import psycopg
 import pymysql
 import pytest
-from dblog_dags import extras
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dblog_worker import verify_sql as vs
 from dblog_worker.config import TargetConfig, name_problem
 from dblog_worker.mysql import catalog as my_queries
+from dblog_worker.mysql import target as my_target
 from dblog_worker.mysql.options import MYSQL
+from dblog_worker.mysql.target import MySQLTarget
 from dblog_worker.mysql.values import Kind, MyColumn
 from dblog_worker.pg import queries as pg_queries
+from dblog_worker.pg import target as pg_target
 from dblog_worker.pg.options import POSTGRESQL
-from dblog_worker.target import postgres as pg_target
 from dblog_worker.target.columns import Encoding, SourceColumn
-from dblog_worker.target.mysql import MySQLTarget
 from dblog_worker.target.plan import Batch
 from dblog_worker.verify_sql import Column, Family, TableDescription
 from tests.services import MariaDBServer, PostgresServer
@@ -148,9 +148,9 @@ PG_BUILDERS: dict[str, Build] = {
     "source key check": lambda n: pg_queries.check_key_values_sql(pg_queries.quote_ident(n[4])),
     "merge upsert": lambda n: pg_target.upsert_sql(_pg_batch(n), _pg_types(n), "dblog"),
     "merge delete": lambda n: pg_target.delete_sql(_pg_batch(n), _pg_types(n), "dblog"),
-    "repair position": lambda n: extras.position_sql(POSTGRESQL, f"{n[0]}.{n[1]}",
+    "repair position": lambda n: pg_target.row_position_sql(f"{n[0]}.{n[1]}",
                                                      [n[2], n[3]], _pg_types(n)),
-    "repair delete": lambda n: extras.delete_sql(POSTGRESQL, f"{n[0]}.{n[1]}", [n[2], n[3]],
+    "repair delete": lambda n: pg_target.delete_row_sql(f"{n[0]}.{n[1]}", [n[2], n[3]],
                                                  _pg_types(n)),
     **_range_queries(POSTGRESQL, POSTGRESQL, "source"),
     **_range_queries(POSTGRESQL, MYSQL, "source"),
@@ -165,8 +165,8 @@ MY_BUILDERS: dict[str, Build] = {
         _my_batch(n), dict(zip((n[2], n[3], n[5]), _MY_TYPES, strict=True))),
     "merge delete": lambda n: _MY_TARGET.delete_sql(
         _my_batch(n), dict(zip((n[2], n[3], n[5]), _MY_TYPES, strict=True))),
-    "repair position": lambda n: extras.position_sql(MYSQL, f"{n[0]}.{n[1]}", [n[2], n[3]], {}),
-    "repair delete": lambda n: extras.delete_sql(MYSQL, f"{n[0]}.{n[1]}", [n[2], n[3]], {}),
+    "repair position": lambda n: my_target.row_position_sql(f"{n[0]}.{n[1]}", [n[2], n[3]]),
+    "repair delete": lambda n: my_target.delete_row_sql(f"{n[0]}.{n[1]}", [n[2], n[3]]),
     **_range_queries(MYSQL, MYSQL, "source"),
     **_range_queries(MYSQL, POSTGRESQL, "source"),
     **_range_queries(POSTGRESQL, MYSQL, "target"),

@@ -15,9 +15,10 @@ from dblog_worker.errors import ConfigError, SegmentCorrupt, TargetError
 from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.landing import LandingZone
 from dblog_worker.mysql.options import MYSQL, url_args
+from dblog_worker.mysql.target import MySQLTarget, typed, widened
+from dblog_worker.pg import target as postgres
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.position import Position
-from dblog_worker.target import postgres
 from dblog_worker.target.columns import (
     Encoding,
     SourceColumn,
@@ -25,7 +26,6 @@ from dblog_worker.target.columns import (
     target_type,
     union_columns,
 )
-from dblog_worker.target.mysql import MySQLTarget, typed, widened
 from dblog_worker.target.plan import (
     Batch,
     MergeLogEntry,

@@ -25,7 +25,7 @@ from dblog_worker.landing import split_table
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.pg.queries import ident, quote_ident, sql_text
 from dblog_worker.target.base import POSITION_COLUMN, Applied, Target
-from dblog_worker.target.columns import Encoding, SourceColumn
+from dblog_worker.target.columns import Encoding, SourceColumn, logical_of
 from dblog_worker.target.plan import Batch, MergeLogEntry
 from dblog_worker.values import libpq_options
 
@@ -38,6 +38,23 @@ def qualified(table: str) -> str:
     """``schema.table`` in a statement run with parameters."""
     schema, name = split_table(table)
     return f"{ident(schema)}.{ident(name)}"
+
+
+def _key_condition(key_columns: Sequence[str], types: Mapping[str, str]) -> str:
+    # Each key text is cast to its column's type, as the key dump's texts are.
+    return " AND ".join(f"{ident(c)} = CAST(%s AS {sql_text(types[c])})" for c in key_columns)
+
+
+def row_position_sql(table: str, key_columns: Sequence[str], types: Mapping[str, str]) -> str:
+    """The position of the row of one key (parameters: the key's texts)."""
+    return f"SELECT {_P} FROM {qualified(table)} WHERE {_key_condition(key_columns, types)}"
+
+
+def delete_row_sql(table: str, key_columns: Sequence[str], types: Mapping[str, str]) -> str:
+    """Delete the row of one key if it still has a position (parameters: the key's texts,
+    then the position; a NULL position matches NULL)."""
+    return (f"DELETE FROM {qualified(table)} WHERE {_key_condition(key_columns, types)}"
+            f" AND {_P} IS NOT DISTINCT FROM %s")
 
 
 # A JSON array of any depth as a PostgreSQL array literal ('{{1,2},{3,4}}'): the cast of
@@ -70,21 +87,22 @@ def widened(column: SourceColumn, existing: str) -> str | None:
     precision``, timestamps' fraction digits and numerics' scale (keeping their integer
     digits): what an ``ALTER COLUMN ... TYPE`` casts without losing a value.
     """
-    if column.kind == POSTGRESQL:
+    logical = None if column.kind == POSTGRESQL else logical_of(column)
+    if logical is None:
         wanted = _PG_WIDER.get(column.type)
-    elif column.type == "integer" and not column.unsigned:
+    elif logical.name == "int64":
         wanted = "bigint"
-    elif column.type in ("datetime", "timestamp"):
+    elif logical.name in ("datetime", "timestamptz"):
         stamp = _STAMP.match(existing)
-        zone = "with" if column.type == "timestamp" else "without"
-        if stamp and stamp[2] == zone and column.fsp > int(stamp[1]):
-            return f"timestamp({column.fsp}) {zone} time zone"
+        zone = "with" if logical.name == "timestamptz" else "without"
+        if stamp and stamp[2] == zone and logical.fsp > int(stamp[1]):
+            return f"timestamp({logical.fsp}) {zone} time zone"
         return None
-    elif column.type == "decimal":
+    elif logical.name == "decimal" and logical.scale >= 0:
         numeric = _NUMERIC.match(existing)
-        if numeric and column.scale > int(numeric[2]):
+        if numeric and logical.scale > int(numeric[2]):
             digits = int(numeric[1]) - int(numeric[2])
-            return f"numeric({min(1000, digits + column.scale)},{column.scale})"
+            return f"numeric({min(1000, digits + logical.scale)},{logical.scale})"
         return None
     else:
         return None
@@ -193,6 +211,15 @@ class PostgresTarget(Target):
                 f"target database {self.config.safe_dsn()} failed while {doing}: "
                 f"{str(exc).strip()}; nothing of this batch was applied, re-run the merge"
             ) from None
+
+    def row_position(self, table: str, key_columns: Sequence[str], types: Mapping[str, str],
+                     key: Sequence[str]) -> tuple[bool, object]:
+        rows = self._rows(row_position_sql(table, key_columns, types), list(key))
+        return (True, rows[0][0]) if rows else (False, None)
+
+    def delete_row(self, table: str, key_columns: Sequence[str], types: Mapping[str, str],
+                   key: Sequence[str], position: object) -> bool:
+        return self._run(delete_row_sql(table, key_columns, types), [*key, position]) > 0
 
     def _rows(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
         with self._errors("querying"):

@@ -49,6 +49,21 @@ def qualified(table: str) -> str:
     return f"{ident(schema)}.{ident(name)}"
 
 
+def _key_condition(key_columns: Sequence[str]) -> str:
+    return " AND ".join(f"{ident(c)} = %s" for c in key_columns)
+
+
+def row_position_sql(table: str, key_columns: Sequence[str]) -> str:
+    """The position of the row of one key (parameters: the key's texts)."""
+    return f"SELECT {_P} FROM {qualified(table)} WHERE {_key_condition(key_columns)}"
+
+
+def delete_row_sql(table: str, key_columns: Sequence[str]) -> str:
+    """Delete the row of one key if it still has a position (parameters: the key's texts,
+    then the position; a NULL position matches NULL)."""
+    return f"DELETE FROM {qualified(table)} WHERE {_key_condition(key_columns)} AND {_P} <=> %s"
+
+
 def _formatted(sql: str) -> str:
     """SQL text (a type, a string literal) in a statement run with parameters."""
     return sql.replace("%", "%%")
@@ -181,6 +196,16 @@ class MySQLTarget(Target):
                     " nothing of this batch was applied, re-run the merge"
                 ) from None
             raise TargetError(f"the target refused {doing}: {exc}") from None
+
+    def row_position(self, table: str, key_columns: Sequence[str], types: Mapping[str, str],
+                     key: Sequence[str]) -> tuple[bool, object]:
+        rows = self._rows(row_position_sql(table, key_columns), list(key))
+        return (True, rows[0][0]) if rows else (False, None)
+
+    def delete_row(self, table: str, key_columns: Sequence[str], types: Mapping[str, str],
+                   key: Sequence[str], position: object) -> bool:
+        with self._errors("deleting a row"):
+            return self._run(delete_row_sql(table, key_columns), [*key, position]) > 0
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._errors("querying"), self.conn.cursor() as cursor:
