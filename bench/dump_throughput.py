@@ -46,8 +46,9 @@ from dblog_worker.mysql.values import (
     dump_connection_options,
     select_list,
 )
+from dblog_worker.names import split_table
 from dblog_worker.pg.queries import TableShape, chunk_sql
-from dblog_worker.values import libpq_options
+from dblog_worker.pg.values import libpq_options
 
 NAME = "dump_throughput"
 TABLE_NAME = "dump_src"
@@ -89,7 +90,7 @@ def raw_select_mariadb(env: Environment, table: str,
                        chunk_size: int = CHUNK_SIZE) -> tuple[int, float]:
     """The MariaDB twin of :func:`raw_select`: the worker's chunk SQL, cells as the dump
     connection reads them; (rows, seconds)."""
-    database, name = my_catalog.split_table(table)
+    database, name = split_table(table)
     conn = pymysql.connect(**env.mysql_args(), **dump_connection_options(), autocommit=True)
     try:
         with conn.cursor() as cursor:

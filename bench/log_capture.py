@@ -428,8 +428,8 @@ def binlog_reader_main(spec: dict[str, Any]) -> int:
     )
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    from dblog_worker.mysql.binlog import WATERMARK_SCHEMA
     from dblog_worker.mysql.values import BINLOG_READER_OPTIONS
+    from dblog_worker.tables import WATERMARK_SCHEMA
 
     settings = {"host": spec["host"], "port": spec["port"], "user": spec["user"],
                 "password": spec["password"]}

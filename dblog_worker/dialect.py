@@ -36,6 +36,9 @@ class Dialect(Rules, Protocol):
     def other_server_hint(self) -> str:
         """Added when the landing zone was filled from another server's log ("" for none)."""
 
+    def incomplete_rows_hint(self) -> str:
+        """Why a change can come without its whole row, and the fix."""
+
     def open_target(self, config: TargetConfig) -> Target:
         """The merge target of ``config`` (not connected yet)."""
 

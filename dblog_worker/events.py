@@ -33,7 +33,7 @@ class ChangeEvent(NamedTuple):
 
     ``key`` is the canonical JSON array of the primary-key values and ``after`` /
     ``before`` the canonical JSON objects of the row images (see
-    :mod:`dblog_worker.values`); a truncate has neither key nor images.
+    :mod:`dblog_worker.pg.values`); a truncate has neither key nor images.
     """
 
     table: str

@@ -30,6 +30,8 @@ class Rules(Protocol):
     title: str  # for people: "PostgreSQL"
     table_form: str  # how a table is qualified: "schema.table"
     option_names: frozenset[str]  # the [source] options of this kind only
+    checkpoint_form: str  # what its checkpoints look like: "a PostgreSQL LSN (like 0/16B3748)"
+    checkpoint_hint: str  # where an operator finds the position to write back ("" if nowhere)
 
     def name_problem(self, name: str) -> str | None:
         """Why ``name`` cannot be a schema, table or column name; None if it can."""
@@ -44,6 +46,9 @@ class Rules(Protocol):
     def source_options(self, section: Mapping[str, Any], source_name: str) -> object:
         """This kind's ``[source]`` options, checked (ConfigError), with their defaults."""
 
+    def is_checkpoint(self, text: str) -> bool:
+        """Whether ``text`` is a checkpoint as this kind's source saves it."""
+
 
 def canonical(name: object) -> str:
     """The kind a configuration's ``kind = ...`` names; ConfigError listing the choices."""
@@ -54,6 +59,10 @@ def canonical(name: object) -> str:
     choices = [name for kind in REGISTRY for name in (kind, *rules(kind).aliases)]
     raise ConfigError(f"{name!r} is not supported; use one of "
                       + ", ".join(f'"{c}"' for c in choices))
+
+
+def every_rules() -> list[Rules]:
+    return [rules(kind) for kind in REGISTRY]
 
 
 def rules(kind: str) -> Rules:

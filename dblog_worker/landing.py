@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 
 from dblog_worker.errors import LeaseLost
 from dblog_worker.events import ChangeEvent, DumpRows
+from dblog_worker.names import split_table
 from dblog_worker.position import Position
 from dblog_worker.requests import MAX_CHUNK_SIZE
 
@@ -104,19 +105,6 @@ _get_table = attrgetter("table")
 
 
 # --------------------------------------------------------------------------- names
-
-
-def split_table(table: str) -> tuple[str, str]:
-    """Split ``schema.table`` at the first dot; both parts must be non-empty.
-
-    A schema whose name contains a dot cannot be told apart in this string form:
-    ``"a.b" . "c"`` and ``"a" . "b.c"`` are both ``"a.b.c"`` and land in the same
-    directory, which round-trips to the same string.
-    """
-    schema, dot, name = table.partition(".")
-    if not dot or not schema or not name:
-        raise ValueError(f"a table is 'schema.table' with both parts non-empty, got {table!r}")
-    return schema, name
 
 
 def _encode_part(part: str) -> str:

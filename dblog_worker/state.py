@@ -34,7 +34,6 @@ whatever its fields hold.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -43,6 +42,7 @@ from typing import Any, cast
 import redis
 from redis.client import NEVER_DECODE
 
+from dblog_worker import kinds
 from dblog_worker.errors import (
     ConfigError,
     CorruptRequest,
@@ -116,39 +116,23 @@ def _fields(mapping: Mapping[str, str]) -> Any:
     return dict(mapping)
 
 
-_LSN = re.compile(r"[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}")
-_BINLOG_FILE = re.compile(r".+\.[0-9]+")
-
-
 def check_checkpoint(text: str, key: str) -> str:
-    """A checkpoint as dblog saves it: a PostgreSQL LSN (``0/16B3748``) or a binlog
-    checkpoint (``{"file": "mariadb-bin.000042", "pos": 4, "gtid": "..."}``); else
-    :class:`CorruptState` with what to do (the worker cannot stream without one)."""
-    if _LSN.fullmatch(text) or _binlog_checkpoint(text):
+    """A checkpoint as a source of one of the known kinds saves it (a PostgreSQL LSN, a
+    binlog checkpoint, ...); else :class:`CorruptState` with what to do (the worker cannot
+    stream without one)."""
+    if any(rules.is_checkpoint(text) for rules in kinds.every_rules()):
         return text
     shown = repr(text) if len(text) <= 80 else repr(text[:76]) + "..."
-    raise CorruptState(
-        key, "value", f"{shown} is neither a PostgreSQL LSN (like 0/16B3748) nor a binlog "
-        'checkpoint (like {"file": "mariadb-bin.000042", "pos": 4, "gtid": ""})',
-        _checkpoint_fix(key))
+    forms = " nor ".join(rules.checkpoint_form for rules in kinds.every_rules())
+    raise CorruptState(key, "value", f"{shown} is neither {forms}", _checkpoint_fix(key))
 
 
 def _checkpoint_fix(key: str) -> str:
+    hints = "; ".join(r.checkpoint_hint for r in kinds.every_rules() if r.checkpoint_hint)
     return ("The worker cannot stream without knowing where the log was left: write the right "
-            f"position back (`redis-cli HSET {key} value <position>`: for PostgreSQL the "
-            "slot's confirmed_flush_lsn in pg_replication_slots), or start capture anew: "
+            f"position back (`redis-cli HSET {key} value <position>`"
+            + (f": {hints}" if hints else "") + "), or start capture anew: "
             "`dblog reset --yes`, start the worker, then `dblog dump --all`")
-
-
-def _binlog_checkpoint(text: str) -> bool:
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return False
-    return (isinstance(data, dict) and isinstance(data.get("file"), str)
-            and _BINLOG_FILE.fullmatch(data["file"]) is not None
-            and type(data.get("pos")) is int and 0 <= data["pos"] < 2**64
-            and isinstance(data.get("gtid", ""), str))
 
 
 def _decode(raw: object) -> str:

@@ -1,24 +1,7 @@
 """``dblog verify``: compare source tables with their merged targets, range by key range.
 
-The walk, for one table (:func:`walk`)::
-
-    source key order:  (open ─ k10000] (k10000 ─ k20000] ... (k990000 ─ open)
-                       a range every ``range_rows`` source rows; the first is open
-                       below and the last open above, so target rows beyond the
-                       source's keys fall into them
-
-    each range         count and checksum sum, computed by each database
-      equal            → the next range
-      different        → drill: split the range at every n/16-th key of the side
-                         with more rows, summarize the 16 buckets on both sides (one
-                         query each), drill into the buckets that differ; a bucket
-                         with at most ``leaf_rows`` rows on both sides (or none on
-                         one side) is fetched as (key, row md5) pairs and compared:
-                         missing (source only), extra (target only), changed
-
-The walk sees the databases through :class:`RangeReader` (and the source's
-:meth:`SourceReader.boundary`): :class:`TableReader` runs the queries of
-:mod:`dblog_worker.verify_sql`, the unit tests use keys in memory.  Every query is
+The walk over one table's key ranges is :mod:`dblog_worker.verify_walk`;
+:class:`TableReader` runs its queries (:mod:`dblog_worker.verify_sql`).  Every query is
 one short read-only statement in autocommit: no transaction is held open, no lock
 taken.  The source's and the target's query of a step run at the same time (the
 target's in a worker thread, :class:`InParallel`); :class:`Database` records when each
@@ -38,234 +21,24 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
-
-import psycopg
-import pymysql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from typing import Any, TypeVar
 
 from dblog_worker import verify_sql as vs
 from dblog_worker.config import Config
-from dblog_worker.errors import ConfigError, RequestRejected, SourceUnavailable
+from dblog_worker.errors import RequestRejected, SourceUnavailable
 from dblog_worker.landing import table_dir_name
-from dblog_worker.mysql.options import url_args as mysql_url_args
-from dblog_worker.mysql.values import dump_connection_options
-from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.requests import MAX_KEYS
-from dblog_worker.values import libpq_options
 from dblog_worker.verify_sql import KeyParam, SideSql, TablePlan, VerifyFailed
-
-Key = tuple[str, ...]
-"""A primary key as its normalized texts, in key order."""
+from dblog_worker.verify_walk import Both, Key, Sides, Summary, WalkOptions, recheck, walk
 
 _S = TypeVar("_S")
 _T = TypeVar("_T")
 
-MAX_DEPTH = 32  # drill levels; far more than 16-way splits of any range need
-LOOKUP_BATCH = 500  # keys per recheck query
-
-
-# --- the walk -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Summary:
-    count: int
-    checksum: int  # sum of the rows' 60-bit md5 prefixes
-
-
-class RangeReader(Protocol):
-    """One side of a compared table, in key ranges ``(lower, upper]`` (None: open)."""
-
-    def summaries(self, lower: Key | None, bounds: Sequence[Key],
-                  upper: Key | None) -> list[Summary]:
-        """Count and checksum of each bucket ``(lower, b1], (b1, b2], ..., (bn, upper]``."""
-        ...
-
-    def split_points(self, lower: Key | None, upper: Key | None, step: int,
-                     limit: int) -> list[Key]:
-        """Every ``step``-th key of the range, in key order, at most ``limit``."""
-        ...
-
-    def rows(self, lower: Key | None, upper: Key | None,
-             limit: int | None = None) -> list[tuple[Key, str]]:
-        """(key, row md5) of the range's rows in key order, at most ``limit``."""
-        ...
-
-    def lookup(self, keys: Sequence[Key]) -> dict[Key, str]:
-        """Row md5 of each of these keys that exists."""
-        ...
-
-
-class SourceReader(RangeReader, Protocol):
-    def boundary(self, lower: Key | None, offset: int) -> Key | None:
-        """The key ``offset + 1`` rows after ``lower``, None if there are fewer rows."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class WalkOptions:
-    range_rows: int = 10_000
-    leaf_rows: int = 64
-    fanout: int = 16
-    max_keys: int = MAX_KEYS  # stop (truncated) once this many keys differ
-    delay_s: float = 0.0  # pause between ranges
-
-
-@dataclass
-class Differences:
-    """Differing keys by kind, each list in key order of discovery."""
-
-    missing: list[Key] = field(default_factory=list)
-    extra: list[Key] = field(default_factory=list)
-    changed: list[Key] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.missing) + len(self.extra) + len(self.changed)
-
-    def keys(self) -> list[Key]:
-        return [*self.missing, *self.changed, *self.extra]
-
-
-@dataclass
-class WalkStats:
-    source_rows: int = 0
-    target_rows: int = 0
-    ranges: int = 0
-    differing_ranges: int = 0
-    truncated: bool = False
-    delay_seconds: float = 0.0
-
-
-def compare_rows(source_rows: Sequence[tuple[Key, str]], target_rows: Sequence[tuple[Key, str]],
-                 into: Differences) -> None:
-    """Classify the keys of two lists of (key, row md5)."""
-    target = dict(target_rows)
-    for key, digest in source_rows:
-        other = target.pop(key, None)
-        if other is None:
-            into.missing.append(key)
-        elif other != digest:
-            into.changed.append(key)
-    into.extra.extend(target)
-
-
-class Both(Protocol):
-    """Runs a source call and a target call, perhaps at the same time; returns both
-    results."""
-
-    def __call__(self, source: Callable[[], _S], target: Callable[[], _T]) -> tuple[_S, _T]:
-        ...
-
-
-def one_after_the_other(source: Callable[[], _S], target: Callable[[], _T]) -> tuple[_S, _T]:
-    return source(), target()
-
-
-@dataclass(frozen=True, slots=True)
-class Sides:
-    """The two sides of a compared table, and how calls to both are run."""
-
-    source: SourceReader
-    target: RangeReader
-    both: Both = one_after_the_other
-
-    def summaries(self, lower: Key | None, bounds: Sequence[Key],
-                  upper: Key | None) -> list[tuple[Summary, Summary]]:
-        s, t = self.both(lambda: self.source.summaries(lower, bounds, upper),
-                         lambda: self.target.summaries(lower, bounds, upper))
-        return list(zip(s, t, strict=True))
-
-    def rows(self, lower: Key | None, upper: Key | None, counts: tuple[Summary, Summary],
-             limit: int | None = None) -> tuple[list[tuple[Key, str]], list[tuple[Key, str]]]:
-        """Both sides' rows of a range (no query for a side without rows)."""
-        s, t = counts
-        return self.both(lambda: self.source.rows(lower, upper, limit) if s.count else [],
-                         lambda: self.target.rows(lower, upper, limit) if t.count else [])
-
-
-def drill(sides: Sides, lower: Key | None, upper: Key | None, sums: tuple[Summary, Summary],
-          into: Differences, options: WalkOptions, depth: int = 0) -> None:
-    """Find the differing keys of a range whose summaries ``sums`` (source, target) differ."""
-    room = options.max_keys - len(into)
-    if room <= 0:
-        return
-    s, t = sums
-    if s.count == 0 or t.count == 0:  # all of one side's keys differ: no need to split
-        one_side = Differences()
-        compare_rows(*sides.rows(lower, upper, sums, room), one_side)
-        into.missing.extend(one_side.missing[:room])
-        into.extra.extend(one_side.extra[:room])
-        return
-    if max(s.count, t.count) <= options.leaf_rows or depth >= MAX_DEPTH:
-        compare_rows(*sides.rows(lower, upper, sums), into)
-        return
-    larger = sides.source if s.count >= t.count else sides.target
-    step = -(-max(s.count, t.count) // options.fanout)
-    bounds = larger.split_points(lower, upper, step, options.fanout - 1)
-    if not bounds:  # the rows went away meanwhile
-        compare_rows(*sides.rows(lower, upper, sums), into)
-        return
-    edges = [lower, *bounds, upper]
-    for i, bucket in enumerate(sides.summaries(lower, bounds, upper)):
-        if bucket[0] != bucket[1]:
-            drill(sides, edges[i], edges[i + 1], bucket, into, options, depth + 1)
-
-
-def walk(sides: Sides, options: WalkOptions, sleep: Callable[[float], None] = time.sleep
-         ) -> tuple[Differences, WalkStats]:
-    """Compare a whole table, range by range along the source's keys."""
-    differences, stats = Differences(), WalkStats()
-    lower: Key | None = None
-    while True:
-        upper = sides.source.boundary(lower, options.range_rows - 1)
-        ((s, t),) = sides.summaries(lower, (), upper)
-        stats.ranges += 1
-        stats.source_rows += s.count
-        stats.target_rows += t.count
-        if s != t:
-            stats.differing_ranges += 1
-            drill(sides, lower, upper, (s, t), differences, options)
-            if len(differences) >= options.max_keys:
-                stats.truncated = True
-                break
-        if upper is None:
-            break
-        lower = upper
-        if options.delay_s:
-            sleep(options.delay_s)
-            stats.delay_seconds += options.delay_s
-    return differences, stats
-
-
-def recheck(sides: Sides, keys: Sequence[Key]) -> Differences:
-    """Compare just these keys again (after the source had time to be merged)."""
-    result = Differences()
-    for start in range(0, len(keys), LOOKUP_BATCH):
-        batch = keys[start:start + LOOKUP_BATCH]
-        s, t = sides.both(partial(sides.source.lookup, batch), partial(sides.target.lookup, batch))
-        for key in batch:
-            a, b = s.get(key), t.get(key)
-            if a is not None and b is None:
-                result.missing.append(key)
-            elif a is None and b is not None:
-                result.extra.append(key)
-            elif a != b:
-                result.changed.append(key)
-    return result
-
-
 # --- databases ------------------------------------------------------------------------
-
-_MY_UNREACHABLE = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
-_MY_DENIED = (1044, 1045, 1142, 1143, 1227)
-
 
 class Database:
     """One connection to the source or the target; counts the seconds spent in queries."""
@@ -278,24 +51,7 @@ class Database:
         self.seconds = 0.0
         self.queries = 0
         self.intervals: list[tuple[float, float]] = []  # perf_counter start and end of each
-        self._pg: psycopg.Connection[tuple[Any, ...]] | None = None
-        self._my: Any = None
-
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        where = f"the {self.role} database ({self.safe_dsn})"
-        try:
-            yield
-        except psycopg.OperationalError as exc:
-            raise SourceUnavailable(f"{where} is unreachable: {exc}") from None
-        except psycopg.Error as exc:
-            raise VerifyFailed(f"{where} refused a query: {exc}") from None
-        except _MY_UNREACHABLE as exc:
-            if exc.args and exc.args[0] in _MY_DENIED:
-                raise ConfigError(f"{where} refused access: {exc.args[-1]}") from None
-            raise SourceUnavailable(f"{where} is unreachable: {exc}") from None
-        except pymysql.MySQLError as exc:
-            raise VerifyFailed(f"{where} refused a query: {exc}") from None
+        self._conn: vs.Connection | None = None
 
     def connect(self) -> None:
         started = time.perf_counter()
@@ -307,30 +63,16 @@ class Database:
             self.intervals.append((started, ended))
 
     def _connect(self) -> None:
-        with self._errors():
-            if self.kind == POSTGRESQL:
-                dsn = self._dsn if "connect_timeout" in conninfo_to_dict(self._dsn) else (
-                    make_conninfo(self._dsn, connect_timeout=10))
-                self._pg = psycopg.connect(
-                    dsn, autocommit=True, application_name="dblog-verify",
-                    options=libpq_options() + " -c default_transaction_read_only=on")
-            else:
-                self._my = pymysql.connect(**mysql_url_args(self._dsn), **dump_connection_options(),
-                                           autocommit=True, connect_timeout=10)
-                self.query("SET SESSION TRANSACTION READ ONLY", [])
+        where = f"the {self.role} database ({self.safe_dsn})"
+        self._conn = vs.sql_of(self.kind).connect(self._dsn, where)
 
     def query(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         """Run one statement; always with a parameter list, so ``%%`` means ``%``."""
         started = time.perf_counter()
         try:
-            with self._errors():
-                if self._pg is not None:
-                    return self._pg.execute(sql.encode(), list(params)).fetchall()
-                if self._my is None:
-                    raise SourceUnavailable(f"not connected to the {self.role} database")
-                with self._my.cursor() as cursor:
-                    cursor.execute(sql, list(params))
-                    return list(cursor.fetchall())
+            if self._conn is None:
+                raise SourceUnavailable(f"not connected to the {self.role} database")
+            return self._conn.query(sql, params)
         finally:
             ended = time.perf_counter()
             self.seconds += ended - started
@@ -338,11 +80,10 @@ class Database:
             self.intervals.append((started, ended))
 
     def close(self) -> None:
-        for connection in (self._pg, self._my):
-            if connection is not None:
-                with contextlib.suppress(Exception):
-                    connection.close()
-        self._pg = self._my = None
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+        self._conn = None
 
 
 def busy_seconds(intervals: Sequence[tuple[float, float]], since: float = 0.0) -> float:

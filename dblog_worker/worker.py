@@ -679,9 +679,9 @@ class Session:
                     DumpKind.KEYS, [table], chunk_size=DEFAULT_CHUNK_SIZE, delay_ms=0,
                     keys=batch)
             log.warning(
-                "%d change(s) of %s came without their whole row (the table's REPLICA "
-                "IDENTITY is not FULL; run ALTER TABLE ... REPLICA IDENTITY FULL): dump %s "
-                "reads them", len(keys), table, request.id, extra={"request_id": request.id},
+                "%d change(s) of %s came without their whole row (%s): dump %s reads them",
+                len(keys), table, self.dialect.incomplete_rows_hint(), request.id,
+                extra={"request_id": request.id},
             )
 
     def _finish(self, dump: ActiveDump, finished: bool, failure: str | None) -> None:

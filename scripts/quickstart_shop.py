@@ -55,7 +55,7 @@ from dblog_worker.mysql.values import (  # noqa: E402
 )
 from dblog_worker.pg import catalog  # noqa: E402
 from dblog_worker.pg.pgoutput import parse_lsn  # noqa: E402
-from dblog_worker.values import RowCodec, libpq_options  # noqa: E402
+from dblog_worker.pg.values import RowCodec, libpq_options  # noqa: E402
 from tests.services import MariaDBServer, PostgresServer  # noqa: E402
 
 DATABASE = "shop"

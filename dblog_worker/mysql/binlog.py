@@ -61,10 +61,10 @@ from dblog_worker.errors import ConfigError, LogGone, ProtocolError, SourceUnava
 from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin, Watermark
 from dblog_worker.mysql.values import BINLOG_READER_OPTIONS
 from dblog_worker.position import Position
+from dblog_worker.tables import WATERMARK_SCHEMA
 
 log = logging.getLogger(__name__)
 
-WATERMARK_SCHEMA = "dblog"
 WATERMARK_TABLE = "watermark"
 _QUEUE_BATCHES = 64  # batches of up to _BATCH items between the reader and the loop
 _BATCH = 2000

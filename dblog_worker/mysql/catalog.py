@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dblog_worker import names
+from dblog_worker.names import split_table
 from dblog_worker.source import Problem
+from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 
-SCHEMA = "dblog"
 WATERMARK_DDL = (
     f"CREATE TABLE IF NOT EXISTS `{SCHEMA}`.`watermark` ("
     "source VARCHAR(64) NOT NULL PRIMARY KEY, value VARCHAR(255) NOT NULL, "
@@ -61,18 +63,13 @@ SETTINGS = tuple(s[0] for s in REQUIRED_SETTINGS) + tuple(s[0] for s in REFUSED_
 """Every global variable :func:`setting_problems` looks at."""
 
 
-def split_table(table: str) -> tuple[str, str]:
-    database, _, name = table.partition(".")
-    return database, name
-
-
 def quote_ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
 def qualified(table: str) -> str:
-    database, name = split_table(table)
-    return f"{quote_ident(database)}.{quote_ident(name)}"
+    """``database.table`` as SQL to show (not run with parameters)."""
+    return names.qualified(table, quote_ident)
 
 
 def ident(name: str) -> str:

@@ -32,6 +32,9 @@ class MySqlDialect(MySqlRules):
         return ("; if the source failed over to a replica, follow "
                 "docs/runbooks/mysql-failover.md")
 
+    def incomplete_rows_hint(self) -> str:
+        return "the binary log's row image is not full; SET GLOBAL binlog_row_image = FULL"
+
     def open_target(self, config: TargetConfig) -> MySQLTarget:
         return MySQLTarget(config)
 

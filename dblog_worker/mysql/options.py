@@ -3,6 +3,8 @@ replica id of the binary log connection."""
 
 from __future__ import annotations
 
+import json
+import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,6 +15,7 @@ from dblog_worker.checks import integer
 from dblog_worker.config import SourceConfig
 
 MYSQL = "mysql"
+_BINLOG_FILE = re.compile(r".+\.[0-9]+")
 NAME_CHARACTERS = 64
 
 
@@ -27,6 +30,19 @@ class MySqlRules:
     title = "MySQL/MariaDB"
     table_form = "database.table"
     option_names = frozenset({"server_id"})
+    checkpoint_form = ('a binlog checkpoint (like {"file": "mariadb-bin.000042", "pos": 4, '
+                       '"gtid": ""})')
+    checkpoint_hint = ""
+
+    def is_checkpoint(self, text: str) -> bool:
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            return False
+        return (isinstance(data, dict) and isinstance(data.get("file"), str)
+                and _BINLOG_FILE.fullmatch(data["file"]) is not None
+                and type(data.get("pos")) is int and 0 <= data["pos"] < 2**64
+                and isinstance(data.get("gtid", ""), str))
 
     def name_problem(self, name: str) -> str | None:
         if len(name) > NAME_CHARACTERS:

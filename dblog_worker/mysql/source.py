@@ -13,7 +13,6 @@ import contextlib
 import functools
 import logging
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -40,7 +39,7 @@ from dblog_worker.mysql.binlog import (
     TableView,
     file_number,
 )
-from dblog_worker.mysql.catalog import SCHEMA, TableShape, qualified
+from dblog_worker.mysql.catalog import TableShape, qualified
 from dblog_worker.mysql.options import server_id, url_args
 from dblog_worker.mysql.values import (
     COLUMNS_SQL,
@@ -52,14 +51,15 @@ from dblog_worker.mysql.values import (
     schema_document,
     select_list,
 )
+from dblog_worker.names import split_table
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 from dblog_worker.source import Chunk, KeysChunk, Problem, SchemaVersion
+from dblog_worker.tables import HEARTBEAT, TableCache, not_ready
+from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 
 log = logging.getLogger(__name__)
 
-REFRESH_S = 1.0  # how old the catalog description of a table being dumped may be
-HEARTBEAT = "heartbeat"
 # Errors that mean the server is gone or restarting: the session retries.
 _CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 _NO_TABLE, _NO_COLUMN, _DENIED = 1146, 1054, (1044, 1142, 1143, 1227)
@@ -154,8 +154,7 @@ class MySqlSource:
         self._versions_lock = threading.Lock()
         self._args = url_args(config.dsn)
         self._conn: pymysql.connections.Connection[Any] | None = None
-        self._tables: dict[str, _Table] = {}
-        self._refreshed: dict[str, float] = {}
+        self.captured = TableCache(config.name, config.tables, self._load)
         self._reader: BinlogReader | None = None
         self._is_mariadb = False
         self._server = ""  # which server: "server_id=1" (MariaDB), "server_uuid=…" (MySQL)
@@ -240,7 +239,7 @@ class MySqlSource:
 
     def _table_problems(self, table: str, scopes: dict[str, set[str]],
                         account: str) -> list[Problem]:
-        database, name = catalog.split_table(table)
+        database, name = split_table(table)
         may_select = catalog.has_privilege(scopes, "SELECT", database, name)
         if not self._rows("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
                           "AND TABLE_NAME = %s", (database, name)):
@@ -264,10 +263,7 @@ class MySqlSource:
         """Check, create the watermark table, and return the log's end now."""
         problems = self.preflight()
         if problems:
-            raise ConfigError(
-                "the source is not ready for capture:\n"
-                + "\n".join(f"- {p.what}\n  fix: {p.fix}" for p in problems)
-            )
+            raise not_ready(problems)
         try:
             # Only what is missing: CREATE ... IF NOT EXISTS needs the CREATE privilege
             # even when the object exists, and preflight asks for it only when it does not.
@@ -338,7 +334,7 @@ class MySqlSource:
                 "worker, then `dblog dump --all` to bring the output back in sync"
             )
         translator = BinlogTranslator(self.name, self.config.tables, self._describe, start)
-        databases = {catalog.split_table(t)[0] for t in self.config.tables}
+        databases = {split_table(t)[0] for t in self.config.tables}
         self._reader = BinlogReader(
             self._args, server_id(self.config), start, translator, databases,
             by_gtid=self._by_gtid(start), is_mariadb=self._is_mariadb,
@@ -381,7 +377,7 @@ class MySqlSource:
         key_columns = [key] if isinstance(key, str) else list(key or ())
         if not key_columns:
             raise SourceUnavailable(f"the binary log carries no primary key of {table}")
-        known = self._tables.get(table)
+        known = self.captured.known(table)
         if known is not None and set(known.shape.key) == set(key_columns):
             key_columns = list(known.shape.key)
         version = self._schema_version(table, schema_document(columns, key_columns))
@@ -399,17 +395,10 @@ class MySqlSource:
 
     # -- chunks ---------------------------------------------------------------
 
-    def _captured(self, table: str) -> None:
-        if table not in self.config.tables:
-            raise RequestRejected(
-                f"table {table} is not captured by source {self.name}; captured: "
-                + ", ".join(self.config.tables)
-            )
-
     def _load(self, table: str) -> _Table:
         """The table's columns from information_schema, between two looks at what
         ``SELECT *`` reads: equal looks mean no DDL came in between."""
-        database, name = catalog.split_table(table)
+        database, name = split_table(table)
         for _ in range(3):
             before = self._describe_table(table)
             rows = self._rows(COLUMNS_SQL, (database, name))
@@ -426,15 +415,15 @@ class MySqlSource:
                            select_list(columns), select_list(columns, "t"))
         version = self._schema_version(table, schema_document(columns, list(key)))
         loaded = _Table(shape, columns, MyRowCodec(columns, list(key)), version, before)
-        self._tables[table] = loaded
+        self.captured.put(table, loaded)
         return loaded
 
     def _describe_table(self, table: str) -> Described:
         """What ``SELECT *`` reads of ``table`` now: names, types, lengths, decimals."""
         try:
             with self.conn.cursor() as cursor:
-                cursor.execute(f"SELECT * FROM {catalog.ident(catalog.split_table(table)[0])}."
-                               f"{catalog.ident(catalog.split_table(table)[1])} LIMIT 0", ())
+                cursor.execute(f"SELECT * FROM {catalog.ident(split_table(table)[0])}."
+                               f"{catalog.ident(split_table(table)[1])} LIMIT 0", ())
                 return _description(cursor)
         except pymysql.MySQLError as exc:
             raise self._read_error(table, exc) from exc
@@ -447,28 +436,20 @@ class MySqlSource:
             raise ChunkStale(f"the columns of {table} changed since the worker read them: "
                              "the chunk is read again with the new columns")
 
-    def _table(self, table: str) -> _Table:
-        self._captured(table)
-        return self._tables.get(table) or self._load(table)
-
     def refresh(self, table: str) -> None:
-        self._captured(table)
-        now = time.monotonic()
-        if now - self._refreshed.get(table, 0.0) >= REFRESH_S:
-            self._load(table)
-            self._refreshed[table] = now
+        self.captured.refresh(table)
 
     def key_arity(self, table: str) -> int:
-        return len(self._table(table).shape.key)
+        return len(self.captured.get(table).shape.key)
 
     def upper_bound(self, table: str) -> KeyTexts | None:
-        captured = self._table(table)
+        captured = self.captured.get(table)
         rows = self._select(table, catalog.upper_bound_sql(captured.shape), ())
         return None if not rows else captured.codec.key_texts_from_dump(rows[0])
 
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
                    limit: int) -> Chunk:
-        captured = self._table(table)
+        captured = self.captured.get(table)
         params_of = functools.partial(_key_params, table, captured)
         params = [] if after is None else catalog.after_params(params_of(after))
         params += catalog.at_most_params(params_of(upper))
@@ -480,7 +461,7 @@ class MySqlSource:
                      functools.partial(_encode_rows, captured.codec, rows))
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
-        captured = self._table(table)
+        captured = self.captured.get(table)
         if not keys:
             empty = pa.array([], pa.string())
             return KeysChunk(empty, empty, [], captured.version)
@@ -500,7 +481,7 @@ class MySqlSource:
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         """Refuse keys whose values do not fit the key columns' types."""
-        codec = self._table(table).codec
+        codec = self.captured.get(table).codec
         for key in keys:
             try:
                 codec.key_params(key)
@@ -530,7 +511,7 @@ class MySqlSource:
             return ChunkStale(f"{table} is locked (a DDL statement, LOCK TABLES?): the chunk "
                               "is read later")
         if code == _NO_COLUMN:  # a key column renamed or dropped
-            self._tables.pop(table, None)
+            self.captured.forget(table)
             return ChunkStale(f"the columns of {table} changed ({exc}): the chunk is read "
                               "again with the new columns")
         return DumpFailed(f"the source refused a dump's SELECT of {table}: {exc}")

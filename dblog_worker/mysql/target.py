@@ -21,10 +21,11 @@ from typing import Any
 
 import pymysql
 
+from dblog_worker import names
 from dblog_worker.errors import TargetError, TargetUnavailable
-from dblog_worker.landing import split_table
 from dblog_worker.mysql.catalog import ident, quote_ident
 from dblog_worker.mysql.options import MYSQL, url_args
+from dblog_worker.names import split_table
 from dblog_worker.target.base import POSITION_COLUMN, Applied, Target
 from dblog_worker.target.columns import Encoding, SourceColumn
 from dblog_worker.target.plan import Batch, MergeLogEntry
@@ -43,12 +44,6 @@ _SESSION = ("SET time_zone = '+00:00', sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_S
 _CONNECTION_ERRORS = frozenset({2002, 2003, 2006, 2013, 2055, 1927, 1053})
 
 
-def qualified(table: str) -> str:
-    """``database.table`` in a statement run with parameters."""
-    schema, name = split_table(table)
-    return f"{ident(schema)}.{ident(name)}"
-
-
 def _key_condition(key_columns: Sequence[str]) -> str:
     return " AND ".join(f"{ident(c)} = %s" for c in key_columns)
 
@@ -62,6 +57,11 @@ def delete_row_sql(table: str, key_columns: Sequence[str]) -> str:
     """Delete the row of one key if it still has a position (parameters: the key's texts,
     then the position; a NULL position matches NULL)."""
     return f"DELETE FROM {qualified(table)} WHERE {_key_condition(key_columns)} AND {_P} <=> %s"
+
+
+def qualified(table: str) -> str:
+    """``database.table`` in a statement run with parameters."""
+    return names.qualified(table, ident)
 
 
 def _formatted(sql: str) -> str:

@@ -88,7 +88,7 @@ SET (both sort by number), ``str`` otherwise.
 
 Known limits: ENUM/SET members with characters outside the BMP (emoji) are shown as ``?``
 by MariaDB's ``information_schema`` (utf8mb3), so such a column's descriptor differs
-between the two sources (:func:`same_column` tells), and a codec built from
+between the two sources, and a codec built from
 ``information_schema`` raises ValueError for a logged SET value holding such a member and
 for such an ENUM/SET key text in :meth:`MyRowCodec.key_params`; a codec built from the
 binlog's descriptors has the true members and encodes the dump path identically.
@@ -114,7 +114,7 @@ import math
 import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from json.encoder import encode_basestring
@@ -135,7 +135,6 @@ __all__ = [
     "column_from_binlog",
     "column_from_information_schema",
     "dump_connection_options",
-    "same_column",
     "schema_document",
     "select_list",
     "session_init_command",
@@ -392,14 +391,6 @@ def column_from_binlog(column: Any) -> MyColumn:
 _OUTSIDE_BMP = re.compile("[\U00010000-\U0010ffff]")
 
 
-def same_column(from_information_schema: MyColumn, from_binlog: MyColumn) -> bool:
-    """Whether two descriptors describe the same column: equal, except that
-    ``information_schema`` (utf8mb3) shows each ENUM/SET member character outside the BMP
-    as ``?``.  When they differ only so, build the codec from the binlog descriptor."""
-    shown = tuple(_OUTSIDE_BMP.sub("?", member) for member in from_binlog.members)
-    return from_information_schema == replace(from_binlog, members=shown)
-
-
 def _quote_identifier(name: str) -> str:
     """Quoted for a statement run with parameters (PyMySQL formats it with ``%``)."""
     return "`" + name.replace("`", "``").replace("%", "%%") + "`"
@@ -424,7 +415,7 @@ def schema_document(columns: Sequence[MyColumn], key_columns: Sequence[str]) -> 
     """The schema of one table version, as the landing zone records it.
 
     The same for descriptors from either source: ENUM/SET members are written as
-    ``information_schema`` shows them (see :func:`same_column`).
+    ``information_schema`` shows them.
     """
     described = []
     for column in columns:

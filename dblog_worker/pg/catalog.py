@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 import psycopg
 
+from dblog_worker.names import split_table
 from dblog_worker.pg.queries import TableShape, qualified, quote_ident
+from dblog_worker.pg.values import BUILTIN_TYPES, PgType
 from dblog_worker.source import Problem
-from dblog_worker.values import BUILTIN_TYPES, PgType
+from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 
-SCHEMA = "dblog"
 WATERMARK_TABLE = "watermark"
 WATERMARK_DDL = (
     f"CREATE TABLE {SCHEMA}.{WATERMARK_TABLE} "
@@ -52,11 +53,6 @@ class TableInfo:
     def star_index(self) -> tuple[int, ...]:
         """Where each captured column is among the columns ``SELECT *`` reads."""
         return tuple(self.star.index(c) for c in self.columns)
-
-
-def split_table(table: str) -> tuple[str, str]:
-    schema, _, name = table.partition(".")
-    return schema, name
 
 
 def load_table(conn: psycopg.Connection[tuple[object, ...]], table: str) -> TableInfo | None:

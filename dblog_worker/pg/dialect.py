@@ -39,6 +39,10 @@ class PgDialect(PgRules):
     def other_server_hint(self) -> str:
         return ""
 
+    def incomplete_rows_hint(self) -> str:
+        return ("the table's REPLICA IDENTITY is not FULL; run ALTER TABLE ... REPLICA "
+                "IDENTITY FULL")
+
     def open_target(self, config: TargetConfig) -> PostgresTarget:
         return PostgresTarget(config)
 

@@ -14,6 +14,7 @@ from dblog_worker.config import SourceConfig
 from dblog_worker.errors import ConfigError
 
 POSTGRESQL = "postgresql"
+_LSN = re.compile(r"[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}")
 NAME_BYTES = 63  # NAMEDATALEN - 1: PostgreSQL truncates a longer name, silently
 
 
@@ -29,6 +30,11 @@ class PgRules:
     title = "PostgreSQL"
     table_form = "schema.table"
     option_names = frozenset({"slot", "publication"})
+    checkpoint_form = "a PostgreSQL LSN (like 0/16B3748)"
+    checkpoint_hint = "for PostgreSQL the slot's confirmed_flush_lsn in pg_replication_slots"
+
+    def is_checkpoint(self, text: str) -> bool:
+        return _LSN.fullmatch(text) is not None
 
     def name_problem(self, name: str) -> str | None:
         size = len(name.encode())

@@ -3,7 +3,7 @@
 Two connections: the replication stream, and one autocommit connection for the
 catalog, the watermark writes (heartbeats too), and chunk SELECTs (single statements at
 read committed: non-stale reads, no locks). Both use the same session settings,
-so the log and the chunks print values identically (see :mod:`dblog_worker.values`).
+so the log and the chunks print values identically (see :mod:`dblog_worker.pg.values`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import pyarrow.compute as pc
 from psycopg.pq.abc import PGresult
 from psycopg.types.string import TextLoader
 
-from dblog_worker.columns import ColumnCodec, text_columns
 from dblog_worker.config import SourceConfig
 from dblog_worker.errors import (
     ChunkStale,
@@ -33,24 +32,26 @@ from dblog_worker.errors import (
     SourceUnavailable,
 )
 from dblog_worker.events import Checkpoint, Encoded, LogItem
+from dblog_worker.names import split_table
 from dblog_worker.pg import catalog, queries
 from dblog_worker.pg import pgoutput as pg
-from dblog_worker.pg.catalog import SCHEMA, WATERMARK_DDL, TableInfo
+from dblog_worker.pg.catalog import WATERMARK_DDL, TableInfo
+from dblog_worker.pg.columns import ColumnCodec, text_columns
 from dblog_worker.pg.options import pg_options
 from dblog_worker.pg.stream import ReplicationStream
 from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView
+from dblog_worker.pg.values import PgType, RowCodec, libpq_options
 from dblog_worker.pg.visibility import Snapshot
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 from dblog_worker.source import Chunk, KeysChunk, Problem, SchemaVersion
-from dblog_worker.values import PgType, RowCodec, libpq_options
+from dblog_worker.tables import HEARTBEAT, TableCache, not_ready
+from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 
 log = logging.getLogger(__name__)
 
 TextRow = tuple[str | None, ...]
-REFRESH_S = 1.0  # how old the catalog description of a table being dumped may be
 
-HEARTBEAT = "heartbeat"  # a watermark value of no window: the reconciler ignores it
 # How often, at most, a snapshot tells which transactions read from the log every later
 # snapshot sees (so they need no remembering, and the checkpoint may pass them): while
 # transactions are remembered; more often when they are many or the log has paused (the
@@ -156,10 +157,9 @@ class PgSource:
         self._schema_version = schema_version
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._types: dict[int, PgType] = catalog.builtin_types()
-        self._tables: dict[str, _Table] = {}
+        self.captured = TableCache(config.name, config.tables, self._load)
         self._stream: ReplicationStream | None = None
         self._cursor: psycopg.Cursor[TextRow] | None = None
-        self._refreshed: dict[str, float] = {}
         self._snapshot_at = 0.0
         self.translator = LogTranslator(config.name, self._describe)
 
@@ -206,10 +206,7 @@ class PgSource:
         """Create what capture needs; returns the new slot's position if it was created now."""
         problems = self.preflight()
         if problems:
-            raise ConfigError(
-                "the source is not ready for capture:\n"
-                + "\n".join(f"- {p.what}\n  fix: {p.fix}" for p in problems)
-            )
+            raise not_ready(problems)
         try:
             with _connection_errors("setup"):
                 return self._prepare()
@@ -375,7 +372,7 @@ class PgSource:
                                 watermark_columns=(names.index("source"), names.index("value")))
         if table not in self.config.tables:
             return RelationView(RelationKind.IGNORED, table)
-        captured = self._tables.get(table)
+        captured = self.captured.known(table)
         if captured is None or captured.info.oid != relation.relation_oid:
             try:
                 captured = self._load(table)
@@ -397,7 +394,7 @@ class PgSource:
             log.warning("%s has REPLICA IDENTITY %r, not FULL: updates that keep a large value "
                         "arrive without it and are read again by a primary-key dump; fix: "
                         "ALTER TABLE %s REPLICA IDENTITY FULL;", table, relation.replica_identity,
-                        queries.qualified(*catalog.split_table(table)))
+                        queries.qualified(*split_table(table)))
         return RelationView(RelationKind.CAPTURED, table, codec, version,
                             full_identity=relation.replica_identity == "f")
 
@@ -468,41 +465,24 @@ class PgSource:
                             info.key_columns, self._types),
         )
         loaded = _Table(info, codec, columns, version, self._types)
-        self._tables[table] = loaded
+        self.captured.put(table, loaded)
         return loaded
 
-    def _captured(self, table: str) -> None:
-        if table not in self.config.tables:
-            raise RequestRejected(
-                f"table {table} is not captured by source {self.name}; captured: "
-                + ", ".join(self.config.tables)
-            )
-
-    def _table(self, table: str) -> _Table:
-        self._captured(table)
-        return self._tables.get(table) or self._load(table)
-
     def refresh(self, table: str) -> None:
-        """Read the table's columns from the catalog again (before a window, not in it);
-        at most every REFRESH_S: a column added since is in the next chunks."""
-        self._captured(table)
-        now = time.monotonic()
-        if now - self._refreshed.get(table, 0.0) >= REFRESH_S:
-            self._load(table)
-            self._refreshed[table] = now
+        self.captured.refresh(table)
 
     def key_arity(self, table: str) -> int:
-        return len(self._table(table).info.key_columns)
+        return len(self.captured.get(table).info.key_columns)
 
     def upper_bound(self, table: str) -> KeyTexts | None:
-        captured = self._table(table)
+        captured = self.captured.get(table)
         rows = self._select(table, queries.upper_bound_sql(captured.info.shape), ())
         return None if not rows else tuple(str(v) for v in rows[0])
 
     def read_chunk(
         self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int
     ) -> Chunk:
-        captured = self._table(table)
+        captured = self.captured.get(table)
         arity = len(captured.info.key_columns)
         if len(upper) != arity or (after is not None and len(after) != arity):
             raise DumpFailed(
@@ -533,7 +513,7 @@ class PgSource:
             )
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
-        captured = self._table(table)
+        captured = self.captured.get(table)
         info = captured.info
         if any(len(key) != len(info.key_columns) for key in keys):
             raise DumpFailed(
@@ -558,7 +538,7 @@ class PgSource:
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         """Refuse keys whose values do not fit the key columns' types."""
-        info = self._table(table).info
+        info = self.captured.get(table).info
         for i, (column, key_type) in enumerate(zip(info.key_columns, info.key_types,
                                                    strict=True)):
             try:

@@ -21,7 +21,7 @@ from dblog_worker.errors import SourceUnavailable
 from dblog_worker.events import LogItem
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.translate import LogTranslator
-from dblog_worker.values import libpq_options
+from dblog_worker.pg.values import libpq_options
 
 _XLOG_HEADER = 25  # 'w', start LSN, WAL end, send time
 _XLOG_LSNS = struct.Struct(">QQ")

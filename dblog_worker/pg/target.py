@@ -20,14 +20,15 @@ from urllib.parse import quote
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from dblog_worker import names
 from dblog_worker.errors import TargetError, TargetUnavailable
-from dblog_worker.landing import split_table
+from dblog_worker.names import split_table
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.pg.queries import ident, quote_ident, sql_text
+from dblog_worker.pg.values import libpq_options
 from dblog_worker.target.base import POSITION_COLUMN, Applied, Target
 from dblog_worker.target.columns import Encoding, SourceColumn, logical_of
 from dblog_worker.target.plan import Batch, MergeLogEntry
-from dblog_worker.values import libpq_options
 
 __all__ = ["PostgresTarget", "upsert_sql"]
 
@@ -36,8 +37,7 @@ _P = ident(POSITION_COLUMN)
 
 def qualified(table: str) -> str:
     """``schema.table`` in a statement run with parameters."""
-    schema, name = split_table(table)
-    return f"{ident(schema)}.{ident(name)}"
+    return names.qualified(table, ident)
 
 
 def _key_condition(key_columns: Sequence[str], types: Mapping[str, str]) -> str:

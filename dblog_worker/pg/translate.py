@@ -30,9 +30,9 @@ from dblog_worker.events import (
     Watermark,
 )
 from dblog_worker.pg import pgoutput as pg
+from dblog_worker.pg.values import RowCodec
 from dblog_worker.pg.visibility import RecentCommits, Snapshot
 from dblog_worker.position import Position
-from dblog_worker.values import RowCodec
 
 _new = tuple.__new__
 

@@ -26,6 +26,7 @@ import redis
 
 from dblog_worker import cli
 from dblog_worker import config as config_module
+from dblog_worker.dialect import dialect
 from dblog_worker.errors import CorruptRequest, CorruptState, LeaseLost, RequestRejected
 from dblog_worker.http.server import ControlServer
 from dblog_worker.requests import DumpKind, DumpRequest, MalformedRequest
@@ -230,7 +231,7 @@ def redis_request_raw(client: redis.Redis, request_id: str) -> dict[bytes, bytes
 def test_repair_dumps_one_per_batch_of_keys(store: StateStore, client: redis.Redis) -> None:
     """Two batches under one checkpoint, and under None, are two dumps with their keys; the
     same batch again (a replay) is one."""
-    session = cast(Session, SimpleNamespace(state=store))
+    session = cast(Session, SimpleNamespace(state=store, dialect=dialect("postgresql")))
 
     def repair(checkpoint: str | None, *keys: str) -> None:
         Session._repair_incomplete(session, {ITEMS: {(k,): None for k in keys}}, checkpoint)

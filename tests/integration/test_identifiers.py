@@ -112,10 +112,10 @@ def _description(dialect: str, n: Sequence[str]) -> TableDescription:
                           collation="en_US"),
                    Column(n[5], "float8", Family.FLOAT, cast="double precision"))
     else:
-        columns = (Column(n[2], "int", Family.NUMBER, my=MyColumn(n[2], Kind.INTEGER)),
+        columns = (Column(n[2], "int", Family.NUMBER, native=MyColumn(n[2], Kind.INTEGER)),
                    Column(n[3], "varchar", Family.TEXT, collation="utf8mb4_bin",
-                          my=MyColumn(n[3], Kind.TEXT)),
-                   Column(n[5], "double", Family.FLOAT, my=MyColumn(n[5], Kind.DOUBLE)))
+                          native=MyColumn(n[3], Kind.TEXT)),
+                   Column(n[5], "double", Family.FLOAT, native=MyColumn(n[5], Kind.DOUBLE)))
     return TableDescription(dialect, f"{n[0]}.{n[1]}", columns, (n[2], n[3]))
 
 

@@ -26,12 +26,12 @@ from dblog_worker.errors import TargetUnavailable
 from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.landing import LandingZone, Segment
 from dblog_worker.pg.target import PostgresTarget
+from dblog_worker.pg.values import libpq_options
 from dblog_worker.position import Position
 from dblog_worker.target.base import Target
 from dblog_worker.target.merge import MergeReport, merge_source
 from dblog_worker.target.plan import Batch, stage_name
 from dblog_worker.target.submit import submit_command
-from dblog_worker.values import libpq_options
 from spark import merge as merge_job
 from spark.merge import spark_stager
 from tests.services import MariaDBServer

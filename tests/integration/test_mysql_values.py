@@ -33,9 +33,9 @@ from dblog_worker.mysql.values import (
     column_from_binlog,
     column_from_information_schema,
     dump_connection_options,
-    same_column,
     select_list,
 )
+from tests.mysql_columns import same_column
 from tests.services import MariaDBServer
 
 _server_ids = itertools.count(1000)

@@ -1,4 +1,4 @@
-"""ColumnCodec (dblog_worker.columns): byte-identical to values.RowCodec, a column at a time."""
+"""ColumnCodec (dblog_worker.pg.columns): byte-identical to values.RowCodec, a column at a time."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dblog_worker import columns
-from dblog_worker.columns import ColumnCodec
-from dblog_worker.values import BUILTIN_TYPES, PgType, RowCodec
+from dblog_worker.pg import columns
+from dblog_worker.pg.columns import ColumnCodec
+from dblog_worker.pg.values import BUILTIN_TYPES, PgType, RowCodec
 
 # OIDs of builtin types used below.
 BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT2VECTOR, INT4, TEXT, OID = (

@@ -32,11 +32,11 @@ from dblog_worker.mysql.values import (
     column_from_binlog,
     column_from_information_schema,
     dump_connection_options,
-    same_column,
     schema_document,
     select_list,
     session_init_command,
 )
+from tests.mysql_columns import same_column
 
 ID = MyColumn("id", Kind.INTEGER)
 EMPTY_SET = {"c": "empty set"}

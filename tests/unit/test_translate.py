@@ -18,8 +18,8 @@ from dblog_worker.events import (
 )
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView
+from dblog_worker.pg.values import BUILTIN_TYPES, RowCodec
 from dblog_worker.position import Position
-from dblog_worker.values import BUILTIN_TYPES, RowCodec
 
 SOURCE = "shop"
 TABLE = "public.orders"

@@ -1,4 +1,4 @@
-"""Canonical serialization of PostgreSQL text values (dblog_worker.values)."""
+"""Canonical serialization of PostgreSQL text values (dblog_worker.pg.values)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dblog_worker.values import (
+from dblog_worker.pg.values import (
     BUILTIN_TYPES,
     PG_SESSION_SETTINGS,
     PgType,

@@ -15,43 +15,49 @@ import pytest
 
 from dblog_worker import verify_sql as vs
 from dblog_worker.errors import RequestRejected
+from dblog_worker.mysql import verify_sql as my_verify
 from dblog_worker.mysql.options import MYSQL
 from dblog_worker.mysql.values import column_from_information_schema
+from dblog_worker.pg import verify_sql as pg_verify
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.requests import parse_keys
 from dblog_worker.verify import (
-    Differences,
     InParallel,
-    Key,
-    Sides,
-    Summary,
     TableResult,
     VerifyOptions,
     VerifyResult,
-    WalkOptions,
     busy_seconds,
-    compare_rows,
     keys_document,
     keys_paths,
-    recheck,
     render,
-    walk,
 )
 from dblog_worker.verify_sql import Column, Family, TableDescription, VerifyFailed
+from dblog_worker.verify_walk import (
+    Differences,
+    Key,
+    Sides,
+    Summary,
+    WalkOptions,
+    compare_rows,
+    recheck,
+    walk,
+)
 
 # --- descriptions -----------------------------------------------------------------------
 
 
 def pg(name: str, typname: str, cast: str, collation: str | None = None,
        category: str = "N") -> Column:
-    return Column(name, typname, vs.pg_family(typname, category), cast=cast, collation=collation)
+    return Column(name, typname, pg_verify.pg_family(typname, category), cast=cast,
+                  collation=collation)
 
 
 def my(name: str, data_type: str, column_type: str, scale: int = 0,
        collation: str | None = None) -> Column:
     column = column_from_information_schema(
         (name, data_type, column_type, None, scale, 0, None, None))
-    return Column(column.name, data_type, vs.my_family(column), collation=collation, my=column)
+    return Column(column.name, data_type, my_verify.my_family(column), collation=collation,
+                  native=column)
 
 
 def table(dialect: str, name: str, columns: Sequence[Column], key: Sequence[str]
@@ -183,7 +189,7 @@ def test_rows_mark_null_and_prefix_free_text_with_its_length() -> None:
                                      "NULL, DATE_FORMAT(`d`, '%%Y-%%m-%%d'))"),
 ])
 def test_cross_dialect_normalizations(dialect: str, column: Column, expected: str) -> None:
-    ref = vs.quote(dialect, column.name)
+    ref = vs.sql_of(dialect).quote(column.name)
     assert vs.value_sql(dialect, column, column.family, cross=True, ref=ref) == expected
 
 

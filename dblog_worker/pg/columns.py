@@ -1,6 +1,6 @@
 """Canonical JSON of PostgreSQL text values, a whole column at a time (pyarrow compute).
 
-:class:`ColumnCodec` is :class:`dblog_worker.values.RowCodec` for a chunk: the dump path
+:class:`ColumnCodec` is :class:`dblog_worker.pg.values.RowCodec` for a chunk: the dump path
 reads up to 100k rows as PostgreSQL text output, one ``pa.string()`` array per column,
 and gets every row's canonical key and row JSON at once.  Its output MUST stay
 byte-identical to ``RowCodec.key``/``RowCodec.row`` for every input (a dump row and the
@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dblog_worker.values import BUILTIN_TYPES, Encoder, PgType, RowCodec, encoder_for
+from dblog_worker.pg.values import BUILTIN_TYPES, Encoder, PgType, RowCodec, encoder_for
 
 __all__ = ["ColumnCodec"]
 
@@ -155,7 +155,7 @@ def _join(cores: Sequence[_Core], names: Sequence[str], opening: str, closing: s
 class ColumnCodec:
     """RowCodec's encodings, column-wise.
 
-    Built once per (columns, types) like :class:`~dblog_worker.values.RowCodec`, with
+    Built once per (columns, types) like :class:`~dblog_worker.pg.values.RowCodec`, with
     the same arguments and the same validation; :meth:`encode` gives, for a chunk, the
     strings ``RowCodec.key`` and ``RowCodec.row`` give for each of its rows.
     """
