@@ -164,11 +164,6 @@ class OutputBuffer:
         self.emitted += written
         return written
 
-    def flush(self) -> int:
-        """Write everything buffered, and wait for it."""
-        self.submit()
-        return self.wait()
-
     def close(self) -> None:
         """Let a write in flight finish (or fail); nothing is written afterwards."""
         self._writer.shutdown(wait=True)

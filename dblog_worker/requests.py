@@ -299,7 +299,7 @@ def repair_token(table: str, checkpoint: str | None, keys: Sequence[KeyTexts]) -
     return f"incomplete:{table}:{checkpoint}:{digest}"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TableProgress:
     """Progress of one table of a dump; JSON in Redis, one hash field per table."""
 

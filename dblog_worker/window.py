@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from dblog_worker.errors import ProtocolError
-from dblog_worker.events import EVERY_TABLE, ChangeEvent, Op, Origin, Unseen, Watermark
+from dblog_worker.events import EVERY_TABLE, ChangeEvent, Op, Unseen, Watermark
 
 
 class WindowState(Enum):
@@ -106,10 +106,6 @@ class Reconciler:
         self.run_id = run_id
         self._next_window = 1
         self._windows: deque[_OpenWindow] = deque()
-
-    @property
-    def window_open(self) -> bool:
-        return bool(self._windows)
 
     @property
     def open_windows(self) -> int:
@@ -215,26 +211,4 @@ def _close(window: _OpenWindow, high: Watermark) -> WindowClosed:
         selected=len(keys),
         schema_version=window.schema_version,
         retry=window.retry,
-    )
-
-
-def dump_events(
-    closed: WindowClosed, keys: Sequence[str], afters: Sequence[str]
-) -> tuple[ChangeEvent, ...]:
-    """The survivors as events, from the chunk's keys and row images (in chunk order)."""
-    high = closed.high
-    return tuple(
-        ChangeEvent(
-            table=closed.table,
-            op=Op.READ,
-            position=high.position.dump_row(index),
-            key=keys[row],
-            after=afters[row],
-            before=None,
-            origin=Origin.DUMP,
-            commit_ts_us=high.commit_ts_us,
-            schema_version=closed.schema_version,
-            dump_id=closed.dump_id,
-        )
-        for index, row in enumerate(closed.survivors)
     )

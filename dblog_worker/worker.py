@@ -40,8 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import FrameType
 
-import pyarrow as pa
-
+from dblog_worker.chunks import NOTHING_READ, PLANNERS
 from dblog_worker.config import Config
 from dblog_worker.dialect import dialect, open_source
 from dblog_worker.dump import ActiveDump, WindowRead
@@ -90,7 +89,6 @@ from dblog_worker.window import Reconciler, WindowClosed
 log = logging.getLogger(__name__)
 
 SourceFactory = Callable[[Config, SchemaVersion], Source]
-EMPTY = pa.array([], pa.string())
 MAX_OPEN_WINDOWS = 2  # chunks read ahead while earlier windows' watermarks travel
 WRITE_POLL_S = 0.005  # how often the loop looks whether a write in flight is durable
 DRAIN_S = 5.0  # at a stop, how long an open window may take to close before it is abandoned
@@ -248,12 +246,6 @@ def _dump_failure(dump: ActiveDump, exc: Exception) -> str:
               exc_info=exc, extra={"request_id": dump.id})
     return (f"unexpected {type(exc).__name__}: {exc} (the worker's log has the traceback; "
             "please report it)")
-
-
-def _done(rows: Encoded) -> Future[Encoded]:
-    future: Future[Encoded] = Future()
-    future.set_result(rows)
-    return future
 
 
 class KeyColumn(Sequence[str]):
@@ -544,18 +536,13 @@ class Session:
         Nothing a dump meets stops the log: a chunk the source calls stale is read again
         in a later window; any other error but a transient one (the session ends and
         resumes) fails the dump, and the log goes on."""
-        table = dump.current_table()
-        if table is None:
+        if dump.current_table() is None:
             return
         try:
-            if dump.request.kind is not DumpKind.KEYS and not table.started:
-                dump.set_upper_bound(table, self.source.upper_bound(table.table))
+            if dump.start(self.source):  # a table dump reads its upper bound first
                 return
-            plan = dump.plan()
+            plan = dump.plan(lambda start, count: self.state.request_keys(dump.id, start, count))
             assert plan is not None
-            keys = []
-            if dump.request.kind is DumpKind.KEYS:
-                keys = self.state.request_keys(dump.id, plan.key_index, plan.limit)
             self.source.refresh(plan.table)  # a column added since is read too
         except ChunkStale as exc:
             log.info("dump %s: %s", dump.id, exc, extra={"request_id": dump.id})
@@ -568,35 +555,25 @@ class Session:
             return
         tokens = self.reconciler.next_tokens()
         self.source.write_watermark(tokens.low)
-        read = WindowRead(plan, selected=0, last_key=None, keys_read=len(keys))
-        rows = _done((EMPTY, EMPTY))
-        version = 0
+        read = WindowRead(plan, NOTHING_READ)
         try:
-            if dump.request.kind is DumpKind.KEYS:
-                batch = self.source.read_keys(plan.table, keys)
-                rows, read.missing = _done((batch.keys, batch.afters)), batch.missing
-                read.selected, version = len(batch.keys), batch.schema_version
-            else:
-                assert plan.upper is not None
-                chunk = self.source.read_chunk(plan.table, plan.after, plan.upper, plan.limit)
-                rows, read.last_key = self.encoder.submit(chunk.encode), chunk.last_key
-                read.selected, version = chunk.rows, chunk.schema_version
+            read = WindowRead(plan, plan.read(self.source, self.encoder.submit))
         except ChunkStale as exc:
-            read.stale = True
+            read = WindowRead(plan, NOTHING_READ, stale=True)
             log.info("dump %s: %s", dump.id, exc, extra={"request_id": dump.id})
         except TransientError:
             raise
         except Exception as exc:
-            read.failure = _dump_failure(dump, exc)
+            read = WindowRead(plan, NOTHING_READ, failure=_dump_failure(dump, exc))
         self.source.write_watermark(tokens.high)
-        self.window_rows.append((rows, self.source.log_position()))
-        self.reconciler.open(plan.table, tokens, KeyColumn(read.selected, rows), dump.id,
-                             version)
+        chunk = read.chunk
+        self.window_rows.append((chunk.rows, self.source.log_position()))
+        self.reconciler.open(plan.table, tokens, KeyColumn(chunk.selected, chunk.rows),
+                             dump.id, chunk.schema_version)
         dump.window_opened(read)
         self.windows += 1
-        first = plan.after is None and dump.request.kind is not DumpKind.KEYS
-        self.worker.telemetry.window_opened(plan.table, dump.id, tokens.low, read.selected,
-                                            rows if first else None)
+        self.worker.telemetry.window_opened(plan.table, dump.id, tokens.low, chunk.selected,
+                                            chunk.rows if plan.first else None)
 
     # -- durability -------------------------------------------------------------
 
@@ -617,7 +594,7 @@ class Session:
         if dump is not None:
             tables, keys = dump.take_unsaved()
             if tables:  # copies: later windows change the live ones
-                covered.progress[dump.id] = [TableProgress.from_json(t.to_json()) for t in tables]
+                covered.progress[dump.id] = list(tables)  # immutable: the values as they are now
             if keys:
                 covered.missing[dump.id] = keys
         if self.output.count:
@@ -789,12 +766,10 @@ class Session:
                         f"{key} that does not fit the table's primary key ({misfit}): the key "
                         "changed during the dump, or the record was edited; request a new "
                         "dump of the table")
-        if request.kind is DumpKind.KEYS:
-            held = self.state.key_count(request.id)
-            if held != request.key_count:
-                raise CorruptRequest(request.id, self.state.key("request", request.id, "keys"),
-                                     "", f"holds {held} keys, but the request's key_count is "
-                                         f"{request.key_count}")
+        problem = PLANNERS[request.kind].check(request, lambda: self.state.key_count(request.id))
+        if problem is not None:
+            raise CorruptRequest(request.id, self.state.key("request", request.id, "keys"), "",
+                                 problem)
         return None
 
     def _publish_status(self) -> None:

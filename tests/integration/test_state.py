@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -361,7 +362,7 @@ def test_save_progress(store: StateStore) -> None:
     assert store.progress("dump-1") == {A: a, B: b}
     assert store.missing_keys("dump-1") == [("3",)]
 
-    a.done = True
+    a = dataclasses.replace(a, done=True)
     store.save_progress(None, {"dump-1": [a]}, {"dump-1": [("7",), ("8",)], "dump-2": []})
     assert store.checkpoint() == "0/16B3748"  # no checkpoint: the old one stays
     assert store.progress("dump-1") == {A: a, B: b}

@@ -2,13 +2,59 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from dblog_worker.dump import RETRY_S, ActiveDump, ChunkPlan, WindowRead
+from dblog_worker.chunks import EMPTY, ChunkRead, KeyBatch, KeyRange, done
+from dblog_worker.dump import RETRY_S, ActiveDump, WindowRead
 from dblog_worker.events import ChangeEvent, Op, Origin, Watermark
 from dblog_worker.position import Position
 from dblog_worker.requests import DumpKind, DumpRequest, KeyTexts, RequestState, TableProgress
 from dblog_worker.window import WindowClosed
+
+
+class Bounds:
+    """The largest key a table dump reads when it starts (what the source's catalog says)."""
+
+    def __init__(self, upper: KeyTexts | None) -> None:
+        self.upper = upper
+
+    def upper_bound(self, table: str) -> KeyTexts | None:
+        return self.upper
+
+    def read_chunk(self, *args: object) -> Any:
+        raise AssertionError("not read here")
+
+    def read_keys(self, *args: object) -> Any:
+        raise AssertionError("not read here")
+
+
+def set_upper_bound(dump: ActiveDump, upper: KeyTexts | None) -> None:
+    assert dump.start(Bounds(upper))
+
+
+def plan_of(dump: ActiveDump) -> Any:
+    """The next plan; a primary-key dump's keys are "0", "1", ... up to its key count."""
+    count = dump.request.key_count
+    return dump.plan(lambda start, n: [(str(i),) for i in range(start, min(start + n, count))])
+
+
+def key_index(dump: ActiveDump) -> int:
+    plan = plan_of(dump)
+    assert isinstance(plan, KeyBatch)
+    return plan.key_index
+
+
+def read(plan: Any, *, selected: int, last_key: KeyTexts | None = None,
+         missing: list[KeyTexts] | None = None, failure: str | None = None,
+         stale: bool = False, keys_read: int = 0) -> WindowRead:
+    """What a window read (``keys_read``: what a primary-key batch had, checked)."""
+    if isinstance(plan, KeyBatch):
+        assert len(plan.keys) == keys_read, (plan, keys_read)
+    chunk = ChunkRead(done((EMPTY, EMPTY)), selected, last_key, tuple(missing or ()))
+    return WindowRead(plan, chunk, failure=failure, stale=stale)
+
 
 A = "public.a"
 B = "public.b"
@@ -61,13 +107,11 @@ def read_and_close(
     keys_read: int = 0,
     missing: list[KeyTexts] | None = None,
     failure: str | None = None,
-) -> ChunkPlan:
-    plan = dump.plan()
+) -> Any:
+    plan = plan_of(dump)
     assert plan is not None
-    dump.window_opened(WindowRead(
-        plan, selected=selected, last_key=last_key, keys_read=keys_read,
-        missing=missing or [], failure=failure,
-    ))
+    dump.window_opened(read(plan, selected=selected, last_key=last_key, keys_read=keys_read,
+                            missing=missing, failure=failure))
     dump.window_closed(closed(plan.table, rows(plan.table, *kept), selected), now)
     assert not dump.open_reads
     return plan
@@ -81,20 +125,20 @@ def test_table_dump_sequence() -> None:
     assert table == TableProgress(A)
 
     # The upper bound comes first.
-    assert dump.plan() is None
-    dump.set_upper_bound(table, ("10",))
+    assert plan_of(dump) is None
+    set_upper_bound(dump, ("10",))
     assert dump.progress[A] == TableProgress(A, started=True, upper_bound=["10"])
-    assert dump.plan() == ChunkPlan(A, 2, after=None, upper=("10",))
+    assert plan_of(dump) == KeyRange(A, 2, None, ("10",))
 
     # A full chunk; one row removed by a log event in the window.
     plan = read_and_close(dump, selected=2, last_key=("2",), kept=(1,), now=100.0)
-    assert plan == ChunkPlan(A, 2, after=None, upper=("10",))
+    assert plan == KeyRange(A, 2, None, ("10",))
     assert dump.progress[A] == TableProgress(
         A, started=True, upper_bound=["10"], last_key=["2"], chunks=1, selected=2, rows=1,
         dropped=1,
     )
     assert dump.next_window_at == 100.25
-    assert dump.plan() == ChunkPlan(A, 2, after=("2",), upper=("10",))
+    assert plan_of(dump) == KeyRange(A, 2, ("2",), ("10",))
 
     # Another full chunk.
     read_and_close(dump, selected=2, last_key=("7",), kept=(5, 7), now=101.0)
@@ -103,7 +147,7 @@ def test_table_dump_sequence() -> None:
         dropped=1,
     )
     assert dump.next_window_at == 101.25
-    assert dump.plan() == ChunkPlan(A, 2, after=("7",), upper=("10",))
+    assert plan_of(dump) == KeyRange(A, 2, ("7",), ("10",))
 
     # A short chunk: the table is done and the next one needs its upper bound.
     read_and_close(dump, selected=1, last_key=("10",), kept=(10,), now=102.0)
@@ -112,18 +156,18 @@ def test_table_dump_sequence() -> None:
         rows=4, dropped=1,
     )
     assert dump.current_table() is dump.progress[B]
-    assert dump.plan() is None
+    assert plan_of(dump) is None
     assert not dump.finished
 
-    dump.set_upper_bound(dump.progress[B], ("3",))
-    assert dump.plan() == ChunkPlan(B, 2, after=None, upper=("3",))
+    set_upper_bound(dump, ("3",))
+    assert plan_of(dump) == KeyRange(B, 2, None, ("3",))
     read_and_close(dump, selected=0, last_key=None, kept=(), now=103.0)
     assert dump.progress[B] == TableProgress(
         B, done=True, started=True, upper_bound=["3"], chunks=1,
     )
     assert dump.finished
     assert dump.current_table() is None
-    assert dump.plan() is None
+    assert plan_of(dump) is None
     assert dump.failure is None
 
 
@@ -131,20 +175,20 @@ def test_composite_key_plan() -> None:
     dump = ActiveDump(request(tables=(A,), chunk_size=100), {})
     table = dump.current_table()
     assert table is not None
-    dump.set_upper_bound(table, ("us", "9"))
+    set_upper_bound(dump, ("us", "9"))
     read_and_close(dump, selected=100, last_key=("eu", "42"), kept=(), now=0.0)
-    assert dump.plan() == ChunkPlan(A, 100, after=("eu", "42"), upper=("us", "9"))
+    assert plan_of(dump) == KeyRange(A, 100, ("eu", "42"), ("us", "9"))
     assert dump.progress[A].last_key == ["eu", "42"]
 
 
 def test_empty_table_is_done_at_once() -> None:
     dump = ActiveDump(request(), {})
-    dump.set_upper_bound(dump.progress[A], None)
+    set_upper_bound(dump, None)
     assert dump.progress[A] == TableProgress(A, done=True, started=True)
     assert dump.current_table() is dump.progress[B]
-    dump.set_upper_bound(dump.progress[B], None)
+    set_upper_bound(dump, None)
     assert dump.finished
-    assert dump.plan() is None
+    assert plan_of(dump) is None
 
 
 @pytest.mark.parametrize(
@@ -154,14 +198,14 @@ def test_empty_table_is_done_at_once() -> None:
 def test_next_window_at_uses_the_delay(delay_ms: int, now: float, expected: float) -> None:
     dump = ActiveDump(request(delay_ms=delay_ms), {})
     assert dump.next_window_at == 0.0
-    dump.set_upper_bound(dump.progress[A], ("10",))
+    set_upper_bound(dump, ("10",))
     read_and_close(dump, selected=2, last_key=("2",), kept=(1, 2), now=now)
     assert dump.next_window_at == pytest.approx(expected)
 
 
 def test_failure_recorded_in_the_read() -> None:
     dump = ActiveDump(request(), {})
-    dump.set_upper_bound(dump.progress[A], ("10",))
+    set_upper_bound(dump, ("10",))
     assert dump.runnable
     read_and_close(dump, selected=1, last_key=("1",), kept=(1,), now=7.0,
                    failure="table public.a was dropped")
@@ -180,7 +224,7 @@ def test_resume_from_saved_progress() -> None:
     }
     dump = ActiveDump(request(), saved)
     assert dump.current_table() is dump.progress[B]
-    assert dump.plan() == ChunkPlan(B, 2, after=("4",), upper=("9",))
+    assert plan_of(dump) == KeyRange(B, 2, ("4",), ("9",))
 
 
 def test_progress_of_tables_not_in_the_request_is_ignored() -> None:
@@ -191,21 +235,21 @@ def test_progress_of_tables_not_in_the_request_is_ignored() -> None:
 def test_keys_dump() -> None:
     dump = ActiveDump(request(DumpKind.KEYS, (A,), chunk_size=2, key_count=5), {})
     # No upper bound for a primary-key dump.
-    assert dump.plan() == ChunkPlan(A, 2, key_index=0)
+    assert key_index(dump) == 0
 
     read_and_close(dump, selected=1, last_key=None, kept=(1,), now=1.0, keys_read=2,
                    missing=[("3",)])
     assert dump.progress[A] == TableProgress(
         A, next_key_index=2, chunks=1, selected=1, rows=1, missing=1,
     )
-    assert dump.plan() == ChunkPlan(A, 2, key_index=2)
+    assert key_index(dump) == 2
 
     read_and_close(dump, selected=2, last_key=None, kept=(4,), now=2.0, keys_read=2)
     assert dump.progress[A] == TableProgress(
         A, next_key_index=4, chunks=2, selected=3, rows=2, dropped=1, missing=1,
     )
     assert not dump.finished
-    assert dump.plan() == ChunkPlan(A, 2, key_index=4)
+    assert key_index(dump) == 4
 
     read_and_close(dump, selected=0, last_key=None, kept=(), now=3.0, keys_read=1,
                    missing=[("9",)])
@@ -213,7 +257,7 @@ def test_keys_dump() -> None:
         A, done=True, next_key_index=5, chunks=3, selected=3, rows=2, dropped=1, missing=2,
     )
     assert dump.finished
-    assert dump.plan() is None
+    assert plan_of(dump) is None
     tables, missing = dump.take_unsaved()
     assert tables == [dump.progress[A]]
     assert missing == [("3",), ("9",)]
@@ -225,7 +269,7 @@ def test_take_unsaved_returns_changes_once() -> None:
     assert dump.take_unsaved() == ([TableProgress(A), TableProgress(B)], [])
     assert dump.take_unsaved() == ([], [])
 
-    dump.set_upper_bound(dump.progress[A], ("10",))
+    set_upper_bound(dump, ("10",))
     tables, missing = dump.take_unsaved()
     assert tables == [TableProgress(A, started=True, upper_bound=["10"])]
     assert tables[0] is dump.progress[A]
@@ -233,7 +277,7 @@ def test_take_unsaved_returns_changes_once() -> None:
     assert dump.take_unsaved() == ([], [])
 
     read_and_close(dump, selected=1, last_key=("10",), kept=(10,), now=0.0)
-    dump.set_upper_bound(dump.progress[B], ("1",))
+    set_upper_bound(dump, ("1",))
     tables, _ = dump.take_unsaved()
     assert [t.table for t in tables] == [A, B]  # in the request's order
     assert dump.take_unsaved() == ([], [])
@@ -265,11 +309,11 @@ def test_runnable_follows_the_request_state(state: RequestState, runnable: bool)
 
 def test_closed_window_of_another_dump_is_ignored() -> None:
     dump = ActiveDump(request(), {})
-    dump.set_upper_bound(dump.progress[A], ("10",))
+    set_upper_bound(dump, ("10",))
     dump.take_unsaved()
-    plan = dump.plan()
+    plan = plan_of(dump)
     assert plan is not None
-    dump.window_opened(WindowRead(plan, selected=2, last_key=("2",)))
+    dump.window_opened(read(plan, selected=2, last_key=("2",)))
     dump.window_closed(closed(A, rows(A, 1, 2), 2, dump_id="dump-9"), 100.0)
     assert dump.progress[A] == TableProgress(A, started=True, upper_bound=["10"])
     assert dump.next_window_at == 0.0
@@ -279,7 +323,7 @@ def test_closed_window_of_another_dump_is_ignored() -> None:
 
 def test_closed_window_without_open_read_is_ignored() -> None:
     dump = ActiveDump(request(), {})
-    dump.set_upper_bound(dump.progress[A], ("10",))
+    set_upper_bound(dump, ("10",))
     dump.take_unsaved()
     dump.window_closed(closed(A, rows(A, 1), 1), 100.0)
     assert dump.progress[A] == TableProgress(A, started=True, upper_bound=["10"])
@@ -291,13 +335,13 @@ def test_reading_runs_ahead_of_progress() -> None:
     """A second chunk is planned after the first one's last key while its window is open;
     progress moves only as the windows close, in order."""
     dump = ActiveDump(request(), {})
-    dump.set_upper_bound(dump.progress[A], ("10",))
-    first = dump.plan()
+    set_upper_bound(dump, ("10",))
+    first = plan_of(dump)
     assert first is not None and first.after is None
-    dump.window_opened(WindowRead(first, selected=2, last_key=("2",)))
-    second = dump.plan()
+    dump.window_opened(read(first, selected=2, last_key=("2",)))
+    second = plan_of(dump)
     assert second is not None and second.after == ("2",)
-    dump.window_opened(WindowRead(second, selected=1, last_key=("3",)))  # short: A is read
+    dump.window_opened(read(second, selected=1, last_key=("3",)))  # short: A is read
     assert dump.current_table() is not None and dump.current_table() is not dump.progress[A]
     assert dump.progress[A].last_key is None
     dump.window_closed(closed(A, rows(A, 1, 2), 2), 1.0)
@@ -309,11 +353,11 @@ def test_reading_runs_ahead_of_progress() -> None:
 
 def test_ending_waits_for_the_last_window_to_close() -> None:
     dump = ActiveDump(request(tables=(A,)), {})
-    dump.set_upper_bound(dump.progress[A], ("10",))
+    set_upper_bound(dump, ("10",))
     assert not dump.ending
-    plan = dump.plan()
+    plan = plan_of(dump)
     assert plan is not None
-    dump.window_opened(WindowRead(plan, selected=1, last_key=("10",), keys_read=0))
+    dump.window_opened(read(plan, selected=1, last_key=("10",), keys_read=0))
     assert not dump.ending  # read to the end, but its last window is still open
     dump.window_closed(closed(A, rows(A, 10), 1), 5.0)
     assert dump.finished and dump.ending
@@ -321,10 +365,10 @@ def test_ending_waits_for_the_last_window_to_close() -> None:
 
 def test_a_failed_dump_ends_once_its_windows_close() -> None:
     dump = ActiveDump(request(tables=(A,)), {})
-    dump.set_upper_bound(dump.progress[A], ("10",))
-    plan = dump.plan()
+    set_upper_bound(dump, ("10",))
+    plan = plan_of(dump)
     assert plan is not None
-    dump.window_opened(WindowRead(plan, selected=0, last_key=None, keys_read=0,
+    dump.window_opened(read(plan, selected=0, last_key=None, keys_read=0,
                                   failure="table public.a was dropped"))
     assert not dump.ending
     dump.window_closed(closed(A, (), 0), 5.0)
@@ -344,17 +388,17 @@ def test_a_stale_chunk_is_read_again_from_the_progress() -> None:
     until its window closes; then the next plan starts from the last completed key, a
     moment later."""
     dump = ActiveDump(request(tables=(A,), delay_ms=0), {})
-    dump.set_upper_bound(dump.progress[A], ("10",))
+    set_upper_bound(dump, ("10",))
     read_and_close(dump, selected=2, last_key=("2",), kept=(1, 2), now=1.0)
-    first = dump.plan()
+    first = plan_of(dump)
     assert first is not None and first.after == ("2",)
-    dump.window_opened(WindowRead(first, selected=0, last_key=None, stale=True))
-    assert dump.plan() is None
+    dump.window_opened(read(first, selected=0, last_key=None, stale=True))
+    assert plan_of(dump) is None
     dump.window_closed(closed(A, (), 0), 2.0)
     assert dump.reread == 1 and not dump.ending
     assert dump.next_window_at == pytest.approx(2.0 + RETRY_S)
     assert dump.progress[A].last_key == ["2"] and dump.progress[A].chunks == 1
-    again = dump.plan()
+    again = plan_of(dump)
     assert again is not None and again.after == ("2",)
 
 
@@ -363,21 +407,21 @@ def test_a_window_read_again_does_not_let_a_read_ahead_move_the_progress() -> No
     the window read ahead of it emits its rows but does not move the progress; reading
     goes on from the last completed key."""
     dump = ActiveDump(request(tables=(A,), delay_ms=0), {})
-    dump.set_upper_bound(dump.progress[A], ("10",))
+    set_upper_bound(dump, ("10",))
     read_and_close(dump, selected=2, last_key=("2",), kept=(1, 2), now=1.0)
-    first = dump.plan()
+    first = plan_of(dump)
     assert first is not None
-    dump.window_opened(WindowRead(first, selected=2, last_key=("4",)))
-    ahead = dump.plan()
+    dump.window_opened(read(first, selected=2, last_key=("4",)))
+    ahead = plan_of(dump)
     assert ahead is not None and ahead.after == ("4",)
-    dump.window_opened(WindowRead(ahead, selected=2, last_key=("6",)))
+    dump.window_opened(read(ahead, selected=2, last_key=("6",)))
     dump.window_closed(_retried(A, 2), 2.0)
     assert dump.reread == 1
     assert dump.progress[A].last_key == ["2"] and dump.progress[A].chunks == 1
     dump.window_closed(closed(A, rows(A, 5, 6), 2), 3.0)
     assert dump.progress[A].last_key == ["2"] and dump.progress[A].chunks == 1
     assert dump.progress[A].rows == 4
-    again = dump.plan()
+    again = plan_of(dump)
     assert again is not None and again.after == ("2",)
     read_and_close(dump, selected=2, last_key=("4",), kept=(3, 4), now=4.0)
     assert dump.progress[A].last_key == ["4"] and dump.progress[A].chunks == 2
@@ -385,11 +429,11 @@ def test_a_window_read_again_does_not_let_a_read_ahead_move_the_progress() -> No
 
 def test_a_keys_batch_read_again_is_read_from_its_first_key() -> None:
     dump = ActiveDump(request(DumpKind.KEYS, (A,), key_count=6), {})
-    plan = dump.plan()
+    plan = plan_of(dump)
     assert plan is not None and plan.key_index == 0
-    dump.window_opened(WindowRead(plan, selected=2, last_key=None, keys_read=2))
-    assert (p := dump.plan()) is not None and p.key_index == 2
+    dump.window_opened(read(plan, selected=2, last_key=None, keys_read=2))
+    assert (p := plan_of(dump)) is not None and p.key_index == 2
     dump.window_closed(_retried(A, 2), 1.0)
-    again = dump.plan()
+    again = plan_of(dump)
     assert again is not None and again.key_index == 0
     assert dump.progress[A].next_key_index == 0 and not dump.progress[A].done

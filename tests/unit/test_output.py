@@ -13,6 +13,7 @@ from dblog_worker.events import ChangeEvent, Encoded, Op, Origin, PendingRows
 from dblog_worker.landing import LandingZone, read_events
 from dblog_worker.output import OutputBuffer, landing_errors
 from dblog_worker.position import Position
+from tests.unit.helpers import flush
 
 A, B, C = "public.a", "public.b", "public.c"
 SOURCE = "shop"
@@ -80,7 +81,7 @@ def test_replayed_events_are_dropped(
         buffer.add(event(*item))
     assert buffer.replayed == replayed
     assert buffer.count == len(kept)
-    assert buffer.flush() == len(kept)
+    assert flush(buffer) == len(kept)
     tables = sorted({t for t, *_ in kept})
     assert zone.tables() == tables
     for table in tables:
@@ -112,7 +113,7 @@ def test_flush_commits_one_segment_per_table(tmp_path: Path) -> None:
     for item in [(A, 1), (B, 2), (A, 3), (C, 4), (A, 5), (B, 6)]:
         buffer.add(event(*item))
     assert buffer.count == 6
-    assert buffer.flush() == 6
+    assert flush(buffer) == 6
     assert (buffer.count, buffer.emitted) == (0, 6)
     segments = {table: zone.segments(table) for table in (A, B, C)}
     assert {t: [(s.seq, s.first, s.last) for s in segs] for t, segs in segments.items()} == {
@@ -121,13 +122,13 @@ def test_flush_commits_one_segment_per_table(tmp_path: Path) -> None:
         C: [(1, Position(4, 0), Position(4, 0))],
     }
     # Nothing buffered: nothing written.
-    assert buffer.flush() == 0
+    assert flush(buffer) == 0
     assert [len(zone.segments(t)) for t in (A, B, C)] == [1, 1, 1]
     assert buffer.emitted == 6
 
     buffer.add(event(B, 7))
     buffer.add(event(B, 8))
-    assert buffer.flush() == 2
+    assert flush(buffer) == 2
     assert buffer.emitted == 8
     assert [s.seq for s in zone.segments(B)] == [1, 2]
     assert [len(zone.segments(t)) for t in (A, C)] == [1, 1]
@@ -140,19 +141,19 @@ def test_flush_advances_the_landed_positions(tmp_path: Path) -> None:
     zone = LandingZone(tmp_path, SOURCE)
     buffer = OutputBuffer(zone, {A: Position(100, 0), B: Position(300, 0)})
     buffer.add(event(A, 150))
-    assert buffer.flush() == 1
+    assert flush(buffer) == 1
     buffer.add(event(A, 150))  # the same event again (a replay): A has landed it now
     buffer.add(event(A, 120))
     assert (buffer.replayed, buffer.count) == (2, 0)
     buffer.add(event(A, 151))
-    assert buffer.flush() == 1
+    assert flush(buffer) == 1
 
 
 def test_resume_from_what_the_landing_zone_recovers(tmp_path: Path) -> None:
     first = OutputBuffer(LandingZone(tmp_path, SOURCE), {})
     for item in [(A, 10), (B, 11), (A, 12)]:
         first.add(event(*item))
-    assert first.flush() == 3
+    assert flush(first) == 3
 
     zone = LandingZone(tmp_path, SOURCE)  # a restart
     landed = zone.recover()
@@ -161,7 +162,7 @@ def test_resume_from_what_the_landing_zone_recovers(tmp_path: Path) -> None:
     for item in [(A, 10), (B, 11), (A, 12), (B, 13), (A, 14)]:  # the log replayed from 10
         buffer.add(event(*item))
     assert (buffer.replayed, buffer.count) == (3, 2)
-    assert buffer.flush() == 2
+    assert flush(buffer) == 2
     assert [row["position"] for row in read_events(zone, A)] == [
         Position(p, 0).encode() for p in (10, 12, 14)
     ]
@@ -186,7 +187,7 @@ def test_pending_rows_keep_their_survivors_in_chunk_order(tmp_path: Path) -> Non
     buffer.add_rows(pending(A, 30, [5, 6], [0, 1]))
     buffer.add(event(A, 40))
     assert buffer.count == 7
-    assert buffer.flush() == 7
+    assert flush(buffer) == 7
     assert [(row["key"], row["position"]) for row in read_events(zone, A)] == [
         ("[10]", Position(10, 0).encode()),
         ("[1]", Position(20, 0).dump_row(0).encode()),

@@ -377,8 +377,8 @@ def _one_arity(progress: TableProgress) -> TableProgress:
     """As dblog writes it: the last key and the upper bound are keys of one table."""
     if progress.last_key is not None and progress.upper_bound is not None:
         arity = min(len(progress.last_key), len(progress.upper_bound))
-        progress.last_key, progress.upper_bound = (progress.last_key[:arity],
-                                                   progress.upper_bound[:arity])
+        return dataclasses.replace(progress, last_key=progress.last_key[:arity],
+                                   upper_bound=progress.upper_bound[:arity])
     return progress
 
 

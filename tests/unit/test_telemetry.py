@@ -3,12 +3,14 @@ progress ratios and ETAs; and the output buffer's per-table counts it reads."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -322,16 +324,18 @@ def test_dump_progress_ratio_and_eta() -> None:
     t = telemetry(clock)
     dump = ActiveDump(request(), {})
     t.dump_started(dump)
-    orders = dump.progress[T]
-    orders.started, orders.upper_bound = True, ["1000"]
+    def progress(**changes: Any) -> None:
+        dump.progress[T] = dataclasses.replace(dump.progress[T], **changes)
+
+    progress(started=True, upper_bound=["1000"])
     chunk: Future[Encoded] = Future()
     chunk.set_result((pa.array(["[101]", "[102]"]), pa.array(["{}", "{}"])))
     t.window_opened(T, "d1", "run.1.lw", 2, chunk)
     t.window_closed(closed(dump_id="d1"))  # the first key, 101, starts the range
-    orders.last_key = ["190"]  # 10 % of 101..1000
+    progress(last_key=["190"])  # 10 % of 101..1000
     t.dump_progress(dump)
     clock.now += 10
-    orders.last_key = ["280"]  # 20 %: 10 % in 10 s, 80 s to go
+    progress(last_key=["280"])  # 20 %: 10 % in 10 s, 80 s to go
     t.dump_progress(dump)
     view = t.snapshot()["dump"]
     assert view["request_id"] == "d1" and view["state"] == "running"
@@ -345,8 +349,8 @@ def test_dump_progress_ratio_and_eta() -> None:
     assert value(families, "dblog_dump_eta_seconds", request="d1", table=T) == \
         pytest.approx(80, abs=1)
     assert value(families, "dblog_dump_state", request="d1", state="running") == 1
-    orders.done = True
-    dump.progress["public.b"].done = True
+    progress(done=True)
+    dump.progress["public.b"] = dataclasses.replace(dump.progress["public.b"], done=True)
     t.dump_ended("d1", "completed")
     assert t.snapshot()["dump"] is None
     assert parse(t.prometheus())["dblog_dump_progress_ratio"].samples == {}
@@ -359,7 +363,7 @@ def test_dump_progress_ratio_and_eta() -> None:
 def test_primary_key_dump_ratio_is_exact() -> None:
     t = telemetry()
     dump = ActiveDump(request(DumpKind.KEYS, key_count=8), {})
-    dump.progress[T].next_key_index = 2
+    dump.progress[T] = dataclasses.replace(dump.progress[T], next_key_index=2)
     t.dump_started(dump)
     assert t.snapshot()["dump"]["tables"][0]["ratio"] == 0.25
 

@@ -10,7 +10,8 @@ import pytest
 from dblog_worker.errors import ProtocolError
 from dblog_worker.events import EVERY_TABLE, ChangeEvent, Op, Origin, Unseen, Watermark
 from dblog_worker.position import Position
-from dblog_worker.window import Reconciler, WindowState, dump_events
+from dblog_worker.window import Reconciler, WindowState
+from tests.unit.helpers import dump_events
 
 RUN = "run1"
 TABLE = "public.t"
@@ -305,7 +306,7 @@ def test_windows_open_in_turn_and_close_in_order() -> None:
     reconciler.on_change(update._replace(key="[3]"))
     closed = reconciler.on_watermark(Watermark(second.high, Position(5, 0), 0))
     assert closed is not None and list(closed.survivors) == [1]
-    assert not reconciler.window_open
+    assert not reconciler.open_windows
 
 
 def test_windows_that_overlap_in_the_log_raise() -> None:
@@ -328,7 +329,7 @@ def test_states_and_tokens_follow_the_window() -> None:
     reconciler.on_watermark(Watermark(second.low, Position(1, 0), 0))
     assert reconciler.window_state is WindowState.IN_WINDOW
     closed = reconciler.on_watermark(Watermark(second.high, Position(2, 0), 0))
-    assert closed is not None and list(closed.survivors) == [] and not reconciler.window_open
+    assert closed is not None and list(closed.survivors) == [] and not reconciler.open_windows
 
 
 @pytest.mark.parametrize("run_id", ["", "a.b"])
