@@ -48,7 +48,8 @@ from bench.common import (
     rounded,
 )
 from dblog_worker.config import Config, parse
-from dblog_worker.verify import VerifyResult, verify
+from dblog_worker.verify import verify
+from dblog_worker.verify_report import VerifyResult
 
 NAME = "verify_throughput"
 SOURCE_KINDS = (POSTGRESQL, MARIADB)

@@ -396,21 +396,21 @@ def _status(config: Config, args: argparse.Namespace) -> int:
 
 
 def _verify(config: Config, args: argparse.Namespace) -> int:
-    from dblog_worker import verify
+    from dblog_worker import verify, verify_report
 
     tables = list(dict.fromkeys(args.tables or config.source.tables))
-    paths = verify.keys_paths(args.keys_out, tables) if args.keys_out else {}
+    paths = verify_report.keys_paths(args.keys_out, tables) if args.keys_out else {}
     options = verify.VerifyOptions(range_rows=args.range_rows, delay_ms=args.delay_ms,
                                    recheck_s=args.recheck)
     result = verify.verify(config, tables, options)
     for table in result.tables:
         if table.table in paths and table.error is None:
             try:
-                verify.write_keys(table, paths[table.table])
+                verify_report.write_keys(table, paths[table.table])
             except OSError as exc:
                 raise TerminalError(f"cannot write the keys file: {exc}") from None
     print(json.dumps(result.to_json(), indent=2, ensure_ascii=False) if args.json
-          else verify.render(result))
+          else verify_report.render(result))
     return 0 if result.equal else 1
 
 

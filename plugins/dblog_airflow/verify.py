@@ -11,7 +11,9 @@ from typing import Any
 from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook, as_tables
 from dblog_worker import verify as verify_module
-from dblog_worker.verify import KeyValues, TableResult, VerifyOptions, VerifyResult
+from dblog_worker import verify_report
+from dblog_worker.verify import VerifyOptions
+from dblog_worker.verify_report import KeyValues, TableResult, VerifyResult
 
 __all__ = ["run_verify", "verify_document"]
 
@@ -44,7 +46,7 @@ def run_verify(dblog_conn_id: str = DEFAULT_CONN_ID, tables: str | Sequence[str]
     with task_errors():
         config = hook.load_config()
         names = as_tables(tables) or list(config.source.tables)
-        paths = (verify_module.keys_paths(str(Path(keys_out_dir) / "{table}.keys.json"), names)
+        paths = (verify_report.keys_paths(str(Path(keys_out_dir) / "{table}.keys.json"), names)
                  if keys_out_dir else {})
         result = verify_module.verify(config, names, VerifyOptions(
             range_rows=range_rows, delay_ms=delay_ms, recheck_s=recheck_s))
@@ -52,9 +54,9 @@ def run_verify(dblog_conn_id: str = DEFAULT_CONN_ID, tables: str | Sequence[str]
     for table in result.tables:
         if table.table in paths and table.error is None:
             path = paths[table.table]
-            if verify_module.write_keys(table, path):
+            if verify_report.write_keys(table, path):
                 written[table.table] = str(path)
-    for line in verify_module.render(result).splitlines():
+    for line in verify_report.render(result).splitlines():
         log.info("%s", line)
     return verify_document(result, written)
 

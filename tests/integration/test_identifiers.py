@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dblog_worker import verify_ranges as ranges
 from dblog_worker import verify_sql as vs
 from dblog_worker.config import TargetConfig, name_problem
 from dblog_worker.mysql import catalog as my_queries
@@ -130,11 +131,11 @@ def _verify(source: str, target: str, side: str,
 
 def _range_queries(source: str, target: str, side: str) -> dict[str, Build]:
     queries: dict[str, Callable[[vs.SideSql], str]] = {
-        "summary": lambda s: vs.summary_sql(s, lower=True, upper=True, buckets=3),
-        "boundary": lambda s: vs.boundary_sql(s, lower=True),
-        "split": lambda s: vs.split_sql(s, lower=True, upper=False),
-        "rows": lambda s: vs.rows_sql(s, lower=False, upper=True),
-        "lookup": lambda s: vs.lookup_sql(s, 2),
+        "summary": lambda s: ranges.summary_sql(s, lower=True, upper=True, buckets=3),
+        "boundary": lambda s: ranges.boundary_sql(s, lower=True),
+        "split": lambda s: ranges.split_sql(s, lower=True, upper=False),
+        "rows": lambda s: ranges.rows_sql(s, lower=False, upper=True),
+        "lookup": lambda s: ranges.lookup_sql(s, 2),
     }
     return {f"verify {source}->{target} {side} {name}": _verify(source, target, side, query)
             for name, query in queries.items()}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dblog_worker import verify_ranges as ranges
 from dblog_worker import verify_sql as vs
 from dblog_worker.errors import RequestRejected
 from dblog_worker.mysql import verify_sql as my_verify
@@ -21,12 +22,10 @@ from dblog_worker.mysql.values import column_from_information_schema
 from dblog_worker.pg import verify_sql as pg_verify
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.requests import parse_keys
-from dblog_worker.verify import (
-    InParallel,
+from dblog_worker.verify import InParallel, VerifyOptions, busy_seconds
+from dblog_worker.verify_report import (
     TableResult,
-    VerifyOptions,
     VerifyResult,
-    busy_seconds,
     keys_document,
     keys_paths,
     render,
@@ -104,12 +103,12 @@ def test_percent_in_names_and_types_is_doubled_for_the_drivers() -> None:
                      ["k%"])
     side = vs.plan(pg_table, pg_table).source
     assert (side.table, side.binds) == ('"sch%%s"."t%%"', ('CAST(%s AS "mo%%od")',))
-    assert vs.boundary_sql(side, lower=True) == (
+    assert ranges.boundary_sql(side, lower=True) == (
         'SELECT t."k%%"::text FROM "sch%%s"."t%%" AS t WHERE t."k%%" > CAST(%s AS "mo%%od")'
         " ORDER BY t.\"k%%\" LIMIT 1 OFFSET %s")
     my_table = table(MYSQL, "db%.t%s", [my("k%s", "int", "int(11)")], ["k%s"])
     side = vs.plan(my_table, my_table).source
-    assert vs.boundary_sql(side, lower=True) == (
+    assert ranges.boundary_sql(side, lower=True) == (
         "SELECT CAST(t.`k%%s` + 0 AS CHAR) FROM `db%%`.`t%%s` AS t WHERE t.`k%%s` > %s"
         " ORDER BY t.`k%%s` LIMIT 1 OFFSET %s")
 
@@ -118,29 +117,29 @@ def test_postgresql_range_queries_compare_row_values() -> None:
     side = vs.plan(PG_ORDERS, PG_ORDERS).source
     assert side.binds == ("CAST(%s AS text)", "CAST(%s AS integer)")
     # Columns are qualified: a bare "n" in ORDER BY would be the output column "n"::text.
-    assert vs.boundary_sql(side, lower=True) == (
+    assert ranges.boundary_sql(side, lower=True) == (
         'SELECT t."region"::text, t."n"::text FROM "public"."orders" AS t WHERE '
         '(t."region", t."n") > (CAST(%s AS text), CAST(%s AS integer)) '
         'ORDER BY t."region", t."n" LIMIT 1 OFFSET %s')
-    assert vs.boundary_sql(side, lower=False) == (
+    assert ranges.boundary_sql(side, lower=False) == (
         'SELECT t."region"::text, t."n"::text FROM "public"."orders" AS t '
         'ORDER BY t."region", t."n" LIMIT 1 OFFSET %s')
     checksum = f"('x' || substr(md5({side.row}), 1, 15))::bit(60)::int8"
-    assert vs.summary_sql(side, lower=True, upper=False, buckets=3) == (
+    assert ranges.summary_sql(side, lower=True, upper=False, buckets=3) == (
         'SELECT b, count(*), sum(h) FROM (SELECT CASE WHEN (t."region", t."n") <= '
         '(CAST(%s AS text), CAST(%s AS integer)) THEN 0 WHEN (t."region", t."n") <= '
         '(CAST(%s AS text), CAST(%s AS integer)) THEN 1 ELSE 2 END AS b, '
         f'{checksum} AS h FROM "public"."orders" AS t WHERE (t."region", t."n") > '
         "(CAST(%s AS text), CAST(%s AS integer))) AS s GROUP BY b")
-    assert vs.summary_params(side, ["a", "1"], [["b", "2"], ["c", "3"]], None) == [
+    assert ranges.summary_params(side, ["a", "1"], [["b", "2"], ["c", "3"]], None) == [
         "b", "2", "c", "3", "a", "1"]
-    assert vs.condition_params(side, ["a", "1"], ["z", "9"]) == ["a", "1", "z", "9"]
-    assert vs.split_sql(side, lower=False, upper=True) == (
+    assert ranges.condition_params(side, ["a", "1"], ["z", "9"]) == ["a", "1", "z", "9"]
+    assert ranges.split_sql(side, lower=False, upper=True) == (
         'SELECT "k0", "k1" FROM (SELECT t."region"::text AS "k0", t."n"::text AS "k1", '
         'row_number() OVER (ORDER BY t."region", t."n") AS rn FROM "public"."orders" AS t '
         'WHERE (t."region", t."n") <= (CAST(%s AS text), CAST(%s AS integer))) AS s '
         "WHERE mod(rn, CAST(%s AS int8)) = 0 ORDER BY rn LIMIT %s")
-    assert vs.lookup_sql(side, 2) == (
+    assert ranges.lookup_sql(side, 2) == (
         f'SELECT t."region"::text, t."n"::text, md5({side.row}) FROM "public"."orders" AS t '
         'WHERE (t."region", t."n") IN ((CAST(%s AS text), CAST(%s AS integer)), '
         "(CAST(%s AS text), CAST(%s AS integer)))")
@@ -149,16 +148,16 @@ def test_postgresql_range_queries_compare_row_values() -> None:
 def test_mysql_range_queries_spell_out_the_row_comparison() -> None:
     side = vs.plan(MY_ORDERS, MY_ORDERS).source
     assert side.keys == ("CAST(t.`region` AS CHAR)", "CAST(t.`n` + 0 AS CHAR)")
-    assert vs.rows_sql(side, lower=True, upper=True) == (
+    assert ranges.rows_sql(side, lower=True, upper=True) == (
         f"SELECT CAST(t.`region` AS CHAR), CAST(t.`n` + 0 AS CHAR), MD5({side.row}) "
         "FROM `shop`.`orders` AS t WHERE ((t.`region` > %s) OR (t.`region` = %s AND t.`n` > %s))"
         " AND ((t.`region` < %s) OR (t.`region` = %s AND t.`n` < %s) OR (t.`region` = %s AND "
         "t.`n` = %s)) ORDER BY t.`region`, t.`n`")
-    assert vs.condition_params(side, ["a", 1], ["z", 9]) == [
+    assert ranges.condition_params(side, ["a", 1], ["z", 9]) == [
         "a", "a", 1, "z", "z", 9, "z", 9]
-    assert vs.lookup_sql(side, 2).endswith(
+    assert ranges.lookup_sql(side, 2).endswith(
         "WHERE (t.`region` = %s AND t.`n` = %s) OR (t.`region` = %s AND t.`n` = %s)")
-    assert vs.summary_sql(side, lower=False, upper=False, buckets=1) == (
+    assert ranges.summary_sql(side, lower=False, upper=False, buckets=1) == (
         "SELECT b, count(*), sum(h) FROM (SELECT 0 AS b, CAST(CONV(SUBSTRING("
         f"MD5({side.row}), 1, 15), 16, 10) AS UNSIGNED) AS h FROM `shop`.`orders` AS t) AS s "
         "GROUP BY b")
