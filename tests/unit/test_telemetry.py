@@ -22,7 +22,10 @@ from dblog_worker.landing import LandingZone
 from dblog_worker.output import OutputBuffer
 from dblog_worker.position import Position
 from dblog_worker.requests import DumpKind, DumpRequest, RequestState
-from dblog_worker.telemetry import LOG_FEED_INTERVAL_S, Telemetry, describe_position, key_ratio
+from dblog_worker.telemetry import Telemetry
+from dblog_worker.telemetry.key_ratio import key_ratio
+from dblog_worker.telemetry.log_lines import LOG_FEED_INTERVAL_S
+from dblog_worker.telemetry.positions import describe_position
 from dblog_worker.window import WindowClosed
 
 T = "public.orders"

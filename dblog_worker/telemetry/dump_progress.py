@@ -1,0 +1,148 @@
+"""The running dump as people see it: per table, the share done and the time to go."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from dblog_worker.dump import ActiveDump
+from dblog_worker.events import Encoded
+from dblog_worker.requests import DumpKind
+from dblog_worker.telemetry.exposition import Exposition, Samples
+from dblog_worker.telemetry.key_ratio import key_ratio, scalar
+
+PROGRESS_POINTS = 20  # progress samples per table for its ETA
+
+
+@dataclass(slots=True)
+class _TableDump:
+    """What the view knows of one table of the running dump, beyond its progress."""
+
+    low: float | str | None = None  # the first key, as a number or a string
+    points: deque[tuple[float, float]] = field(
+        default_factory=lambda: deque(maxlen=PROGRESS_POINTS))
+
+
+class DumpProgress:
+    """The view of the dump request this worker runs: JSON-ready, as the status shows it."""
+
+    def __init__(self) -> None:
+        self.view: dict[str, Any] | None = None
+        self._tables: dict[tuple[str, str], _TableDump] = {}
+
+    def runs(self, request_id: str) -> bool:
+        return self.view is not None and self.view["request_id"] == request_id
+
+    def copy(self) -> dict[str, Any] | None:
+        if self.view is None:
+            return None
+        return dict(self.view, tables=[dict(t) for t in self.view["tables"]])
+
+    def start(self, dump: ActiveDump, now: float) -> dict[str, Any]:
+        """The worker took ``dump`` up: it starts, or goes on in a new session."""
+        self._tables = {k: v for k, v in self._tables.items() if k[0] == dump.id}
+        self.view = self._view(dump, now)
+        return self.view
+
+    def update(self, dump: ActiveDump, now: float) -> dict[str, Any] | None:
+        """The new view, if its tables or its request's state changed."""
+        before = self.view
+        self.view = view = self._view(dump, now)
+        if before is None or before["tables"] != view["tables"] or \
+                before["state"] != view["state"]:
+            return view
+        return None
+
+    def end(self, request_id: str, state: str) -> list[dict[str, Any]] | None:
+        """The dump ended in ``state``: its last progress, if it was the one running."""
+        progress = None
+        if self.view is not None and self.view["request_id"] == request_id:
+            progress = [dict(table) for table in self.view["tables"]]
+            if state == "completed":
+                for table in progress:
+                    table["ratio"], table["eta_s"] = 1.0, 0.0
+            self.view = None
+        self._tables = {}
+        return progress
+
+    def first_key(self, dump_id: str, table: str, chunk: Future[Encoded]) -> None:
+        """``chunk``, a table's first, starts the table's key range with its first key."""
+        if not chunk.done() or chunk.exception() is not None:
+            return
+        keys = chunk.result()[0]
+        if len(keys):
+            try:
+                first = json.loads(keys[0].as_py())
+            except (TypeError, ValueError):
+                return
+            if isinstance(first, list) and first:
+                entry = self._tables.setdefault((dump_id, table), _TableDump())
+                entry.low = scalar(first[0])
+
+    def metrics(self, out: Exposition) -> None:
+        progress: Samples = []
+        eta: Samples = []
+        state: Samples = []
+        if self.view is not None:
+            request = self.view["request_id"]
+            state.append(({"request": request, "state": self.view["state"]}, 1))
+            for table in self.view["tables"]:
+                labels = {"request": request, "table": table["table"]}
+                if table["ratio"] is not None:
+                    progress.append((labels, table["ratio"]))
+                if table["eta_s"] is not None:
+                    eta.append((labels, table["eta_s"]))
+        out.metric("dblog_dump_state", "gauge",
+                   "1 for the dump request this worker runs, labelled with its state.", state)
+        out.metric("dblog_dump_progress_ratio", "gauge",
+                   "Estimated share of a table's dump done (0 to 1).", progress)
+        out.metric("dblog_dump_eta_seconds", "gauge",
+                   "Estimated seconds until a table's dump is done.", eta)
+
+    def _view(self, dump: ActiveDump, now: float) -> dict[str, Any]:
+        request = dump.request
+        tables = []
+        remaining: float | None = 0.0
+        for name in request.tables:
+            progress = dump.progress[name]
+            entry = self._tables.setdefault((dump.id, name), _TableDump())
+            ratio: float | None
+            if progress.done:
+                ratio = 1.0
+            elif request.kind is DumpKind.KEYS:
+                ratio = min(1.0, progress.next_key_index / max(request.key_count, 1))
+            elif progress.last_key is None or progress.upper_bound is None:
+                ratio = 0.0 if progress.started and progress.upper_bound is not None else None
+            else:
+                ratio = key_ratio(entry.low, progress.last_key[0], progress.upper_bound[0])
+            eta = None
+            if ratio is not None:
+                points = entry.points
+                if not points or points[-1][1] != ratio:
+                    points.append((now, ratio))
+                eta = 0.0 if ratio >= 1.0 else _eta(points)
+            if not progress.done:
+                remaining = None if eta is None or remaining is None else remaining + eta
+            tables.append({
+                "table": name, "done": progress.done, "started": progress.started,
+                "chunks": progress.chunks, "selected": progress.selected, "rows": progress.rows,
+                "dropped": progress.dropped, "missing": progress.missing,
+                "ratio": None if ratio is None else round(ratio, 4),
+                "eta_s": None if eta is None else round(eta, 1),
+            })
+        return {"request_id": dump.id, "kind": request.kind.value, "state": request.state.value,
+                "chunk_size": request.chunk_size, "delay_ms": request.delay_ms,
+                "tables": tables, "eta_s": None if remaining is None else round(remaining, 1)}
+
+
+def _eta(points: deque[tuple[float, float]]) -> float | None:
+    """Seconds left at the pace of the recent progress samples."""
+    if len(points) < 2:
+        return None
+    (t0, r0), (t1, r1) = points[0], points[-1]
+    if r1 <= r0 or t1 <= t0:
+        return None
+    return (1.0 - r1) * (t1 - t0) / (r1 - r0)
