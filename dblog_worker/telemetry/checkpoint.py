@@ -7,7 +7,7 @@ from dblog_worker.telemetry.exposition import Exposition
 QUIET_CHECKPOINT_S = 10.0  # an idle log's checkpoint moves: say so in the feed this often
 
 
-class Checkpoint:
+class CheckpointStatus:
     def __init__(self) -> None:
         self.position: str | None = None  # read up to, as people read it
         self.saved: str | None = None

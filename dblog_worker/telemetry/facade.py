@@ -16,7 +16,7 @@ from dblog_worker import __version__
 from dblog_worker.dump import ActiveDump
 from dblog_worker.events import Encoded, LogItem
 from dblog_worker.kinds import DEFAULT
-from dblog_worker.telemetry.checkpoint import Checkpoint
+from dblog_worker.telemetry.checkpoint import CheckpointStatus
 from dblog_worker.telemetry.dump_progress import DumpProgress
 from dblog_worker.telemetry.exposition import Exposition
 from dblog_worker.telemetry.feed import FEED_SIZE, Feed
@@ -46,7 +46,7 @@ class Telemetry:
         self._started = clock()
         self._feed = Feed(clock, feed_size)
         self._life = Lifecycle()
-        self._checkpoint = Checkpoint()
+        self._checkpoint = CheckpointStatus()
         self._log_lines = LogLines(self._position_text)
         self._lag = Lag(lag_points)
         self._landed = Landed(lag_points)
