@@ -23,7 +23,6 @@ from dblog_worker import __version__
 from dblog_worker import config as config_module
 from dblog_worker.config import Config
 from dblog_worker.control import (
-    NO_KEYS,
     create_dump,
     entry_json,
     entry_of,
@@ -32,10 +31,12 @@ from dblog_worker.control import (
     show_record_json,
 )
 from dblog_worker.dialect import dialect, open_source
+from dblog_worker.dump_spec import DumpSpec
 from dblog_worker.errors import CorruptState, DblogError, RequestRejected, TerminalError
 from dblog_worker.requests import (
     COMMANDS,
     DEFAULT_CHUNK_SIZE,
+    DumpKind,
     DumpRequest,
     MalformedRequest,
     RequestState,
@@ -194,16 +195,18 @@ def _dump(config: Config, args: argparse.Namespace) -> int:
             raw_keys = args.keys_file.read_text()
         except OSError as exc:
             raise RequestRejected(f"cannot read the keys file: {exc}") from None
-    keys = NO_KEYS
+    keys = None
     if raw_keys is not None:
         try:
             keys = json.loads(raw_keys)
         except json.JSONDecodeError as exc:
             raise RequestRejected(f"keys are not valid JSON: {exc}") from None
+    kind = DumpKind.ALL if args.all else DumpKind.KEYS if raw_keys is not None else DumpKind.TABLES
+    spec = DumpSpec.of(kind, None if args.all else args.tables, keys,
+                       chunk_size=args.chunk_size, delay_ms=args.delay_ms,
+                       client_token=args.client_token)
     state = _state(config)
-    request = create_dump(config, state, tables=None if args.all else args.tables, keys=keys,
-                          chunk_size=args.chunk_size, delay_ms=args.delay_ms,
-                          client_token=args.client_token)
+    request = create_dump(config, state, spec)
     if args.json:
         print(json.dumps(request_json(request, {})))
     else:

@@ -64,7 +64,7 @@ from typing import Any
 
 from dblog_worker import kinds
 from dblog_worker.checks import integer, number, str_value
-from dblog_worker.errors import ConfigError
+from dblog_worker.errors import ConfigError, RequestRejected
 
 NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
@@ -120,6 +120,13 @@ class SourceConfig:
     def safe_dsn(self) -> str:
         """The DSN with any password removed: the only form that may be logged."""
         return kinds.rules(self.kind).redact(self.dsn)
+
+    def check_captured(self, tables: Iterable[str]) -> None:
+        """Refuse (:class:`RequestRejected`) a table this source does not capture."""
+        for table in tables:
+            if table not in self.tables:
+                raise RequestRejected(f"table {table} is not captured by source {self.name}; "
+                                      f"captured: {', '.join(self.tables)}")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Dump requests as every front end makes and shows them: the CLI and the HTTP API.
 
-:func:`create_dump` checks a request against the source (captured tables that still
-exist and have a primary key; keys that fit the key columns) before it is queued, so
-a bad request is refused at once instead of failing in the worker later.
+:func:`create_dump` checks a request (a :class:`~dblog_worker.dump_spec.DumpSpec`, checked
+when built) against the source (captured tables that still exist and have a primary key;
+keys that fit the key columns) before it is queued, so a bad request is refused at once
+instead of failing in the worker later.
 
 A request whose record in Redis is malformed (its hash, progress or keys: see
 :class:`~dblog_worker.errors.CorruptRequest`) is shown as such, with the key, the field
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 
 from dblog_worker.config import Config, SourceConfig
 from dblog_worker.dialect import dialect, open_source
+from dblog_worker.dump_spec import DumpSpec
 from dblog_worker.errors import CorruptRequest, DumpFailed, RequestRejected
 from dblog_worker.requests import (
     DumpKind,
@@ -23,57 +25,46 @@ from dblog_worker.requests import (
     KeyTexts,
     MalformedRequest,
     TableProgress,
-    check_chunk_size,
-    check_delay_ms,
-    parse_keys,
 )
 from dblog_worker.state import StateStore
 
 SOURCE_CONNECT_TIMEOUT_S = 10  # a source that does not answer refuses the request, in time
-NO_KEYS = object()  # not a primary-key dump (JSON null is None: keys, and wrong)
 
 
-def create_dump(
-    config: Config,
-    state: StateStore,
-    *,
-    tables: Sequence[str] | None,
-    keys: object = NO_KEYS,
-    chunk_size: int,
-    delay_ms: int,
-    client_token: str | None = None,
-) -> DumpRequest:
+def create_dump(config: Config, state: StateStore, spec: DumpSpec) -> DumpRequest:
     """Check a dump request against the source, then queue it.
 
-    ``tables`` None dumps every captured table; ``keys`` (JSON-like: ``[1, 2]`` or
-    ``[[1, "a"]]``), when given, makes it a primary-key dump of its one table. With a
-    ``client_token`` already used, the request made with it is returned.
+    Kind ``all`` dumps every captured table; a ``keys`` dump's keys must fit its table's
+    key columns. With a client token already used, the request made with it is returned.
     Raises :class:`RequestRejected` (nothing queued) or a transient error.
     """
-    check_chunk_size(chunk_size)
-    check_delay_ms(delay_ms)
-    names = list(config.source.tables) if tables is None else list(dict.fromkeys(tables))
-    kind = DumpKind.ALL if tables is None else DumpKind.TABLES
-    parsed: list[KeyTexts] = []
+    tables = spec.table_names(config.source.tables)
+    keys = source_keys(config, spec, tables)
+    return state.create_request(spec.kind, tables, chunk_size=spec.chunk_size,
+                                delay_ms=spec.delay_ms, keys=keys,
+                                client_token=spec.client_token)
+
+
+def source_keys(config: Config, spec: DumpSpec, tables: Sequence[str]) -> list[KeyTexts]:
+    """Refuse tables the source does not capture, has dropped or has no key for, and keys
+    that do not fit the key columns (checked by the source itself); the keys as text.
+    :class:`~dblog_worker.errors.SourceUnavailable` when the source does not answer."""
+    config.source.check_captured(tables)
     source = open_source(_with_connect_timeout(config.source), lambda table, schema: 0)
     source.connect()
     try:
         arities = []
-        for table in names:
+        for table in tables:
             try:
-                arities.append(source.key_arity(table))  # refuses tables not captured,
-            except DumpFailed as exc:  # gone, or without a key
+                arities.append(source.key_arity(table))  # refuses tables gone or keyless
+            except DumpFailed as exc:
                 raise RequestRejected(str(exc)) from None
-        if keys is not NO_KEYS:
-            if len(names) != 1:
-                raise RequestRejected("a primary-key dump names exactly one table")
-            parsed = parse_keys(keys, arities[0])
-            source.check_keys(names[0], parsed)
-            kind = DumpKind.KEYS
+        keys = spec.key_texts(arities[0])
+        if keys:
+            source.check_keys(tables[0], keys)
+        return keys
     finally:
         source.close()
-    return state.create_request(kind, names, chunk_size=chunk_size, delay_ms=delay_ms,
-                                keys=parsed, client_token=client_token)
 
 
 def _with_connect_timeout(source: SourceConfig) -> SourceConfig:

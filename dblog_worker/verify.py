@@ -211,9 +211,8 @@ def verify(config: Config, tables: Sequence[str] | None = None,
     started = time.perf_counter()
     target_config = config.require_target()
     names = list(dict.fromkeys(tables or config.source.tables))
+    config.source.check_captured(names)
     for name in names:
-        if name not in config.source.tables:
-            raise RequestRejected(f"{name} is not a captured table (source.tables)")
         schema = target_config.table(name).partition(".")[0]
         if schema == target_config.state_schema:
             raise RequestRejected(f"{target_config.table(name)} is in the merge's state schema "

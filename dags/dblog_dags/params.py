@@ -23,7 +23,9 @@ from typing import Any
 from airflow.sdk import Param
 
 from dblog_dags.settings import TABLE_PATTERN
-from dblog_worker.requests import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_MS, MAX_KEYS
+from dblog_worker.dump_spec import DumpSpec
+from dblog_worker.errors import RequestRejected
+from dblog_worker.requests import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_MS
 
 __all__ = [
     "SCOPES",
@@ -142,36 +144,18 @@ class DumpForm:
 
 
 def check_dump(scope: str, tables: Sequence[str] | None, keys: str | None) -> DumpForm:
-    """The rules that join fields of a dump form; ValueError with a plain sentence."""
-    chosen = list(tables or ())
+    """The rules that join fields of a dump form (those of every dump request:
+    :class:`~dblog_worker.dump_spec.DumpSpec`); ValueError with a plain sentence."""
     text = (keys or "").strip()
-    if scope == "all":
-        if chosen:
-            raise ValueError("Scope all dumps every captured table: leave Tables empty, or "
-                             f"choose scope tables to dump only {', '.join(chosen)}.")
-    elif scope == "tables":
-        if not chosen:
-            raise ValueError("Scope tables needs at least one table in Tables.")
-    elif scope == "keys":
-        if len(chosen) != 1:
-            raise ValueError("Scope keys needs exactly one table in Tables (the table whose "
-                             f"keys are dumped); {len(chosen)} were chosen.")
-        if not text:
-            raise ValueError('Scope keys needs Keys: a JSON array such as [1, 2] or '
-                             '[[7, "EU"], [8, "US"]].')
+    parsed = None
+    if text:
         try:
             parsed = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"Keys are not valid JSON ({exc.msg} at line {exc.lineno}, "
                              f"column {exc.colno}).") from None
-        if not isinstance(parsed, list) or not parsed:
-            raise ValueError("Keys must be a non-empty JSON array, e.g. [1, 2].")
-        if len(parsed) > MAX_KEYS:
-            raise ValueError(f"At most {MAX_KEYS:,} keys per dump; {len(parsed):,} were given.")
-        return DumpForm(scope, chosen, text)
-    else:
-        raise ValueError(f"Scope must be one of {', '.join(SCOPES)}; got {scope!r}.")
-    if text:
-        raise ValueError(f"Keys were given with scope {scope}: choose scope keys and one "
-                         "table to dump primary keys, or clear Keys.")
-    return DumpForm(scope, chosen, None)
+    try:
+        spec = DumpSpec.of(scope, list(tables or ()), parsed)
+    except RequestRejected as exc:
+        raise ValueError(f"The dump form is refused: {exc} (scope is the kind).") from None
+    return DumpForm(spec.kind.value, list(spec.tables), text or None)

@@ -18,16 +18,16 @@ from typing import Any
 
 from dblog_worker.config import Config
 from dblog_worker.control import (
-    NO_KEYS,
     create_dump,
     entry_json,
     list_entries,
     show_json,
     show_record_json,
 )
+from dblog_worker.dump_spec import DumpSpec
 from dblog_worker.errors import CorruptRequest, CorruptState, RequestRejected, StateUnavailable
 from dblog_worker.http import openapi
-from dblog_worker.http.openapi import FEED_LIMIT, MAX_CLIENT_TOKEN
+from dblog_worker.http.openapi import FEED_LIMIT
 from dblog_worker.requests import (
     COMMANDS,
     DEFAULT_CHUNK_SIZE,
@@ -191,41 +191,19 @@ class Api:
 
     def create_request(self, call: Call) -> Response:
         body = _object(call.body, CREATE_FIELDS, required=True)
-        kind = body.get("kind")
-        if kind not in ("all", "tables", "keys"):
-            raise ApiError(400, 'kind must be "all", "tables" or "keys", got '
-                                f"{json.dumps(kind)}")
+        keys = body.get("keys")
+        if "keys" in body and not isinstance(keys, list):
+            raise ApiError(400, "keys must be a non-empty JSON array such as [1, 2] or "
+                                '[[1, "a"], [2, "b"]]')
         tables = body.get("tables")
-        keys = body.get("keys", NO_KEYS)
-        if kind == "all" and ("tables" in body or "keys" in body):
-            raise ApiError(400, "kind all dumps every captured table: leave out tables "
-                                "and keys")
-        if kind != "all":
-            if (not isinstance(tables, list) or not tables
-                    or not all(isinstance(t, str) and t for t in tables)):
-                raise ApiError(400, 'tables must be a non-empty list of "schema.table" names')
-            if kind == "tables" and "keys" in body:
-                raise ApiError(400, 'keys are for kind "keys"; leave them out, or use kind '
-                                    '"keys" with one table')
-            if kind == "keys" and (len(tables) != 1 or keys is NO_KEYS):
-                raise ApiError(400, "a keys dump names exactly one table and its keys: "
-                                    '{"kind": "keys", "tables": ["public.orders"], '
-                                    '"keys": [1, 2]}')
-        client_token = body.get("client_token")
-        if "client_token" in body and (
-                not isinstance(client_token, str)
-                or not 1 <= len(client_token) <= MAX_CLIENT_TOKEN):
-            raise ApiError(400, f"client_token must be a string of 1 to {MAX_CLIENT_TOKEN} "
-                                "characters")
-        chunk_size = _integer(body, "chunk_size", DEFAULT_CHUNK_SIZE)
-        delay_ms = _integer(body, "delay_ms", 0)
-        check_chunk_size(chunk_size)
-        check_delay_ms(delay_ms)
-        known = self._existing(client_token)
-        request = create_dump(self.config, self.state,
-                              tables=None if kind == "all" else tables, keys=keys,
-                              chunk_size=chunk_size, delay_ms=delay_ms,
-                              client_token=client_token)
+        if tables is not None and not isinstance(tables, list):
+            raise ApiError(400, 'tables must be a non-empty list of "schema.table" names')
+        spec = DumpSpec.of(body.get("kind"), tables, keys,
+                           chunk_size=_integer(body, "chunk_size", DEFAULT_CHUNK_SIZE),
+                           delay_ms=_integer(body, "delay_ms", 0),
+                           client_token=body.get("client_token"))
+        known = self._existing(spec.client_token)
+        request = create_dump(self.config, self.state, spec)
         created = known is None or known != request.id
         return json_response(201 if created else 200, show_json(self.state, request),
                              (("Location", f"/api/v1/requests/{request.id}"),))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from dblog_worker import __version__
+from dblog_worker.dump_spec import MAX_CLIENT_TOKEN
 from dblog_worker.requests import (
     DEFAULT_CHUNK_SIZE,
     MAX_CHUNK_SIZE,
@@ -20,7 +21,6 @@ from dblog_worker.requests import (
 
 Schema = dict[str, Any]
 
-MAX_CLIENT_TOKEN = 200
 FEED_LIMIT = 500
 MAX_BODY_BYTES = 4 * 1024 * 1024  # about 300,000 integer keys
 

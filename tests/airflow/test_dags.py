@@ -296,22 +296,20 @@ def test_check_dump_accepts(scope: str, tables: list[str] | None, keys: str | No
 
 @pytest.mark.parametrize(("scope", "tables", "keys", "message"), [
     ("all", ["public.a"], None,
-     "Scope all dumps every captured table: leave Tables empty, or choose scope tables to "
-     "dump only public.a."),
-    ("tables", [], None, "Scope tables needs at least one table in Tables."),
+     "The dump form is refused: kind all dumps every captured table: leave the tables out, "
+     "or use kind tables to dump only public.a (scope is the kind)."),
+    ("tables", [], None, "kind tables needs at least one table"),
     ("tables", ["public.a"], "[1]",
-     "Keys were given with scope tables: choose scope keys and one table to dump primary "
-     "keys, or clear Keys."),
-    ("keys", [], "[1]",
-     "Scope keys needs exactly one table in Tables (the table whose keys are dumped); 0 were "
-     "chosen."),
-    ("keys", ["public.a", "public.b"], "[1]", "exactly one table in Tables"),
-    ("keys", ["public.a"], None,
-     'Scope keys needs Keys: a JSON array such as [1, 2] or [[7, "EU"], [8, "US"]].'),
+     "keys were given with kind tables: use kind keys and one table to dump primary keys"),
+    ("keys", [], "[1]", "kind keys needs at least one table"),
+    ("keys", ["public.a", "public.b"], "[1]",
+     "a primary-key dump (kind keys) names exactly one table, got 2"),
+    ("keys", ["public.a"], None, "kind keys needs keys: keys must be a non-empty JSON array"),
     ("keys", ["public.a"], "[1, 2", "Keys are not valid JSON (Expecting ',' delimiter at "
                                     "line 1, column 6)."),
-    ("keys", ["public.a"], "[]", "Keys must be a non-empty JSON array, e.g. [1, 2]."),
-    ("everything", [], None, "Scope must be one of all, tables, keys; got 'everything'."),
+    ("keys", ["public.a"], "[]", "kind keys needs keys"),
+    ("keys", ["public.a"], "{}", "keys must be a non-empty JSON array"),
+    ("everything", [], None, 'kind must be one of all, tables, keys, got "everything"'),
 ])
 def test_check_dump_refuses(scope: str, tables: list[str], keys: str | None,
                             message: str) -> None:

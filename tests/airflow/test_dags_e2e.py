@@ -189,4 +189,4 @@ def test_dump_of_a_table_not_captured_fails(capture: Capture,
     run = dump.test(run_conf={"conn_id": "dblog_default", "scope": "tables",
                               "tables": ["public.nope"]})
     assert (run.state, states(run)["submit"]) == ("failed", "failed")
-    assert f"public.nope is not a captured table of source {SOURCE}" in log_text()
+    assert f"table public.nope is not captured by source {SOURCE}" in log_text()

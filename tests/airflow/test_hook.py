@@ -171,17 +171,17 @@ def test_submit_tables_and_keys(hook: DblogHook, store: StateStore) -> None:
     assert (saved.kind, saved.key_count, saved.chunk_size) == (DumpKind.KEYS, 2,
                                                                DEFAULT_CHUNK_SIZE)
     assert store.request_keys(keys.id, 0, 10) == [("1", "x"), ("2", "y")]
-    # "all" with tables named: those tables
-    named = hook.submit_dump("all", ["public.a"])
-    assert store.get_request(named.id).kind is DumpKind.ALL
+    # "all" with tables named is refused: "all" is every captured table
+    with pytest.raises(RequestRejected, match="kind all dumps every captured table"):
+        hook.submit_dump("all", ["public.a"])
 
 
 @pytest.mark.parametrize(("scope", "tables", "keys", "message"), [
-    ("everything", ["public.a"], None, "scope must be one of all, tables, keys"),
-    ("tables", [], None, 'scope "tables" needs at least one table'),
+    ("everything", ["public.a"], None, "kind must be one of all, tables, keys"),
+    ("tables", [], None, "kind tables needs at least one table"),
     ("all", [], None, 'scope "all" needs the captured tables'),
-    ("keys", ["public.a"], None, 'scope "keys" needs keys'),
-    ("tables", ["public.a"], [1], 'use scope "keys"'),
+    ("keys", ["public.a"], None, "kind keys needs keys"),
+    ("tables", ["public.a"], [1], "use kind keys"),
     ("keys", ["public.a", "public.b"], [1], "exactly one table"),
     ("keys", ["public.a"], [[1, 2], [3]], "has 1 value"),
     ("keys", ["public.a"], "[1, null]", "never null"),
@@ -222,7 +222,7 @@ def test_all_takes_the_tables_of_the_configuration(
     assert store.get_request(request.id).tables == ("public.a", "public.b")
     logged = log_text()
     assert "source shop (" in logged and "is unreachable, so the tables and keys" in logged
-    with pytest.raises(RequestRejected, match=r"public\.c is not a captured table"):
+    with pytest.raises(RequestRejected, match=r"table public\.c is not captured by source"):
         hook.submit_dump("tables", ["public.c"])
 
 

@@ -141,5 +141,6 @@ def test_run_verify_refuses_a_table_not_captured(
     config_path = write_config(tmp_path, "dbname=shop", redis_url, ["public.items"],
                                name=SOURCE, extra=TARGET.format(dsn='"dbname=replica"'))
     dblog_connection(redis_url, SOURCE, config_path)
-    with pytest.raises(AirflowFailException, match=r"public\.other is not a captured table"):
+    with pytest.raises(AirflowFailException,
+                       match=r"table public\.other is not captured by source"):
         run_verify("dblog_default", ["public.other"])

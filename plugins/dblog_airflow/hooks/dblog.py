@@ -35,10 +35,11 @@ from airflow.sdk import BaseHook
 
 from dblog_worker import config as config_module
 from dblog_worker.config import NAME, Config
+from dblog_worker.control import source_keys
+from dblog_worker.dump_spec import DumpSpec
 from dblog_worker.errors import (
     ConfigError,
     DblogError,
-    DumpFailed,
     RequestRejected,
     SourceUnavailable,
     StateUnavailable,
@@ -53,7 +54,6 @@ from dblog_worker.requests import (
     RequestState,
     TableProgress,
     describe_keys,
-    parse_keys,
 )
 from dblog_worker.state import StateStore
 
@@ -64,7 +64,6 @@ __all__ = ["DEFAULT_CONN_ID", "DblogHook", "DblogSettings", "as_int", "as_keys",
 
 DEFAULT_CONN_ID = "dblog_default"
 DEFAULT_REDIS_PORT = 6379
-SOURCE_CONNECT_TIMEOUT_S = 10
 
 
 @dataclass(frozen=True)
@@ -192,11 +191,6 @@ def _literal(text: str, what: str) -> object:
             return ast.literal_eval(text)
         except (ValueError, SyntaxError):
             raise RequestRejected(f"{what} are not valid JSON: {exc}") from None
-
-
-def _arity(keys: Sequence[object]) -> int:
-    """The key's column count, from the first key (``parse_keys`` checks the others)."""
-    return len(keys[0]) if keys and isinstance(keys[0], list) else 1
 
 
 class DblogHook(BaseHook):
@@ -342,31 +336,21 @@ class DblogHook(BaseHook):
         :param delay_ms: Pause between chunks, in milliseconds; an int or its text.
         :param client_token: Idempotency token: the same token gives the same request.
         """
-        kind = _scope(scope)
-        names = as_tables(tables)
-        raw_keys = as_keys(keys)
-        if kind is DumpKind.KEYS and raw_keys is None:
-            raise RequestRejected('scope "keys" needs keys: a JSON array such as [1, 2] or '
-                                  '[[1, "a"], [2, "b"]]')
-        if kind is not DumpKind.KEYS and raw_keys is not None:
-            raise RequestRejected(f'keys were given with scope "{kind.value}": use scope '
-                                  '"keys" and one table to dump primary keys')
         config = self.load_config() if self.config_path is not None else None
-        if kind is DumpKind.ALL and not names:
-            if config is None:
-                raise RequestRejected(
-                    'scope "all" needs the captured tables: name them, or add the worker\'s '
-                    f'configuration to connection {self.dblog_conn_id!r} ("config" in its extra)')
-            names = list(config.source.tables)
-        if not names:
-            raise RequestRejected(f'scope "{kind.value}" needs at least one table')
-        if kind is DumpKind.KEYS and len(names) != 1:
-            raise RequestRejected(f"a primary-key dump names exactly one table, got {len(names)}")
-        parsed = self._check_with_source(config, names, raw_keys)
+        names = as_tables(tables)
+        spec = DumpSpec.of(scope, names, as_keys(keys), chunk_size=as_int(chunk_size, "chunk size"),
+                           delay_ms=as_int(delay_ms, "delay"), client_token=client_token)
+        if spec.kind is DumpKind.ALL and config is None:
+            raise RequestRejected(
+                'scope "all" needs the captured tables: add the worker\'s configuration to '
+                f'connection {self.dblog_conn_id!r} ("config" in its extra), or use scope '
+                '"tables" and name them')
+        tables_of = spec.tables if config is None else spec.table_names(config.source.tables)
+        parsed = self._check_with_source(config, spec, tables_of)
         started = time.time()
         request = self.state().create_request(
-            kind, names, chunk_size=as_int(chunk_size, "chunk size"),
-            delay_ms=as_int(delay_ms, "delay"), keys=parsed, client_token=client_token)
+            spec.kind, tables_of, chunk_size=spec.chunk_size, delay_ms=spec.delay_ms,
+            keys=parsed, client_token=client_token)
         again = client_token is not None and request.created_at < started
         self.log.info(
             "%s %s: %s dump of %s%s, chunk size %d, delay %d ms%s", request.id,
@@ -377,48 +361,21 @@ class DblogHook(BaseHook):
             "dump" if again else "")
         return request
 
-    def _check_with_source(self, config: Config | None, tables: Sequence[str],
-                           raw_keys: list[object] | None) -> list[KeyTexts]:
+    def _check_with_source(self, config: Config | None, spec: DumpSpec,
+                           tables: Sequence[str]) -> list[KeyTexts]:
         """Refuse what ``dblog dump`` refuses: tables not captured or without a primary key,
         keys that do not fit the key columns. Without the configuration, or when the source
         is unreachable, only the keys' shape is checked; the worker checks the rest."""
         if config is not None:
-            for table in tables:
-                if table not in config.source.tables:
-                    raise RequestRejected(
-                        f"{table} is not a captured table of source {config.source.name} "
-                        f"(source.tables: {', '.join(config.source.tables)})")
+            config.source.check_captured(tables)
             try:
-                return self._source_keys(config, tables, raw_keys)
+                return source_keys(config, spec, tables)
             except SourceUnavailable as exc:
                 self.log.warning(
                     "source %s (%s) is unreachable, so the tables and keys are not checked "
                     "against it now; the worker checks them when the dump runs: %s",
                     config.source.name, config.source.safe_dsn(), exc)
-        return [] if raw_keys is None else parse_keys(raw_keys, _arity(raw_keys))
-
-    def _source_keys(self, config: Config, tables: Sequence[str],
-                     raw_keys: list[object] | None) -> list[KeyTexts]:
-        from dblog_worker.dialect import dialect
-
-        source_config = dialect(config.source.kind).with_connect_timeout(
-            config.source, SOURCE_CONNECT_TIMEOUT_S)
-        source = dialect(source_config.kind).open_source(source_config, lambda table, schema: 0)
-        source.connect()
-        try:
-            arities = []
-            for table in tables:
-                try:
-                    arities.append(source.key_arity(table))  # refuses tables gone, keyless
-                except DumpFailed as exc:
-                    raise RequestRejected(str(exc)) from None
-            if raw_keys is None:
-                return []
-            keys = parse_keys(raw_keys, arities[0])
-            source.check_keys(tables[0], keys)
-            return keys
-        finally:
-            source.close()
+        return spec.key_texts(spec.guessed_arity())
 
     def get_request(self, request_id: str) -> DumpRequest:
         """The request; :class:`~dblog_worker.errors.CorruptRequest` if its record is
@@ -472,9 +429,3 @@ class DblogHook(BaseHook):
         return request
 
 
-def _scope(scope: object) -> DumpKind:
-    try:
-        return DumpKind(str(scope).strip())
-    except ValueError:
-        raise RequestRejected(f"scope must be one of {', '.join(k.value for k in DumpKind)}; "
-                              f"got {scope!r}") from None
