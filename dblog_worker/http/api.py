@@ -24,7 +24,7 @@ from dblog_worker.control import (
     show_json,
     show_record_json,
 )
-from dblog_worker.dump_spec import DumpSpec
+from dblog_worker.dump_spec import MAX_CLIENT_TOKEN, DumpSpec
 from dblog_worker.errors import CorruptRequest, CorruptState, RequestRejected, StateUnavailable
 from dblog_worker.http import openapi
 from dblog_worker.http.openapi import FEED_LIMIT
@@ -198,10 +198,14 @@ class Api:
         tables = body.get("tables")
         if tables is not None and not isinstance(tables, list):
             raise ApiError(400, 'tables must be a non-empty list of "schema.table" names')
+        client_token = body.get("client_token")
+        if "client_token" in body and not isinstance(client_token, str):
+            raise ApiError(400, f"client_token must be a string of 1 to {MAX_CLIENT_TOKEN} "
+                                "characters")
         spec = DumpSpec.of(body.get("kind"), tables, keys,
                            chunk_size=_integer(body, "chunk_size", DEFAULT_CHUNK_SIZE),
                            delay_ms=_integer(body, "delay_ms", 0),
-                           client_token=body.get("client_token"))
+                           client_token=client_token)
         known = self._existing(spec.client_token)
         request = create_dump(self.config, self.state, spec)
         created = known is None or known != request.id

@@ -192,7 +192,7 @@ def test_bad_dump_requests_are_refused(setup: Setup) -> None:
         (["dump", "--table", "public.pairs", "--keys", '[["eu", "one"]]'],
          "does not fit column id (integer)"),
         ([*items, "--table", "public.t2", "--keys", "[10]"],
-         "a primary-key dump names exactly one table"),
+         "a primary-key dump (kind keys) names exactly one table, got 2"),
         ([*items, "--keys-file", str(setup.tmp_path / "no-such-file.json")],
          "cannot read the keys file"),
         ([*items, "--chunk-size", "0"], "chunk size must be an integer from 1 to 100000, got 0"),
