@@ -196,7 +196,7 @@ class Api:
             raise ApiError(400, "keys must be a non-empty JSON array such as [1, 2] or "
                                 '[[1, "a"], [2, "b"]]')
         tables = body.get("tables")
-        if tables is not None and not isinstance(tables, list):
+        if "tables" in body and not isinstance(tables, list):
             raise ApiError(400, 'tables must be a non-empty list of "schema.table" names')
         client_token = body.get("client_token")
         if "client_token" in body and not isinstance(client_token, str):

@@ -367,7 +367,7 @@ def test_bad_input_is_refused_and_changes_nothing(api: Api) -> None:
         ("POST", post, {"body": {"kind": "all", "client_token": None}}, 400,
          "client_token must be a string"),
         ("POST", post, {"body": {"kind": "all", "tables": None}}, 400,
-         "kind all dumps every captured table"),
+         "tables must be a non-empty list"),
         ("POST", f"/api/v1/requests/{running}/stop", {}, 404, "no route"),
         # query, methods, paths
         ("GET", "/api/v1/requests?active=yes", {}, 400, "active must be true or false"),
