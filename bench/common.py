@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 import pymysql
 import redis
 
-from dblog_worker.landing import LandingZone
+from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.mysql.binlog import BinlogCheckpoint, file_number
 from dblog_worker.mysql.options import url_args as mysql_url_args
 from dblog_worker.pg.pgoutput import parse_lsn

@@ -67,7 +67,8 @@ from bench.common import (
 )
 from dblog_worker.config import Config, parse
 from dblog_worker.events import ChangeEvent, Op, Origin
-from dblog_worker.landing import LandingZone
+from dblog_worker.landing.parquet import LandingZone
+from dblog_worker.landing.sink import LandedReader
 from dblog_worker.position import Position
 from dblog_worker.target.base import Target
 from dblog_worker.target.merge import MergeReport, Stager, merge_source
@@ -261,9 +262,9 @@ def merge_config(landing: Path, target_dsn: str) -> Config:
 
 def timed_stager(stager: Stager, spans: list[tuple[float, float]]) -> Stager:
     """``stager``, recording (start, end) of every call."""
-    def stage(batch: Batch, target: Target) -> None:
+    def stage(batch: Batch, target: Target, reader: LandedReader) -> None:
         started = time.perf_counter()
-        stager(batch, target)
+        stager(batch, target, reader)
         spans.append((started, time.perf_counter()))
 
     return stage

@@ -72,7 +72,7 @@ from bench.common import (
     wait_until,
 )
 from bench.live_latency import RATE_PER_S, Trickle, Watcher, create_trickle_table
-from dblog_worker.landing import LandingZone
+from dblog_worker.landing.parquet import LandingZone
 
 NAME = "takeover"
 TRICKLE_NAME = "trickle"

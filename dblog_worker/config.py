@@ -65,6 +65,8 @@ from typing import Any
 from dblog_worker import kinds
 from dblog_worker.checks import integer, number, str_value
 from dblog_worker.errors import ConfigError, RequestRejected
+from dblog_worker.landing.names import table_dir_name
+from dblog_worker.landing.sink import DEFAULT_FORMAT, FORMATS
 
 NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
@@ -101,8 +103,6 @@ def check_table_name(table: str, kind: str, where: str, *, landed: bool = False)
         if problem is not None:
             raise ConfigError(f"{where}: {table!r}: {part!r}: {problem}")
     if landed:
-        from dblog_worker.landing import table_dir_name  # pyarrow: loaded with a file only
-
         try:
             table_dir_name(schema_name, table_name)
         except ValueError as exc:
@@ -206,6 +206,7 @@ class Config:
     source: SourceConfig
     redis_url: str = field(repr=False)
     landing_path: Path
+    landing_format: str = DEFAULT_FORMAT  # a key of landing.sink.FORMATS
     flush_interval_s: float = 1.0
     flush_max_events: int = 50_000
     heartbeat_interval_s: float = 10.0
@@ -242,7 +243,7 @@ def load(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
 KNOWN: Mapping[str, frozenset[str]] = {
     "source": frozenset({"name", "kind", "dsn", "dsn_env", "password_env", "tables"}),
     "redis": frozenset({"url", "url_env"}),
-    "landing": frozenset({"path", "flush_interval_s", "flush_max_events"}),
+    "landing": frozenset({"path", "format", "flush_interval_s", "flush_max_events"}),
     "worker": frozenset({"heartbeat_interval_s", "status_interval_s", "control_interval_s",
                          "reconnect_max_s", "shutdown_timeout_s"}),
     "lease": frozenset({"ttl_s", "renew_interval_s", "standby_poll_s"}),
@@ -308,6 +309,7 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         ),
         redis_url=_secret(redis_section, "url", env, "redis.url"),
         landing_path=Path(str_value(landing, "landing.path")),
+        landing_format=_landing_format(landing),
         flush_interval_s=number(landing, "flush_interval_s", 1.0, 0.01, 60),
         flush_max_events=integer(landing, "flush_max_events", 50_000, 1, 10_000_000),
         heartbeat_interval_s=number(worker, "heartbeat_interval_s", 10.0, 0.1, 3600),
@@ -401,6 +403,14 @@ def _merge(data: Mapping[str, Any]) -> MergeConfig:
         tombstone_retention_h=number(merge, "tombstone_retention_h", 168.0, 0, 87_600),
         spark_conf={k: str(v) for k, v in spark_conf.items()},
     )
+
+
+def _landing_format(landing: Mapping[str, Any]) -> str:
+    value = landing.get("format", DEFAULT_FORMAT)
+    if value not in FORMATS:
+        raise ConfigError(f"landing.format must be one of {', '.join(sorted(FORMATS))}, got "
+                          f"{value!r}")
+    return str(value)
 
 
 def _lease(data: Mapping[str, Any]) -> LeaseConfig:

@@ -14,7 +14,7 @@ paused for longer than the lease). Keys, under ``dblog:v1:<source>:``::
 Each acquisition gives a new **token**, one more than the last (the fencing token).
 Every write of the leader carries it: Redis writes check it against the lease
 (:meth:`dblog_worker.state.StateStore.fence`) and landing segments are published
-through the token's writer directory (:meth:`dblog_worker.landing.LandingZone.fence`),
+through the token's writer directory (:meth:`dblog_worker.landing.sink.Sink.fence`),
 so a worker that lost the lease cannot change anything once another has taken over.
 The lease is renewed by the capture loop itself: a leader whose loop is stuck stops
 renewing, and a standby takes over.

@@ -1,11 +1,11 @@
 """The output buffer: events wait here, per table and in order, until they are written.
 
 ``submit`` hands everything buffered to a writer thread, which waits for the dump
-rows still being encoded (:class:`PendingRows`) and commits one segment per table
-to the landing zone (pyarrow writes and fsyncs without holding the GIL,
-so the log and the next chunk go on meanwhile). At most one write runs at a time:
-``submit`` first waits for the previous one. When ``wait`` returns, every event
-submitted so far is durable.
+rows still being encoded (:class:`PendingRows`) and commits one batch per table
+to the sink (:class:`~dblog_worker.landing.sink.Sink`: pyarrow writes and fsyncs
+without holding the GIL, so the log and the next chunk go on meanwhile). At most one
+write runs at a time: ``submit`` first waits for the previous one. When ``wait``
+returns, every event submitted so far is durable.
 
 Events at or before a table's last committed position are dropped: they are a
 replay of output that is already durable (the log restarts from the checkpoint,
@@ -25,7 +25,8 @@ from contextlib import contextmanager
 
 from dblog_worker.errors import OutputUnavailable
 from dblog_worker.events import ChangeEvent, DumpRows, PendingRows
-from dblog_worker.landing import Item, LandingZone
+from dblog_worker.landing.arrow import Item
+from dblog_worker.landing.sink import Sink
 from dblog_worker.position import Position
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,8 @@ def landing_errors() -> Iterator[None]:
 
 
 class OutputBuffer:
-    def __init__(self, landing: LandingZone, landed: dict[str, Position]) -> None:
-        self._landing = landing
+    def __init__(self, sink: Sink, landed: dict[str, Position]) -> None:
+        self._sink = sink
         self._landed = dict(landed)
         self._replay_until = max(landed.values(), default=None)
         self._events: dict[str, list[Item | PendingRows]] = {}
@@ -125,7 +126,7 @@ class OutputBuffer:
             except Exception:  # a chunk failed to encode: leave it out, its dump fails
                 events = self._without_failed(table, pending, failed)
             if events:
-                written[table] = self._landing.commit_segment(table, events).last
+                written[table] = self._sink.commit(table, events)
         return written, failed
 
     @staticmethod

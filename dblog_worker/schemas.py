@@ -16,15 +16,15 @@ import json
 from collections.abc import Mapping
 
 from dblog_worker.errors import LeaseLost
-from dblog_worker.landing import LandingZone
+from dblog_worker.landing.sink import Sink
 from dblog_worker.output import landing_errors
 
 ATTEMPTS = 3  # numbers tried before concluding that another writer is active
 
 
 class SchemaRegistry:
-    def __init__(self, landing: LandingZone) -> None:
-        self._landing = landing
+    def __init__(self, sink: Sink) -> None:
+        self._sink = sink
         self._known: dict[str, dict[str, int]] = {}
 
     def version(self, table: str, schema: Mapping[str, object]) -> int:
@@ -43,7 +43,7 @@ class SchemaRegistry:
                 return number
             number = max(known.values(), default=0) + 1
             try:
-                self._landing.write_schema(table, number, schema)
+                self._sink.write_schema(table, number, schema)
             except ValueError:
                 if number in self._read(table).values():
                     continue  # another writer took the number in between: the next one
@@ -59,6 +59,6 @@ class SchemaRegistry:
         """The table's versions as the landing zone has them now (and remembered)."""
         known = self._known[table] = {
             json.dumps(document, sort_keys=True): number
-            for number, document in self._landing.schemas(table).items()
+            for number, document in self._sink.schemas(table).items()
         }
         return known

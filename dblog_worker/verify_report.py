@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dblog_worker.errors import RequestRejected
-from dblog_worker.landing import table_dir_name
+from dblog_worker.landing.names import table_dir_name
 
 # --- results --------------------------------------------------------------------------
 

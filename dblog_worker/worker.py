@@ -67,7 +67,7 @@ from dblog_worker.events import (
     Watermark,
 )
 from dblog_worker.http.server import ControlServer
-from dblog_worker.landing import LandingZone
+from dblog_worker.landing.sink import open_sink
 from dblog_worker.lease import Lease
 from dblog_worker.output import OutputBuffer, landing_errors
 from dblog_worker.position import Position
@@ -105,8 +105,8 @@ class Worker:
         self.config = config
         self.adopt_slot = adopt_slot
         self.source_factory = source
-        self.landing = LandingZone(config.landing_path, config.source.name)
-        self.schemas = SchemaRegistry(self.landing)
+        self.sink = open_sink(config.landing_path, config.source.name, config.landing_format)
+        self.schemas = SchemaRegistry(self.sink)
         self.stopping = False
         self.sessions = 0
         self.telemetry = Telemetry(config.source.name, kind=config.source.kind)
@@ -195,7 +195,7 @@ class Worker:
     def _min_token(self) -> int:
         """Tokens only grow, even if Redis lost its counter: past the landing zone's writers."""
         try:
-            return max(self.landing.writer_tokens(), default=0) + 1
+            return max(self.sink.writer_tokens(), default=0) + 1
         except OSError:
             return 0
 
@@ -336,9 +336,9 @@ class Session:
     def _start(self) -> None:
         self.state.ensure_layout()
         with landing_errors():
-            ran_before = self.worker.landing.capture_started()
-            self.worker.landing.fence(self.token)  # from here on, only this worker publishes
-            landed = self.worker.landing.recover()
+            ran_before = self.worker.sink.capture_started()
+            self.worker.sink.fence(self.token)  # from here on, only this worker publishes
+            landed = self.worker.sink.recover()
         self.source.connect()
         self._check_landed(landed)
         saved = self.state.checkpoint()
@@ -351,8 +351,8 @@ class Session:
             self.state.save_progress(saved, {}, {})
         self.checkpoint = self.source.start(saved)
         with landing_errors():
-            self.worker.landing.mark_capture_started()
-        self.output = OutputBuffer(self.worker.landing, landed)
+            self.worker.sink.mark_capture_started()
+        self.output = OutputBuffer(self.worker.sink, landed)
         log.info("session %s streaming %s from %s (lease token %d)", self.run_id,
                  self.config.source.safe_dsn(), self.checkpoint, self.token)
         self.worker.telemetry.session_started(self.run_id, self.checkpoint)
@@ -380,7 +380,7 @@ class Session:
         if ran_before:
             raise ConfigError(
                 f"Redis holds no state for source {self.config.source.name!r}, but the landing "
-                f"zone {self.worker.landing.source_dir} holds its output: Redis lost its data "
+                f"zone {self.worker.sink.where} holds its output: Redis lost its data "
                 "(restarted without persistence, or flushed) or another Redis was configured. "
                 "Point [redis] at the Redis that holds the state; or start once with `dblog run "
                 "--adopt-slot` to capture from the end of the log now (changes in between are "
@@ -409,7 +409,7 @@ class Session:
         ahead = sorted(t for t, p in landed.items() if (p.major, p.minor) > (end.major, end.minor))
         if ahead:
             raise ConfigError(
-                f"the landing zone {self.worker.landing.source_dir} holds events of "
+                f"the landing zone {self.worker.sink.where} holds events of "
                 f"{', '.join(ahead)} at positions after the end of this source's log "
                 f"({end.encode()}): it was filled from another database server (or one "
                 "restored from a backup). Move that folder away, or set another [landing] "

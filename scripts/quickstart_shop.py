@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
 import psycopg  # noqa: E402
 import pymysql  # noqa: E402
 
-from dblog_worker.landing import LandingZone, read_events  # noqa: E402
+from dblog_worker.landing.parquet import LandingZone, read_events  # noqa: E402
 from dblog_worker.mysql.binlog import BinlogCheckpoint, file_number  # noqa: E402
 from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL  # noqa: E402
 from dblog_worker.mysql.options import default_server_id  # noqa: E402

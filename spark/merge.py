@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from dblog_worker import config as config_module
 from dblog_worker.errors import ConfigError, SegmentCorrupt, TargetError, TransientError
-from dblog_worker.landing import read_segment
+from dblog_worker.landing.sink import LandedReader
 from dblog_worker.target.base import Target
 from dblog_worker.target.merge import MergeReport, Stager, merge_source
 from dblog_worker.target.plan import Batch
@@ -43,9 +43,10 @@ def spark_stager(spark: SparkSession) -> Stager:
     """Stage a batch with Spark: latest event per key, written over JDBC."""
     from pyspark.sql import functions as F
 
-    def stage(batch: Batch, target: Target) -> None:
+    def stage(batch: Batch, target: Target, reader: LandedReader) -> None:
         url, properties = target.jdbc()
-        events = spark.read.parquet(*batch.paths).select("position", "op", "key", "after")
+        events = (spark.read.format(batch.format).load(batch.locations)
+                  .select("position", "op", "key", "after"))
         if batch.truncate_at:
             events = events.where(F.col("position") > F.lit(batch.truncate_at))
         latest = (
@@ -63,18 +64,18 @@ def spark_stager(spark: SparkSession) -> Stager:
             latest.write.jdbc(url, target.stage_table(batch.stage), mode="append",
                               properties={**properties, "batchsize": JDBC_BATCH_ROWS})
         except Exception as exc:
-            raise _staging_error(batch, exc) from None
+            raise _staging_error(batch, reader, exc) from None
 
     return stage
 
 
-def _staging_error(batch: Batch, exc: Exception) -> Exception:
+def _staging_error(batch: Batch, reader: LandedReader, exc: Exception) -> Exception:
     """Name the damaged segment if one is; otherwise the target's refusal, shortened."""
-    for path in batch.paths:
+    for segment in batch.segments:
         try:
-            read_segment(path)
+            reader.read(segment)
         except (ValueError, OSError) as damaged:
-            return SegmentCorrupt(f"{path} is truncated or damaged: {damaged}")
+            return SegmentCorrupt(f"{segment.location} is truncated or damaged: {damaged}")
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
     return TargetError(f"{batch.target_table}: staging over JDBC failed: {first_line[:500]}")
 

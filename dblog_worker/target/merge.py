@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from dblog_worker.config import Config, MergeConfig, TargetConfig
 from dblog_worker.dialect import dialect
 from dblog_worker.errors import SegmentCorrupt, TargetError, TargetUnavailable
-from dblog_worker.landing import LandingZone
+from dblog_worker.landing.sink import LandedReader, open_reader
 from dblog_worker.target.base import Target
 from dblog_worker.target.plan import Batch, next_batch, pending_segments, stage_name
 
@@ -28,7 +28,7 @@ __all__ = ["MergeReport", "Stager", "TableReport", "merge_source", "open_target"
 
 log = logging.getLogger("dblog.merge")
 
-Stager = Callable[[Batch, Target], None]
+Stager = Callable[[Batch, Target, LandedReader], None]  # stages a batch read by the reader
 """Writes the latest event per key of a batch into ``target``'s staging table."""
 
 
@@ -74,8 +74,8 @@ def merge_source(config: Config, stage: Stager, tables: Sequence[str] = ()) -> M
     went away) stops the whole run: nothing of the batch in flight was applied.
     """
     target_config = config.require_target()
-    zone = LandingZone(config.landing_path, config.source.name)
-    chosen = list(tables) or sorted(set(zone.tables()) | set(config.source.tables))
+    reader = open_reader(config.landing_path, config.source.name, config.landing_format)
+    chosen = list(tables) or sorted(set(reader.tables()) | set(config.source.tables))
     target = open_target(target_config)
     target.connect()
     report = MergeReport()
@@ -86,7 +86,7 @@ def merge_source(config: Config, stage: Stager, tables: Sequence[str] = ()) -> M
             report.tables.append(result)
             started = time.monotonic()
             try:
-                _merge_table(zone, config, target, stage, result)
+                _merge_table(reader, config, target, stage, result)
             except (SegmentCorrupt, TargetError) as exc:
                 result.error = str(exc)
                 log.error("%s: not merged: %s", table, exc)
@@ -97,26 +97,26 @@ def merge_source(config: Config, stage: Stager, tables: Sequence[str] = ()) -> M
     return report
 
 
-def _merge_table(zone: LandingZone, config: Config, target: Target, stage: Stager,
+def _merge_table(reader: LandedReader, config: Config, target: Target, stage: Stager,
                  result: TableReport) -> None:
     merge: MergeConfig = config.merge
-    lock = stage_name(zone.source, result.table, result.target_table)
+    lock = stage_name(reader.source, result.table, result.target_table)
     if not target.try_lock(lock):
         raise TargetError(f"{result.table}: another merge into {result.target_table} is"
                           " running; this run left the table alone")
     try:
-        merged = target.merged(zone.source, result.table, result.target_table)
-        pending = pending_segments(zone, result.table, merged)
+        merged = target.merged(reader.source, result.table, result.target_table)
+        pending = pending_segments(reader, result.table, merged)
         while True:
-            merged = target.merged(zone.source, result.table, result.target_table)
+            merged = target.merged(reader.source, result.table, result.target_table)
             result.merged_to = merged.last_position
-            batch = next_batch(zone, config.source.kind, result.table, result.target_table,
+            batch = next_batch(reader, config.source.kind, result.table, result.target_table,
                                merged, pending, merge.batch_max_events)
             if batch is None:
                 return
             types = target.prepare_table(batch)
             target.prepare_stage(batch.stage)
-            stage(batch, target)
+            stage(batch, target, reader)
             applied = target.apply(batch, types, merge.tombstone_retention_h)
             result.batches += 1
             result.events += batch.events

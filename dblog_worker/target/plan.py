@@ -14,12 +14,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
 from dblog_worker.errors import SegmentCorrupt
-from dblog_worker.landing import FORMAT_VERSION, SEGMENT_SCHEMA, LandingZone, Segment
+from dblog_worker.landing.sink import DEFAULT_FORMAT, LandedReader, Segment
 from dblog_worker.target.columns import SourceColumn, columns_of, key_of, union_columns
 
 __all__ = ["Batch", "MergeLogEntry", "Pending", "next_batch", "pending_segments", "stage_name"]
@@ -46,14 +42,15 @@ class Batch:
     truncate_at: str  # the last truncate in the batch, or ""
     columns: tuple[SourceColumn, ...]  # every column of the batch's schema versions
     key: tuple[str, ...]
+    format: str = DEFAULT_FORMAT  # the landing format, as Spark reads it
 
     @property
     def last_segment(self) -> int:
         return self.segments[-1].seq
 
     @property
-    def paths(self) -> list[str]:
-        return [str(s.path) for s in self.segments]
+    def locations(self) -> list[str]:
+        return [s.location for s in self.segments]
 
     @property
     def stage(self) -> str:
@@ -69,45 +66,6 @@ def stage_name(source: str, source_table: str, target_table: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class _Checked:
-    rows: int
-    truncate_at: str
-    versions: frozenset[int]
-
-
-def check_segment(segment: Segment, source: str) -> _Checked:
-    """Read a segment's footer and small columns; SegmentCorrupt unless it is whole."""
-    path = segment.path
-    try:
-        with pq.ParquetFile(path) as parquet:
-            metadata = parquet.schema_arrow.metadata or {}
-            if metadata.get(b"dblog.format") != FORMAT_VERSION.encode():
-                raise SegmentCorrupt(f"{path} is not a dblog segment (no dblog.format)")
-            if metadata.get(b"dblog.table") != segment.table.encode() or metadata.get(
-                b"dblog.source"
-            ) != source.encode():
-                raise SegmentCorrupt(f"{path} belongs to another table or source")
-            if not parquet.schema_arrow.equals(SEGMENT_SCHEMA, check_metadata=False):
-                raise SegmentCorrupt(f"{path} does not have the columns of a dblog segment")
-            small = parquet.read(columns=["position", "op", "schema_version"])
-    except FileNotFoundError:
-        raise SegmentCorrupt(f"{path} disappeared while the merge read it") from None
-    except (pa.ArrowException, OSError) as exc:
-        raise SegmentCorrupt(f"{path} is truncated or damaged: {exc}") from None
-    positions = small.column("position")
-    if (
-        small.num_rows == 0
-        or positions[0].as_py() != segment.first.encode()
-        or positions[-1].as_py() != segment.last.encode()
-    ):
-        raise SegmentCorrupt(f"{path}: the positions in the file do not match its name")
-    truncates = small.filter(pc.equal(small.column("op"), "t")).column("position")
-    last_truncate = pc.max(truncates).as_py() if len(truncates) else None
-    versions = pc.unique(small.column("schema_version")).to_pylist()
-    return _Checked(small.num_rows, last_truncate or "", frozenset(versions))
-
-
-@dataclass(frozen=True, slots=True)
 class Pending:
     """A segment not merged yet, checked whole."""
 
@@ -117,18 +75,19 @@ class Pending:
     versions: frozenset[int]
 
 
-def pending_segments(zone: LandingZone, table: str, merged: MergeLogEntry) -> list[Pending]:
+def pending_segments(reader: LandedReader, table: str, merged: MergeLogEntry
+                     ) -> list[Pending]:
     """Every segment of ``table`` after the merge log's, each checked: SegmentCorrupt
     names the first damaged one, before anything of the table is applied."""
     result = []
-    for segment in zone.segments(table):
+    for segment in reader.segments(table):
         if segment.seq > merged.last_segment:
-            checked = check_segment(segment, zone.source)
-            result.append(Pending(segment, checked.rows, checked.truncate_at, checked.versions))
+            summary = reader.summary(segment)
+            result.append(Pending(segment, summary.rows, summary.truncate_at, summary.versions))
     return result
 
 
-def next_batch(zone: LandingZone, source_kind: str, table: str, target_table: str,
+def next_batch(reader: LandedReader, source_kind: str, table: str, target_table: str,
                merged: MergeLogEntry, pending: list[Pending], max_events: int) -> Batch | None:
     """The first segments of ``pending`` after ``merged``, up to ``max_events`` events
     (at least one segment); None when nothing is new."""
@@ -144,16 +103,16 @@ def next_batch(zone: LandingZone, source_kind: str, table: str, target_table: st
     if not chosen:
         return None
     versions = frozenset().union(*(item.versions for item in chosen))
-    schemas = zone.schemas(table)
+    schemas = reader.schemas(table)
     missing = sorted(versions - schemas.keys())
     if missing:
         raise SegmentCorrupt(
-            f"{zone.table_dir(table)}: schema version {missing[0]} is used by a segment but"
+            f"{reader.table_location(table)}: schema version {missing[0]} is used by a segment but"
             " its schema file is missing"
         )
     documents = [schemas[v] for v in sorted(versions)]
     return Batch(
-        source=zone.source,
+        source=reader.source,
         source_table=table,
         target_table=target_table,
         segments=tuple(item.segment for item in chosen),
@@ -163,4 +122,5 @@ def next_batch(zone: LandingZone, source_kind: str, table: str, target_table: st
         truncate_at=max(item.truncate_at for item in chosen),
         columns=tuple(union_columns([columns_of(source_kind, d) for d in documents])),
         key=tuple(key_of(documents[-1])),
+        format=reader.format,
     )

@@ -35,7 +35,7 @@ import psycopg
 import pyarrow.parquet as pq
 import pymysql
 
-from dblog_worker.landing import LandingZone
+from dblog_worker.landing.parquet import LandingZone
 from tests.integration.harness import (
     SOURCE,
     Backend,

@@ -23,7 +23,7 @@ import pymysql.cursors
 import pytest
 import redis
 
-from dblog_worker.landing import LandingZone, read_events
+from dblog_worker.landing.parquet import LandingZone, read_events
 from dblog_worker.mysql.binlog import BinlogCheckpoint, file_number
 from dblog_worker.mysql.catalog import ident as my_ident
 from dblog_worker.pg.pgoutput import parse_lsn

@@ -55,7 +55,7 @@ import tests.airflow.conftest  # noqa: F401  (AIRFLOW_HOME for Airflow, imported
 from dblog_worker import config as config_module
 from dblog_worker.cli import main as cli_main
 from dblog_worker.config import name_problem
-from dblog_worker.landing import LandingZone, read_events
+from dblog_worker.landing.parquet import LandingZone, read_events
 from dblog_worker.mysql.catalog import ident as my_ident
 from dblog_worker.mysql.options import MYSQL
 from dblog_worker.pg.queries import ident as pg_ident

@@ -24,7 +24,9 @@ from dblog_worker import config as config_module
 from dblog_worker.config import Config
 from dblog_worker.errors import TargetUnavailable
 from dblog_worker.events import ChangeEvent, Op, Origin
-from dblog_worker.landing import LandingZone, Segment
+from dblog_worker.landing.parquet import LandingZone
+from dblog_worker.landing.parquet_files import FileSegment as Segment
+from dblog_worker.landing.sink import LandedReader
 from dblog_worker.pg.target import PostgresTarget
 from dblog_worker.pg.values import libpq_options
 from dblog_worker.position import Position
@@ -368,8 +370,8 @@ def test_a_target_lost_mid_batch_rolls_back_and_the_rerun_applies_once(
     bed.land(*(ev("u", 100 + i, i, row(i, f"u{i}")) for i in range(1, 51)))
     stage = spark_stager(spark)
 
-    def stage_then_lose_the_target(batch: Batch, target: Target) -> None:
-        stage(batch, target)
+    def stage_then_lose_the_target(batch: Batch, target: Target, reader: LandedReader) -> None:
+        stage(batch, target, reader)
         assert isinstance(target, PostgresTarget)
         pid = target.conn.info.backend_pid
         with psycopg.connect(bed.dsn, autocommit=True) as admin:

@@ -57,7 +57,7 @@ from pyspark.sql import SparkSession
 from dblog_worker import config as config_module
 from dblog_worker.cli import main as cli_main
 from dblog_worker.events import ChangeEvent, Op, Origin
-from dblog_worker.landing import LandingZone, read_events
+from dblog_worker.landing.parquet import LandingZone, read_events
 from dblog_worker.position import Position
 from dblog_worker.target.base import POSITION_COLUMN
 from dblog_worker.target.merge import MergeReport, TableReport, merge_source

@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dblog_worker.landing import LandingZone
+from dblog_worker.landing.parquet import LandingZone
 from tests.integration.harness import (
     SOURCE,
     Backend,

@@ -20,7 +20,7 @@ import pymysql
 import pytest
 from psycopg import sql
 
-from dblog_worker.landing import LandingZone, read_events
+from dblog_worker.landing.parquet import LandingZone, read_events
 from dblog_worker.mysql.catalog import WATERMARK_DDL
 from tests.integration.harness import (
     MariaDatabase,

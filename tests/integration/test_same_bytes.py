@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dblog_worker.landing import LandingZone, read_events
+from dblog_worker.landing.parquet import LandingZone, read_events
 from tests.integration.harness import (
     MariaDatabase,
     WorkerProcess,

@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dblog_worker.landing import LandingZone, read_events
+from dblog_worker.landing.parquet import LandingZone, read_events
 from tests.integration.harness import (
     WorkerProcess,
     cli,

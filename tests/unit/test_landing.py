@@ -16,17 +16,11 @@ from hypothesis import strategies as st
 
 from dblog_worker.errors import LeaseLost
 from dblog_worker.events import ChangeEvent, DumpRows, Op, Origin
-from dblog_worker.landing import (
-    MAX_ROW_GROUP_ROWS,
-    SEGMENT_SCHEMA,
-    LandingZone,
-    Segment,
-    parse_table_dir_name,
-    read_events,
-    read_segment,
-    split_table,
-    table_dir_name,
-)
+from dblog_worker.landing.arrow import SEGMENT_SCHEMA
+from dblog_worker.landing.names import parse_table_dir_name, table_dir_name
+from dblog_worker.landing.parquet import MAX_ROW_GROUP_ROWS, LandingZone, read_events
+from dblog_worker.landing.parquet_files import FileSegment, read_segment
+from dblog_worker.names import split_table
 from dblog_worker.position import Position
 
 TABLE = "public.orders"
@@ -122,7 +116,7 @@ def test_round_trip_of_every_field(zone: LandingZone) -> None:
     ]
     segment = zone.commit_segment(TABLE, events)
 
-    assert segment == Segment(
+    assert segment == FileSegment(
         table=TABLE,
         seq=1,
         first=Position(10, 0),
@@ -454,7 +448,7 @@ def test_source_name_must_be_plain(tmp_path: Path, source: str) -> None:
 @given(st.lists(st.tuples(u64, u64, u64), min_size=1, max_size=30))
 def test_segment_positions_match_position_encode(parts: list[tuple[int, int, int]]) -> None:
     # the writer hex-encodes positions itself, all at once; it must agree with encode()
-    from dblog_worker.landing import _segment_table
+    from dblog_worker.landing.arrow import segment_table as _segment_table
 
     events = [event(*p) for p in sorted(parts)]
     got = _segment_table(events, "s", TABLE, None).column("position").to_pylist()

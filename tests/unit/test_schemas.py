@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dblog_worker.landing import LandingZone
+from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.schemas import SchemaRegistry
 
 A, B = "public.a", "public.b"

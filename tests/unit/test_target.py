@@ -13,7 +13,7 @@ from dblog_worker import config as config_module
 from dblog_worker.config import TargetConfig
 from dblog_worker.errors import ConfigError, SegmentCorrupt, TargetError
 from dblog_worker.events import ChangeEvent, Op, Origin
-from dblog_worker.landing import LandingZone
+from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.mysql.options import MYSQL, url_args
 from dblog_worker.mysql.target import MySQLTarget, typed, widened
 from dblog_worker.pg import target as postgres

@@ -18,7 +18,7 @@ import pytest
 from dblog_worker.dump import ActiveDump
 from dblog_worker.errors import SourceUnavailable
 from dblog_worker.events import ChangeEvent, Checkpoint, Encoded, Op, Origin, PendingRows, Watermark
-from dblog_worker.landing import LandingZone
+from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.output import OutputBuffer
 from dblog_worker.position import Position
 from dblog_worker.requests import DumpKind, DumpRequest, RequestState

@@ -1,0 +1,141 @@
+"""A segment's rows as Arrow: the columns every landing format stores, in this order.
+
+Log events (:class:`~dblog_worker.events.ChangeEvent`) and a window's surviving rows
+(:class:`~dblog_worker.events.DumpRows`) become one Arrow table per segment
+(:func:`segment_table`), built column-wise: the hot path of the writer thread.
+"""
+
+from __future__ import annotations
+
+import array
+import binascii
+import functools
+import itertools
+import sys
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dblog_worker.events import ChangeEvent, DumpRows
+from dblog_worker.position import Position
+from dblog_worker.requests import MAX_CHUNK_SIZE
+
+FORMAT_VERSION = "1"
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+SEGMENT_SCHEMA = pa.schema(
+    [
+        pa.field("position", pa.string(), nullable=False),
+        pa.field("op", pa.string(), nullable=False),
+        pa.field("origin", pa.string(), nullable=False),
+        pa.field("key", pa.string()),
+        pa.field("after", pa.string()),
+        pa.field("before", pa.string()),
+        pa.field("commit_ts", _TIMESTAMP, nullable=False),
+        pa.field("schema_version", pa.int32(), nullable=False),
+        pa.field("dump_id", pa.string()),
+    ]
+)
+
+
+Item = ChangeEvent | DumpRows
+
+
+def _event_arrays(events: Sequence[ChangeEvent]) -> list[pa.Array]:
+    """Segment columns of log events, built column-wise (the hot path)."""
+    # ChangeEvent is a NamedTuple: zip transposes in C.
+    (_, op, position, key, after, before, origin, commit_ts, version, dump_id) = zip(
+        *events, strict=True
+    )
+    return [
+        _log_positions(position),
+        pa.array(op, pa.string()),
+        pa.array(origin, pa.string()),
+        pa.array(key, pa.string()),
+        pa.array(after, pa.string()),
+        pa.array(before, pa.string()),
+        pa.array(commit_ts, _TIMESTAMP),
+        pa.array(version, pa.int32()),
+        pa.array(dump_id, pa.string()),
+    ]
+
+
+def _log_positions(positions: Sequence[Position]) -> pa.Array:
+    """Position.encode() of each position, with no Python code per position: the same 48
+    lower-case hex digits (three big-endian 64-bit numbers), 2.5x faster."""
+    words = array.array("Q", itertools.chain.from_iterable(positions))
+    if sys.byteorder == "little":
+        words.byteswap()
+    count = len(positions)
+    offsets = pa.array(range(0, 48 * count + 1, 48), pa.int32())
+    return pa.StringArray.from_buffers(count, offsets.buffers()[1],
+                                       pa.py_buffer(binascii.hexlify(words)))
+
+
+@functools.cache
+def _hex_suffixes() -> pa.Array:
+    """The last 16 hex digits of dump row positions 1..MAX_CHUNK_SIZE, made once."""
+    return pa.array([f"{sub:016x}" for sub in range(1, MAX_CHUNK_SIZE + 1)], pa.string())
+
+
+def _dump_positions(high: Position, count: int) -> pa.Array:
+    prefix = f"{high.major:016x}{high.minor:016x}"
+    first = high.sub + 1
+    if first + count - 1 <= MAX_CHUNK_SIZE:
+        return pc.binary_join_element_wise(prefix, _hex_suffixes().slice(first - 1, count), "")
+    return pa.array([f"{prefix}{sub:016x}" for sub in range(first, first + count)], pa.string())
+
+
+def _dump_arrays(rows: DumpRows) -> list[pa.Array]:
+    """Segment columns of a window's surviving rows: their columns are used as they are."""
+    count = len(rows)
+    return [
+        _dump_positions(rows.high, count),
+        _constant("r", count, pa.string()),
+        _constant("dump", count, pa.string()),
+        rows.keys,
+        rows.afters,
+        pa.nulls(count, pa.string()),
+        _constant(rows.commit_ts_us, count, _TIMESTAMP),
+        _constant(rows.schema_version, count, pa.int32()),
+        _constant(rows.dump_id, count, pa.string()),
+    ]
+
+
+def _constant(value: object, count: int, type_: pa.DataType) -> pa.Array:
+    return pa.nulls(count, type_).fill_null(pa.scalar(value, type_))
+
+
+def segment_table(items: Sequence[Item], source: str, table: str, writer: int | None
+                   ) -> pa.Table:
+    """The Arrow table of a segment: runs of log events and dump row batches, in order."""
+    parts: list[list[pa.Array]] = []
+    start = 0
+    try:
+        for index, item in enumerate(items):
+            if type(item) is DumpRows:
+                if start < index:
+                    parts.append(_event_arrays(items[start:index]))  # type: ignore[arg-type]
+                parts.append(_dump_arrays(item))
+                start = index + 1
+        if start < len(items):
+            parts.append(_event_arrays(items[start:]))  # type: ignore[arg-type]
+        columns = [pa.chunked_array([part[i] for part in parts], field.type)
+                   for i, field in enumerate(SEGMENT_SCHEMA)]
+    except (pa.ArrowException, OverflowError, TypeError) as exc:
+        raise ValueError(f"events for {table!r} cannot be written: {exc}") from exc
+    for field, column in zip(SEGMENT_SCHEMA, columns, strict=True):
+        if not field.nullable and column.null_count:
+            raise ValueError(f"events for {table!r} have a null {field.name}")
+    metadata = {"dblog.format": FORMAT_VERSION, "dblog.source": source, "dblog.table": table}
+    if writer is not None:
+        metadata["dblog.writer"] = str(writer)
+    return pa.Table.from_arrays(columns, schema=SEGMENT_SCHEMA.with_metadata(metadata))
+
+
+def first_position(item: Item) -> Position:
+    return item.first if type(item) is DumpRows else item.position  # type: ignore[union-attr]
+
+
+def last_position(item: Item) -> Position:
+    return item.last if type(item) is DumpRows else item.position  # type: ignore[union-attr]
