@@ -10,7 +10,7 @@ dump kind is a planner and a line in :data:`PLANNERS`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from dblog_worker.events import Encoded
 from dblog_worker.requests import DumpKind, DumpRequest, KeyTexts, TableProgress
-from dblog_worker.source import Chunk, KeysChunk
+from dblog_worker.source import ChunkReader
 
 Encode = Callable[[Callable[[], Encoded]], "Future[Encoded]"]
 """Runs a chunk's encoding (in the encoder thread) and gives its future rows."""
@@ -34,15 +34,6 @@ def done(rows: Encoded) -> Future[Encoded]:
     future: Future[Encoded] = Future()
     future.set_result(rows)
     return future
-
-
-class ChunkSource(Protocol):
-    def upper_bound(self, table: str) -> KeyTexts | None: ...
-
-    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                   limit: int) -> Chunk: ...
-
-    def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +61,7 @@ class ChunkPlan(Protocol):
     def first(self) -> bool:
         """The table's first chunk (the live view shows its rows)."""
 
-    def read(self, source: ChunkSource, encode: Encode) -> ChunkRead: ...
+    def read(self, source: ChunkReader, encode: Encode) -> ChunkRead: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +77,7 @@ class KeyRange:
     def first(self) -> bool:
         return self.after is None
 
-    def read(self, source: ChunkSource, encode: Encode) -> ChunkRead:
+    def read(self, source: ChunkReader, encode: Encode) -> ChunkRead:
         chunk = source.read_chunk(self.table, self.after, self.upper, self.limit)
         return ChunkRead(encode(chunk.encode), chunk.rows, chunk.last_key,
                          schema_version=chunk.schema_version)
@@ -105,7 +96,7 @@ class KeyBatch:
     def first(self) -> bool:
         return False
 
-    def read(self, source: ChunkSource, encode: Encode) -> ChunkRead:
+    def read(self, source: ChunkReader, encode: Encode) -> ChunkRead:
         batch = source.read_keys(self.table, self.keys)
         return ChunkRead(done((batch.keys, batch.afters)), len(batch.keys),
                          missing=tuple(batch.missing), schema_version=batch.schema_version)
@@ -116,7 +107,7 @@ Cursor = KeyTexts | int
 
 
 class Planner(Protocol):
-    def start(self, table: TableProgress, source: ChunkSource) -> TableProgress | None:
+    def start(self, table: TableProgress, source: ChunkReader) -> TableProgress | None:
         """The table's progress once its dump can start; None if it can already."""
 
     def next(self, table: TableProgress, cursor: Cursor | None, request: DumpRequest,
@@ -139,7 +130,7 @@ class Planner(Protocol):
 class TablePlanner:
     """ALL and TABLES: keyset chunks up to the largest key, captured once per table."""
 
-    def start(self, table: TableProgress, source: ChunkSource) -> TableProgress | None:
+    def start(self, table: TableProgress, source: ChunkReader) -> TableProgress | None:
         if table.started:
             return None
         upper = source.upper_bound(table.table)
@@ -171,7 +162,7 @@ class TablePlanner:
 class KeysPlanner:
     """KEYS: the requested keys, a chunk size at a time."""
 
-    def start(self, table: TableProgress, source: ChunkSource) -> TableProgress | None:
+    def start(self, table: TableProgress, source: ChunkReader) -> TableProgress | None:
         return None
 
     def next(self, table: TableProgress, cursor: Cursor | None, request: DumpRequest,

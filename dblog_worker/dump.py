@@ -21,12 +21,12 @@ from dblog_worker.chunks import (
     PLANNERS,
     ChunkPlan,
     ChunkRead,
-    ChunkSource,
     Cursor,
     KeyFetch,
     Planner,
 )
 from dblog_worker.requests import DumpRequest, KeyTexts, RequestState, TableProgress
+from dblog_worker.source import ChunkReader
 from dblog_worker.window import WindowClosed
 
 # After a chunk to be read again (stale, its table locked, its window discarded), the next
@@ -92,7 +92,7 @@ class ActiveDump:
             None,
         )
 
-    def start(self, source: ChunkSource) -> bool:
+    def start(self, source: ChunkReader) -> bool:
         """Start the current table's dump if it needs to (a table dump reads its upper
         bound); whether it did, so that its first window comes next time."""
         table = self.current_table()

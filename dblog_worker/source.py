@@ -1,7 +1,11 @@
-"""The seam between the worker and a database: one small Protocol per source.
+"""The seam between the worker and a database: small protocols, one per concern.
 
-The worker runs the algorithm; a source knows how to stream its log from a
-checkpoint, write a watermark, and read a chunk. Nothing here is database specific.
+The worker runs the algorithm; a source knows how to stream its log from a checkpoint
+(:class:`LogReader`), write a watermark (:class:`WatermarkWriter`) and read a chunk
+(:class:`ChunkReader`); :class:`Setup` connects and prepares, :class:`Tables` describes
+the captured tables (their keys, to check a request). :class:`Source` is all of them:
+what a kind's package implements. Code that needs one concern takes that protocol only.
+Nothing here is database specific.
 """
 
 from __future__ import annotations
@@ -52,7 +56,9 @@ class KeysChunk:
     schema_version: int
 
 
-class Source(Protocol):
+class Setup(Protocol):
+    """Connecting, and what the source must have before capture starts."""
+
     name: str
 
     def connect(self) -> None: ...
@@ -65,6 +71,12 @@ class Source(Protocol):
 
     def prepare(self) -> str | None:
         """Check and create what capture needs; the first checkpoint if capture begins now."""
+
+    def close(self) -> None: ...
+
+
+class LogReader(Protocol):
+    """The log from a checkpoint on: events, watermarks and checkpoints in log order."""
 
     def start(self, checkpoint: str | None) -> str:
         """Stream the log after ``checkpoint``; returns where it starts."""
@@ -82,14 +94,31 @@ class Source(Protocol):
 
     def lag_bytes(self) -> int: ...
 
+
+class WatermarkWriter(Protocol):
+    """Writes that come back through the log: the low and high watermarks of a window,
+    and the heartbeat that moves an idle log on."""
+
     def write_watermark(self, token: str) -> None: ...
 
     def heartbeat(self) -> None: ...
 
+
+class Tables(Protocol):
+    """The captured tables as the source describes them: their columns and keys."""
+
     def refresh(self, table: str) -> None:
         """Read the table's columns again: the worker calls it before a window, not in it."""
 
-    def key_arity(self, table: str) -> int: ...
+    def key_arity(self, table: str) -> int:
+        """The number of key columns; DumpFailed for a table not captured, gone or keyless."""
+
+    def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
+        """RequestRejected unless every key fits the key columns' types."""
+
+
+class ChunkReader(Protocol):
+    """The chunk SELECTs of a dump: a key range, or a batch of keys."""
 
     def upper_bound(self, table: str) -> KeyTexts | None: ...
 
@@ -99,7 +128,6 @@ class Source(Protocol):
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk: ...
 
-    def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None: ...
 
-    def close(self) -> None: ...
-
+class Source(Setup, LogReader, WatermarkWriter, Tables, ChunkReader, Protocol):
+    """Everything the worker needs of a database: what its kind's package implements."""
