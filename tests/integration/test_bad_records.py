@@ -30,9 +30,9 @@ from dblog_worker.dialect import dialect
 from dblog_worker.errors import CorruptRequest, CorruptState, LeaseLost, RequestRejected
 from dblog_worker.http.server import ControlServer
 from dblog_worker.requests import DumpKind, DumpRequest, MalformedRequest
+from dblog_worker.session import Session
 from dblog_worker.state import StateStore
 from dblog_worker.telemetry import Telemetry
-from dblog_worker.worker import Session
 from tests.integration.harness import (
     Workers,
     create_test_table,
