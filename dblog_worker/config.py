@@ -283,7 +283,8 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     if not NAME.fullmatch(name):
         raise ConfigError(
             f"source.name {name!r} must be 1-40 characters of a-z, 0-9 and _, starting "
-            "with a letter (it names the replication slot and the Redis keys)"
+            "with a letter (it names the Redis keys, the landing folder and what the source "
+            "keeps for capture, such as a replication slot)"
         )
     kind = _kind(source, "source.kind")
     _check_foreign_options(source, kind)

@@ -215,7 +215,8 @@ def test_good_source_names(name: str) -> None:
             pytest.param(
                 {"source": {"name": bad}}, {},
                 f"source.name {bad!r} must be 1-40 characters of a-z, 0-9 and _, starting with "
-                "a letter (it names the replication slot and the Redis keys)",
+                "a letter (it names the Redis keys, the landing folder and what the source "
+                "keeps for capture, such as a replication slot)",
                 id=f"bad-name-{bad}",
             )
             for bad in ["Shop", "1shop", "_shop", "shop-eu", "shop.eu", "a" * 41, "shop\n"]
