@@ -66,6 +66,7 @@ from dblog_worker.requests import (
 )
 from dblog_worker.startup import check_landed, refuse_lost_state
 from dblog_worker.state import StateStore
+from dblog_worker.tables import not_ready
 from dblog_worker.window import Reconciler, WindowClosed
 
 if TYPE_CHECKING:
@@ -159,6 +160,9 @@ class Session:
         if saved is None and not self.worker.adopt_slot:
             lost = (ran_before or bool(landed)) and not self.state.was_reset()
             refuse_lost_state(self.config, self.source, self.worker.sink, lost)
+        problems = self.source.preflight()
+        if problems:
+            raise not_ready(problems)
         created = self.source.prepare()
         self._renew(time.monotonic())
         if saved is None and created is not None:

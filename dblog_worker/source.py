@@ -70,7 +70,8 @@ class Setup(Protocol):
         """Whether the database already keeps a log position for us (a slot)."""
 
     def prepare(self) -> str | None:
-        """Check and create what capture needs; the first checkpoint if capture begins now."""
+        """Create what capture needs (its preflight passed); the first checkpoint if
+        capture begins now."""
 
     def close(self) -> None: ...
 

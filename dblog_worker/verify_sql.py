@@ -120,12 +120,11 @@ class VerifyDialect(Protocol):
     case_insensitive_names: bool  # column names match whatever their case
     step_bind: str  # the parameter of split_sql's step
 
-    def connect(self, dsn: str, where: str) -> Connection:
-        """A read-only connection; ``where`` names the database in error messages
-        (SourceUnavailable when unreachable, ConfigError when access is refused,
-        VerifyFailed when a query is refused)."""
-
-    def quote(self, name: str) -> str: ...
+    # A read-only connection: connect(dsn, where), where ``where`` names the database in
+    # error messages (SourceUnavailable when unreachable, ConfigError when access is
+    # refused, VerifyFailed when a query is refused).
+    connect: Callable[[str, str], Connection]
+    quote: Callable[[str], str]  # an identifier, quoted
 
     def describe(self, query: Query, table: str, role: str) -> TableDescription | None:
         """A table's columns and primary key from the catalog; None if it is not there.

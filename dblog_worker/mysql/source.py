@@ -55,7 +55,7 @@ from dblog_worker.names import split_table
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 from dblog_worker.source import Chunk, KeysChunk, Problem, SchemaVersion
-from dblog_worker.tables import HEARTBEAT, TableCache, not_ready
+from dblog_worker.tables import HEARTBEAT, TableCache
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 
 log = logging.getLogger(__name__)
@@ -260,10 +260,7 @@ class MySqlSource:
         return problems
 
     def prepare(self) -> str | None:
-        """Check, create the watermark table, and return the log's end now."""
-        problems = self.preflight()
-        if problems:
-            raise not_ready(problems)
+        """Create the watermark table, and return the log's end now."""
         try:
             # Only what is missing: CREATE ... IF NOT EXISTS needs the CREATE privilege
             # even when the object exists, and preflight asks for it only when it does not.

@@ -26,9 +26,9 @@ from dblog_worker.errors import TargetError, TargetUnavailable
 from dblog_worker.mysql.catalog import ident, quote_ident
 from dblog_worker.mysql.options import MYSQL, url_args
 from dblog_worker.names import split_table
-from dblog_worker.target.base import POSITION_COLUMN, Applied, Target
+from dblog_worker.target.base import POSITION_COLUMN, TARGET_GONE, Applied, Target
 from dblog_worker.target.columns import Encoding, SourceColumn
-from dblog_worker.target.plan import Batch, MergeLogEntry
+from dblog_worker.target.plan import Batch
 
 __all__ = ["MySQLTarget"]
 
@@ -177,9 +177,7 @@ class MySQLTarget(Target):
     @property
     def conn(self) -> pymysql.connections.Connection[Any]:
         if self._conn is None or not self._conn.open:
-            raise TargetUnavailable(
-                "the connection to the target database is gone; re-run the merge"
-            )
+            raise TargetUnavailable(TARGET_GONE)
         return self._conn
 
     @contextmanager
@@ -241,13 +239,8 @@ class MySQLTarget(Target):
             # A multi-table DELETE resolves its aliases only with a default database.
             self._run(f"USE {s}")
 
-    def merged(self, source: str, source_table: str, target_table: str) -> MergeLogEntry:
-        rows = self._rows(
-            f"SELECT last_segment, last_position, truncated_at FROM {self._s}.merge_log"
-            " WHERE source = %s AND source_table = %s AND target_table = %s",
-            (source, source_table, target_table),
-        )
-        return MergeLogEntry(*rows[0]) if rows else MergeLogEntry()
+    def merge_log_rows(self, sql: str, params: Sequence[str]) -> list[tuple[Any, ...]]:
+        return list(self._rows(sql.format(s=self._s), params))
 
     def try_lock(self, stage: str) -> bool:
         return bool(self._rows("SELECT GET_LOCK(%s, 0)", (f"dblog.{stage}",))[0][0] == 1)

@@ -146,11 +146,8 @@ class MySqlVerifySql:
     case_insensitive_names = True  # MySQL column names are case-insensitive
     step_bind = "%s"
 
-    def connect(self, dsn: str, where: str) -> MySqlConnection:
-        return MySqlConnection(dsn, where)
-
-    def quote(self, name: str) -> str:
-        return ident(name)
+    connect = MySqlConnection
+    quote = staticmethod(ident)
 
     def describe(self, query: Query, table: str, role: str) -> TableDescription | None:
         schema, _, name = table.partition(".")

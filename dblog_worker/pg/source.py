@@ -45,7 +45,7 @@ from dblog_worker.pg.visibility import Snapshot
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 from dblog_worker.source import Chunk, KeysChunk, Problem, SchemaVersion
-from dblog_worker.tables import HEARTBEAT, TableCache, not_ready
+from dblog_worker.tables import HEARTBEAT, TableCache
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 
 log = logging.getLogger(__name__)
@@ -204,9 +204,6 @@ class PgSource:
 
     def prepare(self) -> str | None:
         """Create what capture needs; returns the new slot's position if it was created now."""
-        problems = self.preflight()
-        if problems:
-            raise not_ready(problems)
         try:
             with _connection_errors("setup"):
                 return self._prepare()

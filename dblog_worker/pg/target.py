@@ -26,9 +26,9 @@ from dblog_worker.names import split_table
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.pg.queries import ident, quote_ident, sql_text
 from dblog_worker.pg.values import libpq_options
-from dblog_worker.target.base import POSITION_COLUMN, Applied, Target
+from dblog_worker.target.base import POSITION_COLUMN, TARGET_GONE, Applied, Target
 from dblog_worker.target.columns import Encoding, SourceColumn, logical_of
-from dblog_worker.target.plan import Batch, MergeLogEntry
+from dblog_worker.target.plan import Batch
 
 __all__ = ["PostgresTarget", "upsert_sql"]
 
@@ -197,9 +197,7 @@ class PostgresTarget(Target):
     @property
     def conn(self) -> psycopg.Connection[tuple[Any, ...]]:
         if self._conn is None or self._conn.closed:
-            raise TargetUnavailable(
-                "the connection to the target database is gone; re-run the merge"
-            )
+            raise TargetUnavailable(TARGET_GONE)
         return self._conn
 
     @contextmanager
@@ -252,13 +250,8 @@ class PostgresTarget(Target):
         if self._rows("SELECT to_regprocedure(%s)", (function,))[0][0] is None:
             self._run(_ARRAY_LITERAL.format(s=s))
 
-    def merged(self, source: str, source_table: str, target_table: str) -> MergeLogEntry:
-        rows = self._rows(
-            f"SELECT last_segment, last_position, truncated_at FROM {self._s}.merge_log"
-            " WHERE source = %s AND source_table = %s AND target_table = %s",
-            (source, source_table, target_table),
-        )
-        return MergeLogEntry(*rows[0]) if rows else MergeLogEntry()
+    def merge_log_rows(self, sql: str, params: Sequence[str]) -> list[tuple[Any, ...]]:
+        return list(self._rows(sql.format(s=self._s), params))
 
     def try_lock(self, stage: str) -> bool:
         rows = self._rows("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (stage,))

@@ -151,11 +151,8 @@ class PgVerifySql:
     case_insensitive_names = False
     step_bind = "CAST(%s AS int8)"
 
-    def connect(self, dsn: str, where: str) -> PgConnection:
-        return PgConnection(dsn, where)
-
-    def quote(self, name: str) -> str:
-        return ident(name)
+    connect = PgConnection
+    quote = staticmethod(ident)
 
     def describe(self, query: Query, table: str, role: str) -> TableDescription | None:
         schema, _, name = table.partition(".")

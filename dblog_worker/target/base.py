@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dblog_worker import kinds
 from dblog_worker.config import TargetConfig, name_problem
@@ -24,6 +25,7 @@ from dblog_worker.target.plan import Batch, MergeLogEntry
 __all__ = ["POSITION_COLUMN", "Applied", "Target"]
 
 POSITION_COLUMN = "_dblog_position"
+TARGET_GONE = "the connection to the target database is gone; re-run the merge"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +59,17 @@ class Target(abc.ABC):
         """Create the state schema, ``merge_log`` and ``tombstones`` if missing."""
 
     @abc.abstractmethod
-    def merged(self, source: str, source_table: str, target_table: str) -> MergeLogEntry: ...
+    def merge_log_rows(self, sql: str, params: Sequence[str]) -> list[tuple[Any, ...]]:
+        """Rows of a read of the state tables: ``sql`` names the state schema as ``{s}``
+        (quoted by the target) and binds ``%s`` parameters."""
+
+    def merged(self, source: str, source_table: str, target_table: str) -> MergeLogEntry:
+        """What the merge log says of one (source, source table, target table)."""
+        rows = self.merge_log_rows(
+            "SELECT last_segment, last_position, truncated_at FROM {s}.merge_log"
+            " WHERE source = %s AND source_table = %s AND target_table = %s",
+            (source, source_table, target_table))
+        return MergeLogEntry(*rows[0]) if rows else MergeLogEntry()
 
     @abc.abstractmethod
     def try_lock(self, stage: str) -> bool:
