@@ -1,0 +1,344 @@
+"""Dump requests in Redis: created once per client token, moved through their states by
+one Lua script that checks :data:`~dblog_worker.requests.TRANSITIONS`, their knobs, keys,
+missing keys and progress, every record checked as it is read back."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+import redis
+from redis.client import NEVER_DECODE
+
+from dblog_worker.errors import CorruptRequest, LeaseLost, RequestRejected
+from dblog_worker.redis_store import (
+    RedisStore,
+    as_str,
+    decode,
+    decode_hash,
+    fields_of,
+    redis_errors,
+    shown,
+)
+from dblog_worker.requests import (
+    DumpKind,
+    DumpRequest,
+    KeyTexts,
+    MalformedRequest,
+    RequestState,
+    TableProgress,
+    check_chunk_size,
+    check_delay_ms,
+    key_record,
+    sources_of,
+)
+
+_TRANSITION = """
+if KEYS[3] ~= '' and redis.call('HGET', KEYS[3], 'token') ~= ARGV[5] then return {'fenced', ''} end
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {'missing', ''} end
+for i = 6, #ARGV do
+  if ARGV[i] == state then
+    redis.call('HSET', KEYS[1], 'state', ARGV[1], 'updated_at', ARGV[2])
+    if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[3]) end
+    if ARGV[4] == '1' then redis.call('ZREM', KEYS[2], redis.call('HGET', KEYS[1], 'id')) end
+    return {'ok', state}
+  end
+end
+return {'refused', state}
+"""
+
+# A request whose record is malformed leaves the queue whatever its fields hold (the
+# transition script refuses a state it does not know): failed, with the error; one that
+# has ended already keeps its state; a key that is not a hash is left as it is.
+_QUARANTINE = """
+if KEYS[3] ~= '' and redis.call('HGET', KEYS[3], 'token') ~= ARGV[4] then return 'fenced' end
+redis.call('ZREM', KEYS[2], ARGV[1])
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'hash' then return kind end
+local state = redis.call('HGET', KEYS[1], 'state')
+if state == 'completed' or state == 'failed' or state == 'cancelled' then return 'ended' end
+redis.call('HSET', KEYS[1], 'state', 'failed', 'updated_at', ARGV[2], 'error', ARGV[3])
+return 'failed'
+"""
+
+_SET_KNOBS = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {'missing', ''} end
+if state == 'completed' or state == 'failed' or state == 'cancelled' then
+  return {'refused', state}
+end
+for i = 1, #ARGV - 1, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[#ARGV])
+return {'ok', state}
+"""
+
+
+
+class RequestStore(RedisStore):
+    """The dump requests of one source."""
+
+    def __init__(self, url: str, source: str, *, socket_timeout: float = 5.0) -> None:
+        super().__init__(url, source, socket_timeout=socket_timeout)
+        self._transition = self.redis.register_script(_TRANSITION)
+        self._quarantine = self.redis.register_script(_QUARANTINE)
+        self._set_knobs = self.redis.register_script(_SET_KNOBS)
+
+    def create_request(
+        self,
+        kind: DumpKind,
+        tables: Sequence[str],
+        *,
+        chunk_size: int,
+        delay_ms: int,
+        keys: Sequence[KeyTexts] = (),
+        client_token: str | None = None,
+    ) -> DumpRequest:
+        """Queue a request; with a ``client_token`` already used, return that request."""
+        check_chunk_size(chunk_size)
+        check_delay_ms(delay_ms)
+        if not tables:
+            raise RequestRejected("a dump needs at least one table")
+        if kind is DumpKind.KEYS and (len(tables) != 1 or not keys):
+            raise RequestRejected("a primary-key dump names exactly one table and some keys")
+        with redis_errors():
+            self.ensure_layout()
+            if client_token is not None:
+                existing = self.redis.hget(self.key("tokens"), client_token)
+                if existing is not None:
+                    return self.get_request(as_str(existing))
+            number = int(self.redis.incr(self.key("seq")))
+            now = time.time()
+            request = DumpRequest(
+                id=f"dump-{number}", kind=kind, tables=tuple(tables), chunk_size=chunk_size,
+                delay_ms=delay_ms, state=RequestState.QUEUED, created_at=now, updated_at=now,
+                key_count=len(keys), client_token=client_token,
+            )
+
+            def fill(pipe: Any) -> None:
+                if keys:
+                    keys_key = self.key("request", request.id, "keys")
+                    for start in range(0, len(keys), 10_000):
+                        pipe.rpush(keys_key,
+                                   *(json.dumps(list(k)) for k in keys[start:start + 10_000]))
+                pipe.hset(self.key("request", request.id), mapping=fields_of(request.to_fields()))
+                pipe.zadd(self.key("requests"), {request.id: number})
+                pipe.zadd(self.key("active"), {request.id: number})
+                if client_token is not None:
+                    pipe.hsetnx(self.key("tokens"), client_token, request.id)
+
+            self._write(fill)
+            if client_token is not None:
+                winner = self.redis.hget(self.key("tokens"), client_token)
+                if winner is not None and as_str(winner) != request.id:
+                    self.transition(request.id, RequestState.CANCELLED,
+                                    error=f"duplicate of {as_str(winner)} (same client token)")
+                    return self.get_request(as_str(winner))
+        return request
+
+    def token_request(self, client_token: str) -> str | None:
+        """The id of the request made with ``client_token``, if any."""
+        with redis_errors():
+            found = self.redis.hget(self.key("tokens"), client_token)
+        return None if found is None else as_str(found)
+
+    def get_request(self, request_id: str) -> DumpRequest:
+        """The request, checked: :class:`CorruptRequest` if its record is malformed."""
+        [reply] = self._request_replies([request_id])
+        request = self._parse_request(request_id, reply, listed=False)
+        if request is None:
+            raise RequestRejected(
+                f"no dump request {request_id!r} for source {self.source!r}; "
+                "`dblog list` shows the known ones"
+            )
+        return request
+
+    def get_record(self, request_id: str) -> DumpRequest | MalformedRequest:
+        """Like :meth:`get_request`, but a malformed request is returned as such (an id
+        listed as a request without its hash too)."""
+        [reply] = self._request_replies([request_id])
+        listed = False
+        if not reply:
+            with redis_errors():
+                listed = self.redis.zscore(self.key("requests"), request_id) is not None
+        return self._record(request_id, reply, listed=listed)
+
+    def list_requests(self, *, active_only: bool = False) -> list[DumpRequest]:
+        """Every request, oldest first; :class:`CorruptRequest` at the first malformed one
+        (:meth:`list_records` shows those too)."""
+        records = self.list_records(active_only=active_only)
+        for record in records:
+            if isinstance(record, MalformedRequest):
+                raise record.error
+        return cast(list[DumpRequest], records)
+
+    def list_records(self, *, active_only: bool = False
+                     ) -> list[DumpRequest | MalformedRequest]:
+        """Every request, oldest first, a malformed one as :class:`MalformedRequest`."""
+        with redis_errors():
+            ids = cast(list[str], self.redis.zrange(
+                self.key("active" if active_only else "requests"), 0, -1))
+        replies = self._request_replies(ids)
+        return [self._record(i, reply, listed=True) for i, reply in zip(ids, replies,
+                                                                         strict=True)]
+
+    def next_request(self) -> DumpRequest | None:
+        """The oldest request not yet terminal: the one the worker runs (checked:
+        :class:`CorruptRequest` if its record is malformed, or missing)."""
+        with redis_errors():
+            ids = cast(list[str], self.redis.zrange(self.key("active"), 0, 0))
+        if not ids:
+            return None
+        [reply] = self._request_replies(ids)
+        return self._parse_request(ids[0], reply, listed=True)
+
+    def _request_replies(self, ids: Sequence[str]) -> list[Any]:
+        """The request hashes, as bytes (a reply that is an error: the key is no hash)."""
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            for request_id in ids:
+                pipe.execute_command(  # type: ignore[no-untyped-call]
+                    "HGETALL", self.key("request", request_id), **{NEVER_DECODE: True})
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            return replies
+
+    def _parse_request(self, request_id: str, reply: Any, *, listed: bool
+                       ) -> DumpRequest | None:
+        """The request of a reply of :meth:`_request_replies`; None if there is no hash
+        (:class:`CorruptRequest` if ``listed``: the id is in a list of requests)."""
+        key = self.key("request", request_id)
+        if isinstance(reply, redis.ResponseError):
+            raise CorruptRequest(request_id, key, "", f"is not a hash ({reply})")
+        if not reply:
+            if listed:
+                raise CorruptRequest(request_id, key, "", "is listed as a request, but the "
+                                     "key does not exist")
+            return None
+        fields = decode_hash(reply, lambda field, reason: CorruptRequest(
+            request_id, key, field, reason))
+        return DumpRequest.from_fields(fields, key=key, request_id=request_id)
+
+    def _record(self, request_id: str, reply: Any, *, listed: bool
+                ) -> DumpRequest | MalformedRequest:
+        try:
+            request = self._parse_request(request_id, reply, listed=listed)
+        except CorruptRequest as exc:
+            fields = shown(reply) if isinstance(reply, dict) else {}
+            return MalformedRequest(request_id, exc, fields)
+        if request is None:
+            raise RequestRejected(
+                f"no dump request {request_id!r} for source {self.source!r}; "
+                "`dblog list` shows the known ones"
+            )
+        return request
+
+    def quarantine(self, request_id: str, error: str) -> str:
+        """Take a request out of the queue, whatever its record holds: unless it has ended,
+        it becomes failed with ``error``. Returns ``failed``, ``ended`` (its state was
+        final already), or the type of its key if that is no hash (``none``: missing)."""
+        with redis_errors():
+            outcome = self._quarantine(
+                keys=[self.key("request", request_id), self.key("active"),
+                      "" if self._fence is None else self.key("lease")],
+                args=[request_id, repr(time.time()), error, str(self._fence or "")])
+        if outcome == "fenced":
+            raise LeaseLost(self._fenced_out("another token"))
+        return str(outcome)
+
+    def transition(
+        self, request_id: str, target: RequestState, *, error: str | None = None,
+        only_from: frozenset[RequestState] | None = None,
+    ) -> RequestState:
+        """Move a request to ``target`` if its current state allows it; return the old state."""
+        sources = sources_of(target) if only_from is None else sources_of(target) & only_from
+        allowed = sorted(state.value for state in sources)
+        with redis_errors():
+            result = self._transition(
+                keys=[self.key("request", request_id), self.key("active"),
+                      "" if self._fence is None else self.key("lease")],
+                args=[target.value, repr(time.time()), error or "",
+                      "1" if target.terminal else "0", str(self._fence or ""), *allowed],
+            )
+        outcome, previous = cast(list[str], result)
+        if outcome == "fenced":
+            raise LeaseLost(self._fenced_out("another token"))
+        if outcome == "missing":
+            raise RequestRejected(
+                f"no dump request {request_id!r} for source {self.source!r}; "
+                "`dblog list` shows the known ones"
+            )
+        if outcome == "refused":
+            raise RequestRejected(
+                f"dump request {request_id} is {previous}; it cannot become {target.value} "
+                f"(allowed from: {', '.join(allowed) or 'nothing'})"
+            )
+        return RequestState(previous)
+
+    def set_knobs(
+        self, request_id: str, *, chunk_size: int | None = None, delay_ms: int | None = None
+    ) -> DumpRequest:
+        """Change chunk size and/or delay of a request that is not finished."""
+        args: list[str] = []
+        if chunk_size is not None:
+            args += ["chunk_size", str(check_chunk_size(chunk_size))]
+        if delay_ms is not None:
+            args += ["delay_ms", str(check_delay_ms(delay_ms))]
+        if not args:
+            raise RequestRejected("give a chunk size, a delay, or both")
+        with redis_errors():
+            outcome, previous = cast(
+                list[str],
+                self._set_knobs(keys=[self.key("request", request_id)],
+                                args=[*args, repr(time.time())]),
+            )
+        if outcome == "missing":
+            raise RequestRejected(f"no dump request {request_id!r} for source {self.source!r}")
+        if outcome == "refused":
+            raise RequestRejected(f"dump request {request_id} is {previous}; knobs are final")
+        return self.get_request(request_id)
+
+    def request_keys(self, request_id: str, start: int, count: int) -> list[KeyTexts]:
+        """Keys ``start`` to ``start + count - 1`` of a primary-key dump, checked."""
+        return self._key_list(request_id, "keys", start, start + count - 1)
+
+    def missing_keys(self, request_id: str) -> list[KeyTexts]:
+        """The keys a primary-key dump did not find, checked."""
+        return self._key_list(request_id, "missing", 0, -1)
+
+    def key_count(self, request_id: str) -> int:
+        """How many keys the list of a primary-key dump holds."""
+        key = self.key("request", request_id, "keys")
+        try:
+            return int(self._raw("LLEN", key))
+        except redis.ResponseError as exc:
+            raise CorruptRequest(request_id, key, "", f"is not a list ({exc})") from None
+
+    def _key_list(self, request_id: str, name: str, first: int, last: int) -> list[KeyTexts]:
+        key = self.key("request", request_id, name)
+        try:
+            items = self._raw("LRANGE", key, first, last)
+        except redis.ResponseError as exc:
+            raise CorruptRequest(request_id, key, "", f"is not a list ({exc})") from None
+        keys = []
+        for index, item in enumerate(items, start=first):
+            try:
+                text = decode(item)
+            except ValueError as exc:
+                raise CorruptRequest(request_id, key, f"#{index}", str(exc)) from None
+            keys.append(key_record(text, request_id=request_id, key=key, index=index))
+        return keys
+
+    def progress(self, request_id: str) -> dict[str, TableProgress]:
+        """The progress of each table of a request, checked."""
+        key = self.key("request", request_id, "progress")
+        try:
+            raw = self._raw("HGETALL", key)
+        except redis.ResponseError as exc:
+            raise CorruptRequest(request_id, key, "", f"is not a hash ({exc})") from None
+        fields = decode_hash(raw, lambda field, reason: CorruptRequest(
+            request_id, key, field, reason))
+        return {table: TableProgress.from_json(text, key=key, request_id=request_id,
+                                               table=table)
+                for table, text in fields.items()}
