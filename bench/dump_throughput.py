@@ -6,7 +6,7 @@ whole table, every cell read as bytes with ``pgresult.get_value`` (text format, 
 worker reads). Raw rate, MariaDB: the worker's own chunk query
 (``mysql.catalog.chunk_sql`` with ``values.select_list``; key parameters from the
 worker's codec, ``MyRowCodec.key_params``) run by PyMySQL on a connection opened as
-the worker's dump connection (``values.dump_connection_options()``: every cell the
+the worker's dump connection (``session.dump_connection_options()``: every cell the
 server's text, the worker's session settings), each chunk read with ``fetchall`` as the
 worker reads it. Worker rate: ``dblog dump --table ... --chunk-size 10000`` against a
 running worker, from the request's creation to its ``completed`` state (both times
@@ -39,11 +39,11 @@ from bench.common import (
     rounded,
 )
 from dblog_worker.mysql import catalog as my_catalog
+from dblog_worker.mysql.session import dump_connection_options
 from dblog_worker.mysql.values import (
     COLUMNS_SQL,
     MyRowCodec,
     column_from_information_schema,
-    dump_connection_options,
     select_list,
 )
 from dblog_worker.names import split_table

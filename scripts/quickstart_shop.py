@@ -46,11 +46,11 @@ from dblog_worker.mysql.binlog import BinlogCheckpoint, file_number  # noqa: E40
 from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL  # noqa: E402
 from dblog_worker.mysql.options import default_server_id  # noqa: E402
 from dblog_worker.mysql.options import url_args as mysql_url_args  # noqa: E402
+from dblog_worker.mysql.session import dump_connection_options  # noqa: E402
 from dblog_worker.mysql.values import (  # noqa: E402
     COLUMNS_SQL,
     MyRowCodec,
     column_from_information_schema,
-    dump_connection_options,
     select_list,
 )
 from dblog_worker.pg import catalog  # noqa: E402

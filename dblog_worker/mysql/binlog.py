@@ -59,7 +59,7 @@ from pymysqlreplication.row_event import (
 
 from dblog_worker.errors import ConfigError, LogGone, ProtocolError, SourceUnavailable
 from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin, Watermark
-from dblog_worker.mysql.values import BINLOG_READER_OPTIONS
+from dblog_worker.mysql.session import BINLOG_READER_OPTIONS
 from dblog_worker.position import Position
 from dblog_worker.tables import WATERMARK_SCHEMA
 

@@ -41,13 +41,13 @@ from dblog_worker.mysql.binlog import (
 )
 from dblog_worker.mysql.catalog import TableShape, qualified
 from dblog_worker.mysql.options import server_id, url_args
+from dblog_worker.mysql.session import dump_connection_options
 from dblog_worker.mysql.values import (
     COLUMNS_SQL,
     MyColumn,
     MyRowCodec,
     column_from_binlog,
     column_from_information_schema,
-    dump_connection_options,
     schema_document,
     select_list,
 )

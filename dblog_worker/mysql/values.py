@@ -7,9 +7,10 @@ JSON, per column type, so a row from a dump and the same row from the log serial
 identical bytes.
 
 The dump path reads MySQL's own text output: the chunk connection is opened with
-:func:`dump_connection_options` (``conv=DUMP_CONV`` keeps PyMySQL's parameter escaping
-but decodes no result value, so a cell is the server's text as ``str``, or ``bytes`` for
-binary strings and BIT, or ``None``), runs with :data:`MY_SESSION_SETTINGS`, and selects
+:func:`session.dump_connection_options` (``conv=DUMP_CONV`` keeps PyMySQL's parameter
+escaping but decodes no result value, so a cell is the server's text as ``str``, or
+``bytes`` for binary strings and BIT, or ``None``), runs with
+:data:`session.MY_SESSION_SETTINGS`, and selects
 the columns with :func:`select_list` (FLOAT and DOUBLE are read as ``CAST(c AS DOUBLE)``:
 MariaDB prints a FLOAT column with 6 significant digits, which loses the value).  The log
 path takes ``row["values"]`` (or ``before_values``/``after_values``) and the matching
@@ -118,58 +119,22 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from json.encoder import encode_basestring
-from types import MappingProxyType
 from typing import Any
 
-from pymysql import converters
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 
+from dblog_worker.mysql.session import Cell
+
 __all__ = [
-    "BINLOG_READER_OPTIONS",
     "COLUMNS_SQL",
-    "DUMP_CONV",
-    "MY_SESSION_SETTINGS",
     "Kind",
     "MyColumn",
     "MyRowCodec",
     "column_from_binlog",
     "column_from_information_schema",
-    "dump_connection_options",
     "schema_document",
     "select_list",
-    "session_init_command",
 ]
-
-Cell = str | bytes | None
-"""A dump cell as PyMySQL returns it with :data:`DUMP_CONV`."""
-
-MY_SESSION_SETTINGS: Mapping[str, str] = MappingProxyType(
-    {
-        # TIMESTAMP values are printed in the session time zone; the log has them in UTC.
-        "time_zone": "+00:00",
-        # Without PAD_CHAR_TO_FULL_LENGTH (CHAR read without its padding, as the log has it)
-        # and without NO_BACKSLASH_ESCAPES (PyMySQL escapes parameters with backslashes).
-        "sql_mode": "STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION",
-        "character_set_results": "utf8mb4",
-    }
-)
-"""Session variables every connection of a MySQL source sets (values as ``SELECT
-@@session.<name>`` shows them)."""
-
-DUMP_CONV: Mapping[Any, Any] = MappingProxyType(
-    {k: v for k, v in converters.conversions.items() if not isinstance(k, int)}
-)
-"""PyMySQL ``conv`` of the dump connection: PyMySQL's encoders of Python parameter types,
-no decoder of result column types, so every cell is the server's text."""
-
-BINLOG_READER_OPTIONS: Mapping[str, object] = MappingProxyType(
-    {
-        # With True, mysql-replication drops undecodable bytes: the log would differ.
-        "ignore_decode_errors": False,
-    }
-)
-"""Keyword arguments of ``BinLogStreamReader`` that the values depend on.  Do not pass
-``is_mariadb`` (it ignores file/position resumption); nothing else changes values."""
 
 COLUMNS_SQL = (
     "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE,"
@@ -180,23 +145,6 @@ COLUMNS_SQL = (
 )
 """The columns of one table, in order; parameters ``(schema, table)``.  Each row goes to
 :func:`column_from_information_schema`."""
-
-
-def session_init_command() -> str:
-    """The ``SET`` statement of :data:`MY_SESSION_SETTINGS` (PyMySQL's ``init_command``)."""
-    assignments = ", ".join(f"{name} = '{value}'" for name, value in MY_SESSION_SETTINGS.items())
-    return "SET SESSION " + assignments
-
-
-def dump_connection_options() -> dict[str, object]:
-    """Keyword arguments for ``pymysql.connect`` of a dump (chunk) connection, besides the
-    host, port, credentials and database; the default cursor (tuples) is expected."""
-    return {
-        "charset": "utf8mb4",
-        "use_unicode": True,
-        "conv": dict(DUMP_CONV),
-        "init_command": session_init_command(),
-    }
 
 
 # --- column descriptors ---------------------------------------------------------------------
@@ -965,7 +913,8 @@ def _row_object(source: _Source, names: Sequence[str]) -> str:
 class MyRowCodec:
     """Serializes rows of one table version: built once per column list, used per row.
 
-    The dump methods take a row's cells as PyMySQL returns them with :data:`DUMP_CONV`
+    The dump methods take a row's cells as PyMySQL returns them with
+    :data:`session.DUMP_CONV`
     from a SELECT of :func:`select_list`; the binlog methods take a row event's values
     (``row["values"]``, ``row["before_values"]``, ``row["after_values"]``) and, so that an
     empty SET is not taken for NULL, the matching ``none_sources`` dict.  The functions

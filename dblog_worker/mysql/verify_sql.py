@@ -32,12 +32,8 @@ import pymysql
 from dblog_worker.errors import ConfigError, RequestRejected, SourceUnavailable
 from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL, ident
 from dblog_worker.mysql.options import MYSQL, url_args
-from dblog_worker.mysql.values import (
-    Kind,
-    MyColumn,
-    column_from_information_schema,
-    dump_connection_options,
-)
+from dblog_worker.mysql.session import dump_connection_options
+from dblog_worker.mysql.values import Kind, MyColumn, column_from_information_schema
 from dblog_worker.verify_sql import (
     Column,
     Family,

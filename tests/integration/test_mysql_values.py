@@ -24,15 +24,17 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from dblog_worker.mysql.values import (
+from dblog_worker.mysql.session import (
     BINLOG_READER_OPTIONS,
-    COLUMNS_SQL,
     MY_SESSION_SETTINGS,
+    dump_connection_options,
+)
+from dblog_worker.mysql.values import (
+    COLUMNS_SQL,
     MyColumn,
     MyRowCodec,
     column_from_binlog,
     column_from_information_schema,
-    dump_connection_options,
     select_list,
 )
 from tests.mysql_columns import same_column

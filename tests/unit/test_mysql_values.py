@@ -21,20 +21,22 @@ from hypothesis import strategies as st
 from pymysqlreplication.column import Column
 from pymysqlreplication.constants import FIELD_TYPE
 
-from dblog_worker.mysql.values import (
+from dblog_worker.mysql.session import (
     BINLOG_READER_OPTIONS,
-    COLUMNS_SQL,
     DUMP_CONV,
     MY_SESSION_SETTINGS,
+    dump_connection_options,
+    session_init_command,
+)
+from dblog_worker.mysql.values import (
+    COLUMNS_SQL,
     Kind,
     MyColumn,
     MyRowCodec,
     column_from_binlog,
     column_from_information_schema,
-    dump_connection_options,
     schema_document,
     select_list,
-    session_init_command,
 )
 from tests.mysql_columns import same_column
 
