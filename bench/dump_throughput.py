@@ -4,7 +4,7 @@ Raw rate, PostgreSQL: the worker's own chunk query (``queries.chunk_sql``: keyse
 the primary key up to the table's largest key, ``LIMIT 10000``) run by psycopg over the
 whole table, every cell read as bytes with ``pgresult.get_value`` (text format, as the
 worker reads). Raw rate, MariaDB: the worker's own chunk query
-(``mysql.catalog.chunk_sql`` with ``values.select_list``; key parameters from the
+(``mysql.catalog.chunk_sql`` with ``columns.select_list``; key parameters from the
 worker's codec, ``MyRowCodec.key_params``) run by PyMySQL on a connection opened as
 the worker's dump connection (``session.dump_connection_options()``: every cell the
 server's text, the worker's session settings), each chunk read with ``fetchall`` as the
@@ -39,13 +39,9 @@ from bench.common import (
     rounded,
 )
 from dblog_worker.mysql import catalog as my_catalog
+from dblog_worker.mysql.columns import COLUMNS_SQL, column_from_information_schema, select_list
 from dblog_worker.mysql.session import dump_connection_options
-from dblog_worker.mysql.values import (
-    COLUMNS_SQL,
-    MyRowCodec,
-    column_from_information_schema,
-    select_list,
-)
+from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
 from dblog_worker.pg.queries import TableShape, chunk_sql
 from dblog_worker.pg.values import libpq_options

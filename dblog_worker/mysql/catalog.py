@@ -87,7 +87,7 @@ class TableShape:
     """A table's columns and primary key, as the chunk queries need them.
 
     ``select`` and ``select_t`` are the select lists of the columns, plain and with the
-    alias ``t`` (``values.select_list``: some types are read through a CAST)."""
+    alias ``t`` (``columns.select_list``: some types are read through a CAST)."""
 
     table: str
     columns: tuple[str, ...]

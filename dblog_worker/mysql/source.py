@@ -40,17 +40,17 @@ from dblog_worker.mysql.binlog import (
     file_number,
 )
 from dblog_worker.mysql.catalog import TableShape, qualified
-from dblog_worker.mysql.options import server_id, url_args
-from dblog_worker.mysql.session import dump_connection_options
-from dblog_worker.mysql.values import (
+from dblog_worker.mysql.columns import (
     COLUMNS_SQL,
     MyColumn,
-    MyRowCodec,
     column_from_binlog,
     column_from_information_schema,
     schema_document,
     select_list,
 )
+from dblog_worker.mysql.options import server_id, url_args
+from dblog_worker.mysql.session import dump_connection_options
+from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts

@@ -31,9 +31,9 @@ import pymysql
 
 from dblog_worker.errors import ConfigError, RequestRejected, SourceUnavailable
 from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL, ident
+from dblog_worker.mysql.columns import Kind, MyColumn, column_from_information_schema
 from dblog_worker.mysql.options import MYSQL, url_args
 from dblog_worker.mysql.session import dump_connection_options
-from dblog_worker.mysql.values import Kind, MyColumn, column_from_information_schema
 from dblog_worker.verify_sql import (
     Column,
     Family,
@@ -74,7 +74,7 @@ MY_COLUMNS_SQL = (
     " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
     " ORDER BY ORDINAL_POSITION"
 )
-"""``mysql.values.COLUMNS_SQL`` plus each column's collation."""
+"""``mysql.columns.COLUMNS_SQL`` plus each column's collation."""
 
 
 def _my_float_digits(text: str) -> str:

@@ -31,9 +31,9 @@ from dblog_worker import verify_sql as vs
 from dblog_worker.config import TargetConfig, name_problem
 from dblog_worker.mysql import catalog as my_queries
 from dblog_worker.mysql import target as my_target
+from dblog_worker.mysql.columns import Kind, MyColumn
 from dblog_worker.mysql.options import MYSQL
 from dblog_worker.mysql.target import MySQLTarget
-from dblog_worker.mysql.values import Kind, MyColumn
 from dblog_worker.pg import queries as pg_queries
 from dblog_worker.pg import target as pg_target
 from dblog_worker.pg.options import POSTGRESQL

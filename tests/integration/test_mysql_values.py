@@ -24,19 +24,19 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from dblog_worker.mysql.columns import (
+    COLUMNS_SQL,
+    MyColumn,
+    column_from_binlog,
+    column_from_information_schema,
+    select_list,
+)
 from dblog_worker.mysql.session import (
     BINLOG_READER_OPTIONS,
     MY_SESSION_SETTINGS,
     dump_connection_options,
 )
-from dblog_worker.mysql.values import (
-    COLUMNS_SQL,
-    MyColumn,
-    MyRowCodec,
-    column_from_binlog,
-    column_from_information_schema,
-    select_list,
-)
+from dblog_worker.mysql.values import MyRowCodec
 from tests.mysql_columns import same_column
 from tests.services import MariaDBServer
 

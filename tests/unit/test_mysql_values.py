@@ -21,6 +21,15 @@ from hypothesis import strategies as st
 from pymysqlreplication.column import Column
 from pymysqlreplication.constants import FIELD_TYPE
 
+from dblog_worker.mysql.columns import (
+    COLUMNS_SQL,
+    Kind,
+    MyColumn,
+    column_from_binlog,
+    column_from_information_schema,
+    schema_document,
+    select_list,
+)
 from dblog_worker.mysql.session import (
     BINLOG_READER_OPTIONS,
     DUMP_CONV,
@@ -28,16 +37,7 @@ from dblog_worker.mysql.session import (
     dump_connection_options,
     session_init_command,
 )
-from dblog_worker.mysql.values import (
-    COLUMNS_SQL,
-    Kind,
-    MyColumn,
-    MyRowCodec,
-    column_from_binlog,
-    column_from_information_schema,
-    schema_document,
-    select_list,
-)
+from dblog_worker.mysql.values import MyRowCodec
 from tests.mysql_columns import same_column
 
 ID = MyColumn("id", Kind.INTEGER)

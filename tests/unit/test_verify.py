@@ -17,8 +17,8 @@ from dblog_worker import verify_ranges as ranges
 from dblog_worker import verify_sql as vs
 from dblog_worker.errors import RequestRejected
 from dblog_worker.mysql import verify_sql as my_verify
+from dblog_worker.mysql.columns import column_from_information_schema
 from dblog_worker.mysql.options import MYSQL
-from dblog_worker.mysql.values import column_from_information_schema
 from dblog_worker.pg import verify_sql as pg_verify
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.requests import parse_keys
