@@ -102,22 +102,17 @@ mysql-replication 1.0.17.  An ENUM's explicit ``''`` member and its invalid valu
 print the same, so both are ``""`` and :meth:`MyRowCodec.key_params` takes ``""`` for the
 member.  The log path undoes mysql-replication 1.0.17's decoding of negative TIME values
 with a fraction (``-00:00:01.25`` comes as ``-00:00:01.75``, see
-:func:`_negative_fraction_fix`); tests/integration/test_mysql_values.py fails if a release
-changes it.  The pre-MySQL-5.6.4 DATETIME/TIME/TIMESTAMP binlog formats are mapped but
-untested.
+:func:`texts._negative_fraction_fix`); tests/integration/test_mysql_values.py fails if a
+release changes it.  The pre-MySQL-5.6.4 DATETIME/TIME/TIMESTAMP binlog formats are mapped
+but untested.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime
-import math
-import re
-import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -125,298 +120,51 @@ from pymysqlreplication.constants import NONE_SOURCE
 
 from dblog_worker.mysql.columns import Kind, MyColumn
 from dblog_worker.mysql.session import Cell
+from dblog_worker.mysql.texts import (
+    DATE_TEXT,
+    DATETIME_TEXT,
+    TIME_TEXT,
+    base64_text,
+    binlog_bit,
+    binlog_date,
+    binlog_integer,
+    binlog_text,
+    binlog_year,
+    datetime_text,
+    double_text,
+    dump_binary,
+    dump_bit,
+    dump_date,
+    dump_decimal,
+    dump_double,
+    dump_float,
+    dump_integer,
+    dump_timestamp,
+    dump_year,
+    float32_text,
+    mysql_json_text,
+    param_binary,
+    param_decimal,
+    param_double,
+    param_enum,
+    param_float,
+    param_integer,
+    param_matching,
+    param_set,
+    param_text,
+    time_text,
+)
 
 __all__ = ["MyRowCodec"]
 
 
-# --- canonical texts ----------------------------------------------------------------------
+# --- per-column encodings -----------------------------------------------------------------
 
 # How a column's canonical text becomes JSON: as is (a number), quoted and escaped, or just
 # quoted (texts that never hold a character JSON escapes: digits, dates, base64).
 _NUMBER, _STRING, _PLAIN = "number", "string", "plain"
 
-_F32 = struct.Struct("<f")
-_F32_FORMATS = tuple(f".{digits}g" for digits in range(1, 10))
 _EPOCH = datetime.datetime(1970, 1, 1)  # naive UTC, as mysql-replication decodes
-
-
-def _double_text(value: float) -> str:
-    if not math.isfinite(value):
-        raise ValueError(f"not a MySQL DOUBLE value: {value!r}")
-    text = repr(value)
-    return text[:-2] if text.endswith(".0") else text
-
-
-def _to_float32(value: float) -> float:
-    try:
-        result: float = _F32.unpack(_F32.pack(value))[0]
-    except OverflowError:
-        raise ValueError(f"not a MySQL FLOAT value: {value!r}") from None
-    return result
-
-
-def _float32_text(value: float) -> str:
-    """The shortest ``%g`` decimal whose float32 is ``value``'s, in :func:`_double_text` form."""
-    value = _to_float32(value)
-    text = format(value, _F32_FORMATS[-1])
-    for spec in _F32_FORMATS:
-        candidate = format(value, spec)
-        try:
-            if _F32.unpack(_F32.pack(float(candidate)))[0] == value:
-                text = candidate
-                break
-        except OverflowError:  # rounded up past the largest float32
-            continue
-    return _double_text(float(text))
-
-
-def _unpadded_integer(text: str) -> str:
-    """An integer's text without ZEROFILL padding (called for texts starting with 0)."""
-    return str(int(text))
-
-
-def _unpadded_decimal(text: str) -> str:
-    """A decimal's text without ZEROFILL padding (called for texts starting with 0)."""
-    stripped = text.lstrip("0")
-    return stripped if stripped[:1].isdigit() else "0" + stripped
-
-
-def _dump_decimal(text: str) -> str:
-    return text if text[0] != "0" else _unpadded_decimal(text)
-
-
-def _dump_integer(text: str) -> str:
-    return text if text[0] != "0" else _unpadded_integer(text)
-
-
-def _dump_float(text: str) -> str:
-    return _float32_text(float(text))
-
-
-def _dump_double(text: str) -> str:
-    return _double_text(float(text))
-
-
-def _base64(data: bytes) -> str:
-    return binascii.b2a_base64(data, newline=False).decode("ascii")
-
-
-def _dump_binary(data: bytes | str) -> str:
-    if not isinstance(data, bytes):
-        raise ValueError("binary column read as text: the dump connection must use DUMP_CONV")
-    return _base64(data)
-
-
-def _valid_date_text(text: str) -> bool:
-    """Whether ``YYYY-MM-DD...`` is a calendar date (the log has None for the others)."""
-    year, month, day = text[0:4], text[5:7], text[8:10]
-    if year == "0000" or month == "00" or day == "00":
-        return False
-    if day <= "28":
-        return True
-    try:
-        datetime.date(int(year), int(month), int(day))
-    except ValueError:
-        return False
-    return True
-
-
-def _dump_date(text: str) -> str | None:
-    return text if _valid_date_text(text) else None
-
-
-def _dump_timestamp(text: str) -> str | None:
-    # A TIMESTAMP is 1970..2038 or the zero value 0000-00-00 00:00:00.
-    return text if text[0] != "0" else None
-
-
-def _dump_year(text: str) -> str:
-    return str(int(text))
-
-
-def _dump_bit(data: bytes | str) -> str:
-    if not isinstance(data, bytes):
-        raise ValueError("BIT column read as text: the dump connection must use DUMP_CONV")
-    return str(int.from_bytes(data, "big"))
-
-
-def _binlog_integer(value: int) -> str:
-    return str(int(value))
-
-
-def _binlog_text(value: str | bytes) -> str:
-    if not isinstance(value, str):
-        raise ValueError(
-            "the binlog gave bytes for a text column: its character set has no Python codec"
-        )
-    return value
-
-
-def _binlog_bit(bits: str) -> str:
-    return str(int(bits, 2))
-
-
-def _binlog_date(value: datetime.date) -> str:
-    return value.isoformat()
-
-
-def _binlog_year(value: int) -> str:
-    # The log stores YEAR as year - 1900, and 0 for 0000.
-    return "0" if value == 1900 else str(value)
-
-
-def _negative_fraction_fix(micros: int) -> int:
-    """The true magnitude of a negative TIME(fsp>0) value decoded by mysql-replication.
-
-    It decodes ``-S.f`` (f > 0) as ``-(S + 1 - f)``: MySQL stores the integer part rounded
-    down and the fraction as its complement, and the library takes both as they are.
-    """
-    seconds, fraction = divmod(micros, 1_000_000)
-    return micros if fraction == 0 else seconds * 1_000_000 + (1_000_000 - fraction)
-
-
-def _time_text(value: datetime.timedelta, fsp: int) -> str:
-    micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
-    sign = ""
-    if micros < 0:
-        sign, micros = "-", _negative_fraction_fix(-micros)
-    seconds, fraction = divmod(micros, 1_000_000)
-    minutes, seconds = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    text = f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}"
-    return text + f".{fraction:06d}"[: fsp + 1] if fsp else text
-
-
-def _datetime_text(value: datetime.datetime, fsp: int) -> str:
-    text = value.isoformat(" ", "microseconds")
-    return text[: 20 + fsp] if fsp else text[:19]
-
-
-def _mysql_json_text(document: object) -> str:
-    """MySQL's text of a JSON document decoded by mysql-replication (UNTESTED, see above)."""
-    if document is None:
-        return "null"
-    if document is True:
-        return "true"
-    if document is False:
-        return "false"
-    if isinstance(document, bytes):
-        return encode_basestring(document.decode())
-    if isinstance(document, str):
-        return encode_basestring(document)
-    if isinstance(document, int):
-        return str(document)
-    if isinstance(document, float):
-        text = repr(document)
-        if "e" in text:
-            mantissa, exponent = text.split("e")
-            return f"{mantissa}e{int(exponent)}"
-        return text
-    if isinstance(document, Decimal):
-        return format(document, "f")
-    if isinstance(document, datetime.datetime):
-        return '"' + document.isoformat(" ", "microseconds") + '"'
-    if isinstance(document, datetime.date):
-        return '"' + document.isoformat() + '"'
-    if isinstance(document, datetime.timedelta):
-        return '"' + _time_text(document, 6) + '"'
-    if isinstance(document, list):
-        return "[" + ", ".join(_mysql_json_text(item) for item in document) + "]"
-    if isinstance(document, dict):
-        items = (
-            f"{_mysql_json_text(key)}: {_mysql_json_text(item)}" for key, item in document.items()
-        )
-        return "{" + ", ".join(items) + "}"
-    raise ValueError(f"unexpected JSON value from the binlog: {document!r}")
-
-
-# --- key parameters -----------------------------------------------------------------------
-
-_DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
-_DATETIME_TEXT = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d{1,6})?")
-_TIME_TEXT = re.compile(r"-?\d{2,3}:\d{2}:\d{2}(\.\d{1,6})?")
-
-
-_INTEGER_TEXT = re.compile(r"-?\d+")
-
-
-def _param_integer(text: str) -> int:
-    if _INTEGER_TEXT.fullmatch(text) is None:
-        raise ValueError(f"not an integer: {text!r}")
-    return int(text)
-
-
-def _param_decimal(text: str) -> Decimal:
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        raise ValueError(f"not a decimal: {text!r}") from None
-    if not value.is_finite():
-        raise ValueError(f"not a decimal: {text!r}")
-    return value
-
-
-def _param_float(text: str) -> float:
-    return _to_float32(float(text))
-
-
-def _param_double(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"not a MySQL DOUBLE value: {text!r}")
-    return value
-
-
-def _param_binary(text: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except binascii.Error:
-        raise ValueError(f"not standard base64: {text!r}") from None
-
-
-def _param_matching(pattern: re.Pattern[str], what: str) -> Callable[[str], object]:
-    def param(text: str) -> str:
-        if pattern.fullmatch(text) is None:
-            raise ValueError(f"not a {what} text: {text!r}")
-        return text
-
-    return param
-
-
-def _param_enum(members: tuple[str, ...]) -> Callable[[str], object]:
-    indexes = {member: index for index, member in enumerate(members, 1)}
-
-    def param(text: str) -> int:
-        try:
-            return indexes[text]
-        except KeyError:
-            if text == "":
-                return 0  # the invalid value (an explicit '' member prints the same)
-            raise ValueError(f"not a member of ENUM{members!r}: {text!r}") from None
-
-    return param
-
-
-def _param_set(members: tuple[str, ...]) -> Callable[[str], object]:
-    bits = {member: 1 << index for index, member in enumerate(members)}
-
-    def param(text: str) -> int:
-        mask = 0
-        for member in text.split(",") if text else ():
-            try:
-                mask |= bits[member]
-            except KeyError:
-                raise ValueError(f"not a member of SET{members!r}: {member!r}") from None
-        return mask
-
-    return param
-
-
-def _param_text(text: str) -> str:
-    return text
-
-
-# --- per-column encodings -----------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,7 +207,7 @@ def _binlog_binary(length: int) -> Callable[[Any], str | None]:
             if value:
                 raise ValueError("the binlog gave text for a binary column")
             value = b""  # mysql-replication gives '' for an empty binary string
-        return _base64(value.ljust(length, b"\0"))
+        return base64_text(value.ljust(length, b"\0"))
 
     return text
 
@@ -475,7 +223,7 @@ def _binlog_decimal(scale: int) -> Callable[[Any], str | None]:
 
 def _binlog_datetime(fsp: int) -> Callable[[Any], str | None]:
     def text(value: datetime.datetime) -> str:
-        return _datetime_text(value, fsp)
+        return datetime_text(value, fsp)
 
     return text
 
@@ -483,19 +231,19 @@ def _binlog_datetime(fsp: int) -> Callable[[Any], str | None]:
 def _binlog_timestamp(fsp: int) -> Callable[[Any], str | None]:
     def text(value: datetime.datetime) -> str | None:
         # The zero TIMESTAMP is stored as 0 seconds, decoded as the epoch.
-        return None if value == _EPOCH else _datetime_text(value, fsp)
+        return None if value == _EPOCH else datetime_text(value, fsp)
 
     return text
 
 
 def _binlog_time(fsp: int) -> Callable[[Any], str | None]:
     def text(value: datetime.timedelta) -> str:
-        return _time_text(value, fsp)
+        return time_text(value, fsp)
 
     return text
 
 
-# _dump_integer/_dump_decimal without the call when there is no padding to drop.
+# dump_integer/dump_decimal without the call when there is no padding to drop.
 _UNPADDED_INLINE = "({v} if {v}[0] != '0' else {d}({v}))"
 
 
@@ -503,63 +251,63 @@ def _encoding(column: MyColumn) -> _Encoding:
     kind = column.kind
     if kind is Kind.INTEGER:
         return _Encoding(
-            _dump_integer,
-            _binlog_integer,
+            dump_integer,
+            binlog_integer,
             _NUMBER,
-            _param_integer,
+            param_integer,
             dump_inline=("", _UNPADDED_INLINE),
         )
     if kind is Kind.DECIMAL:
         return _Encoding(
-            _dump_decimal,
+            dump_decimal,
             _binlog_decimal(column.scale),
             _PLAIN,
-            _param_decimal,
+            param_decimal,
             dump_inline=("", _UNPADDED_INLINE),
         )
     if kind is Kind.FLOAT:
-        return _Encoding(_dump_float, _float32_text, _NUMBER, _param_float)
+        return _Encoding(dump_float, float32_text, _NUMBER, param_float)
     if kind is Kind.DOUBLE:
-        return _Encoding(_dump_double, _double_text, _NUMBER, _param_double)
+        return _Encoding(dump_double, double_text, _NUMBER, param_double)
     if kind is Kind.TEXT:
-        return _Encoding(None, _binlog_text, _STRING, _param_text)
+        return _Encoding(None, binlog_text, _STRING, param_text)
     if kind is Kind.BINARY:
-        return _Encoding(_dump_binary, _binlog_binary(column.length), _PLAIN, _param_binary)
+        return _Encoding(dump_binary, _binlog_binary(column.length), _PLAIN, param_binary)
     if kind is Kind.DATE:
         return _Encoding(
-            _dump_date, _binlog_date, _PLAIN, _param_matching(_DATE_TEXT, "DATE"), nullable=True
+            dump_date, binlog_date, _PLAIN, param_matching(DATE_TEXT, "DATE"), nullable=True
         )
     if kind is Kind.DATETIME:
         return _Encoding(
-            _dump_date,
+            dump_date,
             _binlog_datetime(column.fsp),
             _PLAIN,
-            _param_matching(_DATETIME_TEXT, "DATETIME"),
+            param_matching(DATETIME_TEXT, "DATETIME"),
             nullable=True,
         )
     if kind is Kind.TIMESTAMP:
         return _Encoding(
-            _dump_timestamp,
+            dump_timestamp,
             _binlog_timestamp(column.fsp),
             _PLAIN,
-            _param_matching(_DATETIME_TEXT, "TIMESTAMP"),
+            param_matching(DATETIME_TEXT, "TIMESTAMP"),
             nullable=True,
             dump_inline=("{v}[0] == '0'", "{v}"),
         )
     if kind is Kind.TIME:
         return _Encoding(
-            None, _binlog_time(column.fsp), _PLAIN, _param_matching(_TIME_TEXT, "TIME")
+            None, _binlog_time(column.fsp), _PLAIN, param_matching(TIME_TEXT, "TIME")
         )
     if kind is Kind.YEAR:
-        return _Encoding(_dump_year, _binlog_year, _NUMBER, _param_integer)
+        return _Encoding(dump_year, binlog_year, _NUMBER, param_integer)
     if kind is Kind.ENUM:
-        return _Encoding(None, _binlog_text, _STRING, _param_enum(column.members))
+        return _Encoding(None, binlog_text, _STRING, param_enum(column.members))
     if kind is Kind.SET:
-        return _Encoding(None, _binlog_set(column.members), _STRING, _param_set(column.members))
+        return _Encoding(None, _binlog_set(column.members), _STRING, param_set(column.members))
     if kind is Kind.BIT:
-        return _Encoding(_dump_bit, _binlog_bit, _NUMBER, _param_integer)
+        return _Encoding(dump_bit, binlog_bit, _NUMBER, param_integer)
     if kind is Kind.JSON:
-        return _Encoding(None, _mysql_json_text, _STRING, _param_text)
+        return _Encoding(None, mysql_json_text, _STRING, param_text)
     raise ValueError(f"column {column.name!r}: unknown kind {kind!r}")
 
 

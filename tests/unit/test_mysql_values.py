@@ -516,7 +516,7 @@ CASES: list[tuple[MyColumn, str | bytes, object, str, str]] = [
         '"838:59:59.9"',
         "838:59:59.9",
     ),
-    # Negative with a fraction: as mysql-replication decodes them (off, see values.py).
+    # Negative with a fraction: as mysql-replication decodes them (off, see mysql/texts.py).
     (
         MyColumn("t", Kind.TIME, fsp=4),
         "-00:00:01.2345",
