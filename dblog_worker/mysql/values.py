@@ -109,224 +109,32 @@ but untested.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from decimal import Decimal
 from json.encoder import encode_basestring
 from typing import Any
 
 from pymysqlreplication.constants import NONE_SOURCE
 
 from dblog_worker.mysql.columns import Kind, MyColumn
+from dblog_worker.mysql.encodings import NUMBER, PLAIN, Encoding, encoding_of
 from dblog_worker.mysql.session import Cell
-from dblog_worker.mysql.texts import (
-    DATE_TEXT,
-    DATETIME_TEXT,
-    TIME_TEXT,
-    base64_text,
-    binlog_bit,
-    binlog_date,
-    binlog_integer,
-    binlog_text,
-    binlog_year,
-    datetime_text,
-    double_text,
-    dump_binary,
-    dump_bit,
-    dump_date,
-    dump_decimal,
-    dump_double,
-    dump_float,
-    dump_integer,
-    dump_timestamp,
-    dump_year,
-    float32_text,
-    mysql_json_text,
-    param_binary,
-    param_decimal,
-    param_double,
-    param_enum,
-    param_float,
-    param_integer,
-    param_matching,
-    param_set,
-    param_text,
-    time_text,
-)
 
 __all__ = ["MyRowCodec"]
 
 
-# --- per-column encodings -----------------------------------------------------------------
-
-# How a column's canonical text becomes JSON: as is (a number), quoted and escaped, or just
-# quoted (texts that never hold a character JSON escapes: digits, dates, base64).
-_NUMBER, _STRING, _PLAIN = "number", "string", "plain"
-
-_EPOCH = datetime.datetime(1970, 1, 1)  # naive UTC, as mysql-replication decodes
-
-
-@dataclass(frozen=True, slots=True)
-class _Encoding:
-    """How one column's values become its canonical text and JSON.
-
-    ``dump``/``binlog`` give the canonical text of a non-NULL cell/value, None for a value
-    that is null in JSON (zero dates, then ``nullable``); ``dump`` None means the cell is
-    the text.  ``style`` says how the text becomes JSON.  ``dump_inline`` is the generated
-    dump code's ``(extra null test or "", text)`` of a cell ``{v}``, ``{d}`` being ``dump``:
-    the same result as ``dump`` with fewer calls.
-    """
-
-    dump: Callable[[Any], str | None] | None
-    binlog: Callable[[Any], str | None]
-    style: str
-    param: Callable[[str], object]
-    nullable: bool = False
-    dump_inline: tuple[str, str] | None = None
-
-
-def _binlog_set(members: tuple[str, ...]) -> Callable[[Any], str | None]:
-    def text(value: set[str] | frozenset[str]) -> str:
-        ordered = [member for member in members if member in value]
-        if len(ordered) != len(value):
-            unknown = sorted(value - set(members))
-            raise ValueError(
-                f"SET value has members {unknown!r} not in the codec's {members!r} (MariaDB's"
-                " information_schema shows characters outside the BMP as '?'"
-                "; build the codec from column_from_binlog)"
-            )
-        return ",".join(ordered)
-
-    return text
-
-
-def _binlog_binary(length: int) -> Callable[[Any], str | None]:
-    def text(value: bytes | str) -> str:
-        if isinstance(value, str):
-            if value:
-                raise ValueError("the binlog gave text for a binary column")
-            value = b""  # mysql-replication gives '' for an empty binary string
-        return base64_text(value.ljust(length, b"\0"))
-
-    return text
-
-
-def _binlog_decimal(scale: int) -> Callable[[Any], str | None]:
-    spec = f".{scale}f"
-
-    def text(value: Decimal) -> str:
-        return format(value, spec)
-
-    return text
-
-
-def _binlog_datetime(fsp: int) -> Callable[[Any], str | None]:
-    def text(value: datetime.datetime) -> str:
-        return datetime_text(value, fsp)
-
-    return text
-
-
-def _binlog_timestamp(fsp: int) -> Callable[[Any], str | None]:
-    def text(value: datetime.datetime) -> str | None:
-        # The zero TIMESTAMP is stored as 0 seconds, decoded as the epoch.
-        return None if value == _EPOCH else datetime_text(value, fsp)
-
-    return text
-
-
-def _binlog_time(fsp: int) -> Callable[[Any], str | None]:
-    def text(value: datetime.timedelta) -> str:
-        return time_text(value, fsp)
-
-    return text
-
-
-# dump_integer/dump_decimal without the call when there is no padding to drop.
-_UNPADDED_INLINE = "({v} if {v}[0] != '0' else {d}({v}))"
-
-
-def _encoding(column: MyColumn) -> _Encoding:
-    kind = column.kind
-    if kind is Kind.INTEGER:
-        return _Encoding(
-            dump_integer,
-            binlog_integer,
-            _NUMBER,
-            param_integer,
-            dump_inline=("", _UNPADDED_INLINE),
-        )
-    if kind is Kind.DECIMAL:
-        return _Encoding(
-            dump_decimal,
-            _binlog_decimal(column.scale),
-            _PLAIN,
-            param_decimal,
-            dump_inline=("", _UNPADDED_INLINE),
-        )
-    if kind is Kind.FLOAT:
-        return _Encoding(dump_float, float32_text, _NUMBER, param_float)
-    if kind is Kind.DOUBLE:
-        return _Encoding(dump_double, double_text, _NUMBER, param_double)
-    if kind is Kind.TEXT:
-        return _Encoding(None, binlog_text, _STRING, param_text)
-    if kind is Kind.BINARY:
-        return _Encoding(dump_binary, _binlog_binary(column.length), _PLAIN, param_binary)
-    if kind is Kind.DATE:
-        return _Encoding(
-            dump_date, binlog_date, _PLAIN, param_matching(DATE_TEXT, "DATE"), nullable=True
-        )
-    if kind is Kind.DATETIME:
-        return _Encoding(
-            dump_date,
-            _binlog_datetime(column.fsp),
-            _PLAIN,
-            param_matching(DATETIME_TEXT, "DATETIME"),
-            nullable=True,
-        )
-    if kind is Kind.TIMESTAMP:
-        return _Encoding(
-            dump_timestamp,
-            _binlog_timestamp(column.fsp),
-            _PLAIN,
-            param_matching(DATETIME_TEXT, "TIMESTAMP"),
-            nullable=True,
-            dump_inline=("{v}[0] == '0'", "{v}"),
-        )
-    if kind is Kind.TIME:
-        return _Encoding(
-            None, _binlog_time(column.fsp), _PLAIN, param_matching(TIME_TEXT, "TIME")
-        )
-    if kind is Kind.YEAR:
-        return _Encoding(dump_year, binlog_year, _NUMBER, param_integer)
-    if kind is Kind.ENUM:
-        return _Encoding(None, binlog_text, _STRING, param_enum(column.members))
-    if kind is Kind.SET:
-        return _Encoding(None, _binlog_set(column.members), _STRING, param_set(column.members))
-    if kind is Kind.BIT:
-        return _Encoding(dump_bit, binlog_bit, _NUMBER, param_integer)
-    if kind is Kind.JSON:
-        return _Encoding(None, mysql_json_text, _STRING, param_text)
-    raise ValueError(f"column {column.name!r}: unknown kind {kind!r}")
-
-
-# --- rows ---------------------------------------------------------------------------------
-
-
 def _styled(style: str, text: str) -> str:
     """Source of the JSON of canonical text ``text`` (an expression) in ``style``."""
-    if style == _NUMBER:
+    if style == NUMBER:
         return text
-    if style == _PLAIN:
+    if style == PLAIN:
         return f"'\"' + {text} + '\"'"
     return f"quote({text})"
 
 
 def _json_of_text(style: str, text: str) -> str:
-    if style == _NUMBER:
+    if style == NUMBER:
         return text
-    if style == _PLAIN:
+    if style == PLAIN:
         return '"' + text + '"'
     return encode_basestring(text)
 
@@ -351,7 +159,7 @@ class _Source:
         return function
 
 
-def _dump_fragment(source: _Source, i: int, encoding: _Encoding) -> None:
+def _dump_fragment(source: _Source, i: int, encoding: Encoding) -> None:
     """Line computing ``x{i}``, the JSON of cell ``v{i}``."""
     v, style = f"v{i}", encoding.style
     if encoding.dump_inline is not None:
@@ -370,7 +178,7 @@ def _dump_fragment(source: _Source, i: int, encoding: _Encoding) -> None:
         source.add(f"x{i} = 'null' if {v} is None else {_styled(style, f'{d}({v})')}")
 
 
-def _binlog_fragment(source: _Source, i: int, column: MyColumn, encoding: _Encoding) -> None:
+def _binlog_fragment(source: _Source, i: int, column: MyColumn, encoding: Encoding) -> None:
     """Lines computing ``x{i}``, the JSON of the column's value in ``values``."""
     v = f"v{i}"
     n = source.bind(f"n{i}", column.name)
@@ -442,7 +250,7 @@ class MyRowCodec:
             raise ValueError(f"duplicate key columns in {list(key_columns)!r}")
         self.columns: tuple[MyColumn, ...] = tuple(columns)
         self.key_columns: tuple[str, ...] = tuple(key_columns)
-        self._encodings = tuple(_encoding(column) for column in columns)
+        self._encodings = tuple(encoding_of(column) for column in columns)
         self._key_positions = tuple(position[k] for k in key_columns)
         self._dump_row = self._compile_dump(key=False, row=True)
         self._dump_key = self._compile_dump(key=True, row=False)
