@@ -139,7 +139,7 @@ def _json_of_text(style: str, text: str) -> str:
     return encode_basestring(text)
 
 
-class _Source:
+class _GeneratedFunction:
     """Source lines of one generated function; values reach it only by namespace names."""
 
     def __init__(self, signature: str) -> None:
@@ -154,47 +154,49 @@ class _Source:
         return name
 
     def compile(self, name: str) -> Callable[..., Any]:
-        exec("\n".join(self.lines), self.namespace)  # noqa: S102 - names only, see _Source
+        exec("\n".join(self.lines), self.namespace)  # noqa: S102 - names only, see the class
         function: Callable[..., Any] = self.namespace[name]  # type: ignore[assignment]
         return function
 
 
-def _dump_fragment(source: _Source, i: int, encoding: Encoding) -> None:
+def _dump_fragment(function: _GeneratedFunction, i: int, encoding: Encoding) -> None:
     """Line computing ``x{i}``, the JSON of cell ``v{i}``."""
     v, style = f"v{i}", encoding.style
     if encoding.dump_inline is not None:
-        d = source.bind(f"d{i}", encoding.dump)
+        d = function.bind(f"d{i}", encoding.dump)
         test, text = (part.format(v=v, d=d) for part in encoding.dump_inline)
         null_test = f"{v} is None or {test}" if test else f"{v} is None"
-        source.add(f"x{i} = 'null' if {null_test} else {_styled(style, text)}")
+        function.add(f"x{i} = 'null' if {null_test} else {_styled(style, text)}")
     elif encoding.dump is None:
-        source.add(f"x{i} = 'null' if {v} is None else {_styled(style, v)}")
+        function.add(f"x{i} = 'null' if {v} is None else {_styled(style, v)}")
     elif encoding.nullable:
-        d = source.bind(f"d{i}", encoding.dump)
+        d = function.bind(f"d{i}", encoding.dump)
         styled = _styled(style, f"t{i}")
-        source.add(f"x{i} = 'null' if {v} is None or (t{i} := {d}({v})) is None else {styled}")
+        function.add(f"x{i} = 'null' if {v} is None or (t{i} := {d}({v})) is None else {styled}")
     else:
-        d = source.bind(f"d{i}", encoding.dump)
-        source.add(f"x{i} = 'null' if {v} is None else {_styled(style, f'{d}({v})')}")
+        d = function.bind(f"d{i}", encoding.dump)
+        function.add(f"x{i} = 'null' if {v} is None else {_styled(style, f'{d}({v})')}")
 
 
-def _binlog_fragment(source: _Source, i: int, column: MyColumn, encoding: Encoding) -> None:
+def _binlog_fragment(
+    function: _GeneratedFunction, i: int, column: MyColumn, encoding: Encoding
+) -> None:
     """Lines computing ``x{i}``, the JSON of the column's value in ``values``."""
     v = f"v{i}"
-    n = source.bind(f"n{i}", column.name)
-    b = source.bind(f"b{i}", encoding.binlog)
-    source.add(f"{v} = values[{n}]")
+    n = function.bind(f"n{i}", column.name)
+    b = function.bind(f"b{i}", encoding.binlog)
+    function.add(f"{v} = values[{n}]")
     if column.kind is Kind.SET:
         # mysql-replication gives None for the empty set; none_sources tells it from NULL.
         absent = f"('\"\"' if none_sources and none_sources.get({n}) == EMPTY_SET else 'null')"
-        source.bind("EMPTY_SET", NONE_SOURCE.EMPTY_SET)
+        function.bind("EMPTY_SET", NONE_SOURCE.EMPTY_SET)
     else:
         absent = "'null'"
     if encoding.nullable:
         styled = _styled(encoding.style, f"t{i}")
-        source.add(f"x{i} = {absent} if {v} is None or (t{i} := {b}({v})) is None else {styled}")
+        function.add(f"x{i} = {absent} if {v} is None or (t{i} := {b}({v})) is None else {styled}")
     else:
-        source.add(f"x{i} = {absent} if {v} is None else {_styled(encoding.style, f'{b}({v})')}")
+        function.add(f"x{i} = {absent} if {v} is None else {_styled(encoding.style, f'{b}({v})')}")
 
 
 def _key_array(positions: Sequence[int]) -> str:
@@ -204,12 +206,12 @@ def _key_array(positions: Sequence[int]) -> str:
     return "'[' + ','.join((" + "".join(f"x{i}, " for i in positions) + ")) + ']'"
 
 
-def _row_object(source: _Source, names: Sequence[str]) -> str:
+def _row_object(function: _GeneratedFunction, names: Sequence[str]) -> str:
     """Source of the row's JSON object of fragments ``x{i}``."""
     parts = []
     for i, name in enumerate(names):
         prefix = ("{" if i == 0 else ",") + encode_basestring(name) + ":"
-        parts += [source.bind(f"p{i}", prefix), f"x{i}"]
+        parts += [function.bind(f"p{i}", prefix), f"x{i}"]
     return f"''.join(({', '.join(parts)}, '}}'))" if parts else "'{}'"
 
 
@@ -263,31 +265,31 @@ class MyRowCodec:
     def column_names(self) -> tuple[str, ...]:
         return tuple(column.name for column in self.columns)
 
-    def _result(self, source: _Source, key: bool, row: bool) -> str:
+    def _result(self, function: _GeneratedFunction, key: bool, row: bool) -> str:
         results = []
         if key:
             results.append(_key_array(self._key_positions))
         if row:
-            results.append(_row_object(source, self.column_names))
+            results.append(_row_object(function, self.column_names))
         return ", ".join(results)
 
     def _compile_dump(self, key: bool, row: bool) -> Callable[..., Any]:
-        source = _Source("encode(cells)")
+        function = _GeneratedFunction("encode(cells)")
         width = len(self.columns)
-        source.add(f"({''.join(f'v{i}, ' for i in range(width))}) = cells")
+        function.add(f"({''.join(f'v{i}, ' for i in range(width))}) = cells")
         needed = range(width) if row else self._key_positions
         for i in needed:
-            _dump_fragment(source, i, self._encodings[i])
-        source.add(f"return {self._result(source, key, row)}")
-        return source.compile("encode")
+            _dump_fragment(function, i, self._encodings[i])
+        function.add(f"return {self._result(function, key, row)}")
+        return function.compile("encode")
 
     def _compile_binlog(self, key: bool, row: bool) -> Callable[..., Any]:
-        source = _Source("encode(values, none_sources)")
+        function = _GeneratedFunction("encode(values, none_sources)")
         needed = range(len(self.columns)) if row else self._key_positions
         for i in needed:
-            _binlog_fragment(source, i, self.columns[i], self._encodings[i])
-        source.add(f"return {self._result(source, key, row)}")
-        return source.compile("encode")
+            _binlog_fragment(function, i, self.columns[i], self._encodings[i])
+        function.add(f"return {self._result(function, key, row)}")
+        return function.compile("encode")
 
     # -- dump path -----------------------------------------------------------------------
 
