@@ -6,6 +6,11 @@ events carry Python values).  :class:`MyRowCodec` turns either into the same can
 JSON, per column type, so a row from a dump and the same row from the log serialize to
 identical bytes.
 
+The other modules of :mod:`dblog_worker.mysql` named below: ``session`` (connection and
+session options), ``columns`` (the column model, read from ``information_schema`` or the
+log), ``texts`` (the canonical text of each type, key parameters) and ``encodings`` (which
+texts each column goes through).  This module generates the row functions from those.
+
 The dump path reads MySQL's own text output: the chunk connection is opened with
 :func:`session.dump_connection_options` (``conv=DUMP_CONV`` keeps PyMySQL's parameter
 escaping but decodes no result value, so a cell is the server's text as ``str``, or
