@@ -53,7 +53,6 @@ Every option with its default is in ``docs/configuration.md``.
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import os
 import re
 import tomllib
@@ -64,6 +63,16 @@ from typing import Any
 
 from dblog_worker import kinds
 from dblog_worker.checks import integer, number, str_value
+from dblog_worker.config_sections import (
+    HttpConfig,
+    LeaseConfig,
+    LogConfig,
+    MergeConfig,
+    http_section,
+    lease_section,
+    logs_section,
+    merge_section,
+)
 from dblog_worker.errors import ConfigError, RequestRejected
 from dblog_worker.landing.names import table_dir_name
 from dblog_worker.landing.sink import DEFAULT_FORMAT, FORMATS
@@ -144,61 +153,6 @@ class TargetConfig:
 
     def safe_dsn(self) -> str:
         return kinds.rules(self.kind).redact(self.dsn)
-
-
-DEFAULT_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
-
-
-@dataclass(frozen=True)
-class MergeConfig:
-    """How ``dblog merge`` runs the Spark job."""
-
-    master: str = "local[*]"
-    jars: tuple[str, ...] = DEFAULT_JARS
-    batch_max_events: int = 5_000_000  # landed events per table and transaction
-    tombstone_retention_h: float = 168.0
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
-
-
-DEFAULT_LISTEN = "127.0.0.1:8750"
-DEFAULT_TOKEN_ENV = "DBLOG_HTTP_TOKEN"  # noqa: S105 (a variable name, not a token)
-
-
-@dataclass(frozen=True)
-class HttpConfig:
-    """The worker's HTTP control plane (``dblog_worker/http``)."""
-
-    enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 8750  # 0: any free port
-    token: str | None = field(default=None, repr=False)  # the bearer token; None: no auth
-    token_env: str = DEFAULT_TOKEN_ENV
-
-    @property
-    def listen(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
-LOG_FORMATS = ("text", "json")
-LOG_LEVELS = ("debug", "info", "warning", "error")
-
-
-@dataclass(frozen=True)
-class LogConfig:
-    """How the worker logs: plain text, or one JSON object a line (``dblog_worker/logs.py``)."""
-
-    format: str = "text"
-    level: str = "info"
-
-
-@dataclass(frozen=True)
-class LeaseConfig:
-    """The leader lease: a standby takes over at most ``ttl_s + standby_poll_s`` (plus
-    its session's start) after the leader stopped renewing."""
-
-    ttl_s: float = 5.0
-    renew_interval_s: float = 1.0
-    standby_poll_s: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -318,11 +272,11 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         control_interval_s=number(worker, "control_interval_s", 0.2, 0.01, 10),
         reconnect_max_s=number(worker, "reconnect_max_s", 30.0, 0.1, 600),
         shutdown_timeout_s=number(worker, "shutdown_timeout_s", 30.0, 1, 3600),
-        lease=_lease(data),
+        lease=lease_section(data),
         target=_target(data, env, kind),
-        merge=_merge(data),
-        http=_http(data, env),
-        logs=_logs(data),
+        merge=merge_section(data),
+        http=http_section(data, env),
+        logs=logs_section(data),
     )
 
 
@@ -380,133 +334,12 @@ def _target(data: Mapping[str, Any], env: Mapping[str, str],
     )
 
 
-def _merge(data: Mapping[str, Any]) -> MergeConfig:
-    merge = data.get("merge", {})
-    if not isinstance(merge, dict):
-        raise ConfigError("[merge] must be a table of options")
-    master = merge.get("master", "local[*]")
-    if not isinstance(master, str) or not master:
-        raise ConfigError('merge.master must be a Spark master URL such as "local[*]" or "yarn"')
-    jars = merge.get("jars", list(DEFAULT_JARS))
-    if not isinstance(jars, list) or not all(isinstance(j, str) and j for j in jars):
-        raise ConfigError("merge.jars must be a list of JDBC driver jar paths or URLs")
-    spark_conf = merge.get("spark_conf", {})
-    if not isinstance(spark_conf, dict) or not all(
-        isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool)
-        for k, v in spark_conf.items()
-    ):
-        raise ConfigError('merge.spark_conf must map Spark options to values, like '
-                          '{ "spark.driver.memory" = "4g" }')
-    return MergeConfig(
-        master=master,
-        jars=tuple(jars),
-        batch_max_events=integer(merge, "batch_max_events", 5_000_000, 1, 1_000_000_000),
-        tombstone_retention_h=number(merge, "tombstone_retention_h", 168.0, 0, 87_600),
-        spark_conf={k: str(v) for k, v in spark_conf.items()},
-    )
-
-
 def _landing_format(landing: Mapping[str, Any]) -> str:
     value = landing.get("format", DEFAULT_FORMAT)
     if value not in FORMATS:
         raise ConfigError(f"landing.format must be one of {', '.join(sorted(FORMATS))}, got "
                           f"{value!r}")
     return str(value)
-
-
-def _lease(data: Mapping[str, Any]) -> LeaseConfig:
-    section = data.get("lease", {})
-    if not isinstance(section, dict):
-        raise ConfigError("[lease] must be a table of options")
-    ttl_s = number(section, "ttl_s", 5.0, 0.5, 600)
-    renew_s = number(section, "renew_interval_s", min(1.0, ttl_s / 3), 0.05, 600)
-    if renew_s > ttl_s / 2:
-        raise ConfigError(
-            f"lease.renew_interval_s ({renew_s}) must be at most half of lease.ttl_s "
-            f"({ttl_s}): a leader renews at least twice per lease, or a standby takes over "
-            "from a healthy leader"
-        )
-    return LeaseConfig(ttl_s=ttl_s, renew_interval_s=renew_s,
-                       standby_poll_s=number(section, "standby_poll_s", 0.5, 0.05, 60))
-
-
-def _logs(data: Mapping[str, Any]) -> LogConfig:
-    section = data.get("logging", {})
-    if not isinstance(section, dict):
-        raise ConfigError("[logging] must be a table of options")
-    choices = {"format": LOG_FORMATS, "level": LOG_LEVELS}
-    values = {}
-    for key, allowed in choices.items():
-        value = section.get(key, allowed[0] if key == "format" else "info")
-        if not isinstance(value, str) or value.lower() not in allowed:
-            raise ConfigError(f"logging.{key} must be one of "
-                              + ", ".join(f'"{a}"' for a in allowed) + f", got {value!r}")
-        values[key] = value.lower()
-    return LogConfig(format=values["format"], level=values["level"])
-
-
-def _http(data: Mapping[str, Any], env: Mapping[str, str]) -> HttpConfig:
-    section = data.get("http", {})
-    if not isinstance(section, dict):
-        raise ConfigError("[http] must be a table of options")
-    enabled = section.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise ConfigError(f"http.enabled must be true or false, got {enabled!r}")
-    listen = section.get("listen", DEFAULT_LISTEN)
-    host, port = parse_listen(listen)
-    token_env = section.get("token_env", DEFAULT_TOKEN_ENV)
-    if not isinstance(token_env, str) or not token_env:
-        raise ConfigError("http.token_env must name an environment variable, "
-                          f'like "{DEFAULT_TOKEN_ENV}"')
-    if not enabled:
-        return HttpConfig(enabled=False, host=host, port=port, token_env=token_env)
-    token = env.get(token_env)
-    if token is not None:
-        token = token.strip()
-        if not re.fullmatch(r"[\x21-\x7e]{1,1024}", token):
-            raise ConfigError(
-                f"http.token_env names {token_env}, which is empty or holds spaces or "
-                "characters other than printable ASCII: set a token (e.g. the output of "
-                "`openssl rand -hex 32`) or unset it"
-            )
-    if token is None and "token_env" in section:
-        raise ConfigError(f"http.token_env names {token_env}, which is not set")
-    if token is None and not is_loopback(host):
-        raise ConfigError(
-            f"http.listen {listen!r} is not a loopback address, so the HTTP API needs a "
-            f"token: set {token_env} (e.g. to the output of `openssl rand -hex 32`), or "
-            'listen on "127.0.0.1:8750", or set http.enabled = false'
-        )
-    return HttpConfig(enabled=enabled, host=host, port=port, token=token, token_env=token_env)
-
-
-def parse_listen(listen: object) -> tuple[str, int]:
-    """``"host:port"`` (``"[::1]:port"`` for IPv6) to (host, port)."""
-    form = 'http.listen must be "host:port", like "127.0.0.1:8750" or "[::1]:8750"'
-    if not isinstance(listen, str):
-        raise ConfigError(f"{form}, got {listen!r}")
-    host, _, port_text = listen.rpartition(":")
-    if not host or not re.fullmatch(r"[0-9]{1,5}", port_text) or int(port_text) > 65535:
-        raise ConfigError(f"{form} with a port from 0 to 65535, got {listen!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise ConfigError(f"{form}; {host!r} is not an IPv6 address") from None
-    elif not re.fullmatch(r"[A-Za-z0-9.-]+", host):
-        raise ConfigError(f"{form} (an IPv6 address goes in brackets), got {listen!r}")
-    return host, int(port_text)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether only this machine can reach ``host`` (a name other than localhost is not)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _plain_name(section: Mapping[str, Any], key: str, default: str) -> str:

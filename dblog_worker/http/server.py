@@ -30,7 +30,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis
 
-from dblog_worker.config import Config, HttpConfig
+from dblog_worker.config import Config
+from dblog_worker.config_sections import HttpConfig
 from dblog_worker.errors import ConfigError, DblogError, RequestRejected, TransientError
 from dblog_worker.http.api import (
     JSON,

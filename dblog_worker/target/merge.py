@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from dblog_worker.config import Config, MergeConfig, TargetConfig
+from dblog_worker.config import Config, TargetConfig
+from dblog_worker.config_sections import MergeConfig
 from dblog_worker.dialect import dialect
 from dblog_worker.errors import SegmentCorrupt, TargetError, TargetUnavailable
 from dblog_worker.landing.sink import LandedReader, open_reader

@@ -31,7 +31,8 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook, as_tables
-from dblog_worker.config import DEFAULT_JARS, Config
+from dblog_worker.config import Config
+from dblog_worker.config_sections import DEFAULT_JARS
 from dblog_worker.target.submit import check_jars, job_path, merge_job, spark_submit
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from psycopg.conninfo import conninfo_to_dict
 
-from dblog_worker import cli
+from dblog_worker import cli, config_sections
 from dblog_worker import config as config_module
 from dblog_worker.config import Config
 from dblog_worker.errors import ConfigError
@@ -672,5 +672,5 @@ def test_the_dockerfile_agrees_with_pyproject_and_ci() -> None:
         assert installed == wanted, stage
         assert installed <= set(extras), stage
     assert '"apache-airflow==${AIRFLOW_VERSION}"' in pip_installs(stages["airflow"])
-    assert config_module.DEFAULT_JARS == ("/usr/share/java/postgresql.jar",
+    assert config_sections.DEFAULT_JARS == ("/usr/share/java/postgresql.jar",
                                           "/usr/share/java/mariadb-java-client.jar")

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from dblog_worker.config import Config, HttpConfig, LeaseConfig, SourceConfig, load, parse
+from dblog_worker.config import Config, SourceConfig, load, parse
+from dblog_worker.config_sections import HttpConfig, LeaseConfig
 from dblog_worker.errors import ConfigError
 from dblog_worker.mysql.options import default_server_id, server_id, url_args
 from dblog_worker.pg.options import RULES as PG_RULES

@@ -12,7 +12,7 @@ import pytest
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-from dblog_worker.config import HttpConfig
+from dblog_worker.config_sections import HttpConfig
 from dblog_worker.control import request_json
 from dblog_worker.http.api import ROUTES, ApiError, Route
 from dblog_worker.http.openapi import document
