@@ -1,16 +1,28 @@
-"""Taking dump requests up: the worker follows the head of the queue (:func:`follow_queue`)
-and checks a request when it reaches it (:func:`refusal`): its tables are still dumpable,
-its saved progress fits their keys, its record in Redis is whole. A request refused here
-fails with the reason; the log goes on."""
+"""Dump requests as the worker meets them: it follows the head of the queue
+(:func:`follow_queue`) and checks a request when it reaches it (:func:`refusal`): its
+tables are still dumpable, its saved progress fits their keys, its record in Redis is
+whole; a request refused here fails with the reason, and the log goes on. It also makes
+requests of its own: a primary-key dump of rows the log cut short (:func:`queue_repairs`).
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from dblog_worker.chunks import PLANNERS
+from dblog_worker.dialect import Dialect
 from dblog_worker.dump import ActiveDump
 from dblog_worker.errors import ChunkStale, CorruptRequest, DumpFailed, RequestRejected
-from dblog_worker.requests import DumpRequest, RequestState, TableProgress
+from dblog_worker.requests import (
+    DEFAULT_CHUNK_SIZE,
+    DumpKind,
+    DumpRequest,
+    KeyTexts,
+    RequestState,
+    TableProgress,
+    repair_token,
+)
 from dblog_worker.source import Tables
 from dblog_worker.state import StateStore
 from dblog_worker.telemetry import Telemetry
@@ -112,3 +124,27 @@ def follow_queue(state: StateStore, tables: Tables, telemetry: Telemetry,
                   extra={"request_id": exc.request_id})
         telemetry.error("CorruptRequest", str(exc), exc.request_id)
         return dump
+
+
+def queue_repairs(state: StateStore, dialect: Dialect,
+                  incomplete: Mapping[str, Mapping[KeyTexts, None]],
+                  checkpoint: str | None) -> None:
+    """Queue a primary-key dump of rows the log left incomplete, before the checkpoint
+    moves past them: the dump reads them whole, later, inside a window. One dump per
+    batch of keys; the same batch again (a replay after a restart) queues none."""
+    for table, keys in incomplete.items():
+        batch = list(keys)
+        try:
+            request = state.create_request(
+                DumpKind.KEYS, [table], chunk_size=DEFAULT_CHUNK_SIZE, delay_ms=0,
+                keys=batch, client_token=repair_token(table, checkpoint, batch))
+        except CorruptRequest as exc:  # the token's request is malformed: a new one
+            log.warning("%s; queuing the repair of %s without a client token", exc, table)
+            request = state.create_request(
+                DumpKind.KEYS, [table], chunk_size=DEFAULT_CHUNK_SIZE, delay_ms=0,
+                keys=batch)
+        log.warning(
+            "%d change(s) of %s came without their whole row (%s): dump %s reads them",
+            len(keys), table, dialect.incomplete_rows_hint(), request.id,
+            extra={"request_id": request.id},
+        )

@@ -32,13 +32,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dblog_worker.admission import follow_queue
+from dblog_worker.admission import follow_queue, queue_repairs
 from dblog_worker.chunks import NOTHING_READ, KeyColumn
 from dblog_worker.dialect import dialect
 from dblog_worker.dump import ActiveDump, WindowRead
 from dblog_worker.errors import (
     ChunkStale,
-    CorruptRequest,
     DblogError,
     RequestRejected,
     SourceUnavailable,
@@ -57,12 +56,9 @@ from dblog_worker.events import (
 from dblog_worker.output import OutputBuffer, landing_errors
 from dblog_worker.position import Position
 from dblog_worker.requests import (
-    DEFAULT_CHUNK_SIZE,
-    DumpKind,
     KeyTexts,
     RequestState,
     TableProgress,
-    repair_token,
 )
 from dblog_worker.startup import check_landed, refuse_lost_state
 from dblog_worker.state import StateStore
@@ -400,7 +396,7 @@ class Session:
                 covered.failure = covered.failure or failure
             if self.dump is not None and self.dump.id == dump_id:
                 self.dump.failure = self.dump.failure or failure
-        self._repair_incomplete(covered.incomplete, covered.checkpoint)
+        queue_repairs(self.state, self.dialect, covered.incomplete, covered.checkpoint)
         checkpoint = covered.checkpoint
         if checkpoint == self.checkpoint:
             checkpoint = None
@@ -418,29 +414,6 @@ class Session:
         self._complete()
         self._submit()
         self._complete()
-
-    def _repair_incomplete(
-        self, incomplete: dict[str, dict[KeyTexts, None]], checkpoint: str | None
-    ) -> None:
-        """Queue a primary-key dump of rows the log left incomplete, before the checkpoint
-        moves past them: the dump reads them whole, later, inside a window. One dump per
-        batch of keys; the same batch again (a replay after a restart) queues none."""
-        for table, keys in incomplete.items():
-            batch = list(keys)
-            try:
-                request = self.state.create_request(
-                    DumpKind.KEYS, [table], chunk_size=DEFAULT_CHUNK_SIZE, delay_ms=0,
-                    keys=batch, client_token=repair_token(table, checkpoint, batch))
-            except CorruptRequest as exc:  # the token's request is malformed: a new one
-                log.warning("%s; queuing the repair of %s without a client token", exc, table)
-                request = self.state.create_request(
-                    DumpKind.KEYS, [table], chunk_size=DEFAULT_CHUNK_SIZE, delay_ms=0,
-                    keys=batch)
-            log.warning(
-                "%d change(s) of %s came without their whole row (%s): dump %s reads them",
-                len(keys), table, self.dialect.incomplete_rows_hint(), request.id,
-                extra={"request_id": request.id},
-            )
 
     def _finish(self, dump: ActiveDump, finished: bool, failure: str | None) -> None:
         """End a dump whose last window is durable (or that failed)."""

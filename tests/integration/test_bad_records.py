@@ -17,7 +17,6 @@ import re
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, cast
 
 import psycopg
@@ -26,11 +25,11 @@ import redis
 
 from dblog_worker import cli
 from dblog_worker import config as config_module
+from dblog_worker.admission import queue_repairs
 from dblog_worker.dialect import dialect
 from dblog_worker.errors import CorruptRequest, CorruptState, LeaseLost, RequestRejected
 from dblog_worker.http.server import ControlServer
 from dblog_worker.requests import DumpKind, DumpRequest, MalformedRequest
-from dblog_worker.session import Session
 from dblog_worker.state import StateStore
 from dblog_worker.telemetry import Telemetry
 from tests.integration.harness import (
@@ -231,10 +230,9 @@ def redis_request_raw(client: redis.Redis, request_id: str) -> dict[bytes, bytes
 def test_repair_dumps_one_per_batch_of_keys(store: StateStore, client: redis.Redis) -> None:
     """Two batches under one checkpoint, and under None, are two dumps with their keys; the
     same batch again (a replay) is one."""
-    session = cast(Session, SimpleNamespace(state=store, dialect=dialect("postgresql")))
-
     def repair(checkpoint: str | None, *keys: str) -> None:
-        Session._repair_incomplete(session, {ITEMS: {(k,): None for k in keys}}, checkpoint)
+        queue_repairs(store, dialect("postgresql"), {ITEMS: {(k,): None for k in keys}},
+                      checkpoint)
 
     repair("0/10", "1", "2")
     repair("0/10", "3")
