@@ -15,34 +15,18 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dblog_worker import __version__
+from dblog_worker import __version__, cli_dumps
 from dblog_worker import config as config_module
 from dblog_worker.config import Config
-from dblog_worker.control import (
-    create_dump,
-    entry_json,
-    entry_of,
-    list_entries,
-    request_json,
-    show_record_json,
-)
 from dblog_worker.dialect import dialect, open_source
-from dblog_worker.dump_spec import DumpSpec
 from dblog_worker.errors import CorruptState, DblogError, RequestRejected, TerminalError
 from dblog_worker.requests import (
     COMMANDS,
     DEFAULT_CHUNK_SIZE,
-    DumpKind,
-    DumpRequest,
-    MalformedRequest,
-    RequestState,
-    TableProgress,
 )
-from dblog_worker.state import StateStore
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
 
     command("preflight", _preflight, "check the source's settings; print the fixes")
 
-    dump = command("dump", _dump, "request a dump: all tables, some tables, or some keys")
+    dump = command("dump", cli_dumps.dump, "request a dump: all tables, some tables, or some keys")
     scope = dump.add_mutually_exclusive_group(required=True)
     scope.add_argument("--all", action="store_true", help="every captured table")
     scope.add_argument("--table", "-t", action="append", dest="tables", metavar="SCHEMA.TABLE",
@@ -100,24 +84,25 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--wait", action="store_true", help="show progress until it ends")
     dump.add_argument("--json", action="store_true")
 
-    listing = command("list", _list, "list dump requests")
+    listing = command("list", cli_dumps.list_dumps, "list dump requests")
     listing.add_argument("--active", action="store_true", help="only requests not finished")
     listing.add_argument("--json", action="store_true")
 
-    show = command("show", _show, "show one request with its progress")
+    show = command("show", cli_dumps.show, "show one request with its progress")
     show.add_argument("id")
     show.add_argument("--json", action="store_true")
 
-    wait = command("wait", _wait, "show a request's progress until it ends")
+    wait = command("wait", cli_dumps.wait, "show a request's progress until it ends")
     wait.add_argument("id")
     wait.add_argument("--timeout", type=float, default=0, help="give up after seconds (0: never)")
 
     for name in COMMANDS:
-        sub = command(name, _control, f"{name} a dump request")
+        sub = command(name, cli_dumps.control, f"{name} a dump request")
         sub.add_argument("id")
         sub.set_defaults(command=name)
 
-    knobs = command("set", _set, "change chunk size and/or delay of a dump that runs")
+    knobs = command("set", cli_dumps.set_knobs,
+                    "change chunk size and/or delay of a dump that runs")
     knobs.add_argument("id")
     knobs.add_argument("--chunk-size", type=int)
     knobs.add_argument("--delay-ms", type=int)
@@ -154,10 +139,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _state(config: Config) -> StateStore:
-    return StateStore(config.redis_url, config.source.name)
-
-
 # -- commands -------------------------------------------------------------------
 
 
@@ -188,167 +169,6 @@ def _preflight(config: Config, args: argparse.Namespace) -> int:
     return 1
 
 
-def _dump(config: Config, args: argparse.Namespace) -> int:
-    raw_keys = args.keys
-    if args.keys_file is not None:
-        try:
-            raw_keys = args.keys_file.read_text()
-        except OSError as exc:
-            raise RequestRejected(f"cannot read the keys file: {exc}") from None
-    keys = None
-    if raw_keys is not None:
-        try:
-            keys = json.loads(raw_keys)
-        except json.JSONDecodeError as exc:
-            raise RequestRejected(f"keys are not valid JSON: {exc}") from None
-    kind = DumpKind.ALL if args.all else DumpKind.KEYS if raw_keys is not None else DumpKind.TABLES
-    spec = DumpSpec.of(kind, None if args.all else args.tables, keys,
-                       chunk_size=args.chunk_size, delay_ms=args.delay_ms,
-                       client_token=args.client_token)
-    state = _state(config)
-    request = create_dump(config, state, spec)
-    if args.json:
-        print(json.dumps(request_json(request, {})))
-    else:
-        print(f"{request.id} {request.state.value}: {request.kind.value} "
-              f"{', '.join(request.tables)}"
-              + (f" ({request.key_count} keys)" if request.key_count else ""))
-    if args.wait:
-        return _follow(state, request.id, 0)
-    return 0
-
-
-def _list(config: Config, args: argparse.Namespace) -> int:
-    entries = list_entries(_state(config), active_only=args.active)
-    if args.json:
-        print(json.dumps([entry_json(entry) for entry in entries], indent=2))
-        return 0
-    rows = [("ID", "STATE", "KIND", "TABLES", "ROWS", "CHUNK", "DELAY", "CREATED")]
-    malformed = []
-    for entry in entries:
-        if isinstance(entry, MalformedRequest):
-            rows.append((entry.id, "malformed", "-", "-", "-", "-", "-", "-"))
-            malformed.append(entry)
-            continue
-        request, progress = entry
-        rows.append((
-            request.id, request.state.value, request.kind.value,
-            _done_tables(request, progress), str(sum(p.rows for p in progress.values())),
-            str(request.chunk_size), f"{request.delay_ms}ms",
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(request.created_at)),
-        ))
-    print(_table(rows))
-    for record in malformed:
-        print(f"{record.id}: {record.error}")
-    return 0
-
-
-def _show(config: Config, args: argparse.Namespace) -> int:
-    """A request and its progress; a malformed one as such (exit 1)."""
-    state = _state(config)
-    if args.json:
-        document = show_record_json(state, args.id)
-        print(json.dumps(document, indent=2))
-        return 1 if "malformed" in document else 0
-    entry = entry_of(state, state.get_record(args.id))
-    if isinstance(entry, MalformedRequest):
-        print(f"{entry.id}: malformed\nerror: {entry.error}")
-        for name, value in entry.fields.items():
-            print(f"  {name}: {value}")
-        return 1
-    request, progress = entry
-    print(f"{request.id}: {request.state.value} ({request.kind.value}), chunk size "
-          f"{request.chunk_size}, delay {request.delay_ms} ms")
-    if request.error:
-        print(f"error: {request.error}")
-    rows = [("TABLE", "STATE", "CHUNKS", "SELECTED", "ROWS", "DROPPED", "MISSING", "LAST KEY")]
-    for table in request.tables:
-        p = progress.get(table) or TableProgress(table)
-        rows.append((table, "done" if p.done else ("running" if p.started or p.chunks else
-                                                   "pending"),
-                     str(p.chunks), str(p.selected), str(p.rows), str(p.dropped), str(p.missing),
-                     json.dumps(p.last_key) if p.last_key else "-"))
-    print(_table(rows))
-    return 0
-
-
-def _wait(config: Config, args: argparse.Namespace) -> int:
-    return _follow(_state(config), args.id, args.timeout)
-
-
-WORKER_SILENT_S = 30  # a worker reports every status_interval_s (1 s by default)
-
-
-def _follow(state: StateStore, request_id: str, timeout: float) -> int:
-    """Print progress until the request ends: 0 if it completed, 1 otherwise."""
-    started = time.monotonic()
-    last_line = ""
-    warned: str | None = None
-    interactive = sys.stdout.isatty()
-    while True:
-        request = state.get_request(request_id)
-        progress = state.progress(request_id)
-        rows = sum(p.rows for p in progress.values())
-        line = (f"{request.id} {request.state.value}: tables {_done_tables(request, progress)}, "
-                f"{rows} rows, {sum(p.chunks for p in progress.values())} chunks")
-        if line != last_line:
-            print(("\r" + line) if interactive else line, end="" if interactive else "\n",
-                  flush=True)
-            last_line = line
-        if request.state.terminal:
-            if interactive:
-                print()
-            if request.error:
-                print(f"{request.id} {request.state.value}: {request.error}", file=sys.stderr)
-            return 0 if request.state is RequestState.COMPLETED else 1
-        if timeout and time.monotonic() - started > timeout:
-            print(f"\n{request.id} still {request.state.value} after {timeout} s",
-                  file=sys.stderr)
-            return 1
-        silence = None
-        if time.monotonic() - started >= WORKER_SILENT_S:
-            silence = _worker_silence(state)
-        if silence is not None and silence != warned:
-            print(f"\n{silence}: is `dblog run` running for this source? The request waits "
-                  "in Redis until a worker takes it", file=sys.stderr)
-            warned = silence
-        time.sleep(0.5)
-
-
-def _age(updated_at: str | None) -> float | None:
-    """Seconds since a Unix time a worker wrote in Redis; None if missing or not a number."""
-    try:
-        return time.time() - float(updated_at or "")
-    except ValueError:
-        return None
-
-
-def _worker_silence(state: StateStore) -> str | None:
-    """Says so when no worker has reported for over 30 s (in whole minutes after the first,
-    so that the warning repeats once a minute); None while one reports."""
-    age = _age(state.status().get("updated_at"))
-    if age is None:
-        return "no worker of this source has ever reported"
-    if age < WORKER_SILENT_S:
-        return None
-    return ("no worker of this source has reported for "
-            + (f"{int(age // 60)} min" if age >= 60 else f"over {WORKER_SILENT_S} s"))
-
-
-def _control(config: Config, args: argparse.Namespace) -> int:
-    target, only_from = COMMANDS[args.command]
-    previous = _state(config).transition(args.id, target, only_from=only_from)
-    print(f"{args.id}: {previous.value} -> {target.value}")
-    return 0
-
-
-def _set(config: Config, args: argparse.Namespace) -> int:
-    request = _state(config).set_knobs(args.id, chunk_size=args.chunk_size,
-                                       delay_ms=args.delay_ms)
-    print(f"{request.id}: chunk size {request.chunk_size}, delay {request.delay_ms} ms")
-    return 0
-
-
 def _merge(config: Config, args: argparse.Namespace) -> int:
     import shlex
 
@@ -364,7 +184,7 @@ def _merge(config: Config, args: argparse.Namespace) -> int:
 
 
 def _status(config: Config, args: argparse.Namespace) -> int:
-    state = _state(config)
+    state = cli_dumps.state_of(config)
     status = state.status()
     lease, members = state.lease(), state.members()
     try:
@@ -386,12 +206,12 @@ def _status(config: Config, args: argparse.Namespace) -> int:
         print("lease: free (no worker leads; a standby takes it within its poll interval)")
     for member in members:
         print(f"  {member.get('role', '?'):8} {member['holder']}  http {member.get('http') or '-'}"
-              f"  seen {_ago(member.get('updated_at'))}")
+              f"  seen {cli_dumps.ago(member.get('updated_at'))}")
     if not status:
         print("no worker has reported yet")
         return 0
     print(f"leader pid {status.get('pid')} on {status.get('host')} (token "
-          f"{status.get('token') or '-'}), last report {_ago(status.get('updated_at'))}")
+          f"{status.get('token') or '-'}), last report {cli_dumps.ago(status.get('updated_at'))}")
     for name in ("http", "checkpoint", "lag_bytes", "window", "windows", "active_request",
                  "events_emitted", "events_replayed"):
         print(f"  {name}: {status.get(name) or '-'}")
@@ -424,7 +244,7 @@ def _reset(config: Config, args: argparse.Namespace) -> int:
             "and changes in between are not captured. Repeat with --yes, then request "
             "`dblog dump --all`."
         )
-    state = _state(config)
+    state = cli_dumps.state_of(config)
     lease = state.lease()
     if lease and not args.force:
         raise RequestRejected(
@@ -433,7 +253,8 @@ def _reset(config: Config, args: argparse.Namespace) -> int:
             "back, and a standby would take over), or add --force"
         )
     status = state.status()
-    age = _age(status.get("updated_at", "0"))  # None: not a time, so maybe a moment ago
+    # None: not a time, so maybe a moment ago
+    age = cli_dumps.age_s(status.get("updated_at", "0"))
     if (age is None or age < 60) and not args.force:
         raise RequestRejected(
             f"a worker (pid {status.get('pid')} on {status.get('host')}) reported "
@@ -446,22 +267,6 @@ def _reset(config: Config, args: argparse.Namespace) -> int:
 
 
 # -- formatting -------------------------------------------------------------------
-
-
-def _ago(updated_at: str | None) -> str:
-    age = _age(updated_at)
-    return "at an unknown time" if age is None else f"{age:.1f} s ago"
-
-
-def _done_tables(request: DumpRequest, progress: dict[str, TableProgress]) -> str:
-    done = sum(1 for t in request.tables if (p := progress.get(t)) is not None and p.done)
-    return f"{done}/{len(request.tables)}"
-
-
-def _table(rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)
 
 
 if __name__ == "__main__":

@@ -513,13 +513,13 @@ def test_save_progress_with_no_tables_for_a_request(store: StateStore) -> None:
 
 def test_a_silent_worker_is_named_while_waiting(store: StateStore) -> None:
     """`dblog dump --wait` / `dblog wait` say when no worker takes the request."""
-    from dblog_worker.cli import WORKER_SILENT_S, _worker_silence
+    from dblog_worker.cli_dumps import WORKER_SILENT_S, worker_silence
 
-    assert _worker_silence(store) == "no worker of this source has ever reported"
+    assert worker_silence(store) == "no worker of this source has ever reported"
     store.publish_status({"pid": 1, "updated_at": time.time()})
-    assert _worker_silence(store) is None
+    assert worker_silence(store) is None
     store.publish_status({"pid": 1, "updated_at": time.time() - WORKER_SILENT_S - 1})
-    assert _worker_silence(store) == (
+    assert worker_silence(store) == (
         f"no worker of this source has reported for over {WORKER_SILENT_S} s")
     store.publish_status({"pid": 1, "updated_at": time.time() - 185})
-    assert _worker_silence(store) == "no worker of this source has reported for 3 min"
+    assert worker_silence(store) == "no worker of this source has reported for 3 min"
