@@ -12,10 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dblog_worker import kinds
 from dblog_worker.checks import integer, number
 from dblog_worker.errors import ConfigError
 
-DEFAULT_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
+
+def default_jars() -> tuple[str, ...]:
+    """Every kind's JDBC driver, where Debian installs it."""
+    return tuple(rules.jdbc_jar for rules in kinds.every_rules())
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,7 @@ class MergeConfig:
     """How ``dblog merge`` runs the Spark job."""
 
     master: str = "local[*]"
-    jars: tuple[str, ...] = DEFAULT_JARS
+    jars: tuple[str, ...] = field(default_factory=default_jars)
     batch_max_events: int = 5_000_000  # landed events per table and transaction
     tombstone_retention_h: float = 168.0
     spark_conf: Mapping[str, str] = field(default_factory=dict)
@@ -77,7 +81,7 @@ def merge_section(data: Mapping[str, Any]) -> MergeConfig:
     master = merge.get("master", "local[*]")
     if not isinstance(master, str) or not master:
         raise ConfigError('merge.master must be a Spark master URL such as "local[*]" or "yarn"')
-    jars = merge.get("jars", list(DEFAULT_JARS))
+    jars = merge.get("jars", list(default_jars()))
     if not isinstance(jars, list) or not all(isinstance(j, str) and j for j in jars):
         raise ConfigError("merge.jars must be a list of JDBC driver jar paths or URLs")
     spark_conf = merge.get("spark_conf", {})

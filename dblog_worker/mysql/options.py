@@ -33,6 +33,8 @@ class MySqlRules:
     checkpoint_form = ('a binlog checkpoint (like {"file": "mariadb-bin.000042", "pos": 4, '
                        '"gtid": ""})')
     checkpoint_hint = ""
+    jdbc_jar = "/usr/share/java/mariadb-java-client.jar"
+    jdbc_package = "libmariadb-java"
 
     def is_checkpoint(self, text: str) -> bool:
         try:

@@ -32,6 +32,8 @@ class PgRules:
     option_names = frozenset({"slot", "publication"})
     checkpoint_form = "a PostgreSQL LSN (like 0/16B3748)"
     checkpoint_hint = "for PostgreSQL the slot's confirmed_flush_lsn in pg_replication_slots"
+    jdbc_jar = "/usr/share/java/postgresql.jar"
+    jdbc_package = "libpostgresql-jdbc-java"
 
     def is_checkpoint(self, text: str) -> bool:
         return _LSN.fullmatch(text) is not None

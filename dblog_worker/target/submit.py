@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dblog_worker import kinds
 from dblog_worker.config import Config
 from dblog_worker.errors import ConfigError
 
@@ -103,8 +104,8 @@ def check_jars(config: Config) -> None:
     if missing:
         raise ConfigError(
             f"JDBC driver jar(s) not found: {', '.join(missing)}; on Debian install them with"
-            " `apt-get install libpostgresql-jdbc-java libmariadb-java`, or list other jars in"
-            " merge.jars"
+            f" `apt-get install {' '.join(r.jdbc_package for r in kinds.every_rules())}`, or"
+            " list other jars in merge.jars"
         )
 
 

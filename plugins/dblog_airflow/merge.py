@@ -32,7 +32,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook, as_tables
 from dblog_worker.config import Config
-from dblog_worker.config_sections import DEFAULT_JARS
+from dblog_worker.config_sections import default_jars
 from dblog_worker.target.submit import check_jars, job_path, merge_job, spark_submit
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class DblogMergeOperator(SparkSubmitOperator):
                  tables: str | Sequence[str] | None = None, **kwargs: Any) -> None:
         explicit = {name for name in ("jars", "spark_binary", "name") if name in kwargs}
         kwargs.setdefault("application", str(job_path()))
-        kwargs.setdefault("jars", ",".join(DEFAULT_JARS))
+        kwargs.setdefault("jars", ",".join(default_jars()))
         kwargs.setdefault("name", "dblog-merge")
         super().__init__(**kwargs)
         self._explicit = explicit  # what the DAG gave: the configuration does not override it

@@ -672,5 +672,5 @@ def test_the_dockerfile_agrees_with_pyproject_and_ci() -> None:
         assert installed == wanted, stage
         assert installed <= set(extras), stage
     assert '"apache-airflow==${AIRFLOW_VERSION}"' in pip_installs(stages["airflow"])
-    assert config_sections.DEFAULT_JARS == ("/usr/share/java/postgresql.jar",
+    assert config_sections.default_jars() == ("/usr/share/java/postgresql.jar",
                                           "/usr/share/java/mariadb-java-client.jar")
