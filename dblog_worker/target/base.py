@@ -1,4 +1,5 @@
-"""What every merge target does; :mod:`.postgres` and :mod:`.mysql` say it in SQL.
+"""What every merge target does; each kind's ``target.py`` (``pg/``, ``mysql/``) says it
+in its SQL.
 
 A target table holds the source table's columns plus ``_dblog_position``, the
 position of the event that wrote the row. Deleted keys are remembered in the
