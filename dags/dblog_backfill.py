@@ -74,11 +74,7 @@ with DAG(
     description="A scheduled dump of all or some tables at a gentle pace, then the merge",
     doc_md=__doc__,
     schedule=SCHEDULE,
-    start_date=datetime(2024, 1, 1),
-    catchup=False,
-    default_args=settings.default_args(),
-    max_active_runs=1,
-    tags=["dblog"],
+    **settings.dag_defaults(max_active_runs=1),
     params={
         "conn_id": params.conn_id_param(CONN_ID),
         "scope": params.scope_param(("all", "tables"),

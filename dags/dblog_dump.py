@@ -23,7 +23,7 @@ See docs/airflow.md.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Param, task
@@ -44,11 +44,7 @@ with DAG(
     description="Dump all tables, some tables or some primary keys; merge; verify",
     doc_md=__doc__,
     schedule=None,
-    start_date=datetime(2024, 1, 1),
-    catchup=False,
-    default_args=settings.default_args(),
-    max_active_runs=4,
-    tags=["dblog"],
+    **settings.dag_defaults(max_active_runs=4),
     params={
         "conn_id": params.conn_id_param(CONN_ID),
         "scope": params.scope_param(),

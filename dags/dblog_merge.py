@@ -13,7 +13,7 @@ Also: ``DBLOG_SPARK_CONN_ID`` (default ``spark_default``), the Spark master.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from airflow.sdk import DAG
 from dblog_airflow.merge import merge_operator
@@ -30,11 +30,8 @@ with DAG(
     description="The periodic Spark merge of the landing zone into the target tables",
     doc_md=__doc__,
     schedule=SCHEDULE,
-    start_date=datetime(2024, 1, 1),
-    catchup=False,
-    max_active_runs=1,
     dagrun_timeout=timedelta(hours=6),
-    tags=["dblog"],
+    **settings.dag_defaults(max_active_runs=1, retries=False),
 ) as dag:
     for conn_id in CONNECTIONS:
         merge_operator(

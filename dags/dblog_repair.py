@@ -24,7 +24,7 @@ Settings: ``DBLOG_CONN_ID``, ``DBLOG_CONFIG`` (the table pick list), ``DBLOG_SPA
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import DAG, task
@@ -47,11 +47,7 @@ with DAG(
     description="Verify a table, dump exactly the keys that differ, merge, verify again",
     doc_md=__doc__,
     schedule=None,
-    start_date=datetime(2024, 1, 1),
-    catchup=False,
-    default_args=settings.default_args(),
-    max_active_runs=1,
-    tags=["dblog"],
+    **settings.dag_defaults(max_active_runs=1),
     params={
         "conn_id": params.conn_id_param(CONN_ID),
         "table": params.table_param(TABLES),

@@ -28,7 +28,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 __all__ = [
@@ -74,6 +74,20 @@ def default_args(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         "retry_delay": timedelta(seconds=env_int("DBLOG_TASK_RETRY_DELAY_S", 30, 1, 3600,
                                                  environ)),
     }
+
+
+def dag_defaults(*, max_active_runs: int = 1, retries: bool = True) -> dict[str, Any]:
+    """What every dblog DAG shares: no catch-up, the ``dblog`` tag, a start in the past,
+    ``max_active_runs``, and (``retries``) :func:`default_args`."""
+    defaults: dict[str, Any] = {
+        "start_date": datetime(2024, 1, 1),
+        "catchup": False,
+        "max_active_runs": max_active_runs,
+        "tags": ["dblog"],
+    }
+    if retries:
+        defaults["default_args"] = default_args()
+    return defaults
 
 
 def conn_ids(name: str, default: str, environ: Mapping[str, str] | None = None) -> list[str]:
