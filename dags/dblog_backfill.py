@@ -39,10 +39,9 @@ from zoneinfo import ZoneInfo
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 from dblog_airflow.operators.dump import DblogDumpOperator
-from dblog_airflow.sensors.dump import DblogDumpSensor
 from dblog_dags import params, settings
 from dblog_dags.pace import BUSY_HOURS_PATTERN, DumpPaceSensor, Pace, parse_busy_hours
-from dblog_dags.tasks import merge_after_dump, verify_dumped
+from dblog_dags.tasks import merge_after_dump, verify_dumped, wait_for_dump
 
 from dblog_worker.requests import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_MS
 
@@ -116,13 +115,7 @@ with DAG(
         chunk_size="{{ params.chunk_size }}",
         delay_ms="{{ ti.xcom_pull(task_ids='check') }}",
     )
-    wait = DblogDumpSensor(
-        task_id="wait",
-        request_id="{{ ti.xcom_pull(task_ids='submit') }}",
-        dblog_conn_id="{{ params.conn_id }}",
-        poll_interval=POLL_INTERVAL_S,
-        timeout=timedelta(days=6).total_seconds(),
-    )
+    wait = wait_for_dump(POLL_INTERVAL_S, days=6)
     pace = DumpPaceSensor(
         task_id="pace",
         request_id="{{ ti.xcom_pull(task_ids='submit') }}",

@@ -23,15 +23,13 @@ See docs/airflow.md.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 from dblog_airflow.operators.dump import DblogDumpOperator
-from dblog_airflow.sensors.dump import DblogDumpSensor
 from dblog_dags import params, settings
-from dblog_dags.tasks import merge_after_dump, verify_dumped
+from dblog_dags.tasks import merge_after_dump, verify_dumped, wait_for_dump
 
 CONN_ID = settings.env_str("DBLOG_CONN_ID", "dblog_default")
 SPARK_CONN_ID = settings.env_str("DBLOG_SPARK_CONN_ID", "spark_default")
@@ -78,13 +76,7 @@ with DAG(
         chunk_size="{{ params.chunk_size }}",
         delay_ms="{{ params.delay_ms }}",
     )
-    wait = DblogDumpSensor(
-        task_id="wait",
-        request_id="{{ ti.xcom_pull(task_ids='submit') }}",
-        dblog_conn_id="{{ params.conn_id }}",
-        poll_interval=POLL_INTERVAL_S,
-        timeout=timedelta(days=3).total_seconds(),
-    )
+    wait = wait_for_dump(POLL_INTERVAL_S, days=3)
 
     @task.short_circuit
     def should_merge(**context: Any) -> bool:

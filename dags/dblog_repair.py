@@ -24,15 +24,13 @@ Settings: ``DBLOG_CONN_ID``, ``DBLOG_CONFIG`` (the table pick list), ``DBLOG_SPA
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import DAG, task
 from airflow.sdk.exceptions import AirflowFailException
 from dblog_airflow.operators.dump import DblogDumpOperator
-from dblog_airflow.sensors.dump import DblogDumpSensor
 from dblog_dags import params, settings
-from dblog_dags.tasks import merge_after_dump, verify_dumped
+from dblog_dags.tasks import merge_after_dump, verify_dumped, wait_for_dump
 
 CONN_ID = settings.env_str("DBLOG_CONN_ID", "dblog_default")
 SPARK_CONN_ID = settings.env_str("DBLOG_SPARK_CONN_ID", "spark_default")
@@ -83,13 +81,7 @@ with DAG(
         chunk_size="{{ params.chunk_size }}",
         delay_ms="{{ params.delay_ms }}",
     )
-    wait = DblogDumpSensor(
-        task_id="wait",
-        request_id="{{ ti.xcom_pull(task_ids='submit') }}",
-        dblog_conn_id="{{ params.conn_id }}",
-        poll_interval=POLL_INTERVAL_S,
-        timeout=timedelta(days=1).total_seconds(),
-    )
+    wait = wait_for_dump(POLL_INTERVAL_S, days=1)
     merge = merge_after_dump(SPARK_CONN_ID, tables=["{{ params.table }}"])
 
     @task

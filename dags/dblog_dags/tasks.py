@@ -1,4 +1,5 @@
-"""Tasks that several DAGs run the same way: the merge after a dump, and its verify."""
+"""Tasks that several DAGs run the same way: waiting for the dump, the merge after it,
+and its verify."""
 
 from __future__ import annotations
 
@@ -10,8 +11,20 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import task
 from airflow.sdk.exceptions import AirflowSkipException
 from dblog_airflow.merge import merge_operator
+from dblog_airflow.sensors.dump import DblogDumpSensor
 
-__all__ = ["merge_after_dump", "verify_dumped"]
+__all__ = ["merge_after_dump", "verify_dumped", "wait_for_dump"]
+
+
+def wait_for_dump(poll_interval_s: int, days: int) -> DblogDumpSensor:
+    """Wait until the request the ``submit`` task queued ends (at most ``days`` days)."""
+    return DblogDumpSensor(
+        task_id="wait",
+        request_id="{{ ti.xcom_pull(task_ids='submit') }}",
+        dblog_conn_id="{{ params.conn_id }}",
+        poll_interval=poll_interval_s,
+        timeout=timedelta(days=days).total_seconds(),
+    )
 
 
 def merge_after_dump(spark_conn_id: str,
