@@ -45,7 +45,7 @@ import pymysql
 import redis
 
 from dblog_worker.landing.parquet import LandingZone
-from dblog_worker.mysql.binlog import BinlogCheckpoint, file_number
+from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.mysql.options import url_args as mysql_url_args
 from dblog_worker.pg.pgoutput import parse_lsn
 from tests.services import MariaDBServer, PostgresServer, RedisServer, find_pg_bindir

@@ -42,8 +42,8 @@ import psycopg  # noqa: E402
 import pymysql  # noqa: E402
 
 from dblog_worker.landing.parquet import LandingZone, read_events  # noqa: E402
-from dblog_worker.mysql.binlog import BinlogCheckpoint, file_number  # noqa: E402
 from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL  # noqa: E402
+from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number  # noqa: E402
 from dblog_worker.mysql.columns import (  # noqa: E402
     COLUMNS_SQL,
     column_from_information_schema,

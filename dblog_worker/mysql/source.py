@@ -32,14 +32,9 @@ from dblog_worker.errors import (
 )
 from dblog_worker.events import Checkpoint, Encoded, LogItem
 from dblog_worker.mysql import catalog
-from dblog_worker.mysql.binlog import (
-    BinlogCheckpoint,
-    BinlogReader,
-    BinlogTranslator,
-    TableView,
-    file_number,
-)
+from dblog_worker.mysql.binlog import BinlogReader, BinlogTranslator, TableView
 from dblog_worker.mysql.catalog import TableShape, qualified
+from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.mysql.columns import (
     COLUMNS_SQL,
     MyColumn,

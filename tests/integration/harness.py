@@ -24,8 +24,8 @@ import pytest
 import redis
 
 from dblog_worker.landing.parquet import LandingZone, read_events
-from dblog_worker.mysql.binlog import BinlogCheckpoint, file_number
 from dblog_worker.mysql.catalog import ident as my_ident
+from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.pg.pgoutput import parse_lsn
 from dblog_worker.pg.queries import ident as pg_ident
 from dblog_worker.state import StateStore

@@ -17,7 +17,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from dblog_worker.mysql.binlog import BinlogCheckpoint
+from dblog_worker.mysql.checkpoint import BinlogCheckpoint
 from tests.integration.harness import (
     SOURCE,
     Backend,

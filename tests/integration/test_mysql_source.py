@@ -16,7 +16,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from dblog_worker.mysql.binlog import BinlogCheckpoint
+from dblog_worker.mysql.checkpoint import BinlogCheckpoint
 from dblog_worker.state import StateStore
 from tests.integration.harness import (
     SOURCE,

@@ -19,7 +19,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from dblog_worker.mysql.binlog import BinlogCheckpoint, file_number
+from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from tests.integration.harness import (
     SOURCE,
     Backend,

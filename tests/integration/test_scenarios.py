@@ -32,7 +32,7 @@ from dblog_worker.config import Config
 from dblog_worker.dialect import open_source
 from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin
 from dblog_worker.landing.parquet import LandingZone
-from dblog_worker.mysql.binlog import BinlogCheckpoint
+from dblog_worker.mysql.checkpoint import BinlogCheckpoint
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 from dblog_worker.source import Chunk, KeysChunk, Problem, SchemaVersion, Source
