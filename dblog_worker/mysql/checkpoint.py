@@ -5,7 +5,7 @@ events of a prepared XA transaction lie.
 file and position, with the GTID state there and whose log it is. ``file_number`` turns a
 binlog file name into the major part of a :class:`~dblog_worker.position.Position`.
 ``PreparedXa`` and ``XaCommit`` are the translator's records of XA transactions
-(:mod:`dblog_worker.mysql.binlog`): where a prepared group lies, read again at its commit.
+(:mod:`dblog_worker.mysql.translate`): where a prepared group lies, read again at its commit.
 """
 
 from __future__ import annotations

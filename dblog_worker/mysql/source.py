@@ -32,7 +32,7 @@ from dblog_worker.errors import (
 )
 from dblog_worker.events import Checkpoint, Encoded, LogItem
 from dblog_worker.mysql import catalog
-from dblog_worker.mysql.binlog import BinlogReader, BinlogTranslator, TableView
+from dblog_worker.mysql.binlog import BinlogReader
 from dblog_worker.mysql.catalog import TableShape, qualified
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.mysql.columns import (
@@ -45,6 +45,7 @@ from dblog_worker.mysql.columns import (
 )
 from dblog_worker.mysql.options import server_id, url_args
 from dblog_worker.mysql.session import dump_connection_options
+from dblog_worker.mysql.translate import BinlogTranslator, TableView
 from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
 from dblog_worker.position import Position

@@ -11,8 +11,8 @@ import pytest
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
 
 from dblog_worker.events import Checkpoint, LogItem
-from dblog_worker.mysql.binlog import BinlogTranslator
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint
+from dblog_worker.mysql.translate import BinlogTranslator
 
 SID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 OTHER = "b9b4712a-df64-11e3-b391-60672090eb04"

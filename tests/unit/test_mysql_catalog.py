@@ -6,9 +6,9 @@ import pytest
 
 from dblog_worker.errors import ProtocolError
 from dblog_worker.mysql import catalog
-from dblog_worker.mysql.binlog import truncated_table
 from dblog_worker.mysql.catalog import TableShape
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
+from dblog_worker.mysql.translate import truncated_table
 from dblog_worker.position import Position
 
 ONE = TableShape("shop.orders", ("id", "note"), ("id",))

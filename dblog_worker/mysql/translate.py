@@ -1,0 +1,395 @@
+"""Binlog events of MySQL or MariaDB translated into log items, in log order: the pure
+part of the binary log reader (:mod:`dblog_worker.mysql.binlog`).
+
+* A row of a captured table becomes a :class:`ChangeEvent` at position (binlog file
+  number, end position of its rows event, twice the index of the row in the event). An
+  update that changes the primary key becomes a delete of the old key and, at the
+  next position (twice the index, plus one), a create of the new one.
+* A row written to ``dblog.watermark`` with this source's name becomes a
+  :class:`Watermark` (the worker's low and high watermarks, and its heartbeats).
+* ``TRUNCATE`` of a captured table becomes a truncate event.
+* The end of a transaction (``XID``, ``COMMIT``, or a statement logged on its own,
+  such as DDL) becomes a :class:`Checkpoint` that carries where to resume: a
+  transaction is never half-checkpointed.
+* An XA transaction's rows, logged at ``XA PREPARE``, become change events only at its
+  ``XA COMMIT``, at positions of that event (file number, its position, twice the row's
+  index in the transaction): the reader reads the prepared group again then, so memory
+  holds no prepared transaction. Until then no checkpoint resumes after the group's
+  start. After ``XA ROLLBACK`` nothing of it is emitted.
+* An event the reader cannot decode but that carries changes (compressed, partial JSON)
+  stops the worker: the setting that writes it loses changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from pymysqlreplication.event import (
+    GtidEvent,
+    MariadbGtidEvent,
+    NotImplementedEvent,
+    QueryEvent,
+    RotateEvent,
+    XAPrepareEvent,
+    XidEvent,
+)
+from pymysqlreplication.gtid import Gtid, GtidSet
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    PartialUpdateRowsEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
+
+from dblog_worker.errors import ConfigError, ProtocolError
+from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin, Watermark
+from dblog_worker.mysql.checkpoint import (
+    BinlogCheckpoint,
+    PreparedXa,
+    XaCommit,
+    Xid,
+    file_number,
+    gtids_by_domain,
+    xid_text,
+)
+from dblog_worker.position import Position
+from dblog_worker.tables import WATERMARK_SCHEMA
+
+__all__ = [
+    "WATERMARK_TABLE",
+    "BinlogTranslator",
+    "Describe",
+    "RowEncoder",
+    "TableView",
+    "truncated_table",
+]
+
+log = logging.getLogger(__name__)
+
+WATERMARK_TABLE = "watermark"
+_FL_STANDALONE = 1  # MariaDB GTID flag: the group is one statement, no XID follows
+_FL_PREPARED_XA = 64  # MariaDB GTID flag: an XA transaction's group, up to XA PREPARE
+# Events that carry changes mysql-replication cannot decode, by type: the setting that
+# makes the server write them (catalog.REFUSED_SETTINGS).
+_UNREADABLE = {
+    39: "binlog_row_value_options=PARTIAL_JSON",  # MySQL PARTIAL_UPDATE_ROWS_EVENT
+    40: "binlog_transaction_compression",  # MySQL TRANSACTION_PAYLOAD_EVENT
+    **dict.fromkeys(range(165, 172), "log_bin_compress"),  # MariaDB's compressed events
+}
+_XA_RESOLVED = re.compile(
+    r"\s*XA\s+(COMMIT|ROLLBACK)\s+X'([0-9A-F]*)'\s*,\s*X'([0-9A-F]*)'\s*,\s*(\d+)",
+    re.IGNORECASE,
+)
+
+
+def _text(value: str | bytes) -> str:
+    return value if isinstance(value, str) else bytes(value).decode()
+
+
+class RowEncoder(Protocol):
+    """What the translator needs of a table's codec for rows decoded from the binlog."""
+
+    def key_row_from_binlog(
+        self, values: Mapping[str, object], none_sources: Mapping[str, str] | None = None
+    ) -> tuple[str, str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TableView:
+    """A captured table as its rows event describes it: codec and schema version."""
+
+    table: str
+    codec: RowEncoder
+    schema_version: int
+
+
+Describe = Callable[[str, Any], TableView]  # (database.table, rows event) → view
+
+
+_TRUNCATE = re.compile(
+    r"\s*TRUNCATE\s+(?:TABLE\s+)?(?:(`(?:[^`]|``)+`|\w+)\s*\.\s*)?(`(?:[^`]|``)+`|\w+)\s*;?\s*$",
+    re.IGNORECASE,
+)
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+
+
+def truncated_table(query: str, schema: str) -> str | None:
+    """The ``database.table`` a TRUNCATE statement empties, or None for other statements."""
+    match = _TRUNCATE.match(query)
+    if match is None:
+        return None
+    database = _unquote(match.group(1)) if match.group(1) else schema
+    return f"{database}.{_unquote(match.group(2))}" if database else None
+
+
+class BinlogTranslator:
+    """Binlog events → log items, for the captured tables and this source's watermarks.
+
+    An XA transaction's rows are logged at XA PREPARE and commit (or not) at a later XA
+    COMMIT (XA ROLLBACK): the translator keeps where each prepared group lies, emits
+    nothing of it, and at its XA COMMIT sets :attr:`committing` for the reader, which
+    reads the group again through :meth:`read_again` and ends with :meth:`committed`.
+    """
+
+    def __init__(self, source: str, tables: Iterable[str], describe: Describe,
+                 start: BinlogCheckpoint) -> None:
+        self.source = source
+        self.tables = frozenset(tables)
+        self._describe = describe
+        self._views: dict[tuple[str, int], TableView] = {}
+        self._versions: dict[str, int] = {}  # the last schema version seen per table
+        self.file = start.file
+        self.server = start.server
+        self._gtids = {} if start.mysql_gtid_set else gtids_by_domain(start.gtid)
+        # MySQL: the executed set, grown by each committed GTID. Only when it started from
+        # the server's whole set: a set grown from nothing would claim too little.
+        self._gtid_set = GtidSet(start.gtid) if start.mysql_gtid_set else None
+        self._pending_gtid: tuple[int, str] | None = None
+        self.in_transaction = False
+        self._standalone = False
+        self._boundary = start  # the last end of a transaction read
+        self._xa: PreparedXa | None = None  # the XA transaction's group being read
+        self._prepared: dict[Xid, PreparedXa] = {}  # waiting for XA COMMIT, oldest first
+        self.committing: XaCommit | None = None
+
+    @property
+    def gtid(self) -> str:
+        if self._gtid_set is not None:
+            return str(self._gtid_set)
+        return ",".join(self._gtids[d] for d in sorted(self._gtids))
+
+    def translate(self, event: Any, out: list[LogItem]) -> None:
+        kind = type(event)
+        if kind in (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent):
+            self._rows(event, out)
+        elif kind is XidEvent:
+            self._commit(event.packet.log_pos, out)
+        elif kind is MariadbGtidEvent:
+            self._pending_gtid = (event.domain_id, event.gtid)
+            self._standalone = bool(event.flags & _FL_STANDALONE)
+            self.in_transaction = not self._standalone
+            if event.flags & _FL_PREPARED_XA:
+                self._begin_xa(event)
+        elif kind is GtidEvent:
+            if self._gtid_set is not None:
+                self._pending_gtid = (0, str(event.gtid))
+        elif kind is QueryEvent:
+            self._query(event, out)
+        elif kind is XAPrepareEvent:
+            self._xa_prepared(event, out)
+        elif kind is RotateEvent:
+            self.file = event.next_binlog
+        elif kind is NotImplementedEvent or kind is PartialUpdateRowsEvent:
+            self._unreadable(event)
+
+    def _query(self, event: Any, out: list[LogItem]) -> None:
+        query = _text(event.query)
+        statement = query.strip().upper()
+        if statement == "BEGIN":
+            self.in_transaction = True
+            return
+        if statement.startswith("XA "):
+            self._xa_statement(event, query, out)
+            return
+        if statement != "COMMIT":
+            # DDL, perhaps of a captured table. The row events after it describe the table
+            # anew, but a view is found by column names and types only: a new DECIMAL
+            # scale, fraction digits, BINARY length or ENUM/SET members keep both, and
+            # the old codec would write the values wrong (a scale of 2 rounds 1.2345).
+            self._views.clear()
+        schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
+        table = truncated_table(query, schema or "")
+        if table is not None and table in self.tables:
+            position = Position(file_number(self.file), event.packet.log_pos)
+            out.append(ChangeEvent(table, Op.TRUNCATE, position, None, None, None, Origin.LOG,
+                                   event.timestamp * 1_000_000, self._versions.get(table, 0)))
+        if statement == "COMMIT" or not self.in_transaction:
+            self._commit(event.packet.log_pos, out)
+
+    def _commit(self, pos: int, out: list[LogItem]) -> None:
+        """The end of a transaction at ``pos``: a checkpoint, which resumes no later than
+        the oldest prepared XA transaction (a restart must read its rows again)."""
+        self.in_transaction = False
+        if self._pending_gtid is not None:
+            domain, gtid = self._pending_gtid
+            if self._gtid_set is not None:
+                self._gtid_set.merge_gtid(Gtid(gtid))
+            else:
+                self._gtids[domain] = gtid
+            self._pending_gtid = None
+        self._boundary = BinlogCheckpoint(self.file, pos, self.gtid, self.server)
+        resume = next(iter(self._prepared.values())).resume if self._prepared else self._boundary
+        out.append(Checkpoint(Position(file_number(self.file), pos), resume.encode()))
+
+    # -- XA transactions ------------------------------------------------------
+
+    def _begin_xa(self, event: Any) -> None:
+        """MariaDB's GTID event of an XA group, or MySQL's ``XA START`` that opens one."""
+        start = event.packet.log_pos - event.packet.event_size
+        self._xa = PreparedXa(self.file, start, 0, self._boundary)
+        self.in_transaction = True
+
+    def _xa_statement(self, event: Any, query: str, out: list[LogItem]) -> None:
+        """``XA START`` (MySQL) opens a group; ``XA END`` is inside it; ``XA COMMIT`` and
+        ``XA ROLLBACK`` of a prepared transaction are each a group of their own."""
+        if query.split(None, 2)[1].upper() == "START":
+            self._begin_xa(event)
+            return
+        resolved = _XA_RESOLVED.match(query)
+        if resolved is None:
+            return
+        xid = (int(resolved[4]), bytes.fromhex(resolved[2]), bytes.fromhex(resolved[3]))
+        prepared = self._prepared.pop(xid, None)
+        pos = event.packet.log_pos
+        if resolved[1].upper() == "COMMIT":
+            if prepared is None:
+                log.warning(
+                    "XA transaction %s was committed at %s:%d, but it was prepared before "
+                    "the position capture started from: if it changed captured tables, "
+                    "those changes are not in the output; dump them (dblog dump --table ...)",
+                    xid_text(xid), self.file, pos)
+            elif prepared.captured:
+                self.committing = XaCommit(xid, prepared, Position(file_number(self.file), pos),
+                                           event.timestamp * 1_000_000)
+                return
+        self._commit(pos, out)
+
+    def _xa_prepared(self, event: Any, out: list[LogItem]) -> None:
+        """The end of an XA group: prepared, or (MySQL's XA COMMIT … ONE PHASE) committed."""
+        pos = event.packet.log_pos
+        xid = (event.xid_format_id, bytes(event.xid_gtrid), bytes(event.xid_bqual))
+        group, self._xa = self._xa, None
+        if group is not None:
+            group = replace(group, end=pos)
+            if not event.one_phase:
+                self._prepared[xid] = group
+            elif group.captured:
+                self.committing = XaCommit(xid, group, Position(file_number(self.file), pos),
+                                           event.timestamp * 1_000_000)
+                return
+        self._commit(pos, out)
+
+    def read_again(self, event: Any, out: list[LogItem]) -> None:
+        """An event of :attr:`committing`'s group, read again at its commit: its rows of
+        captured tables become events at the commit's positions."""
+        commit = self.committing
+        assert commit is not None
+        kind = type(event)
+        start = event.packet.log_pos - event.packet.event_size
+        if not commit.opened:
+            commit.opened = start == commit.prepared.start and (
+                (kind is MariadbGtidEvent and bool(event.flags & _FL_PREPARED_XA))
+                or (kind is QueryEvent and _text(event.query).strip().upper().startswith(
+                    "XA START")))
+            if not commit.opened:
+                raise self._not_found(commit)
+        elif kind is XAPrepareEvent:
+            xid = (event.xid_format_id, bytes(event.xid_gtrid), bytes(event.xid_bqual))
+            commit.complete = xid == commit.xid and event.packet.log_pos == commit.prepared.end
+        elif kind in (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent):
+            table = f"{event.schema}.{event.table}"
+            if table in self.tables:
+                commit.rows += self._changes(table, event, commit.position, commit.rows,
+                                             commit.commit_ts_us, out)
+
+    def committed(self, out: list[LogItem]) -> None:
+        """The group of :attr:`committing` is read again: the checkpoint of its commit."""
+        commit, self.committing = self.committing, None
+        assert commit is not None
+        if not commit.complete:
+            raise self._not_found(commit)
+        self._commit(commit.position.minor, out)
+
+    def _not_found(self, commit: XaCommit) -> ProtocolError:
+        prepared = commit.prepared
+        return ProtocolError(
+            f"XA transaction {xid_text(commit.xid)} was committed at {self.file}:"
+            f"{commit.position.minor}, but its prepared changes are not at {prepared.file}:"
+            f"{prepared.start}-{prepared.end} any more (the binary log was replaced?): they "
+            "cannot be captured. Run `dblog reset --yes --config <file>`, start the worker, "
+            "then `dblog dump --all` to bring the output back in sync")
+
+    def _unreadable(self, event: Any) -> None:
+        setting = _UNREADABLE.get(event.packet.event_type)
+        if setting is not None:
+            raise ConfigError(
+                f"the binary log holds an event the worker cannot read at {self.file}:"
+                f"{event.packet.log_pos} (type {event.packet.event_type}, written because "
+                f"{setting} is on): its changes would be lost. Turn {setting} off (`dblog "
+                "preflight` prints how); as the binary log keeps such events, then run `dblog "
+                "reset --yes --config <file>`, start the worker, and `dblog dump --all`")
+
+    # -- rows -----------------------------------------------------------------
+
+    def _rows(self, event: Any, out: list[LogItem]) -> None:
+        table = f"{event.schema}.{event.table}"
+        if self._xa is not None:  # emitted at its XA COMMIT, if that comes
+            if table in self.tables and not self._xa.captured:
+                self._xa = replace(self._xa, captured=True)
+            return
+        position = Position(file_number(self.file), event.packet.log_pos)
+        ts = event.timestamp * 1_000_000
+        if table not in self.tables:
+            if event.schema == WATERMARK_SCHEMA and event.table == WATERMARK_TABLE:
+                self._watermarks(event, position.major, position.minor, ts, out)
+            return
+        self._changes(table, event, position, 0, ts, out)
+
+    def _changes(self, table: str, event: Any, at: Position, first: int, ts: int,
+                 out: list[LogItem]) -> int:
+        """The rows of a rows event as change events: row ``i`` at (``at``'s file number
+        and event position, twice (``first`` + i)), a key change's create at the next one.
+        Returns how many rows the event has."""
+        view = self._view(table, event)
+        version = view.schema_version
+        key_row = view.codec.key_row_from_binlog
+        kind = type(event)
+        major, minor = at.major, at.minor
+        rows = event.rows
+        for index, row in enumerate(rows, first):
+            position = Position(major, minor, 2 * index)
+            if kind is WriteRowsEvent:
+                key, after = key_row(row["values"], row.get("none_sources"))
+                out.append(ChangeEvent(table, Op.CREATE, position, key, after, None,
+                                       Origin.LOG, ts, version))
+            elif kind is DeleteRowsEvent:
+                key, before = key_row(row["values"], row.get("none_sources"))
+                out.append(ChangeEvent(table, Op.DELETE, position, key, None, before,
+                                       Origin.LOG, ts, version))
+            else:
+                old_key, before = key_row(row["before_values"], row.get("before_none_sources"))
+                new_key, after = key_row(row["after_values"], row.get("after_none_sources"))
+                if old_key == new_key:
+                    out.append(ChangeEvent(table, Op.UPDATE, position, new_key, after, before,
+                                           Origin.LOG, ts, version))
+                else:  # a key change: the old key is gone, the new one is created
+                    out.append(ChangeEvent(table, Op.DELETE, position, old_key, None, before,
+                                           Origin.LOG, ts, version))
+                    out.append(ChangeEvent(table, Op.CREATE, Position(major, minor, 2 * index + 1),
+                                           new_key, after, None, Origin.LOG, ts, version))
+        return len(rows)
+
+    def _view(self, table: str, event: Any) -> TableView:
+        signature = (table, hash(tuple((c.name, c.type) for c in event.columns)))
+        view = self._views.get(signature)
+        if view is None:
+            view = self._views[signature] = self._describe(table, event)
+        self._versions[table] = view.schema_version
+        return view
+
+    def _watermarks(self, event: Any, major: int, minor: int, ts: int,
+                    out: list[LogItem]) -> None:
+        if type(event) is DeleteRowsEvent:
+            return
+        for index, row in enumerate(event.rows):
+            values = row["values"] if type(event) is WriteRowsEvent else row["after_values"]
+            if values.get("source") == self.source:
+                out.append(Watermark(str(values.get("value")),
+                                     Position(major, minor, 2 * index), ts))
