@@ -5,44 +5,31 @@ PyMySQL connection in autocommit for everything else -- watermark writes, the
 catalog, and chunk SELECTs, each a single statement: non-stale reads, no locks, no
 ``FLUSH TABLES``, no ``LOCK TABLES``. The MySQL server keeps no replication state
 for us (no slot): the checkpoint in Redis is the whole of it.
+
+The captured tables and the chunk and key reads are :class:`chunks.CapturedTables`'s;
+:class:`MySqlSource` keeps setup, the log and the watermarks, and hands those reads on.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import pyarrow as pa
 import pymysql
 
 from dblog_worker.config import SourceConfig
-from dblog_worker.errors import (
-    ChunkStale,
-    ConfigError,
-    DumpFailed,
-    LogGone,
-    RequestRejected,
-    SourceUnavailable,
-)
-from dblog_worker.events import Checkpoint, Encoded, LogItem
+from dblog_worker.errors import ConfigError, LogGone, SourceUnavailable
+from dblog_worker.events import Checkpoint, LogItem
 from dblog_worker.mysql import catalog
 from dblog_worker.mysql.binlog import BinlogReader
-from dblog_worker.mysql.catalog import TableShape, qualified
+from dblog_worker.mysql.catalog import qualified
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
-from dblog_worker.mysql.columns import (
-    COLUMNS_SQL,
-    MyColumn,
-    column_from_binlog,
-    column_from_information_schema,
-    schema_document,
-    select_list,
-)
+from dblog_worker.mysql.chunks import DENIED, CapturedTables, connection_errors
+from dblog_worker.mysql.columns import column_from_binlog, schema_document
 from dblog_worker.mysql.options import server_id, url_args
 from dblog_worker.mysql.session import dump_connection_options
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
@@ -51,74 +38,14 @@ from dblog_worker.names import split_table
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 from dblog_worker.source import Chunk, KeysChunk, Problem, SchemaVersion
-from dblog_worker.tables import HEARTBEAT, TableCache
+from dblog_worker.tables import HEARTBEAT
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 
 log = logging.getLogger(__name__)
 
-# Errors that mean the server is gone or restarting: the session retries.
-_CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
-_NO_TABLE, _NO_COLUMN, _DENIED = 1146, 1054, (1044, 1142, 1143, 1227)
-_PARSE_ERROR = 1064
-# The connection is gone (server gone away, lost, refused, shut down, killed, too many
-# connections): a chunk SELECT failing so is retried by a new session; any other error
-# is the statement's (a timeout, a KILL QUERY, ...) and fails the dump.
-_LOST = frozenset({1040, 1053, 1927, 2002, 2003, 2006, 2013, 2014, 2055, 4031})
-_LOCK_WAIT = 1205  # lock_wait_timeout (a DDL statement's metadata lock) or a row lock
+_PARSE_ERROR = 1064  # SHOW BINARY LOG STATUS on MariaDB or MySQL before 8.2
 # The longest the loop waits for a lock (s): the chunk is read again later, the log goes on.
 LOCK_WAIT_S = 1
-Described = tuple[tuple[str, int, int, int], ...]  # (name, type code, length, decimals)
-
-
-@contextmanager
-def _connection_errors(what: str) -> Iterator[None]:
-    try:
-        yield
-    except _CONNECTION_ERRORS as exc:
-        code = exc.args[0] if exc.args else None
-        if code in _DENIED or code in (_NO_TABLE, _NO_COLUMN):
-            raise
-        raise SourceUnavailable(f"{what}: the source database is unreachable: {exc}") from exc
-
-
-class _Table:
-    """A captured table as information_schema describes it now, and as ``SELECT *``
-    describes it (``described``: what a later look must find for a chunk to be current)."""
-
-    __slots__ = ("codec", "columns", "described", "key_positions", "shape", "version")
-
-    def __init__(self, shape: TableShape, columns: Sequence[MyColumn], codec: MyRowCodec,
-                 version: int, described: Described) -> None:
-        self.shape = shape
-        self.columns = tuple(columns)
-        self.codec = codec
-        self.version = version
-        self.described = described
-        self.key_positions = tuple(shape.columns.index(k) for k in shape.key)
-
-
-def _key_params(table: str, captured: _Table, key: KeyTexts) -> list[object]:
-    """A key's parameters; a key the table's key columns cannot hold (they changed since
-    the dump began or was requested) fails the dump."""
-    try:
-        return captured.codec.key_params(key)
-    except ValueError as exc:
-        raise DumpFailed(
-            f"key {list(key)} does not fit the primary key of {table} any more ({exc}): its "
-            "columns changed since the dump began; request a new dump"
-        ) from None
-
-
-def _description(cursor: Any) -> Described:
-    return tuple((str(d[0]), int(d[1]), int(d[3] or 0), int(d[5] or 0))
-                 for d in cursor.description or ())
-
-
-def _encode_rows(codec: MyRowCodec, rows: Sequence[Sequence[Any]]) -> Encoded:
-    key_row = codec.key_row_from_dump
-    pairs = [key_row(r) for r in rows]
-    return (pa.array([k for k, _ in pairs], pa.string()),
-            pa.array([r for _, r in pairs], pa.string()))
 
 
 def _other_server(start: BinlogCheckpoint, here: BinlogCheckpoint) -> str:
@@ -150,7 +77,8 @@ class MySqlSource:
         self._versions_lock = threading.Lock()
         self._args = url_args(config.dsn)
         self._conn: pymysql.connections.Connection[Any] | None = None
-        self.captured = TableCache(config.name, config.tables, self._load)
+        self.captured = CapturedTables(config.name, config.tables, lambda: self.conn,
+                                       self._schema_version)
         self._reader: BinlogReader | None = None
         self._is_mariadb = False
         self._server = ""  # which server: "server_id=1" (MariaDB), "server_uuid=…" (MySQL)
@@ -163,7 +91,7 @@ class MySqlSource:
             return self._registry(table, schema)
 
     def connect(self) -> None:
-        with _connection_errors("connecting"):
+        with connection_errors("connecting"):
             self._conn = pymysql.connect(**self._args, **dump_connection_options(),
                                          autocommit=True, connect_timeout=10)
         self._rows("SET SESSION lock_wait_timeout = %s, innodb_lock_wait_timeout = %s",
@@ -180,7 +108,7 @@ class MySqlSource:
         return self._conn
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with _connection_errors("querying"), self.conn.cursor() as cursor:
+        with connection_errors("querying"), self.conn.cursor() as cursor:
             cursor.execute(sql, params)
             return list(cursor.fetchall())
 
@@ -267,13 +195,13 @@ class MySqlSource:
             self._rows(f"INSERT IGNORE INTO `{SCHEMA}`.`watermark` (source, value, written_at) "
                        "VALUES (%s, '', UTC_TIMESTAMP(6))", (self.name,))
         except pymysql.MySQLError as exc:
-            if exc.args and exc.args[0] in _DENIED:
+            if exc.args and exc.args[0] in DENIED:
                 raise ConfigError(
                     f"the worker may not set up capture on the source: {exc}; "
                     "run `dblog preflight` for the grants it needs") from exc
             raise
         for table in self.config.tables:
-            self._load(table)
+            self.captured.load(table)
         return self._current().encode()
 
     def _schema_exists(self) -> bool:
@@ -370,9 +298,9 @@ class MySqlSource:
         key_columns = [key] if isinstance(key, str) else list(key or ())
         if not key_columns:
             raise SourceUnavailable(f"the binary log carries no primary key of {table}")
-        known = self.captured.known(table)
-        if known is not None and set(known.shape.key) == set(key_columns):
-            key_columns = list(known.shape.key)
+        known = self.captured.known_key(table)
+        if known is not None and set(known) == set(key_columns):
+            key_columns = list(known)
         version = self._schema_version(table, schema_document(columns, key_columns))
         return TableView(table, MyRowCodec(columns, key_columns), version)
 
@@ -380,7 +308,7 @@ class MySqlSource:
 
     def write_watermark(self, token: str) -> None:
         """Write a watermark; returns once it is committed (an upsert: a lost row comes back)."""
-        with _connection_errors("writing a watermark"), self.conn.cursor() as cursor:
+        with connection_errors("writing a watermark"), self.conn.cursor() as cursor:
             cursor.execute(catalog.WATERMARK_UPSERT, (self.name, token))
 
     def heartbeat(self) -> None:
@@ -388,126 +316,25 @@ class MySqlSource:
 
     # -- chunks ---------------------------------------------------------------
 
-    def _load(self, table: str) -> _Table:
-        """The table's columns from information_schema, between two looks at what
-        ``SELECT *`` reads: equal looks mean no DDL came in between."""
-        database, name = split_table(table)
-        for _ in range(3):
-            before = self._describe_table(table)
-            rows = self._rows(COLUMNS_SQL, (database, name))
-            key = tuple(str(r[0]) for r in self._rows(catalog.KEY_COLUMNS_SQL, (database, name)))
-            if not rows or not key:
-                raise DumpFailed(f"table {table} " + ("does not exist any more" if not rows
-                                                      else "has no primary key"))
-            if self._describe_table(table) == before:
-                break
-        else:
-            raise ChunkStale(f"the columns of {table} keep changing; reading them again later")
-        columns = [column_from_information_schema(r) for r in rows]
-        shape = TableShape(table, tuple(c.name for c in columns), key,
-                           select_list(columns), select_list(columns, "t"))
-        version = self._schema_version(table, schema_document(columns, list(key)))
-        loaded = _Table(shape, columns, MyRowCodec(columns, list(key)), version, before)
-        self.captured.put(table, loaded)
-        return loaded
-
-    def _describe_table(self, table: str) -> Described:
-        """What ``SELECT *`` reads of ``table`` now: names, types, lengths, decimals."""
-        try:
-            with self.conn.cursor() as cursor:
-                cursor.execute(f"SELECT * FROM {catalog.ident(split_table(table)[0])}."
-                               f"{catalog.ident(split_table(table)[1])} LIMIT 0", ())
-                return _description(cursor)
-        except pymysql.MySQLError as exc:
-            raise self._read_error(table, exc) from exc
-
-    def _check_current(self, table: str, captured: _Table) -> None:
-        """After a chunk SELECT: the table's columns are still those it was read with (a
-        DDL statement since the catalog was read makes the chunk stale)."""
-        if self._describe_table(table) != captured.described:
-            self._load(table)
-            raise ChunkStale(f"the columns of {table} changed since the worker read them: "
-                             "the chunk is read again with the new columns")
-
     def refresh(self, table: str) -> None:
         self.captured.refresh(table)
 
     def key_arity(self, table: str) -> int:
-        return len(self.captured.get(table).shape.key)
+        return self.captured.key_arity(table)
 
     def upper_bound(self, table: str) -> KeyTexts | None:
-        captured = self.captured.get(table)
-        rows = self._select(table, catalog.upper_bound_sql(captured.shape), ())
-        return None if not rows else captured.codec.key_texts_from_dump(rows[0])
+        return self.captured.upper_bound(table)
 
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
                    limit: int) -> Chunk:
-        captured = self.captured.get(table)
-        params_of = functools.partial(_key_params, table, captured)
-        params = [] if after is None else catalog.after_params(params_of(after))
-        params += catalog.at_most_params(params_of(upper))
-        sql = catalog.chunk_sql(captured.shape, first=after is None)
-        rows = self._select(table, sql, [*params, limit])
-        self._check_current(table, captured)
-        last = None if not rows else captured.codec.key_texts_from_dump(rows[-1])
-        return Chunk(len(rows), last, captured.version,
-                     functools.partial(_encode_rows, captured.codec, rows))
+        return self.captured.read_chunk(table, after, upper, limit)
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
-        captured = self.captured.get(table)
-        if not keys:
-            empty = pa.array([], pa.string())
-            return KeysChunk(empty, empty, [], captured.version)
-        params: list[Any] = []
-        for index, key in enumerate(keys):
-            params += [index, *_key_params(table, captured, key)]
-        rows = self._select(table, catalog.keys_sql(captured.shape, len(keys)), params)
-        self._check_current(table, captured)
-        first_key = 1 + captured.key_positions[0]
-        missing = [keys[int(row[0])] for row in rows if row[first_key] is None]
-        found: dict[str, Any] = {}
-        for row in rows:
-            if row[first_key] is not None:
-                found.setdefault(captured.codec.key_from_dump(row[1:]), row[1:])
-        encoded_keys, afters = _encode_rows(captured.codec, list(found.values()))
-        return KeysChunk(encoded_keys, afters, missing, captured.version)
+        return self.captured.read_keys(table, keys)
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         """Refuse keys whose values do not fit the key columns' types."""
-        codec = self.captured.get(table).codec
-        for key in keys:
-            try:
-                codec.key_params(key)
-            except ValueError as exc:
-                raise RequestRejected(f"key {list(key)} does not fit {table}: {exc}") from None
-
-    def _select(self, table: str, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """One SELECT of a dump: a lost connection ends the session, a refused statement
-        fails the dump, a column gone makes the chunk stale."""
-        try:
-            with self.conn.cursor() as cursor:
-                cursor.execute(sql, params)
-                return list(cursor.fetchall())
-        except pymysql.MySQLError as exc:
-            raise self._read_error(table, exc) from exc
-
-    def _read_error(self, table: str, exc: pymysql.MySQLError) -> Exception:
-        code = exc.args[0] if exc.args else None
-        if isinstance(exc, pymysql.err.InterfaceError) or code in _LOST:
-            return SourceUnavailable(f"reading {table}: the source database is unreachable: "
-                                     f"{exc}")
-        if code == _NO_TABLE:
-            return DumpFailed(f"table {table} does not exist any more")
-        if code in _DENIED:
-            return DumpFailed(f"the worker may not read {table}: {exc}")
-        if code == _LOCK_WAIT:
-            return ChunkStale(f"{table} is locked (a DDL statement, LOCK TABLES?): the chunk "
-                              "is read later")
-        if code == _NO_COLUMN:  # a key column renamed or dropped
-            self.captured.forget(table)
-            return ChunkStale(f"the columns of {table} changed ({exc}): the chunk is read "
-                              "again with the new columns")
-        return DumpFailed(f"the source refused a dump's SELECT of {table}: {exc}")
+        self.captured.check_keys(table, keys)
 
     def close(self) -> None:
         if self._reader is not None:

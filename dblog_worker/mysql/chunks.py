@@ -1,0 +1,248 @@
+"""The captured tables of a MySQL or MariaDB source, and the reads of a dump.
+
+:class:`CapturedTables` keeps each captured table as information_schema describes it (a
+:class:`~dblog_worker.tables.TableCache`), and runs the reads of a dump on the source's
+connection in autocommit: a table's upper bound, a chunk, a batch of keys, each a single
+``SELECT``. After a chunk or a batch of keys, what ``SELECT *`` reads of the table must be
+what it read when the columns were read: a DDL statement in between makes the chunk
+stale, read again later. An error of a read ends the session (the connection is lost),
+fails the dump (the statement was refused), or makes the chunk stale (a column gone, a
+lock). :func:`connection_errors` says which errors of the source's other statements end
+the session.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+import pymysql
+
+from dblog_worker.errors import ChunkStale, DumpFailed, RequestRejected, SourceUnavailable
+from dblog_worker.events import Encoded
+from dblog_worker.mysql import catalog
+from dblog_worker.mysql.catalog import TableShape
+from dblog_worker.mysql.columns import (
+    COLUMNS_SQL,
+    MyColumn,
+    column_from_information_schema,
+    schema_document,
+    select_list,
+)
+from dblog_worker.mysql.values import MyRowCodec
+from dblog_worker.names import split_table
+from dblog_worker.requests import KeyTexts
+from dblog_worker.source import Chunk, KeysChunk
+from dblog_worker.tables import TableCache
+
+__all__ = ["DENIED", "CapturedTables", "connection_errors"]
+
+# Errors that mean the server is gone or restarting: the session retries.
+_CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
+_NO_TABLE, _NO_COLUMN, DENIED = 1146, 1054, (1044, 1142, 1143, 1227)
+# The connection is gone (server gone away, lost, refused, shut down, killed, too many
+# connections): a chunk SELECT failing so is retried by a new session; any other error
+# is the statement's (a timeout, a KILL QUERY, ...) and fails the dump.
+_LOST = frozenset({1040, 1053, 1927, 2002, 2003, 2006, 2013, 2014, 2055, 4031})
+_LOCK_WAIT = 1205  # lock_wait_timeout (a DDL statement's metadata lock) or a row lock
+Described = tuple[tuple[str, int, int, int], ...]  # (name, type code, length, decimals)
+
+
+@contextmanager
+def connection_errors(what: str) -> Iterator[None]:
+    """A statement's connection error becomes SourceUnavailable (the session ends), unless
+    it is the statement's own: a privilege denied, a table or column missing."""
+    try:
+        yield
+    except _CONNECTION_ERRORS as exc:
+        code = exc.args[0] if exc.args else None
+        if code in DENIED or code in (_NO_TABLE, _NO_COLUMN):
+            raise
+        raise SourceUnavailable(f"{what}: the source database is unreachable: {exc}") from exc
+
+
+class _Table:
+    """A captured table as information_schema describes it now, and as ``SELECT *``
+    describes it (``described``: what a later look must find for a chunk to be current)."""
+
+    __slots__ = ("codec", "columns", "described", "key_positions", "shape", "version")
+
+    def __init__(self, shape: TableShape, columns: Sequence[MyColumn], codec: MyRowCodec,
+                 version: int, described: Described) -> None:
+        self.shape = shape
+        self.columns = tuple(columns)
+        self.codec = codec
+        self.version = version
+        self.described = described
+        self.key_positions = tuple(shape.columns.index(k) for k in shape.key)
+
+
+def _key_params(table: str, captured: _Table, key: KeyTexts) -> list[object]:
+    """A key's parameters; a key the table's key columns cannot hold (they changed since
+    the dump began or was requested) fails the dump."""
+    try:
+        return captured.codec.key_params(key)
+    except ValueError as exc:
+        raise DumpFailed(
+            f"key {list(key)} does not fit the primary key of {table} any more ({exc}): its "
+            "columns changed since the dump began; request a new dump"
+        ) from None
+
+
+def _description(cursor: Any) -> Described:
+    return tuple((str(d[0]), int(d[1]), int(d[3] or 0), int(d[5] or 0))
+                 for d in cursor.description or ())
+
+
+def _encode_rows(codec: MyRowCodec, rows: Sequence[Sequence[Any]]) -> Encoded:
+    key_row = codec.key_row_from_dump
+    pairs = [key_row(r) for r in rows]
+    return (pa.array([k for k, _ in pairs], pa.string()),
+            pa.array([r for _, r in pairs], pa.string()))
+
+
+class CapturedTables:
+    """The captured tables of one source, read on its connection (``connection``: the
+    open one, or SourceUnavailable); ``schema_version`` registers a table's schema."""
+
+    def __init__(self, source: str, tables: Sequence[str],
+                 connection: Callable[[], pymysql.connections.Connection[Any]],
+                 schema_version: Callable[[str, dict[str, object]], int]) -> None:
+        self._connection = connection
+        self._schema_version = schema_version
+        self._cache = TableCache(source, tables, self.load)
+
+    def known_key(self, table: str) -> tuple[str, ...] | None:
+        """The key columns of a table already read, in key order: no check, no catalog read."""
+        known = self._cache.known(table)
+        return None if known is None else known.shape.key
+
+    def load(self, table: str) -> _Table:
+        """The table's columns from information_schema, between two looks at what
+        ``SELECT *`` reads: equal looks mean no DDL came in between."""
+        database, name = split_table(table)
+        for _ in range(3):
+            before = self._describe_table(table)
+            rows = self._rows(COLUMNS_SQL, (database, name))
+            key = tuple(str(r[0]) for r in self._rows(catalog.KEY_COLUMNS_SQL, (database, name)))
+            if not rows or not key:
+                raise DumpFailed(f"table {table} " + ("does not exist any more" if not rows
+                                                      else "has no primary key"))
+            if self._describe_table(table) == before:
+                break
+        else:
+            raise ChunkStale(f"the columns of {table} keep changing; reading them again later")
+        columns = [column_from_information_schema(r) for r in rows]
+        shape = TableShape(table, tuple(c.name for c in columns), key,
+                           select_list(columns), select_list(columns, "t"))
+        version = self._schema_version(table, schema_document(columns, list(key)))
+        loaded = _Table(shape, columns, MyRowCodec(columns, list(key)), version, before)
+        self._cache.put(table, loaded)
+        return loaded
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with connection_errors("querying"), self._connection().cursor() as cursor:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+
+    def _describe_table(self, table: str) -> Described:
+        """What ``SELECT *`` reads of ``table`` now: names, types, lengths, decimals."""
+        try:
+            with self._connection().cursor() as cursor:
+                cursor.execute(f"SELECT * FROM {catalog.ident(split_table(table)[0])}."
+                               f"{catalog.ident(split_table(table)[1])} LIMIT 0", ())
+                return _description(cursor)
+        except pymysql.MySQLError as exc:
+            raise self._read_error(table, exc) from exc
+
+    def _check_current(self, table: str, captured: _Table) -> None:
+        """After a chunk SELECT: the table's columns are still those it was read with (a
+        DDL statement since the catalog was read makes the chunk stale)."""
+        if self._describe_table(table) != captured.described:
+            self.load(table)
+            raise ChunkStale(f"the columns of {table} changed since the worker read them: "
+                             "the chunk is read again with the new columns")
+
+    def refresh(self, table: str) -> None:
+        self._cache.refresh(table)
+
+    def key_arity(self, table: str) -> int:
+        return len(self._cache.get(table).shape.key)
+
+    def upper_bound(self, table: str) -> KeyTexts | None:
+        captured = self._cache.get(table)
+        rows = self._select(table, catalog.upper_bound_sql(captured.shape), ())
+        return None if not rows else captured.codec.key_texts_from_dump(rows[0])
+
+    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
+                   limit: int) -> Chunk:
+        captured = self._cache.get(table)
+        params_of = functools.partial(_key_params, table, captured)
+        params = [] if after is None else catalog.after_params(params_of(after))
+        params += catalog.at_most_params(params_of(upper))
+        sql = catalog.chunk_sql(captured.shape, first=after is None)
+        rows = self._select(table, sql, [*params, limit])
+        self._check_current(table, captured)
+        last = None if not rows else captured.codec.key_texts_from_dump(rows[-1])
+        return Chunk(len(rows), last, captured.version,
+                     functools.partial(_encode_rows, captured.codec, rows))
+
+    def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
+        captured = self._cache.get(table)
+        if not keys:
+            empty = pa.array([], pa.string())
+            return KeysChunk(empty, empty, [], captured.version)
+        params: list[Any] = []
+        for index, key in enumerate(keys):
+            params += [index, *_key_params(table, captured, key)]
+        rows = self._select(table, catalog.keys_sql(captured.shape, len(keys)), params)
+        self._check_current(table, captured)
+        first_key = 1 + captured.key_positions[0]
+        missing = [keys[int(row[0])] for row in rows if row[first_key] is None]
+        found: dict[str, Any] = {}
+        for row in rows:
+            if row[first_key] is not None:
+                found.setdefault(captured.codec.key_from_dump(row[1:]), row[1:])
+        encoded_keys, afters = _encode_rows(captured.codec, list(found.values()))
+        return KeysChunk(encoded_keys, afters, missing, captured.version)
+
+    def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
+        """Refuse keys whose values do not fit the key columns' types."""
+        codec = self._cache.get(table).codec
+        for key in keys:
+            try:
+                codec.key_params(key)
+            except ValueError as exc:
+                raise RequestRejected(f"key {list(key)} does not fit {table}: {exc}") from None
+
+    def _select(self, table: str, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """One SELECT of a dump: a lost connection ends the session, a refused statement
+        fails the dump, a column gone makes the chunk stale."""
+        try:
+            with self._connection().cursor() as cursor:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+        except pymysql.MySQLError as exc:
+            raise self._read_error(table, exc) from exc
+
+    def _read_error(self, table: str, exc: pymysql.MySQLError) -> Exception:
+        code = exc.args[0] if exc.args else None
+        if isinstance(exc, pymysql.err.InterfaceError) or code in _LOST:
+            return SourceUnavailable(f"reading {table}: the source database is unreachable: "
+                                     f"{exc}")
+        if code == _NO_TABLE:
+            return DumpFailed(f"table {table} does not exist any more")
+        if code in DENIED:
+            return DumpFailed(f"the worker may not read {table}: {exc}")
+        if code == _LOCK_WAIT:
+            return ChunkStale(f"{table} is locked (a DDL statement, LOCK TABLES?): the chunk "
+                              "is read later")
+        if code == _NO_COLUMN:  # a key column renamed or dropped
+            self._cache.forget(table)
+            return ChunkStale(f"the columns of {table} changed ({exc}): the chunk is read "
+                              "again with the new columns")
+        return DumpFailed(f"the source refused a dump's SELECT of {table}: {exc}")
+
