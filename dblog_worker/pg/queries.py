@@ -11,7 +11,7 @@ the identifier as SQL text, for messages and for fixes a person runs.
 
 Chunk and key SELECTs read ``*``: the statement itself says which columns it read
 (its result's description), so a chunk is never encoded with a column list older
-than the statement (see ``pg/source.py``).
+than the statement (see ``pg/chunks.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,319 @@
+"""The captured tables of a PostgreSQL source, and the dump's reads of them.
+
+:class:`PgChunkReader` describes each captured table from the catalog (columns, key,
+codecs, schema version; read again when they change) and runs the chunk and key-batch
+SELECTs, on the source's autocommit connection (``PgSource`` opens and closes it in
+``pg/source.py``): single statements at read committed, so each sees every change
+committed before it runs, and takes no locks.
+
+A chunk's result is kept as libpq returned it: the encoder thread reads its cells' text
+output into Arrow columns and encodes them with ``ColumnCodec`` (``pg/columns.py``). A key
+batch is loaded by psycopg's C ``TextLoader``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg.pq.abc import PGresult
+from psycopg.types.string import TextLoader
+
+from dblog_worker.config import SourceConfig
+from dblog_worker.errors import ChunkStale, DumpFailed, RequestRejected, SourceUnavailable
+from dblog_worker.events import Encoded
+from dblog_worker.pg import catalog, queries
+from dblog_worker.pg.catalog import TableInfo
+from dblog_worker.pg.columns import ColumnCodec, text_columns
+from dblog_worker.pg.values import PgType, RowCodec
+from dblog_worker.requests import KeyTexts
+from dblog_worker.source import Chunk, KeysChunk, SchemaVersion
+from dblog_worker.tables import TableCache
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+TextRow = tuple[str | None, ...]
+
+
+@contextmanager
+def connection_errors(what: str) -> Iterator[None]:
+    """A lost connection is SourceUnavailable: the session ends, the next one reconnects."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        raise SourceUnavailable(f"{what}: the source database is unreachable: {exc}") from exc
+
+
+def connected(conn: Connection | None) -> Connection:
+    """``conn`` if it is open, else SourceUnavailable."""
+    if conn is None or conn.closed:
+        raise SourceUnavailable("not connected to the source database")
+    return conn
+
+
+@functools.cache
+def _builtin_oids() -> frozenset[int]:
+    oids = set()
+    for info in psycopg.postgres.types:
+        oids.add(info.oid)
+        if info.array_oid:
+            oids.add(info.array_oid)
+    return frozenset(oids)
+
+
+def _text(cell: bytes | None) -> str:
+    if cell is None:  # a primary key column is NOT NULL
+        raise SourceUnavailable("the chunk's last key has a NULL; retrying")
+    return bytes(cell).decode()
+
+
+def _encode_result(codec: ColumnCodec, fields: Sequence[int], result: PGresult) -> Encoded:
+    """A chunk's rows as canonical JSON, read column by column from the query result
+    (``fields``: the result columns the log carries too, in the codec's order).
+
+    PostgreSQL sends valid UTF-8 (the worker refuses other encodings), so the cells'
+    bytes are viewed as strings without decoding them one by one.
+    """
+    count, get = result.ntuples, result.get_value
+    columns = [pa.array([get(r, c) for r in range(count)], pa.binary()).view(pa.string())
+               for c in fields]
+    return codec.encode(columns)
+
+
+def _wire_type(oid: int, types: Mapping[int, PgType]) -> int:
+    """The type a result column reports for a column of type ``oid``: a domain's base."""
+    for _ in range(32):  # domains over domains
+        known = types.get(oid)
+        if known is None or not known.base_oid:
+            break
+        oid = known.base_oid
+    return oid
+
+
+def _described(result: PGresult, skip: int) -> tuple[tuple[str, int], ...]:
+    """The columns a SELECT read, as its result describes them: (name, type OID)."""
+    return tuple((bytes(result.fname(i) or b"").decode(), result.ftype(i))
+                 for i in range(skip, result.nfields))
+
+
+class _Table:
+    """A captured table: catalog description, codec, schema version, and what ``SELECT *``
+    reads of it (``wire``: each column's name and the type OID its result reports)."""
+
+    __slots__ = ("codec", "columns", "info", "key_positions", "star_index", "version", "wire")
+
+    def __init__(self, info: TableInfo, codec: RowCodec, columns: ColumnCodec,
+                 version: int, types: Mapping[int, PgType]) -> None:
+        self.info = info
+        self.codec = codec
+        self.columns = columns
+        self.version = version
+        self.star_index = info.star_index
+        self.key_positions = tuple(info.star.index(k) for k in info.key_columns)
+        self.wire = tuple(zip(info.star, (_wire_type(o, types) for o in info.star_oids),
+                              strict=True))
+
+
+def schema_document(info_columns: Sequence[tuple[str, int]], key: Sequence[str],
+                    types: Mapping[int, PgType]) -> dict[str, object]:
+    """The schema of one table version, as the landing zone records it."""
+    return {
+        "columns": [
+            {"name": name, "type": types[oid].name if oid in types else str(oid),
+             "type_oid": oid}
+            for name, oid in info_columns
+        ],
+        "key": list(key),
+    }
+
+
+class PgChunkReader:
+    """The captured tables of one source, and the dump's SELECTs of them.
+
+    ``connection`` gives the source's autocommit connection (None when not connected).
+    """
+
+    def __init__(self, config: SourceConfig, schema_version: SchemaVersion,
+                 connection: Callable[[], Connection | None]) -> None:
+        self._connection = connection
+        self._schema_version = schema_version
+        self._types: dict[int, PgType] = catalog.builtin_types()
+        self.captured = TableCache(config.name, config.tables, self.load)
+        self._cursor: psycopg.Cursor[TextRow] | None = None
+
+    @property
+    def conn(self) -> Connection:
+        return connected(self._connection())
+
+    def close(self) -> None:
+        """The connection closes: its cursor goes with it."""
+        self._cursor = None
+
+    # -- the tables -----------------------------------------------------------
+
+    def load(self, table: str) -> _Table:
+        """Describe ``table`` from the catalog (DumpFailed if it is gone or has no key)."""
+        with connection_errors("reading the catalog"):
+            info = catalog.load_table(self.conn, table)
+            if info is None or not info.key_columns:
+                raise DumpFailed(
+                    f"table {table} " + ("does not exist any more" if info is None
+                                         else "has no primary key")
+                )
+            self._types = catalog.load_types(self.conn, info.star_oids, self._types)
+        codec = RowCodec(info.columns, info.type_oids, info.key_columns, self._types)
+        columns = ColumnCodec(info.columns, info.type_oids, info.key_columns, self._types)
+        version = self._schema_version(
+            table,
+            schema_document(list(zip(info.columns, info.type_oids, strict=True)),
+                            info.key_columns, self._types),
+        )
+        loaded = _Table(info, codec, columns, version, self._types)
+        self.captured.put(table, loaded)
+        return loaded
+
+    def codec(self, table: str, names: Sequence[str], oids: Sequence[int],
+              key: Sequence[str]) -> tuple[RowCodec, int]:
+        """The codec and schema version of a table as the log describes it."""
+        with connection_errors("reading the catalog"):
+            self._types = catalog.load_types(self.conn, oids, self._types)
+        codec = RowCodec(names, oids, key, self._types)
+        version = self._schema_version(
+            table, schema_document(list(zip(names, oids, strict=True)), key, self._types)
+        )
+        return codec, version
+
+    def refresh(self, table: str) -> None:
+        self.captured.refresh(table)
+
+    def key_arity(self, table: str) -> int:
+        return len(self.captured.get(table).info.key_columns)
+
+    def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
+        """Refuse keys whose values do not fit the key columns' types."""
+        info = self.captured.get(table).info
+        for i, (column, key_type) in enumerate(zip(info.key_columns, info.key_types,
+                                                   strict=True)):
+            try:
+                with connection_errors("checking keys"):
+                    self.conn.execute(queries.check_key_values_sql(key_type),
+                                      ([k[i] for k in keys],))
+            except psycopg.errors.DataError as exc:
+                raise RequestRejected(
+                    f"a key value does not fit column {column} ({key_type}) of {table}: "
+                    f"{exc.diag.message_primary}"
+                ) from None
+
+    # -- the reads ------------------------------------------------------------
+
+    def upper_bound(self, table: str) -> KeyTexts | None:
+        captured = self.captured.get(table)
+        rows = self._select(table, queries.upper_bound_sql(captured.info.shape), ())
+        return None if not rows else tuple(str(v) for v in rows[0])
+
+    def read_chunk(
+        self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int
+    ) -> Chunk:
+        captured = self.captured.get(table)
+        arity = len(captured.info.key_columns)
+        if len(upper) != arity or (after is not None and len(after) != arity):
+            raise DumpFailed(
+                f"the primary key of {table} changed during the dump (now "
+                f"{', '.join(captured.info.key_columns)}): request a new dump of the table"
+            )
+        sql = queries.chunk_sql(captured.info.shape, first=after is None)
+        result = self._run(table, sql, [*(after or ()), *upper, limit]).pgresult
+        assert result is not None
+        self._check_read(table, captured, result, 0)
+        count = result.ntuples
+        last = None
+        if count:
+            last = tuple(_text(result.get_value(count - 1, i)) for i in captured.key_positions)
+        return Chunk(count, last, captured.version, functools.partial(
+            _encode_result, captured.columns, captured.star_index, result))
+
+    def _check_read(self, table: str, captured: _Table, result: PGresult, skip: int) -> None:
+        """The SELECT read the columns the codec expects, else the chunk is stale: a column
+        was added, dropped, renamed or retyped since the catalog was read."""
+        read = _described(result, skip)
+        if read != captured.wire:
+            self.load(table)
+            raise ChunkStale(
+                f"the columns of {table} changed since the worker read them "
+                f"({', '.join(n for n, _ in captured.wire)} → {', '.join(n for n, _ in read)}, "
+                "or their types): the chunk is read again with the new columns"
+            )
+
+    def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
+        captured = self.captured.get(table)
+        info = captured.info
+        if any(len(key) != len(info.key_columns) for key in keys):
+            raise DumpFailed(
+                f"the primary key of {table} changed since the dump was requested (now "
+                f"{', '.join(info.key_columns)}): request a new dump with keys of that shape"
+            )
+        params = queries.key_params(keys, len(info.key_columns))
+        cursor = self._run(table, queries.keys_sql(info.shape), params)
+        assert cursor.pgresult is not None
+        self._check_read(table, captured, cursor.pgresult, 1)
+        with connection_errors(f"reading {table}"):
+            rows = cursor.fetchall()
+        first_key = 1 + captured.key_positions[0]
+        fields = [1 + i for i in captured.star_index]
+        missing = [keys[int(str(row[0])) - 1] for row in rows if row[first_key] is None]
+        found = [[row[i] for i in fields] for row in rows if row[first_key] is not None]
+        encoded_keys, afters = captured.columns.encode(text_columns(found, len(info.columns)))
+        if len(set(encoded_keys.to_pylist())) != len(encoded_keys):  # "1" and "01" given
+            unique = pc.index_in(pc.unique(encoded_keys), encoded_keys)
+            encoded_keys, afters = encoded_keys.take(unique), afters.take(unique)
+        return KeysChunk(encoded_keys, afters, missing, captured.version)
+
+    def _select(self, table: str, sql: str, params: Sequence[object]) -> list[TextRow]:
+        """Run one SELECT; return every cell as PostgreSQL's text output (None for NULL)."""
+        cursor = self._run(table, sql, params)
+        with connection_errors(f"reading {table}"):
+            return cursor.fetchall()
+
+    def _run(self, table: str, sql: str, params: Sequence[object]) -> psycopg.Cursor[TextRow]:
+        """Run one SELECT of ``table``: its result is the cursor's. A lost connection ends
+        the session; a statement the server refused (a timeout, a cancel, ...) fails the
+        dump; a column gone makes the chunk stale."""
+        try:
+            cursor = self._text_cursor()
+            cursor.execute(sql.encode(), params)
+            return cursor
+        except psycopg.Error as exc:
+            conn = self._connection()
+            if conn is None or conn.broken or conn.closed:
+                raise SourceUnavailable(
+                    f"reading {table}: the source database is unreachable: {exc}") from exc
+            if isinstance(exc, psycopg.errors.UndefinedTable):
+                raise DumpFailed(f"table {table} does not exist any more") from exc
+            if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+                raise DumpFailed(f"the worker may not read {table}: {exc}") from exc
+            if isinstance(exc, psycopg.errors.LockNotAvailable):
+                raise ChunkStale(f"{table} is locked (a DDL statement, LOCK TABLE?): "
+                                 "the chunk is read later") from exc
+            if isinstance(exc, psycopg.errors.UndefinedColumn):  # a key column renamed
+                self.load(table)
+                raise ChunkStale(f"the columns of {table} changed: "
+                                 f"{exc.diag.message_primary}; the chunk is read again with "
+                                 "the new columns") from exc
+            raise DumpFailed(f"the source refused a dump's SELECT of {table}: "
+                             f"{exc.diag.message_primary or exc}") from exc
+
+    def _text_cursor(self) -> psycopg.Cursor[TextRow]:
+        """A cursor that loads every value as its text output, in C (psycopg's TextLoader).
+
+        Types psycopg does not know (enums, domains of this database) load as text anyway.
+        """
+        if self._cursor is None or self._cursor.closed:
+            cursor = self.conn.cursor()
+            for oid in _builtin_oids():
+                cursor.adapters.register_loader(oid, TextLoader)
+            self._cursor = cursor
+        return self._cursor
