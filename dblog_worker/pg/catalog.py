@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import psycopg
 
 from dblog_worker.names import split_table
+from dblog_worker.pg.encoders import BUILTIN_TYPES, PgType
 from dblog_worker.pg.queries import TableShape, qualified, quote_ident
-from dblog_worker.pg.values import BUILTIN_TYPES, PgType
 from dblog_worker.source import Problem
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 

@@ -30,7 +30,8 @@ from dblog_worker.events import Encoded
 from dblog_worker.pg import catalog, queries
 from dblog_worker.pg.catalog import TableInfo
 from dblog_worker.pg.columns import ColumnCodec, text_columns
-from dblog_worker.pg.values import PgType, RowCodec
+from dblog_worker.pg.encoders import PgType
+from dblog_worker.pg.values import RowCodec
 from dblog_worker.requests import KeyTexts
 from dblog_worker.source import Chunk, KeysChunk, SchemaVersion
 from dblog_worker.tables import TableCache

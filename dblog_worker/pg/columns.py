@@ -6,9 +6,9 @@ and gets every row's canonical key and row JSON at once.  Its output MUST stay
 byte-identical to ``RowCodec.key``/``RowCodec.row`` for every input (a dump row and the
 same row from the log, which is encoded by ``RowCodec``, must serialize to the same
 bytes); ``tests/unit/test_columns.py`` checks this with hypothesis.  Any change to the
-encodings in ``values.py`` must be mirrored here, or the type must fall back.
+encodings in ``encoders.py`` must be mirrored here, or the type must fall back.
 
-Which encoding a column gets is decided by ``values.encoder_for`` (domains resolved
+Which encoding a column gets is decided by ``encoders.encoder_for`` (domains resolved
 there), by identity of the encoder it returns:
 
 * number (int2/int4/int8/oid/xid/cid/xid8): the text as is;
@@ -37,11 +37,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dblog_worker.pg.values import BUILTIN_TYPES, Encoder, PgType, RowCodec, encoder_for
+from dblog_worker.pg.encoders import BUILTIN_TYPES, Encoder, PgType, encoder_for
+from dblog_worker.pg.values import RowCodec
 
 __all__ = ["ColumnCodec"]
 
-# The scalar encoders values.py hands out; a column is vectorized iff its encoder is one.
+# The scalar encoders encoders.py hands out; a column is vectorized iff its encoder is one.
 _STRING: Encoder = encoder_for(25, BUILTIN_TYPES)  # text
 _NUMBER: Encoder = encoder_for(20, BUILTIN_TYPES)  # int8
 _FLOAT: Encoder = encoder_for(701, BUILTIN_TYPES)  # float8
@@ -122,7 +123,7 @@ _VECTORIZED: tuple[tuple[Encoder, Callable[[Encoder, Any], _Core]], ...] = (
 
 
 def _method(encoder: Encoder) -> Callable[[Encoder, Any], _Core]:
-    """How to encode a column whose values.py encoder is ``encoder``."""
+    """How to encode a column whose encoders.py encoder is ``encoder``."""
     return next((f for e, f in _VECTORIZED if e is encoder), _scalar)
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dblog_worker.pg.encoders import BUILTIN_TYPES
 from dblog_worker.pg.options import POSTGRESQL
-from dblog_worker.pg.values import BUILTIN_TYPES
 from dblog_worker.target.columns import Encoding, Logical, SourceColumn
 
 _NAMES = {t.name: t for t in BUILTIN_TYPES.values()}

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from dblog_worker.pg import columns
 from dblog_worker.pg.columns import ColumnCodec
-from dblog_worker.pg.values import BUILTIN_TYPES, PgType, RowCodec
+from dblog_worker.pg.encoders import BUILTIN_TYPES, PgType
+from dblog_worker.pg.values import RowCodec
 
 # OIDs of builtin types used below.
 BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT2VECTOR, INT4, TEXT, OID = (

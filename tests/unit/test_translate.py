@@ -17,8 +17,9 @@ from dblog_worker.events import (
     Watermark,
 )
 from dblog_worker.pg import pgoutput as pg
+from dblog_worker.pg.encoders import BUILTIN_TYPES
 from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView
-from dblog_worker.pg.values import BUILTIN_TYPES, RowCodec
+from dblog_worker.pg.values import RowCodec
 from dblog_worker.position import Position
 
 SOURCE = "shop"

@@ -1,4 +1,5 @@
-"""Canonical serialization of PostgreSQL text values (dblog_worker.pg.values)."""
+"""Canonical serialization of PostgreSQL text values (dblog_worker.pg.values and
+dblog_worker.pg.encoders)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dblog_worker.pg.values import (
-    BUILTIN_TYPES,
-    PG_SESSION_SETTINGS,
-    PgType,
-    RowCodec,
-    encoder_for,
-    libpq_options,
-)
+from dblog_worker.pg.encoders import BUILTIN_TYPES, PgType, encoder_for
+from dblog_worker.pg.values import PG_SESSION_SETTINGS, RowCodec, libpq_options
 
 # OIDs of builtin types used below.
 BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT2VECTOR, INT4, TEXT, OID = (
