@@ -31,6 +31,7 @@ from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.mysql.chunks import DENIED, CapturedTables, connection_errors
 from dblog_worker.mysql.columns import column_from_binlog, schema_document
 from dblog_worker.mysql.options import server_id, url_args
+from dblog_worker.mysql.rowimage import row_images
 from dblog_worker.mysql.session import dump_connection_options
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
 from dblog_worker.mysql.values import MyRowCodec
@@ -302,7 +303,8 @@ class MySqlSource:
         if known is not None and set(known) == set(key_columns):
             key_columns = list(known)
         version = self._schema_version(table, schema_document(columns, key_columns))
-        return TableView(table, MyRowCodec(columns, key_columns), version)
+        return TableView(table, MyRowCodec(columns, key_columns), version,
+                         row_images(event.columns))
 
     # -- watermarks -----------------------------------------------------------
 

@@ -56,6 +56,7 @@ from dblog_worker.mysql.checkpoint import (
     gtids_by_domain,
     xid_text,
 )
+from dblog_worker.mysql.rowimage import RowImages
 from dblog_worker.position import Position
 from dblog_worker.tables import WATERMARK_SCHEMA
 
@@ -100,11 +101,13 @@ class RowEncoder(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class TableView:
-    """A captured table as its rows event describes it: codec and schema version."""
+    """A captured table as its rows event describes it: codec and schema version, and the
+    decoder of its row images when mysql-replication's is not needed (``rowimage.py``)."""
 
     table: str
     codec: RowEncoder
     schema_version: int
+    images: RowImages | None = None
 
 
 Describe = Callable[[str, Any], TableView]  # (database.table, rows event) → view
@@ -352,7 +355,9 @@ class BinlogTranslator:
         key_row = view.codec.key_row_from_binlog
         kind = type(event)
         major, minor = at.major, at.minor
-        rows = event.rows
+        rows = view.images.rows(event) if view.images is not None else None
+        if rows is None:
+            rows = event.rows
         for index, row in enumerate(rows, first):
             position = Position(major, minor, 2 * index)
             if kind is WriteRowsEvent:

@@ -31,6 +31,7 @@ from dblog_worker.mysql.columns import (
     column_from_information_schema,
     select_list,
 )
+from dblog_worker.mysql.rowimage import row_images
 from dblog_worker.mysql.session import (
     BINLOG_READER_OPTIONS,
     MY_SESSION_SETTINGS,
@@ -147,6 +148,7 @@ def capture(db: Db, ddl: str, writes: Sequence[Statement]) -> Captured:
 
     seen = {"insert": 0, "update": 0, "delete": 0}
     for event in db.binlog(start):
+        _same_images(event)
         logged = [column_from_binlog(c) for c in event.columns]
         assert len(logged) == len(columns)
         assert all(map(same_column, columns, logged)), (columns, logged)
@@ -167,6 +169,26 @@ def capture(db: Db, ddl: str, writes: Sequence[Statement]) -> Captured:
         seen[kind[type(event)]] += len(event.rows)
     assert seen == {"insert": len(inserted), "update": len(inserted), "delete": len(inserted)}
     return captured
+
+
+DECODED: list[int] = []  # how many events rowimage.py decoded (and matched)
+
+
+def _same_images(event: Any) -> None:
+    """Where rowimage.py decodes the event's row images, it gets mysql-replication's values:
+    the same types and the same values (repr: ``Decimal('1.50')`` is not ``Decimal('1.5')``)."""
+    images = row_images(event.columns)
+    direct = None if images is None else images.rows(event, keep=True)
+    if direct is None:
+        return
+    images_of = ("before_values", "after_values") if "before_values" in direct[0] else (
+        "values",)
+    typed = [[{k: (type(v), repr(v)) for k, v in row[i].items()} for i in images_of]
+             for row in direct]
+    expected = [[{k: (type(v), repr(v)) for k, v in row[i].items()} for i in images_of]
+                for row in event.rows]
+    assert typed == expected
+    DECODED.append(len(direct))
 
 
 def _same_bytes(
@@ -624,3 +646,39 @@ def test_keyset_pagination_with_key_params(db: Db) -> None:
         (found,) = cur.fetchall()
         assert codec.key_texts_from_dump(found) == ("a", "/wA=", "0.1000000000", "0.1", "z,a")
         assert codec.key_from_dump(found) == '["a","/wA=","0.1000000000",0.1,"z,a"]'
+
+
+# --- rowimage.py: the row images decoded without mysql-replication's row decoding -------
+
+
+def test_row_images_decode_the_common_types(db: Db) -> None:
+    """A table of the types rowimage.py decodes: every event is decoded by it (and matches
+    mysql-replication, in capture); a table with an ENUM keeps the library's decoding."""
+    before = sum(DECODED)
+    capture(
+        db,
+        "CREATE TABLE t (id bigint PRIMARY KEY, a int, b varchar(20), c decimal(12,2),"
+        " d timestamp(6) NULL, e datetime(3), f date, g double, h float, i year,"
+        " j char(3), k text, l blob, m varbinary(300), n tinyint unsigned, o mediumint,"
+        " p smallint unsigned, q varchar(300) CHARACTER SET latin1, r decimal(3,3))",
+        [
+            ("INSERT INTO t VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+             " %s, %s, %s, %s, %s)", [
+                 (i, i * 7 - 500, f"r{i}é", f"{i * 13 - 900}.{i % 100:02d}",
+                  f"2026-01-{i % 28 + 1:02d} 10:11:12.{i:06d}",
+                  f"2025-12-{i % 28 + 1:02d} 23:59:59.{i % 1000:03d}",
+                  f"20{i % 100:02d}-03-0{i % 9 + 1}", i / 3, i / 7, 1901 + i % 200,
+                  "ab" if i % 2 else "", "t" * (i % 500), bytes([i % 256]) * (i % 70),
+                  bytes(range(i % 256)) * 1, i % 256, -i * 999, i * 3, "Ä" * (i % 300),
+                  f"0.{i % 1000:03d}")
+                 for i in range(1, 200)]),
+            "INSERT INTO t (id) VALUES (1000)",
+        ],
+    )
+    assert sum(DECODED) - before >= 3 * 199  # inserts, updates, deletes
+
+    db.execute(["DROP TABLE t", "CREATE TABLE t (id int PRIMARY KEY, e enum('x', 'y'))"])
+    start = db.position()
+    db.execute(["INSERT INTO t VALUES (1, 'y')"])
+    events = list(db.binlog(start))
+    assert events and all(row_images(event.columns) is None for event in events)

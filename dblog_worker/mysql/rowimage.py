@@ -1,0 +1,226 @@
+"""The row images of a rows event, decoded from its bytes by code made for the table.
+
+mysql-replication frames the binary log (connection, table maps, rotation, GTIDs) and
+decodes a rows event's header; its row decoding, one method call and a dozen checks per
+cell, is the ceiling of MariaDB's capture. For a table whose columns are all of the types
+below, :func:`row_images` generates straight-line Python that reads each row image from
+the event's bytes into *the very values mysql-replication gives* (same types, same
+conversions, written after its ``row_event.py`` 1.0.17), so the canonical encoding that
+follows, and with it "same value, same bytes", is unchanged: tests/integration/
+test_mysql_values.py decodes every event both ways and compares.
+
+Integers (signed and unsigned), FLOAT, DOUBLE, DECIMAL, YEAR, CHAR/VARCHAR/TEXT/BINARY/
+VARBINARY/BLOB, DATE, DATETIME(fsp) and TIMESTAMP(fsp) are decoded here. A table with any
+other type (ENUM, SET, BIT, TIME, JSON, GEOMETRY, the pre-5.6.4 temporal formats), or
+without column names, keeps mysql-replication's decoding; so does an event whose
+row images are not full (``binlog_row_image`` other than FULL) or that does not decode
+here (the library then decodes it, and raises what it raises).
+"""
+
+from __future__ import annotations
+
+import codecs
+import datetime
+import decimal
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pymysqlreplication.constants import FIELD_TYPE
+from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
+
+__all__ = ["RowImages", "row_images"]
+
+Image = Callable[[bytes, int], tuple[dict[str, object], int]]
+
+_STRUCTS = {
+    FIELD_TYPE.SHORT: ("<h", "<H", 2),
+    FIELD_TYPE.LONG: ("<i", "<I", 4),
+    FIELD_TYPE.LONGLONG: ("<q", "<Q", 8),
+    FIELD_TYPE.FLOAT: ("<f", "<f", 4),
+    FIELD_TYPE.DOUBLE: ("<d", "<d", 8),
+}
+_DECODED = "_RowsEvent__rows"  # where RowsEvent keeps its decoded rows (``event.rows``)
+_BUFFERED = "_BinLogPacketWrapper__data_buffer"  # bytes the wrapper was given back
+_FSP_BYTES = {0: 0, 1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3}
+_COMPRESSED_BYTES = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]
+
+
+class RowImages:
+    """Decodes every row of a rows event of one table shape."""
+
+    def __init__(self, image: Image, columns: int) -> None:
+        self._image = image
+        self._full = bytes([0xFF] * (columns // 8) + ([(1 << columns % 8) - 1]
+                                                         if columns % 8 else []))
+
+    def rows(self, event: Any, *, keep: bool = False) -> list[dict[str, Any]] | None:
+        """The rows as mysql-replication's ``event.rows`` has them (without
+        ``none_sources``: none of these types needs one), or None when this event is not
+        for this decoder (the caller uses ``event.rows``). The bytes are read where the
+        event's packet holds them and consumed only once every row decoded, so a row this
+        code cannot read leaves the event to the library whole. ``keep``: consume nothing,
+        so that ``event.rows`` reads them as well (tests compare both)."""
+        if getattr(event, _DECODED, None) is not None:
+            return None  # decoded before: ``event.rows`` has the rows
+        update = isinstance(event, UpdateRowsEvent)
+        if event.columns_present_bitmap != self._full or (
+                update and event.columns_present_bitmap2 != self._full):
+            return None
+        packet = event.packet
+        if getattr(packet, _BUFFERED, b""):
+            return None  # bytes given back to the wrapper (not after a header): the library's
+        raw = packet.packet  # pymysql's MysqlPacket: the event's bytes, and a cursor in them
+        data, position = raw.get_all_data(), raw._position
+        size = event.event_size - packet.read_bytes
+        end = position + size
+        image = self._image
+        rows: list[dict[str, Any]] = []
+        try:
+            if update:
+                while position < end:
+                    before, position = image(data, position)
+                    after, position = image(data, position)
+                    rows.append({"before_values": before, "after_values": after})
+            else:
+                while position < end:
+                    values, position = image(data, position)
+                    rows.append({"values": values})
+        except Exception:
+            return None  # nothing was consumed: the library decodes it, and says what is wrong
+        if position != end:
+            return None
+        if not keep:
+            packet.advance(size)  # as if ``event.rows`` had read them, which now has the rows
+            setattr(event, _DECODED, rows)
+        return rows
+
+
+def row_images(columns: Sequence[Any]) -> RowImages | None:
+    """A decoder of the row images of a table with these binlog columns (a table map's
+    ``Column`` objects), or None if one of them is not decoded here."""
+    lines = ["def image(data, p):"]
+    namespace: dict[str, object] = {
+        "date": datetime.date, "datetime": datetime.datetime,
+        "utcfromtimestamp": datetime.datetime.utcfromtimestamp,
+        "Decimal": decimal.Decimal, "int_from": int.from_bytes, "BIG": "big",
+    }
+    count = len(columns)
+    lines.append(f"    nb = data[p:p + {(count + 7) // 8}]")
+    lines.append(f"    p += {(count + 7) // 8}")
+    names = []
+    for i, column in enumerate(columns):
+        if not isinstance(column.name, str):
+            return None
+        body = _column(i, column, namespace)
+        if body is None:
+            return None
+        names.append(column.name)
+        lines.append(f"    if nb[{i >> 3}] & {1 << (i & 7)}:")
+        lines.append(f"        v{i} = None")
+        lines.append("    else:")
+        lines += [f"        {line}" for line in body]
+    for i, name in enumerate(names):
+        namespace[f"n{i}"] = name
+    lines.append("    return {" + ", ".join(f"n{i}: v{i}" for i in range(count)) + "}, p")
+    exec("\n".join(lines), namespace)  # noqa: S102 - values reach it only by namespace names
+    return RowImages(namespace["image"], count)  # type: ignore[arg-type]
+
+
+def _column(i: int, column: Any, namespace: dict[str, object]) -> list[str] | None:
+    """Lines that set ``v{i}`` from ``data`` at ``p`` and move ``p`` past the value."""
+    kind = column.type
+    v = f"v{i}"
+    unsigned = bool(getattr(column, "unsigned", False))
+    if kind == FIELD_TYPE.TINY:
+        return [f"{v} = data[p]", "p += 1"] if unsigned else [
+            f"{v} = data[p]", "p += 1", f"if {v} > 127: {v} -= 256"]
+    if kind == FIELD_TYPE.INT24:
+        lines = [f"{v} = data[p] | data[p + 1] << 8 | data[p + 2] << 16", "p += 3"]
+        return lines if unsigned else [*lines, f"if {v} >= 0x800000: {v} -= 0x1000000"]
+    if kind in _STRUCTS:
+        signed, not_signed, size = _STRUCTS[kind]
+        namespace[f"u{i}"] = struct.Struct(not_signed if unsigned else signed).unpack_from
+        return [f"{v} = u{i}(data, p)[0]", f"p += {size}"]
+    if kind == FIELD_TYPE.YEAR:
+        return [f"{v} = data[p] + 1900", "p += 1"]
+    if kind in (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING):
+        return _string(i, column, 2 if column.max_length > 255 else 1, namespace)
+    if kind == FIELD_TYPE.BLOB:
+        return _string(i, column, column.length_size, namespace)
+    if kind == FIELD_TYPE.DATE:
+        return ["t = data[p] | data[p + 1] << 8 | data[p + 2] << 16", "p += 3",
+                "y, m, d = t >> 9 & 0x7FFF, t >> 5 & 0xF, t & 0x1F",
+                f"{v} = None if t == 0 or y == 0 or m == 0 or d == 0 else date(y, m, d)"]
+    if kind == FIELD_TYPE.DATETIME2:
+        return ["t = int_from(data[p:p + 5], 'big')", "p += 5", "ym = t >> 22 & 0x1FFFF",
+                "try:",
+                f"    {v} = datetime(ym // 13, ym % 13, t >> 17 & 0x1F, t >> 12 & 0x1F,"
+                " t >> 6 & 0x3F, t & 0x3F)",
+                "except ValueError:",
+                f"    {v} = None", *_fractions(v, column.fsp, skip_when_none=True)]
+    if kind == FIELD_TYPE.TIMESTAMP2:
+        return [f"{v} = utcfromtimestamp(int_from(data[p:p + 4], 'big', signed=True))",
+                "p += 4", *_fractions(v, column.fsp, skip_when_none=False)]
+    if kind == FIELD_TYPE.NEWDECIMAL:
+        return _decimal(v, column.precision, column.decimals)
+    return None
+
+
+def _string(i: int, column: Any, length_bytes: int, namespace: dict[str, object]
+            ) -> list[str] | None:
+    """A length-prefixed string, decoded as mysql-replication decodes it: with the codec of
+    the column's character set, bytes where Python has none (``binary``)."""
+    if length_bytes not in (1, 2, 3, 4):
+        return None
+    v = f"v{i}"
+    lines = ["n = data[p]" if length_bytes == 1 else
+             f"n = int_from(data[p:p + {length_bytes}], 'little')",
+             f"{v} = data[p + {length_bytes}:p + {length_bytes} + n]",
+             f"p += {length_bytes} + n"]
+    name = column.character_set_name
+    encoding = "utf-8" if name is None else RowsEvent.charset_to_encoding(name)
+    try:
+        codecs.lookup(encoding)
+    except LookupError:  # bytes; but ``b"".decode(x)`` is "" whatever x: so is the library's
+        return [*lines, f"if not {v}: {v} = ''"]
+    namespace[f"e{i}"] = encoding
+    return [*lines, f"{v} = {v}.decode(e{i})"]
+
+
+def _fractions(v: str, fsp: int, *, skip_when_none: bool) -> list[str]:
+    """Lines that read the fractional seconds (``fsp`` digits, big-endian) into ``v``."""
+    size = _FSP_BYTES.get(fsp, 0)
+    if size == 0:
+        return []
+    scale = 10 ** (6 - fsp)
+    micro = f"int_from(data[p:p + {size}], 'big', signed=True)"
+    if fsp % 2:
+        micro = f"int({micro} / 10)"
+    lines = [f"us = {micro} * {scale}", f"p += {size}"]
+    update = f"if us > 0: {v} = {v}.replace(microsecond=us)"
+    return [*lines, f"if {v} is not None and us > 0: {v} = {v}.replace(microsecond=us)"
+            if skip_when_none else update]
+
+
+def _decimal(v: str, precision: int, scale: int) -> list[str]:
+    """DECIMAL's binary form read as mysql-replication reads it (``__read_new_decimal``):
+    groups of 9 digits in 4 big-endian bytes, the rest in 1-4, all inverted for a negative
+    number, the sign in the first bit; the text of the digits made a ``Decimal``."""
+    whole, whole_rest = divmod(precision - scale, 9)
+    fraction, fraction_rest = divmod(scale, 9)
+    sizes = ([(_COMPRESSED_BYTES[whole_rest], "")] if _COMPRESSED_BYTES[whole_rest] else [])
+    sizes += [(4, ":09d")] * whole + [(0, ".")] + [(4, ":09d")] * fraction
+    if _COMPRESSED_BYTES[fraction_rest]:
+        sizes.append((_COMPRESSED_BYTES[fraction_rest], f":0{fraction_rest}d"))
+    total = sum(size for size, _ in sizes)
+    text, offset = "", 0
+    for size, form in sizes:
+        if size == 0:
+            text += "."
+            continue
+        text += f"{{int_from(b[{offset}:{offset + size}], BIG, signed=True) ^ m{form}}}"
+        offset += size
+    return [f"b = bytearray(data[p:p + {total}])", f"p += {total}",
+            "m = 0 if b[0] & 0x80 else -1", "b[0] ^= 0x80",
+            f"{v} = Decimal(('-' if m else '') + f'{text}')"]
