@@ -31,6 +31,9 @@ on the same rows: ``rows`` rows updated (``UPDATE ... SET a = a + 1, d = d + INT
 SECOND WHERE id BETWEEN ...``, 100 transactions), raw reader (a new one, from the
 position before the updates) vs. the same worker, timed the same way. Target: worker
 inserts/s >= 0.8 x raw inserts/s, measured in the same run; updates are reported only.
+The physical limit, after each raw phase: ``mariadb-binlog --verbose`` (MariaDB's own C
+decoder) reading the same range of the binary log from the server, every row decoded to
+text, timed alone (``c_decoder_inserts_per_s``, ``c_decoder_updates_per_s``).
 """
 
 from __future__ import annotations
@@ -252,6 +255,7 @@ def reader_main(dsn: str, slot: str, publication: str, expected: int) -> int:
 
 MY_TABLE_NAME = "log_src"
 MY_TARGET_RATIO = 0.8
+C_DECODER = "mariadb-binlog"  # MariaDB's own binary log decoder (mariadb-client-core)
 RAW_SERVER_ID = 4_242_424  # the raw reader's replica id (a worker's is 10**9 + crc32)
 INSERT, UPDATE = "insert", "update"
 
@@ -340,8 +344,32 @@ def my_raw_phase(env: Environment, table: str, rows: int) -> dict[str, dict[str,
         if report["rows"] != rows:
             raise RuntimeError(f"raw reader saw {report['rows']} {kind}s, expected {rows}")
         result[kind] = {"workload_s": committed - first, "seconds": report["last_at"] - first,
-                        "row_events": report["row_events"]}
+                        "row_events": report["row_events"],
+                        "c_decoder_s": c_decoder_seconds(env, (file, pos))}
     return result
+
+
+def c_decoder_seconds(env: Environment, start: tuple[str, int]) -> float:
+    """The physical limit: ``mariadb-binlog --verbose`` (MariaDB's C decoder) reading the
+    same binary log from the server, from ``start`` to the end, every row decoded to text;
+    its wall time (after the workload: decoding alone)."""
+    with env.mysql_connect() as conn, conn.cursor() as cursor:
+        end_file, end_pos = mysql_master_status(cursor)
+    args = env.mysql_args()
+    command = [C_DECODER, "--read-from-remote-server", "--host", str(args["host"]),
+               "--port", str(args["port"]), "--user", str(args["user"]),
+               f"--start-position={start[1]}", "--verbose", "--base64-output=DECODE-ROWS",
+               start[0]]
+    if args.get("password"):
+        command.insert(-1, f"--password={args['password']}")
+    if end_file == start[0]:
+        command.insert(-1, f"--stop-position={end_pos}")
+    else:
+        command.insert(-1, "--to-last-log")
+    started = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                   timeout=600)
+    return time.perf_counter() - started
 
 
 def run_mariadb(options: Options) -> Result:
@@ -359,6 +387,9 @@ def run_mariadb(options: Options) -> Result:
                     raw.append(my_raw_phase(env, table, rows))
                 else:
                     worker.append(my_worker_phase(env, f"lc{i}", table, rows))
+            progress(f"{NAME} run {i + 1}/{options.runs}: mariadb-binlog decodes "
+                     f"{rows / raw[-1][INSERT]['c_decoder_s']:,.0f} inserts/s, "
+                     f"{rows / raw[-1][UPDATE]['c_decoder_s']:,.0f} updates/s")
             progress(f"{NAME} run {i + 1}/{options.runs}: inserts: raw "
                      f"{rows / raw[-1][INSERT]['seconds']:,.0f} rows/s, worker "
                      f"{rows / worker[-1][INSERT]['seconds']:,.0f} events/s (inserting took "
@@ -379,6 +410,7 @@ def run_mariadb(options: Options) -> Result:
                 median([w[kind]["cpu_s"] for w in worker]) / rows * 1e6, 2),
             "workload_s": rounded(median([p[kind]["workload_s"] for p in raw + worker])),
             "raw_row_events": round(median([r[kind]["row_events"] for r in raw])),
+            "c_decoder_rows_per_s": round(rows / median([r[kind]["c_decoder_s"] for r in raw])),
             "raw_s": [rounded(s) for s in raw_s],
             "worker_s": [rounded(s) for s in worker_s],
             "run_ratios": [rounded(r) for r in ratios],
@@ -391,6 +423,7 @@ def run_mariadb(options: Options) -> Result:
         "transactions": TRANSACTIONS,
         "runs": options.runs,
         "raw_inserts_per_s": inserts["raw_rows_per_s"],
+        "c_decoder_inserts_per_s": inserts["c_decoder_rows_per_s"],
         "worker_events_per_s": inserts["worker_events_per_s"],
         "ratio": inserts["ratio"],
         "worker_cpu_us_per_event": inserts["worker_cpu_us_per_event"],
@@ -402,6 +435,7 @@ def run_mariadb(options: Options) -> Result:
         "worker_s": inserts["worker_s"],
         "run_ratios": inserts["run_ratios"],
         "raw_updates_per_s": updates["raw_rows_per_s"],
+        "c_decoder_updates_per_s": updates["c_decoder_rows_per_s"],
         "worker_update_events_per_s": updates["worker_events_per_s"],
         "update_ratio": updates["ratio"],
         "worker_cpu_us_per_update_event": updates["worker_cpu_us_per_event"],
