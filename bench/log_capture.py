@@ -9,6 +9,10 @@ Worker: ``dblog run`` on the table; done when its Redis checkpoint (saved only a
 landing output covering it is durable) passes the last transaction's LSN. Rate = rows /
 (time done - time the first transaction committed). The landed row count is checked.
 
+Physical limit: ``pg_recvlogical`` (PostgreSQL's C client) on a slot of its own made
+before the workload, streaming the same changes with pgoutput to ``/dev/null`` up to the
+WAL's end, timed alone after the workload (``c_client_inserts_per_s``).
+
 Raw: a plain pgoutput reader (``python -m bench.log_capture --reader``: psycopg
 replication connection, ``START_REPLICATION ... (proto_version '1', publication_names
 ...)``, ``get_copy_data`` + ``select``, counting XLogData messages and inserts, answering
@@ -75,6 +79,8 @@ TABLE = "public.log_src"
 TRANSACTIONS = 100
 TARGET_EVENTS_PER_S = 100_000
 RAW_SLOT = "bench_raw"
+C_SLOT = "bench_c"  # pg_recvlogical's, for the physical limit
+C_CLIENT = "pg_recvlogical"
 RAW_PUBLICATION = "bench_raw"
 PG_EPOCH_OFFSET_US = 946_684_800 * 1_000_000
 
@@ -124,7 +130,8 @@ def worker_phase(env: Environment, source: str, rows: int) -> dict[str, float]:
 
 def raw_phase(env: Environment, rows: int) -> dict[str, float]:
     with env.connect() as conn:
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (RAW_SLOT,))
+        for slot in (RAW_SLOT, C_SLOT):
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
     reader = subprocess.Popen(
         [sys.executable, "-m", "bench.log_capture", "--reader", env.dsn, RAW_SLOT,
          RAW_PUBLICATION, str(rows)],
@@ -142,10 +149,29 @@ def raw_phase(env: Environment, rows: int) -> dict[str, float]:
             reader.kill()
             reader.wait()
         drop_slot(env, RAW_SLOT)
+    try:
+        c_decoder_s = c_client_seconds(env)
+    finally:
+        drop_slot(env, C_SLOT)
     if report["inserts"] != rows:
         raise RuntimeError(f"raw reader saw {report['inserts']} inserts, expected {rows}")
     return {"insert_s": inserted - first, "seconds": report["last_at"] - first,
-            "messages": report["messages"]}
+            "messages": report["messages"], "c_decoder_s": c_decoder_s}
+
+
+def c_client_seconds(env: Environment) -> float:
+    """The physical limit: ``pg_recvlogical`` (PostgreSQL's C client) streaming the same
+    changes with pgoutput from a slot made before the workload, to the WAL's end now; its
+    wall time (after the workload: the walsender's decoding and the transfer alone)."""
+    with env.connect() as conn:
+        row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
+    started = time.perf_counter()
+    subprocess.run([C_CLIENT, "--dbname", env.dsn, "--slot", C_SLOT, "--start",
+                    f"--endpos={row[0]}", "--no-loop", "-o", "proto_version=1",
+                    "-o", f"publication_names={RAW_PUBLICATION}", "-f", "-"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+    return time.perf_counter() - started
 
 
 def run(options: Options) -> Result:
@@ -166,7 +192,9 @@ def run(options: Options) -> Result:
                     raw.append(raw_phase(env, rows))
                 else:
                     worker.append(worker_phase(env, f"lc{i}", rows))
-            progress(f"{NAME} run {i + 1}/{options.runs}: raw {rows / raw[-1]['seconds']:,.0f} "
+            progress(f"{NAME} run {i + 1}/{options.runs}: pg_recvlogical "
+                     f"{rows / raw[-1]['c_decoder_s']:,.0f} inserts/s, raw "
+                     f"{rows / raw[-1]['seconds']:,.0f} "
                      f"inserts/s, worker {rows / worker[-1]['seconds']:,.0f} events/s "
                      f"(inserting took {worker[-1]['insert_s']:.2f} s)")
     raw_s = [r["seconds"] for r in raw]
@@ -180,6 +208,7 @@ def run(options: Options) -> Result:
         "runs": options.runs,
         "raw_messages_per_s": round(median([r["messages"] / r["seconds"] for r in raw])),
         "raw_inserts_per_s": round(rows / median(raw_s)),
+        "c_client_inserts_per_s": round(rows / median([r["c_decoder_s"] for r in raw])),
         "worker_events_per_s": round(worker_rate),
         "ratio": rounded(median(ratios)),
         "worker_cpu_us_per_event": rounded(median([w["cpu_s"] for w in worker]) / rows * 1e6, 2),
