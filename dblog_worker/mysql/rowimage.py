@@ -71,7 +71,10 @@ class RowImages:
         if getattr(packet, _BUFFERED, b""):
             return None  # bytes given back to the wrapper (not after a header): the library's
         raw = packet.packet  # pymysql's MysqlPacket: the event's bytes, and a cursor in them
-        data, position = raw.get_all_data(), raw._position
+        position = getattr(raw, "_position", None)
+        if not isinstance(position, int) or not hasattr(raw, "get_all_data"):
+            return None  # another pymysql: the library decodes, as before rowimage.py
+        data = raw.get_all_data()
         size = event.event_size - packet.read_bytes
         end = position + size
         image = self._image
