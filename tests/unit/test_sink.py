@@ -11,11 +11,12 @@ import pytest
 from dblog_worker import config as config_module
 from dblog_worker.errors import ConfigError, LeaseLost, SegmentCorrupt
 from dblog_worker.events import ChangeEvent, Op, Origin
-from dblog_worker.landing.arrow import Item, last_position
+from dblog_worker.landing.arrow import Item, first_position, last_position
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.landing.sink import FORMATS, LandedReader, Sink, open_reader, open_sink
 from dblog_worker.output import OutputBuffer
 from dblog_worker.position import Position
+from dblog_worker.schemas import SchemaRegistry
 from tests.unit.helpers import flush
 
 TABLE = "public.orders"
@@ -84,43 +85,86 @@ def test_parquet_through_the_seam(tmp_path: Path) -> None:
 
 
 class MemorySink:
-    """A sink that keeps what it is given: the output buffer needs nothing of Parquet."""
+    """A sink that keeps what it is given, by the seam's contract (fencing, order, schema
+    versions): the output buffer and the schema registry need nothing of Parquet."""
 
     def __init__(self) -> None:
         self.committed: dict[str, list[Item]] = {}
+        self.tokens: list[int] = []
+        self.started = False
+        self.documents: dict[str, dict[int, dict[str, object]]] = {}
 
     @property
     def where(self) -> str:
         return "memory"
 
     def writer_tokens(self) -> list[int]:
-        return []
+        return sorted(self.tokens)
 
     def fence(self, token: int) -> None:
-        pass
+        if any(t > token for t in self.tokens):
+            raise LeaseLost(f"a writer of a newer token than {token} wrote here")
+        self.tokens = [token]
 
     def capture_started(self) -> bool:
-        return bool(self.committed)
+        return self.started
 
     def mark_capture_started(self) -> None:
-        pass
+        self.started = True
 
     def recover(self) -> dict[str, Position]:
         return {t: last_position(items[-1]) for t, items in self.committed.items()}
 
     def commit(self, table: str, items: Sequence[Item]) -> Position:
+        if not self.tokens:
+            raise LeaseLost("not fenced")
+        landed = self.committed.get(table)
+        if landed and not first_position(items[0]) > last_position(landed[-1]):
+            raise ValueError(f"{table}: not after the last committed position")
         self.committed.setdefault(table, []).extend(items)
         return last_position(items[-1])
 
     def schemas(self, table: str) -> dict[int, dict[str, object]]:
-        return {}
+        return dict(self.documents.get(table, {}))
 
     def write_schema(self, table: str, version: int, schema: Mapping[str, object]) -> None:
-        pass
+        known = self.documents.setdefault(table, {})
+        if version in known and known[version] != dict(schema):
+            raise ValueError(f"schema version {version} of {table} has different content")
+        known[version] = dict(schema)
+
+
+@pytest.fixture(params=["parquet", "memory"])
+def any_sink(request: pytest.FixtureRequest, tmp_path: Path) -> Sink:
+    return open_sink(tmp_path, "shop") if request.param == "parquet" else MemorySink()
+
+
+def test_every_sink_keeps_the_contract(any_sink: Sink) -> None:
+    """What the worker relies on, on Parquet and on the sink that is not Parquet alike."""
+    sink = any_sink
+    assert not sink.capture_started() and sink.recover() == {}
+    sink.fence(5)
+    sink.mark_capture_started()
+    assert sink.capture_started() and sink.writer_tokens() == [5]
+    assert sink.commit(TABLE, [event(1), event(2)]) == Position(2, 0, 0)
+    with pytest.raises(ValueError, match="not after the last committed position"):
+        sink.commit(TABLE, [event(2)])  # a replay is never written twice
+    assert sink.recover() == {TABLE: Position(2, 0, 0)}
+    with pytest.raises(LeaseLost):
+        sink.fence(4)  # an older leader cannot take over
+    sink.write_schema(TABLE, 1, {"columns": ["id"]})
+    sink.write_schema(TABLE, 1, {"columns": ["id"]})  # the same again: nothing
+    with pytest.raises(ValueError, match="differ"):  # Parquet: "different content"
+        sink.write_schema(TABLE, 1, {"columns": ["other"]})
+    assert sink.schemas(TABLE) == {1: {"columns": ["id"]}}
+    registry = SchemaRegistry(sink)
+    assert registry.version(TABLE, {"columns": ["id"]}) == 1  # found, not written again
+    assert registry.version(TABLE, {"columns": ["id", "b"]}) == 2
 
 
 def test_the_output_buffer_writes_through_any_sink() -> None:
     sink = MemorySink()
+    sink.fence(1)
     buffer = OutputBuffer(sink, {TABLE: Position(2, 0, 0)})
     for major in (1, 2, 3, 4):
         buffer.add(event(major))
