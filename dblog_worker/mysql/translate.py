@@ -110,6 +110,11 @@ class TableView:
     images: RowImages | None = None
 
 
+# What of a binlog column decides how its value is laid out and encoded besides its type:
+# a view (its codec and its row-image decoder) is made again when one of these changes.
+_LAYOUT = ("max_length", "length_size", "precision", "decimals", "fsp", "unsigned",
+           "character_set_name", "bits", "bytes", "size")
+
 Describe = Callable[[str, Any], TableView]  # (database.table, rows event) → view
 
 
@@ -203,9 +208,8 @@ class BinlogTranslator:
             return
         if statement != "COMMIT":
             # DDL, perhaps of a captured table. The row events after it describe the table
-            # anew, but a view is found by column names and types only: a new DECIMAL
-            # scale, fraction digits, BINARY length or ENUM/SET members keep both, and
-            # the old codec would write the values wrong (a scale of 2 rounds 1.2345).
+            # anew; a view is found by its columns' names, types and layout (_LAYOUT), but
+            # ENUM/SET members are not in it, and the old codec would write them wrong.
             self._views.clear()
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         table = truncated_table(query, schema or "")
@@ -382,7 +386,9 @@ class BinlogTranslator:
         return len(rows)
 
     def _view(self, table: str, event: Any) -> TableView:
-        signature = (table, hash(tuple((c.name, c.type) for c in event.columns)))
+        signature = (table, hash(tuple(
+            (c.name, c.type, *(getattr(c, name, None) for name in _LAYOUT))
+            for c in event.columns)))
         view = self._views.get(signature)
         if view is None:
             view = self._views[signature] = self._describe(table, event)

@@ -257,3 +257,28 @@ def test_untouched_transactions_are_unchanged() -> None:
                             ("t", "None", Position(3, 600, 0))]
     assert resumes(out) == [(430, "0-1-10"), (600, "0-1-11")]
     assert [e.op for e in out if isinstance(e, ChangeEvent)][-1] is Op.TRUNCATE
+
+
+def test_a_new_column_layout_makes_a_new_view() -> None:
+    """VARCHAR(20) to VARCHAR(300) keeps name and type but not the length bytes of each
+    value: the view (codec and row-image decoder) is made again, even without the DDL
+    statement in between (a view is found by the columns' layout too)."""
+    described: list[list[Any]] = []
+
+    def counting(table: str, event: Any) -> TableView:
+        described.append(event.columns)
+        return describe(table, event)
+
+    t = BinlogTranslator("src", [TABLE], counting, BinlogCheckpoint(FILE, 100, "0-1-9",
+                                                                    "server_id=1"))
+    narrow = [SimpleNamespace(name="id", type=3), SimpleNamespace(name="v", type=15,
+                                                                   max_length=20)]
+    wide = [narrow[0], SimpleNamespace(name="v", type=15, max_length=300)]
+    out: list[LogItem] = []
+    for end, columns in ((200, narrow), (300, narrow), (400, wide)):
+        made = rows(end, end)
+        made.columns = columns
+        t.translate(gtid(end - 50, end), out)
+        t.translate(made, out)
+    assert [len(c) for c in described] == [2, 2]
+    assert described[1][1].max_length == 300
