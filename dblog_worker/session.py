@@ -296,10 +296,9 @@ class Session:
         return now >= self._next_write()
 
     def _poll_timeout(self, now: float) -> float:
-        flush_at = self._next_write()
-        if self.in_flight is not None:  # the next flush waits for the write: look again soon
-            flush_at = max(flush_at, now + WRITE_POLL_S)
-        deadline = min(flush_at, self.last_control + self.config.control_interval_s)
+        deadline = min(self._next_write(), self.last_control + self.config.control_interval_s)
+        if self.in_flight is not None:  # what the write covers is saved once it is durable
+            deadline = max(min(deadline, now + WRITE_POLL_S), now + WRITE_POLL_S / 5)
         dump = self.dump
         if dump is not None and self._may_open(dump, max(now, dump.next_window_at)):
             deadline = min(deadline, dump.next_window_at)
