@@ -249,6 +249,20 @@ class Environment:
                     progress(f"worker {worker.name} log tail:\n{worker.log_tail()}")
         self.close()
 
+    def server_cpu_seconds(self) -> float:
+        """User + system CPU time the database server has used so far: its process and
+        its children, exited ones included (PostgreSQL's backends and walsenders are the
+        postmaster's children, reaped by it; MariaDB is one process)."""
+        server = psutil.Process(self.mariadb.pid if self.is_mariadb else self.postgres.pid)
+        times = server.cpu_times()
+        seconds = float(times.user + times.system + times.children_user
+                        + times.children_system)
+        for child in server.children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child_times = child.cpu_times()
+                seconds += float(child_times.user + child_times.system)
+        return seconds
+
     def close(self) -> None:
         for worker in self.workers:
             worker.stop()
@@ -623,3 +637,10 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str,
 def dump_timeout(rows: int) -> float:
     return 120 + rows / 2_000
 
+
+def cpu_bound(rows: int, *cpu_seconds: float) -> int:
+    """The rate (rows/s) this machine's cores allow a phase that needs ``cpu_seconds`` of
+    CPU in all (the database server's, the worker's) for ``rows``: every core busy, all
+    the work overlapped perfectly. No run can beat it; how close a figure comes to it says
+    what more parallelism could still give."""
+    return round(rows * len(os.sched_getaffinity(0)) / sum(cpu_seconds))

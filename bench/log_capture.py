@@ -59,6 +59,7 @@ from bench.common import (
     Environment,
     Options,
     Result,
+    cpu_bound,
     create_table,
     die_with_parent,
     drop_slot,
@@ -113,19 +114,21 @@ def worker_phase(env: Environment, source: str, rows: int) -> dict[str, float]:
     worker = env.worker(source, [TABLE]).start()
     try:
         with env.redis_client() as client:
-            cpu = worker.cpu_seconds()
+            cpu, server_cpu = worker.cpu_seconds(), env.server_cpu_seconds()
             first, inserted, last_lsn = workload(env, rows)
             wait_until(lambda: worker.checkpoint_lsn(client) >= last_lsn, 120 + rows / 5_000,
                        "the worker's checkpoint to pass the last commit",
                        worker.check_alive, 0.01)
             durable = time.time()
             cpu = worker.cpu_seconds() - cpu
+            server_cpu = env.server_cpu_seconds() - server_cpu
         landed = worker.landed_rows(TABLE)
         if landed != rows:
             raise RuntimeError(f"{landed} rows landed, expected {rows}")
     finally:
         worker.cleanup()
-    return {"insert_s": inserted - first, "seconds": durable - first, "cpu_s": cpu}
+    return {"insert_s": inserted - first, "seconds": durable - first, "cpu_s": cpu,
+            "server_cpu_s": server_cpu}
 
 
 def raw_phase(env: Environment, rows: int) -> dict[str, float]:
@@ -141,8 +144,10 @@ def raw_phase(env: Environment, rows: int) -> dict[str, float]:
         assert reader.stdout is not None
         if reader.stdout.readline().strip() != "ready":
             raise RuntimeError("the raw pgoutput reader did not start")
+        server_cpu = env.server_cpu_seconds()
         first, inserted, _ = workload(env, rows)
         out, _ = reader.communicate(timeout=120 + rows / 5_000)
+        server_cpu = env.server_cpu_seconds() - server_cpu
         report: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     finally:
         if reader.poll() is None:
@@ -156,7 +161,8 @@ def raw_phase(env: Environment, rows: int) -> dict[str, float]:
     if report["inserts"] != rows:
         raise RuntimeError(f"raw reader saw {report['inserts']} inserts, expected {rows}")
     return {"insert_s": inserted - first, "seconds": report["last_at"] - first,
-            "messages": report["messages"], "c_decoder_s": c_decoder_s}
+            "messages": report["messages"], "c_decoder_s": c_decoder_s,
+            "cpu_s": report["cpu_s"], "server_cpu_s": server_cpu}
 
 
 def c_client_seconds(env: Environment) -> float:
@@ -212,6 +218,7 @@ def run(options: Options) -> Result:
         "worker_events_per_s": round(worker_rate),
         "ratio": rounded(median(ratios)),
         "worker_cpu_us_per_event": rounded(median([w["cpu_s"] for w in worker]) / rows * 1e6, 2),
+        **cpu_figures(rows, worker, raw),
         "target_events_per_s": TARGET_EVENTS_PER_S,
         "target_met": worker_rate >= TARGET_EVENTS_PER_S,
         "insert_s": rounded(median([r["insert_s"] for r in raw + worker])),
@@ -219,6 +226,30 @@ def run(options: Options) -> Result:
         "worker_s": [rounded(s) for s in worker_s],
         "run_ratios": [rounded(r) for r in ratios],
         "machine": machine(),
+    }
+
+
+CPU_FIGURES = ("server_cpu_us_per_event", "raw_server_cpu_us_per_event", "raw_cpu_us_per_event",
+               "cpu_bound_events_per_s", "cpu_bound_raw_events_per_s",
+               "cpu_bound_free_worker_events_per_s")
+
+
+def cpu_figures(rows: int, worker: list[dict[str, float]],
+                raw: list[dict[str, float]]) -> dict[str, Any]:
+    """Where the machine's CPU goes in each phase, per event, and the rates its cores allow
+    (:func:`bench.common.cpu_bound`): the server's work (the inserts, the log's decoding
+    for the reader) is the same in both phases, and the readers' own cost is the rest."""
+    server_s = median([w["server_cpu_s"] for w in worker])
+    worker_s = median([w["cpu_s"] for w in worker])
+    raw_server_s = median([r["server_cpu_s"] for r in raw])
+    raw_s = median([r["cpu_s"] for r in raw])
+    return {
+        "server_cpu_us_per_event": rounded(server_s / rows * 1e6, 2),
+        "raw_server_cpu_us_per_event": rounded(raw_server_s / rows * 1e6, 2),
+        "raw_cpu_us_per_event": rounded(raw_s / rows * 1e6, 2),
+        "cpu_bound_events_per_s": cpu_bound(rows, server_s, worker_s),
+        "cpu_bound_raw_events_per_s": cpu_bound(rows, raw_server_s, raw_s),
+        "cpu_bound_free_worker_events_per_s": cpu_bound(rows, server_s),
     }
 
 
@@ -276,7 +307,8 @@ def reader_main(dsn: str, slot: str, publication: str, expected: int) -> int:
     finally:
         conn.close()
     print(json.dumps({"messages": messages, "inserts": inserts, "bytes": size_total,
-                      "first_at": first_at, "last_at": last_at}), flush=True)
+                      "first_at": first_at, "last_at": last_at,
+                      "cpu_s": time.process_time()}), flush=True)
     return 0
 
 
@@ -323,7 +355,7 @@ def my_worker_phase(env: Environment, source: str, table: str,
         with env.redis_client() as client:
             for kind, timeout in ((INSERT, 120 + rows / 5_000), (UPDATE, 120 + rows / 2_000)):
                 worker.profile_phase(kind)
-                cpu = worker.cpu_seconds()
+                cpu, server_cpu = worker.cpu_seconds(), env.server_cpu_seconds()
                 first, committed, last = my_workload(env, table, rows, kind)
 
                 def passed(last: tuple[int, int] = last) -> bool:
@@ -334,7 +366,8 @@ def my_worker_phase(env: Environment, source: str, table: str,
                 durable = time.time()
                 cpu = worker.cpu_seconds() - cpu
                 result[kind] = {"workload_s": committed - first, "seconds": durable - first,
-                                "cpu_s": cpu}
+                                "cpu_s": cpu,
+                                "server_cpu_s": env.server_cpu_seconds() - server_cpu}
             worker.profile_phase("end")
         landed, expected = worker.landed_rows(table), 2 * rows
         if landed != expected:
@@ -363,8 +396,10 @@ def my_raw_phase(env: Environment, table: str, rows: int) -> dict[str, dict[str,
             assert reader.stdout is not None
             if reader.stdout.readline().strip() != "ready":
                 raise RuntimeError("the raw binlog reader did not start")
+            server_cpu = env.server_cpu_seconds()
             first, committed, _ = my_workload(env, table, rows, kind)
             out, _ = reader.communicate(timeout=120 + rows / 2_000)
+            server_cpu = env.server_cpu_seconds() - server_cpu
             report: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         finally:
             if reader.poll() is None:
@@ -373,7 +408,8 @@ def my_raw_phase(env: Environment, table: str, rows: int) -> dict[str, dict[str,
         if report["rows"] != rows:
             raise RuntimeError(f"raw reader saw {report['rows']} {kind}s, expected {rows}")
         result[kind] = {"workload_s": committed - first, "seconds": report["last_at"] - first,
-                        "row_events": report["row_events"],
+                        "row_events": report["row_events"], "cpu_s": report["cpu_s"],
+                        "server_cpu_s": server_cpu,
                         "c_decoder_s": c_decoder_seconds(env, (file, pos))}
     return result
 
@@ -439,6 +475,7 @@ def run_mariadb(options: Options) -> Result:
                 median([w[kind]["cpu_s"] for w in worker]) / rows * 1e6, 2),
             "workload_s": rounded(median([p[kind]["workload_s"] for p in raw + worker])),
             "raw_row_events": round(median([r[kind]["row_events"] for r in raw])),
+            **cpu_figures(rows, [w[kind] for w in worker], [r[kind] for r in raw]),
             "c_decoder_rows_per_s": round(rows / median([r[kind]["c_decoder_s"] for r in raw])),
             "raw_s": [rounded(s) for s in raw_s],
             "worker_s": [rounded(s) for s in worker_s],
@@ -456,6 +493,8 @@ def run_mariadb(options: Options) -> Result:
         "worker_events_per_s": inserts["worker_events_per_s"],
         "ratio": inserts["ratio"],
         "worker_cpu_us_per_event": inserts["worker_cpu_us_per_event"],
+        **{key: inserts[key] for key in CPU_FIGURES},
+        **{f"update_{key}": updates[key] for key in CPU_FIGURES},
         "target_ratio": MY_TARGET_RATIO,
         "target_met": inserts["ratio"] >= MY_TARGET_RATIO,
         "insert_s": inserts["workload_s"],
@@ -527,7 +566,7 @@ def binlog_reader_main(spec: dict[str, Any]) -> int:
     finally:
         stream.close()
     print(json.dumps({"rows": rows, "row_events": row_events, "events": events,
-                      "last_at": last_at}), flush=True)
+                      "last_at": last_at, "cpu_s": time.process_time()}), flush=True)
     return 0
 
 

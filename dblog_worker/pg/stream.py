@@ -78,7 +78,7 @@ class ReplicationStream:
     def poll(self, timeout: float, out: list[LogItem], max_messages: int = 20_000) -> None:
         """Append what arrived to ``out``; wait up to ``timeout`` seconds if nothing did."""
         pgconn = self._pgconn()
-        translate = self.translator.translate
+        translate, insert = self.translator.translate, self.translator.insert
         decode = pg.decode_message
         count = 0
         waited = False
@@ -97,7 +97,9 @@ class ReplicationStream:
                     raise SourceUnavailable("the server ended the log stream")
                 count += 1
                 if data[0] == 0x77 and size > _XLOG_HEADER:  # 'w' XLogData: the hot path
-                    translate(decode(data[_XLOG_HEADER:]), out)
+                    message = bytes(data[_XLOG_HEADER:])
+                    if message[0] != 0x49 or not insert(message, out):  # 'I' Insert
+                        translate(decode(message), out)
                     last_xlog = data
                     continue
                 frame = pg.parse_copy_data(data)

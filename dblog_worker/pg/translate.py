@@ -15,6 +15,7 @@ until a snapshot sees it: after a watermark whose snapshot the source reported
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -35,6 +36,7 @@ from dblog_worker.pg.visibility import RecentCommits, Snapshot
 from dblog_worker.position import Position
 
 _new = tuple.__new__
+_u32 = struct.Struct(">I").unpack_from
 
 
 class RelationKind(Enum):
@@ -104,27 +106,44 @@ class LogTranslator:
         else:
             self._more.add(event.table)
 
+    def insert(self, message: bytes, out: list[LogItem]) -> bool:
+        """The hot path: an Insert message of a captured table, read from its bytes by the
+        table's codec (``RowCodec.tuple_key_row``); False when it must go through
+        :meth:`translate` instead (another relation, a tuple that is not plain text)."""
+        view = self._relations.get(_u32(message, 1)[0])
+        if view is None or view.kind is not RelationKind.CAPTURED or message[5] != 0x4E:
+            return False
+        codec = view.codec
+        assert codec is not None
+        try:
+            key_row = codec.tuple_key_row(message, 6)
+        except Exception:  # the general way raises what is wrong
+            return False
+        if key_row is None:
+            return False
+        key, after = key_row
+        # tuple.__new__ builds the NamedTuples in C: the same values, half the time
+        out.append(_new(ChangeEvent, (
+            view.table, Op.CREATE, _new(Position, (self._lsn, self._index, 0)),
+            key, after, None, Origin.LOG, self._ts, view.schema_version, None,
+        )))
+        self._index += 1
+        if self._room:
+            self._room -= 1
+            self._tables.append(view.table)
+            self._keys.append(key)
+        else:
+            self._more.add(view.table)
+        return True
+
     def translate(self, message: pg.Message, out: list[LogItem]) -> None:
-        if type(message) is pg.Insert:  # the hot path: inlined
-            view = self._relations.get(message.relation_oid) or self._view(message.relation_oid)
+        if type(message) is pg.Insert:
+            view = self._view(message.relation_oid)
             if view.kind is RelationKind.CAPTURED:
                 codec = view.codec
                 assert codec is not None
-                new = message.new
-                # tuple.__new__ builds the NamedTuples in C: the same values, half the time
-                key, after = codec.key_row(new)  # type: ignore[arg-type]
-                event = _new(ChangeEvent, (
-                    view.table, Op.CREATE, _new(Position, (self._lsn, self._index, 0)),
-                    key, after, None, Origin.LOG, self._ts, view.schema_version, None,
-                ))
-                out.append(event)
-                self._index += 1
-                if self._room:
-                    self._room -= 1
-                    self._tables.append(view.table)
-                    self._keys.append(key)
-                else:
-                    self._more.add(view.table)
+                key, after = codec.key_row(message.new)  # type: ignore[arg-type]
+                self._append(out, view, Op.CREATE, key, after, None)
             elif view.kind is RelationKind.WATERMARK:
                 self._watermark(out, view, message.new)
         elif isinstance(message, pg.Update):

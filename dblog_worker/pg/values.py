@@ -62,6 +62,7 @@ session settings, which is why both connections must use
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
 from types import MappingProxyType
@@ -119,6 +120,7 @@ class RowCodec:
         "_key_row",
         "_prefixes",
         "_row_encoders",
+        "_tuple_key_row",
         "_width",
         "column_names",
         "key_columns",
@@ -151,9 +153,9 @@ class RowCodec:
         self._row_encoders = encoders
         self._key_positions = tuple((position[k], encoders[position[k]]) for k in key_columns)
         self._key_encoders = tuple(encoders[position[k]] for k in key_columns)
-        self._key_row = _compile_key_row(
-            encoders, self._prefixes, tuple(position[k] for k in key_columns)
-        )
+        key_at = tuple(position[k] for k in key_columns)
+        self._key_row = _compile_key_row(encoders, self._prefixes, key_at)
+        self._tuple_key_row = _compile_tuple_key_row(encoders, self._prefixes, key_at)
 
     def row(self, values: Sequence[str | None]) -> str:
         """The canonical JSON object of a row: ``{"col":value,...}`` in column order."""
@@ -174,6 +176,12 @@ class RowCodec:
         """``(key(values), row(values))`` in one pass, each value encoded once: the log's
         hot path. The function is generated per table (see :func:`_compile_key_row`)."""
         return self._key_row(values)
+
+    def tuple_key_row(self, message: bytes, offset: int) -> tuple[str, str] | None:
+        """``key_row`` of the pgoutput TupleData at ``offset`` of ``message``, the rest of
+        the message; None when it must be decoded the general way (see
+        :func:`_compile_tuple_key_row`)."""
+        return self._tuple_key_row(message, offset)
 
     def key(self, values: Sequence[str | None]) -> str:
         """The canonical JSON array of the key columns' values, taken from a full row."""
@@ -214,18 +222,67 @@ def _compile_key_row(
     names made from column numbers; every value (encoders, the escaped column-name
     prefixes) comes in through the namespace, so no column name is ever code.
     """
-    width = len(encoders)
     namespace: dict[str, object] = {}
     lines = [
         "def key_row(values):",
-        f"    ({''.join(f'v{i}, ' for i in range(width))}) = values",
+        f"    ({''.join(f'v{i}, ' for i in range(len(encoders)))}) = values",
     ]
     for i, encoder in enumerate(encoders):
-        if encoder is str:  # numbers: the text is the JSON
-            lines.append(f"    x{i} = 'null' if v{i} is None else v{i}")
-        else:
-            namespace[f"e{i}"] = encoder
-            lines.append(f"    x{i} = 'null' if v{i} is None else e{i}(v{i})")
+        encoded = _call(i, encoder, f"v{i}", namespace)
+        lines.append(f"    x{i} = 'null' if v{i} is None else {encoded}")
+    return _generated("key_row", lines, namespace, prefixes, key_positions)  # type: ignore[return-value]
+
+
+def _compile_tuple_key_row(
+    encoders: Sequence[Encoder], prefixes: Sequence[str], key_positions: Sequence[int]
+) -> Callable[[bytes, int], tuple[str, str] | None]:
+    """A function ``(message, offset) -> (key, row)`` for one table, reading a pgoutput
+    TupleData of text and NULL values straight from the message's bytes: the same
+    strings as :func:`_compile_key_row` over the values ``pgoutput`` decodes, without
+    the tuple of values in between. None for a tuple that is not that (another column
+    count, an unchanged TOAST value, binary data, bytes left over): the caller decodes it
+    the general way, which says what is wrong."""
+    namespace: dict[str, object] = {"u16": _U16, "u32": _U32}
+    lines = [
+        "def tuple_key_row(buf, off):",
+        f"    if u16(buf, off)[0] != {len(encoders)}:",
+        "        return None",
+        "    off += 2",
+    ]
+    for i, encoder in enumerate(encoders):
+        lines += [
+            "    kind = buf[off]",
+            "    if kind == 116:",  # 't': text
+            "        start = off + 5",
+            "        off = start + u32(buf, off + 1)[0]",
+            f"        x{i} = {_call(i, encoder, 'buf[start:off].decode()', namespace)}",
+            "    elif kind == 110:",  # 'n': NULL
+            f"        x{i} = 'null'",
+            "        off += 1",
+            "    else:",
+            "        return None",
+        ]
+    lines += ["    if off != len(buf):", "        return None"]
+    return _generated("tuple_key_row", lines, namespace, prefixes, key_positions)  # type: ignore[return-value]
+
+
+_U16 = struct.Struct(">H").unpack_from
+_U32 = struct.Struct(">I").unpack_from
+
+
+def _call(i: int, encoder: Encoder, text: str, namespace: dict[str, object]) -> str:
+    """The expression that encodes column ``i``'s ``text``: for numbers the text is the
+    JSON."""
+    if encoder is str:
+        return text
+    namespace[f"e{i}"] = encoder
+    return f"e{i}({text})"
+
+
+def _generated(name: str, lines: list[str], namespace: dict[str, object],
+               prefixes: Sequence[str], key_positions: Sequence[int]) -> object:
+    """Define function ``name`` from ``lines``, which leave each column's JSON in ``x<i>``,
+    returning ``(key, row)``."""
     parts = []
     for i, prefix in enumerate(prefixes):
         namespace[f"p{i}"] = ("{" if i == 0 else ",") + prefix
@@ -234,6 +291,5 @@ def _compile_key_row(
     key_text = f"'[' + ','.join(({key},)) + ']'" if key_positions else "'[]'"
     row_text = f"''.join(({', '.join(parts)}, '}}'))" if parts else "'{}'"
     lines.append(f"    return {key_text}, {row_text}")
-    exec("\n".join(lines), namespace)  # noqa: S102 - names only, see the docstring
-    function: Callable[[Sequence[str | None]], tuple[str, str]] = namespace["key_row"]  # type: ignore[assignment]
-    return function
+    exec("\n".join(lines), namespace)  # noqa: S102 - names only, see _compile_key_row
+    return namespace[name]
