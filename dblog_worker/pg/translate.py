@@ -58,6 +58,7 @@ class RelationView:
 
 
 Describe = Callable[[pg.Relation], RelationView]
+TupleKeyRow = Callable[[bytes, int], tuple[str, str] | None]
 
 
 class LogTranslator:
@@ -68,6 +69,8 @@ class LogTranslator:
         self.source_name = source_name
         self._describe = describe
         self._relations: dict[int, RelationView] = {}
+        # the captured ones, with the reader of their inserts (the hot path)
+        self._captured: dict[int, tuple[RelationView, TupleKeyRow]] = {}
         self._lsn = 0
         self._ts = 0
         self._index = 0
@@ -110,13 +113,12 @@ class LogTranslator:
         """The hot path: an Insert message of a captured table, read from its bytes by the
         table's codec (``RowCodec.tuple_key_row``); False when it must go through
         :meth:`translate` instead (another relation, a tuple that is not plain text)."""
-        view = self._relations.get(_u32(message, 1)[0])
-        if view is None or view.kind is not RelationKind.CAPTURED or message[5] != 0x4E:
+        captured = self._captured.get(_u32(message, 1)[0])
+        if captured is None or message[5] != 0x4E:  # 'N': the new tuple
             return False
-        codec = view.codec
-        assert codec is not None
+        view, tuple_key_row = captured
         try:
-            key_row = codec.tuple_key_row(message, 6)
+            key_row = tuple_key_row(message, 6)
         except Exception:  # the general way raises what is wrong
             return False
         if key_row is None:
@@ -168,7 +170,13 @@ class LogTranslator:
                 self._room, self._more = self.recent.limit, set()
             out.append(self.checkpoint(message.end_lsn))
         elif isinstance(message, pg.Relation):
-            self._relations[message.relation_oid] = self._describe(message)
+            view = self._describe(message)
+            self._relations[message.relation_oid] = view
+            if view.kind is RelationKind.CAPTURED:
+                assert view.codec is not None
+                self._captured[message.relation_oid] = (view, view.codec.tuple_key_row)
+            else:
+                self._captured.pop(message.relation_oid, None)
         elif isinstance(message, pg.Truncate):
             for oid in message.relation_oids:
                 view = self._view(oid)

@@ -120,10 +120,10 @@ class RowCodec:
         "_key_row",
         "_prefixes",
         "_row_encoders",
-        "_tuple_key_row",
         "_width",
         "column_names",
         "key_columns",
+        "tuple_key_row",
     )
 
     def __init__(
@@ -155,7 +155,9 @@ class RowCodec:
         self._key_encoders = tuple(encoders[position[k]] for k in key_columns)
         key_at = tuple(position[k] for k in key_columns)
         self._key_row = _compile_key_row(encoders, self._prefixes, key_at)
-        self._tuple_key_row = _compile_tuple_key_row(encoders, self._prefixes, key_at)
+        # tuple_key_row(message, offset): key_row of the pgoutput TupleData at offset of
+        # message, the rest of it; None when it must be decoded the general way
+        self.tuple_key_row = _compile_tuple_key_row(encoders, self._prefixes, key_at)
 
     def row(self, values: Sequence[str | None]) -> str:
         """The canonical JSON object of a row: ``{"col":value,...}`` in column order."""
@@ -176,12 +178,6 @@ class RowCodec:
         """``(key(values), row(values))`` in one pass, each value encoded once: the log's
         hot path. The function is generated per table (see :func:`_compile_key_row`)."""
         return self._key_row(values)
-
-    def tuple_key_row(self, message: bytes, offset: int) -> tuple[str, str] | None:
-        """``key_row`` of the pgoutput TupleData at ``offset`` of ``message``, the rest of
-        the message; None when it must be decoded the general way (see
-        :func:`_compile_tuple_key_row`)."""
-        return self._tuple_key_row(message, offset)
 
     def key(self, values: Sequence[str | None]) -> str:
         """The canonical JSON array of the key columns' values, taken from a full row."""
