@@ -1,0 +1,42 @@
+"""The worker's process leaves pandas out: pyarrow would load it for nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+CHECK = """
+import sys
+from dblog_worker.cli import without_pandas
+without_pandas()
+import dblog_worker.session, dblog_worker.pg.source, dblog_worker.mysql.source
+import io, pyarrow as pa, pyarrow.parquet as pq
+table = pa.table({"a": pa.array(["x", None]), "b": pa.array([1, 2], pa.int64())})
+buffer = io.BytesIO()
+pq.write_table(table, buffer, compression="zstd")
+assert pq.read_table(buffer).equals(table)
+assert "pandas" not in sys.modules
+try:
+    import pandas
+except ModuleNotFoundError as exc:
+    print(exc)
+"""
+
+
+def test_the_worker_writes_parquet_without_loading_pandas() -> None:
+    done = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "the dblog worker does not load pandas"
+
+
+def test_a_process_that_has_pandas_keeps_it() -> None:
+    pytest.importorskip("pandas")
+    check = ("import sys, pandas\nfrom dblog_worker.cli import without_pandas\n"
+             "without_pandas()\nimport pandas.api\nprint(len(sys.meta_path))")
+    plain = "import sys, pandas\nprint(len(sys.meta_path))"
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, timeout=120).stdout for code in (check, plain)]
+    assert runs[0] == runs[1]
