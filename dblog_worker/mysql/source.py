@@ -31,6 +31,7 @@ from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.mysql.chunks import DENIED, CapturedTables, connection_errors
 from dblog_worker.mysql.columns import column_from_binlog, schema_document
 from dblog_worker.mysql.options import server_id, url_args
+from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.rowimage import row_images
 from dblog_worker.mysql.session import dump_connection_options
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
@@ -93,8 +94,8 @@ class MySqlSource:
 
     def connect(self) -> None:
         with connection_errors("connecting"):
-            self._conn = pymysql.connect(**self._args, **dump_connection_options(),
-                                         autocommit=True, connect_timeout=10)
+            self._conn = DumpConnection(**self._args, **dump_connection_options(),
+                                          autocommit=True, connect_timeout=10)
         self._rows("SET SESSION lock_wait_timeout = %s, innodb_lock_wait_timeout = %s",
                    (LOCK_WAIT_S, LOCK_WAIT_S))
         version = str(self._one("SELECT VERSION()")[0])

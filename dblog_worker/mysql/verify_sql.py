@@ -33,6 +33,7 @@ from dblog_worker.errors import ConfigError, RequestRejected, SourceUnavailable
 from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL, ident
 from dblog_worker.mysql.columns import Kind, MyColumn, column_from_information_schema
 from dblog_worker.mysql.options import MYSQL, url_args
+from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.session import dump_connection_options
 from dblog_worker.verify_sql import (
     Column,
@@ -113,8 +114,8 @@ class MySqlConnection:
     def __init__(self, dsn: str, where: str) -> None:
         self._where = where
         with self._errors():
-            self._conn = pymysql.connect(**url_args(dsn), **dump_connection_options(),
-                                         autocommit=True, connect_timeout=10)
+            self._conn = DumpConnection(**url_args(dsn), **dump_connection_options(),
+                                          autocommit=True, connect_timeout=10)
         self.query("SET SESSION TRANSACTION READ ONLY", [])
 
     @contextmanager

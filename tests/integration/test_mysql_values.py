@@ -31,6 +31,7 @@ from dblog_worker.mysql.columns import (
     column_from_information_schema,
     select_list,
 )
+from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.rowimage import row_images
 from dblog_worker.mysql.session import (
     BINLOG_READER_OPTIONS,
@@ -61,9 +62,9 @@ class Db:
     def writer(self) -> pymysql.Connection[Any]:
         return pymysql.connect(**self.server.connect_args(self.database))
 
-    def dumper(self) -> pymysql.Connection[Any]:
+    def dumper(self, connect: Any = pymysql.connect) -> pymysql.Connection[Any]:
         args = {**self.server.connect_args(self.database), **dump_connection_options()}
-        return pymysql.connect(**args)
+        return connect(**args)  # type: ignore[no-any-return]
 
     def execute(self, statements: Sequence[Statement]) -> None:
         with self.writer() as conn, conn.cursor() as cur:
@@ -90,9 +91,18 @@ class Db:
             return [column_from_information_schema(row) for row in cur.fetchall()]
 
     def dump(self, columns: Sequence[MyColumn], table: str = "t") -> list[tuple[Any, ...]]:
-        with self.dumper() as conn, conn.cursor() as cur:
-            cur.execute(f"SELECT {select_list(columns)} FROM `{table}` ORDER BY 1")
-            return list(cur.fetchall())
+        """The rows as the worker's dump connection reads them, checked to be the very
+        rows (types included) and description PyMySQL's own reading gives."""
+        return self.select(f"SELECT {select_list(columns)} FROM `{table}` ORDER BY 1")
+
+    def select(self, sql: str) -> list[tuple[Any, ...]]:
+        results = []
+        for connect in (pymysql.connect, DumpConnection):
+            with self.dumper(connect) as conn, conn.cursor() as cur:
+                cur.execute(sql)
+                results.append((cur.description, list(cur.fetchall())))
+        assert results[0] == results[1]
+        return results[1][1]
 
     def binlog(self, start: tuple[str, int]) -> Iterator[Any]:
         settings = {
@@ -222,6 +232,27 @@ def field_of(captured: Captured, row_id: int, name: str) -> str:
 
 
 # --- the session --------------------------------------------------------------------------
+
+
+def test_the_row_reader_reads_long_cells_and_stops_on_an_error(db: Db) -> None:
+    """Cells of 250 bytes and more have 2, 3 (and 8) byte lengths; an error after some
+    rows (a subquery of two rows, met at id 40) is raised as PyMySQL raises it."""
+    db.execute(["CREATE TABLE t (id int PRIMARY KEY, b longblob, s mediumtext)",
+                ("INSERT INTO t VALUES (%s, %s, %s)",
+                 [(i, bytes(range(256)) * (i * 13), "é" * (i * 97)) for i in range(60)])])
+    rows = db.select("SELECT id, b, s, NULL, '' FROM t ORDER BY id")
+    assert [len(r[1]) for r in rows] == [256 * 13 * i for i in range(60)]
+    assert rows[59][2] == "é" * 97 * 59 and rows[0][3:] == (None, "")
+    failing = "SELECT id, IF(id < 40, 1, (SELECT 1 UNION SELECT 2)) FROM t ORDER BY id"
+    errors = []
+    for connect in (pymysql.connect, DumpConnection):
+        with db.dumper(connect) as conn, conn.cursor() as cur:
+            with pytest.raises(pymysql.MySQLError) as raised:
+                cur.execute(failing)
+            errors.append((type(raised.value), raised.value.args))
+            cur.execute("SELECT 1")  # the connection goes on
+            assert cur.fetchall() == (("1",),)
+    assert errors[0] == errors[1] and errors[0][1][0] == 1242
 
 
 def test_the_dump_connection_runs_with_the_session_settings(db: Db) -> None:
