@@ -64,7 +64,7 @@ class Db:
 
     def dumper(self, connect: Any = pymysql.connect) -> pymysql.Connection[Any]:
         args = {**self.server.connect_args(self.database), **dump_connection_options()}
-        return connect(**args)  # type: ignore[no-any-return]
+        return connect(**args)
 
     def execute(self, statements: Sequence[Statement]) -> None:
         with self.writer() as conn, conn.cursor() as cur:
