@@ -50,6 +50,7 @@ with DAG(
         "keys": params.keys_param(),
         "chunk_size": params.chunk_size_param(),
         "delay_ms": params.delay_ms_param(),
+        "parallelism": params.parallelism_param(),
         "merge": Param(True, type="boolean", title="Merge: run the Spark merge afterwards",
                        section="Afterwards"),
         "verify": Param(True, type="boolean",
@@ -75,6 +76,7 @@ with DAG(
         keys="{{ params['keys'] or '' }}",
         chunk_size="{{ params.chunk_size }}",
         delay_ms="{{ params.delay_ms }}",
+        parallelism="{{ params.parallelism }}",
     )
     wait = wait_for_dump(POLL_INTERVAL_S, days=3)
 

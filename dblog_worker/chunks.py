@@ -10,16 +10,18 @@ dump kind is a planner and a line in :data:`PLANNERS`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
 
+from dblog_worker.errors import ChunkStale
 from dblog_worker.events import Encoded
-from dblog_worker.requests import DumpKind, DumpRequest, KeyTexts, TableProgress
-from dblog_worker.source import ChunkReader
+from dblog_worker.requests import MAX_PARALLELISM, DumpKind, DumpRequest, KeyTexts, TableProgress
+from dblog_worker.source import Chunk, ChunkReader, DumpReader
 
 Encode = Callable[[Callable[[], Encoded]], "Future[Encoded]"]
 """Runs a chunk's encoding (in the encoder thread) and gives its future rows."""
@@ -38,13 +40,15 @@ def done(rows: Encoded) -> Future[Encoded]:
 
 @dataclass(frozen=True, slots=True)
 class ChunkRead:
-    """What a window's chunk SELECT selected."""
+    """What a window's chunk SELECT selected (``all_read``: a table dump's read reached
+    the upper bound; None: the planner judges by the count)."""
 
     rows: Future[Encoded]
     selected: int = 0
     last_key: KeyTexts | None = None
     missing: tuple[KeyTexts, ...] = ()
     schema_version: int = 0
+    all_read: bool | None = None
 
 
 NOTHING_READ = ChunkRead(done((EMPTY, EMPTY)))
@@ -61,7 +65,7 @@ class ChunkPlan(Protocol):
     def first(self) -> bool:
         """The table's first chunk (the live view shows its rows)."""
 
-    def read(self, source: ChunkReader, encode: Encode) -> ChunkRead: ...
+    def read(self, source: DumpReader, encode: Encode) -> ChunkRead: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +81,94 @@ class KeyRange:
     def first(self) -> bool:
         return self.after is None
 
-    def read(self, source: ChunkReader, encode: Encode) -> ChunkRead:
+    def read(self, source: DumpReader, encode: Encode) -> ChunkRead:
         chunk = source.read_chunk(self.table, self.after, self.upper, self.limit)
         return ChunkRead(encode(chunk.encode), chunk.rows, chunk.last_key,
                          schema_version=chunk.schema_version)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRanges:
+    """A table dump's window of ``lanes`` chunk SELECTs at once, each on a source connection
+    of its own: consecutive key ranges of ``limit`` keys from ``after`` on, up to ``upper``.
+
+    The ranges' ends are found first (each the ``limit``-th key after the last: key
+    predicates, read before the chunks); the chunks are then selected together, all
+    after LW and before HW, so the paper's rule holds for each. A range that holds more
+    keys by then (rows inserted meanwhile) is cut at ``limit``: the window keeps the ranges
+    up to that one, and reading goes on after its last key; rows of later ranges are
+    selected again by a later window."""
+
+    table: str
+    limit: int
+    after: KeyTexts | None
+    upper: KeyTexts
+    lanes: int
+
+    @property
+    def first(self) -> bool:
+        return self.after is None
+
+    def read(self, source: DumpReader, encode: Encode) -> ChunkRead:
+        starts: list[KeyTexts | None] = [self.after]
+        ends: list[KeyTexts] = []
+        while len(starts) < self.lanes:
+            end = source.key_after(self.table, starts[-1], self.upper, self.limit)
+            if end is None:
+                break
+            ends.append(end)
+            starts.append(end)
+        ends.append(self.upper)
+        readers = [source.lane(i) for i in range(len(starts))]
+        chunks = in_parallel([
+            functools.partial(reader.read_chunk, self.table, start, end, self.limit)
+            for reader, start, end in zip(readers, starts, ends, strict=True)])
+        kept = whole_prefix([(c.rows, c.last_key) for c in chunks], ends, self.limit)
+        used = chunks[:kept]
+        if len({c.schema_version for c in used}) > 1:
+            raise ChunkStale(f"the columns of {self.table} changed between the window's "
+                             "chunk SELECTs: the window is read again")
+        last = next((c.last_key for c in reversed(used) if c.last_key is not None), None)
+        all_read = kept == len(chunks) and chunks[-1].rows < self.limit
+        return ChunkRead(encode(functools.partial(_joined, [c.encode for c in used])),
+                         sum(c.rows for c in used), last,
+                         schema_version=used[0].schema_version, all_read=all_read)
+
+
+def whole_prefix(reads: Sequence[tuple[int, KeyTexts | None]], ends: Sequence[KeyTexts],
+                 limit: int) -> int:
+    """How many of a window's consecutive ranges to keep: up to the first that was cut (it
+    selected ``limit`` rows that stop before its end), that one included."""
+    for index, ((count, last), end) in enumerate(zip(reads, ends, strict=True)):
+        if count >= limit and last != end:
+            return index + 1
+    return len(reads)
+
+
+_LANES = ThreadPoolExecutor(MAX_PARALLELISM - 1, thread_name_prefix="dblog-lane")
+
+
+def in_parallel(reads: Sequence[Callable[[], Chunk]]) -> list[Chunk]:
+    """Run the reads at once: the first in this thread, the others in the lane threads;
+    the first error (in the reads' order) is raised once all have ended."""
+    futures = [_LANES.submit(read) for read in reads[1:]]
+    first: Chunk | BaseException
+    try:
+        first = reads[0]()
+    except Exception as exc:
+        first = exc
+    wait(futures)
+    if isinstance(first, BaseException):
+        raise first
+    return [first, *(future.result() for future in futures)]
+
+
+def _joined(encodes: Sequence[Callable[[], Encoded]]) -> Encoded:
+    parts = [encoded() for encoded in encodes]
+    if len(parts) == 1:
+        return parts[0]
+    return (pa.concat_arrays([keys for keys, _ in parts]),
+            pa.concat_arrays([rows for _, rows in parts]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +184,7 @@ class KeyBatch:
     def first(self) -> bool:
         return False
 
-    def read(self, source: ChunkReader, encode: Encode) -> ChunkRead:
+    def read(self, source: DumpReader, encode: Encode) -> ChunkRead:
         batch = source.read_keys(self.table, self.keys)
         return ChunkRead(done((batch.keys, batch.afters)), len(batch.keys),
                          missing=tuple(batch.missing), schema_version=batch.schema_version)
@@ -138,25 +226,33 @@ class TablePlanner:
                                    upper_bound=None if upper is None else list(upper))
 
     def next(self, table: TableProgress, cursor: Cursor | None, request: DumpRequest,
-             keys: KeyFetch) -> KeyRange | None:
+             keys: KeyFetch) -> KeyRange | KeyRanges | None:
         if not table.started or table.upper_bound is None:
             return None
         after = cursor if isinstance(cursor, tuple) else None
         if after is None and table.last_key is not None:
             after = tuple(table.last_key)
-        return KeyRange(table.table, request.chunk_size, after, tuple(table.upper_bound))
+        upper = tuple(table.upper_bound)
+        if request.parallelism > 1:
+            return KeyRanges(table.table, request.chunk_size, after, upper,
+                             request.parallelism)
+        return KeyRange(table.table, request.chunk_size, after, upper)
 
     def opened(self, plan: ChunkPlan, read: ChunkRead,
                request: DumpRequest) -> tuple[Cursor | None, bool]:
-        return read.last_key, read.selected < plan.limit
+        return read.last_key, _all_read(plan, read)
 
     def completed(self, table: TableProgress, plan: ChunkPlan, read: ChunkRead,
                   request: DumpRequest) -> TableProgress:
         last_key = table.last_key if read.last_key is None else list(read.last_key)
-        return dataclasses.replace(table, last_key=last_key, done=read.selected < plan.limit)
+        return dataclasses.replace(table, last_key=last_key, done=_all_read(plan, read))
 
     def check(self, request: DumpRequest, key_count: Callable[[], int]) -> str | None:
         return None
+
+
+def _all_read(plan: ChunkPlan, read: ChunkRead) -> bool:
+    return read.selected < plan.limit if read.all_read is None else read.all_read
 
 
 class KeysPlanner:

@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     keys.add_argument("--keys-file", type=Path, help="a file with the keys as JSON")
     dump.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
     dump.add_argument("--delay-ms", type=int, default=0, help="pause between chunks")
+    dump.add_argument("--parallelism", type=int, default=1,
+                      help="chunk SELECTs per window, each on a source connection of its own "
+                           "(1-8; 1: one chunk per window)")
     dump.add_argument("--client-token", help="idempotency token: the same token, one request")
     dump.add_argument("--wait", action="store_true", help="show progress until it ends")
     dump.add_argument("--json", action="store_true")
@@ -104,10 +107,11 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(command=name)
 
     knobs = command("set", cli_dumps.set_knobs,
-                    "change chunk size and/or delay of a dump that runs")
+                    "change chunk size, delay and/or parallelism of a dump that runs")
     knobs.add_argument("id")
     knobs.add_argument("--chunk-size", type=int)
     knobs.add_argument("--delay-ms", type=int)
+    knobs.add_argument("--parallelism", type=int)
 
     status = command("status", _status, "show what the worker is doing")
     status.add_argument("--json", action="store_true")

@@ -52,7 +52,7 @@ def dump(config: Config, args: argparse.Namespace) -> int:
     kind = DumpKind.ALL if args.all else DumpKind.KEYS if raw_keys is not None else DumpKind.TABLES
     spec = DumpSpec.of(kind, None if args.all else args.tables, keys,
                        chunk_size=args.chunk_size, delay_ms=args.delay_ms,
-                       client_token=args.client_token)
+                       client_token=args.client_token, parallelism=args.parallelism)
     state = state_of(config)
     request = create_dump(config, state, spec)
     if args.json:
@@ -106,7 +106,8 @@ def show(config: Config, args: argparse.Namespace) -> int:
         return 1
     request, progress = entry
     print(f"{request.id}: {request.state.value} ({request.kind.value}), chunk size "
-          f"{request.chunk_size}, delay {request.delay_ms} ms")
+          f"{request.chunk_size}, delay {request.delay_ms} ms, parallelism "
+          f"{request.parallelism}")
     if request.error:
         print(f"error: {request.error}")
     rows = [("TABLE", "STATE", "CHUNKS", "SELECTED", "ROWS", "DROPPED", "MISSING", "LAST KEY")]
@@ -192,8 +193,9 @@ def control(config: Config, args: argparse.Namespace) -> int:
 
 def set_knobs(config: Config, args: argparse.Namespace) -> int:
     request = state_of(config).set_knobs(args.id, chunk_size=args.chunk_size,
-                                       delay_ms=args.delay_ms)
-    print(f"{request.id}: chunk size {request.chunk_size}, delay {request.delay_ms} ms")
+                                         delay_ms=args.delay_ms, parallelism=args.parallelism)
+    print(f"{request.id}: chunk size {request.chunk_size}, delay {request.delay_ms} ms, "
+          f"parallelism {request.parallelism}")
     return 0
 
 

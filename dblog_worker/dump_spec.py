@@ -21,6 +21,7 @@ from dblog_worker.requests import (
     KeyTexts,
     check_chunk_size,
     check_delay_ms,
+    check_parallelism,
     parse_keys,
 )
 
@@ -39,10 +40,12 @@ class DumpSpec:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     delay_ms: int = 0
     client_token: str | None = None
+    parallelism: int = 1
 
     def __post_init__(self) -> None:
         check_chunk_size(self.chunk_size)
         check_delay_ms(self.delay_ms)
+        check_parallelism(self.parallelism)
         _check_tables(self.kind, self.tables)
         _check_keys(self.kind, self.keys)
         if self.client_token is not None and not (
@@ -54,7 +57,8 @@ class DumpSpec:
     @classmethod
     def of(cls, kind: object, tables: Sequence[str] | None = None,
            keys: Sequence[object] | None = None, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
-           delay_ms: int = 0, client_token: str | None = None) -> DumpSpec:
+           delay_ms: int = 0, client_token: str | None = None,
+           parallelism: int = 1) -> DumpSpec:
         """A spec from a front end's values: ``kind`` as text (``all``, ``tables``,
         ``keys``), tables in the order given (duplicates dropped)."""
         try:
@@ -70,7 +74,8 @@ class DumpSpec:
         if keys is not None and (isinstance(keys, str) or not isinstance(keys, Sequence)):
             raise RequestRejected(f"keys must be a non-empty JSON array such as {KEYS_EXAMPLE}")
         return cls(dump_kind, tuple(dict.fromkeys(tables or ())),
-                   None if keys is None else tuple(keys), chunk_size, delay_ms, client_token)
+                   None if keys is None else tuple(keys), chunk_size, delay_ms, client_token,
+                   parallelism)
 
     def table_names(self, captured: Sequence[str]) -> tuple[str, ...]:
         """The tables to dump: for kind ``all``, the ``captured`` tables."""

@@ -31,6 +31,7 @@ from dblog_worker.requests import (
     TableProgress,
     check_chunk_size,
     check_delay_ms,
+    check_parallelism,
     key_record,
     sources_of,
 )
@@ -95,10 +96,12 @@ class RequestStore(RedisStore):
         delay_ms: int,
         keys: Sequence[KeyTexts] = (),
         client_token: str | None = None,
+        parallelism: int = 1,
     ) -> DumpRequest:
         """Queue a request; with a ``client_token`` already used, return that request."""
         check_chunk_size(chunk_size)
         check_delay_ms(delay_ms)
+        check_parallelism(parallelism)
         if not tables:
             raise RequestRejected("a dump needs at least one table")
         if kind is DumpKind.KEYS and (len(tables) != 1 or not keys):
@@ -114,7 +117,7 @@ class RequestStore(RedisStore):
             request = DumpRequest(
                 id=f"dump-{number}", kind=kind, tables=tuple(tables), chunk_size=chunk_size,
                 delay_ms=delay_ms, state=RequestState.QUEUED, created_at=now, updated_at=now,
-                key_count=len(keys), client_token=client_token,
+                key_count=len(keys), client_token=client_token, parallelism=parallelism,
             )
 
             def fill(pipe: Any) -> None:
@@ -277,16 +280,19 @@ class RequestStore(RedisStore):
         return RequestState(previous)
 
     def set_knobs(
-        self, request_id: str, *, chunk_size: int | None = None, delay_ms: int | None = None
+        self, request_id: str, *, chunk_size: int | None = None, delay_ms: int | None = None,
+        parallelism: int | None = None,
     ) -> DumpRequest:
-        """Change chunk size and/or delay of a request that is not finished."""
+        """Change chunk size, delay and/or parallelism of a request that is not finished."""
         args: list[str] = []
         if chunk_size is not None:
             args += ["chunk_size", str(check_chunk_size(chunk_size))]
         if delay_ms is not None:
             args += ["delay_ms", str(check_delay_ms(delay_ms))]
+        if parallelism is not None:
+            args += ["parallelism", str(check_parallelism(parallelism))]
         if not args:
-            raise RequestRejected("give a chunk size, a delay, or both")
+            raise RequestRejected("give a chunk size, a delay or a parallelism")
         with redis_errors():
             outcome, previous = cast(
                 list[str],

@@ -29,6 +29,7 @@ from dblog_worker.errors import CorruptRequest, RequestRejected
 MAX_CHUNK_SIZE = 100_000
 DEFAULT_CHUNK_SIZE = 5_000
 MAX_DELAY_MS = 3_600_000
+MAX_PARALLELISM = 8  # chunk SELECTs of one window, each on a source connection of its own
 MAX_KEYS = 1_000_000
 
 
@@ -82,6 +83,16 @@ def check_chunk_size(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CHUNK_SIZE:
         raise RequestRejected(
             f"chunk size must be an integer from 1 to {MAX_CHUNK_SIZE}, got {value!r}"
+        )
+    return value
+
+
+def check_parallelism(value: int) -> int:
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not 1 <= value <= MAX_PARALLELISM):
+        raise RequestRejected(
+            f"parallelism must be an integer from 1 to {MAX_PARALLELISM} (chunk SELECTs in "
+            f"one window, each on a connection of its own), got {value!r}"
         )
     return value
 
@@ -148,6 +159,7 @@ class DumpRequest:
     error: str | None = None
     client_token: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
+    parallelism: int = 1
 
     def to_fields(self) -> dict[str, str]:
         fields = {
@@ -160,6 +172,7 @@ class DumpRequest:
             "created_at": repr(self.created_at),
             "updated_at": repr(self.updated_at),
             "key_count": str(self.key_count),
+            "parallelism": str(self.parallelism),
         }
         if self.error is not None:
             fields["error"] = self.error
@@ -186,7 +199,7 @@ class DumpRequest:
         key_count = _number(fields.get("key_count", "0"), 0, MAX_KEYS, bad, "key_count")
         if kind is DumpKind.KEYS and key_count == 0:
             raise bad("key_count", "is 0, but a primary-key dump has keys")
-        known = {*REQUEST_REQUIRED, "key_count", "error", "client_token"}
+        known = {*REQUEST_REQUIRED, "key_count", "error", "client_token", "parallelism"}
         return cls(
             id=fields["id"],
             kind=kind,
@@ -200,6 +213,9 @@ class DumpRequest:
             error=fields.get("error"),
             client_token=fields.get("client_token"),
             extra={k: v for k, v in fields.items() if k not in known},
+            # requests written before the knob existed read one chunk SELECT per window
+            parallelism=_knob(fields.get("parallelism", "1"), check_parallelism, bad,
+                              "parallelism"),
         )
 
 
@@ -245,7 +261,7 @@ def _number(text: str, low: int, high: int, bad: _Bad, name: str) -> int:
 
 
 def _knob(text: str, check: Callable[[int], int], bad: _Bad, name: str) -> int:
-    """A chunk size or delay, checked with the limits of a new request's."""
+    """A chunk size, delay or parallelism, checked with the limits of a new request's."""
     if not _INTEGER.fullmatch(text):
         raise bad(name, f"is {_clip(text)}, not an integer")
     try:

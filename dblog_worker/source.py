@@ -10,6 +10,7 @@ Nothing here is database specific.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -118,6 +119,18 @@ class Tables(Protocol):
         """RequestRejected unless every key fits the key columns' types."""
 
 
+def locked(schema_version: SchemaVersion) -> SchemaVersion:
+    """``schema_version`` for several threads (a window's parallel chunk readers): one
+    call at a time."""
+    lock = threading.Lock()
+
+    def version(table: str, schema: Mapping[str, object]) -> int:
+        with lock:
+            return schema_version(table, schema)
+
+    return version
+
+
 class ChunkReader(Protocol):
     """The chunk SELECTs of a dump: a key range, or a batch of keys."""
 
@@ -129,6 +142,19 @@ class ChunkReader(Protocol):
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk: ...
 
+    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
+                  offset: int) -> KeyTexts | None:
+        """The ``offset``-th key after ``after`` (from the first key if None), up to
+        ``upper``; None when there are fewer keys."""
 
-class Source(Setup, LogReader, WatermarkWriter, Tables, ChunkReader, Protocol):
+
+class DumpReader(ChunkReader, Protocol):
+    """The chunk SELECTs of a dump, and the connections of a window's parallel ones."""
+
+    def lane(self, index: int) -> ChunkReader:
+        """A reader on source connection ``index`` of a window's parallel chunk SELECTs:
+        0 is this reader; the others are opened on first use and closed with the source."""
+
+
+class Source(Setup, LogReader, WatermarkWriter, Tables, DumpReader, Protocol):
     """Everything the worker needs of a database: what its kind's package implements."""

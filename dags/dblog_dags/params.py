@@ -25,7 +25,12 @@ from airflow.sdk import Param
 from dblog_dags.settings import TABLE_PATTERN
 from dblog_worker.dump_spec import DumpSpec
 from dblog_worker.errors import RequestRejected
-from dblog_worker.requests import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_MS
+from dblog_worker.requests import (
+    DEFAULT_CHUNK_SIZE,
+    MAX_CHUNK_SIZE,
+    MAX_DELAY_MS,
+    MAX_PARALLELISM,
+)
 
 __all__ = [
     "SCOPES",
@@ -127,6 +132,18 @@ def delay_ms_param(default: int = 0, title: str = "Delay") -> Param:
         title=f"{title}: milliseconds between chunks, 0 to {MAX_DELAY_MS:,}",
         description="The brake on the source's load: the worker waits this long after each "
                     "chunk. It can be changed while the dump runs (dblog set).",
+        section="Pace",
+    )
+
+
+def parallelism_param(default: int = 1) -> Param:
+    return Param(
+        default, type="integer", minimum=1, maximum=MAX_PARALLELISM,
+        title=f"Parallelism: chunk SELECTs per window, 1 to {MAX_PARALLELISM}",
+        description="A table dump reads this many consecutive chunks at once, each on a "
+                    "source connection of its own, all between the same watermarks: faster, "
+                    "and that many concurrent SELECTs on the source. It can be changed while "
+                    "the dump runs (dblog set). A key dump reads one batch at a time.",
         section="Pace",
     )
 

@@ -35,6 +35,7 @@ from dblog_worker.requests import (
     DumpRequest,
     check_chunk_size,
     check_delay_ms,
+    check_parallelism,
 )
 from dblog_worker.state import StateStore
 from dblog_worker.telemetry import Telemetry
@@ -55,8 +56,9 @@ CONTENT_TYPES = {
     ".map": "application/json",
 }
 STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")  # one file, never a path
-CREATE_FIELDS = ("kind", "tables", "keys", "chunk_size", "delay_ms", "client_token")
-KNOB_FIELDS = ("chunk_size", "delay_ms")
+CREATE_FIELDS = ("kind", "tables", "keys", "chunk_size", "delay_ms", "parallelism",
+                 "client_token")
+KNOB_FIELDS = ("chunk_size", "delay_ms", "parallelism")
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,8 @@ class Api:
         spec = DumpSpec.of(body.get("kind"), tables, keys,
                            chunk_size=_integer(body, "chunk_size", DEFAULT_CHUNK_SIZE),
                            delay_ms=_integer(body, "delay_ms", 0),
-                           client_token=client_token)
+                           client_token=client_token,
+                           parallelism=_integer(body, "parallelism", 1))
         known = self._existing(spec.client_token)
         request = create_dump(self.config, self.state, spec)
         created = known is None or known != request.id
@@ -226,16 +229,20 @@ class Api:
     def set_knobs(self, call: Call) -> Response:
         body = _object(call.body, KNOB_FIELDS, required=True)
         if not body:
-            raise ApiError(400, "give chunk_size, delay_ms, or both")
+            raise ApiError(400, "give chunk_size, delay_ms and/or parallelism")
         chunk_size = _integer(body, "chunk_size", None)
         delay_ms = _integer(body, "delay_ms", None)
+        parallelism = _integer(body, "parallelism", None)
         if chunk_size is not None:
             check_chunk_size(chunk_size)
         if delay_ms is not None:
             check_delay_ms(delay_ms)
+        if parallelism is not None:
+            check_parallelism(parallelism)
         request = self._request(call)
         try:
-            request = self.state.set_knobs(request.id, chunk_size=chunk_size, delay_ms=delay_ms)
+            request = self.state.set_knobs(request.id, chunk_size=chunk_size, delay_ms=delay_ms,
+                                           parallelism=parallelism)
         except RequestRejected as exc:
             raise ApiError(409, str(exc)) from None
         return json_response(200, show_json(self.state, request))

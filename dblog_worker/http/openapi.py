@@ -15,6 +15,7 @@ from dblog_worker.requests import (
     MAX_CHUNK_SIZE,
     MAX_DELAY_MS,
     MAX_KEYS,
+    MAX_PARALLELISM,
     DumpKind,
     RequestState,
 )
@@ -64,6 +65,7 @@ REQUEST_FIELDS: Schema = {
     "tables": {"type": "array", "items": {"type": "string"}},
     "chunk_size": {"type": "integer", "minimum": 1, "maximum": MAX_CHUNK_SIZE},
     "delay_ms": {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS},
+    "parallelism": {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELISM},
     "key_count": {"type": "integer", "minimum": 0},
     "created_at": {"type": "number", "description": "Unix time, seconds"},
     "updated_at": {"type": "number", "description": "Unix time, seconds"},
@@ -77,6 +79,10 @@ CHUNK_SIZE: Schema = {"type": "integer", "minimum": 1, "maximum": MAX_CHUNK_SIZE
                       "default": DEFAULT_CHUNK_SIZE, "description": "rows per chunk"}
 DELAY_MS: Schema = {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS, "default": 0,
                     "description": "pause between chunks, milliseconds"}
+PARALLELISM: Schema = {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELISM, "default": 1,
+                       "description": "chunk SELECTs per window of a table dump, each on a "
+                                      "source connection of its own (a primary-key dump "
+                                      "reads one batch per window)"}
 
 SCHEMAS: dict[str, Schema] = {
     "Error": {
@@ -154,7 +160,8 @@ SCHEMAS: dict[str, Schema] = {
     "AllDump": {
         "type": "object",
         "properties": {"kind": {"const": "all"}, "chunk_size": CHUNK_SIZE,
-                       "delay_ms": DELAY_MS, "client_token": _ref("ClientToken")},
+                       "delay_ms": DELAY_MS, "parallelism": PARALLELISM,
+                       "client_token": _ref("ClientToken")},
         "required": ["kind"],
         "additionalProperties": False,
     },
@@ -167,6 +174,7 @@ SCHEMAS: dict[str, Schema] = {
                        "examples": [["public.orders"]]},
             "chunk_size": CHUNK_SIZE,
             "delay_ms": DELAY_MS,
+            "parallelism": PARALLELISM,
             "client_token": _ref("ClientToken"),
         },
         "required": ["kind", "tables"],
@@ -187,6 +195,7 @@ SCHEMAS: dict[str, Schema] = {
             },
             "chunk_size": CHUNK_SIZE,
             "delay_ms": DELAY_MS,
+            "parallelism": PARALLELISM,
             "client_token": _ref("ClientToken"),
         },
         "required": ["kind", "tables", "keys"],
@@ -196,7 +205,8 @@ SCHEMAS: dict[str, Schema] = {
                     "description": "idempotency token: the same token, one request"},
     "Knobs": {
         "type": "object",
-        "properties": {"chunk_size": CHUNK_SIZE, "delay_ms": DELAY_MS},
+        "properties": {"chunk_size": CHUNK_SIZE, "delay_ms": DELAY_MS,
+                       "parallelism": PARALLELISM},
         "minProperties": 1,
         "additionalProperties": False,
     },

@@ -190,6 +190,16 @@ class CapturedTables:
         return Chunk(len(rows), last, captured.version,
                      functools.partial(_encode_rows, captured.codec, rows))
 
+    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
+                  offset: int) -> KeyTexts | None:
+        captured = self._cache.get(table)
+        params_of = functools.partial(_key_params, table, captured)
+        params = [] if after is None else catalog.after_params(params_of(after))
+        params += catalog.at_most_params(params_of(upper))
+        sql = catalog.chunk_sql(captured.shape, first=after is None) + " OFFSET %s"
+        rows = self._select(table, sql, [*params, 1, offset - 1])
+        return None if not rows else captured.codec.key_texts_from_dump(rows[0])
+
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
         captured = self._cache.get(table)
         if not keys:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -39,7 +39,7 @@ from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
-from dblog_worker.source import Chunk, KeysChunk, Problem, SchemaVersion
+from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion
 from dblog_worker.tables import HEARTBEAT
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 
@@ -85,19 +85,16 @@ class MySqlSource:
         self._is_mariadb = False
         self._server = ""  # which server: "server_id=1" (MariaDB), "server_uuid=…" (MySQL)
         self._status_sql = "SHOW BINARY LOG STATUS"
+        self._lanes: list[_Lane] = []
 
     # -- connection and checks ------------------------------------------------
 
-    def _schema_version(self, table: str, schema: dict[str, object]) -> int:
+    def _schema_version(self, table: str, schema: Mapping[str, object]) -> int:
         with self._versions_lock:
             return self._registry(table, schema)
 
     def connect(self) -> None:
-        with connection_errors("connecting"):
-            self._conn = DumpConnection(**self._args, **dump_connection_options(),
-                                          autocommit=True, connect_timeout=10)
-        self._rows("SET SESSION lock_wait_timeout = %s, innodb_lock_wait_timeout = %s",
-                   (LOCK_WAIT_S, LOCK_WAIT_S))
+        self._conn = _connect(self._args)
         version = str(self._one("SELECT VERSION()")[0])
         self._is_mariadb = "mariadb" in version.lower()
         variable = "server_id" if self._is_mariadb else "server_uuid"
@@ -335,15 +332,63 @@ class MySqlSource:
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
         return self.captured.read_keys(table, keys)
 
+    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
+                  offset: int) -> KeyTexts | None:
+        return self.captured.key_after(table, after, upper, offset)
+
+    def lane(self, index: int) -> ChunkReader:
+        if index == 0:
+            return self
+        while len(self._lanes) < index:
+            self._lanes.append(_Lane(self.name, self.config.tables, self._args,
+                                     self._schema_version))
+        return self._lanes[index - 1].captured
+
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         """Refuse keys whose values do not fit the key columns' types."""
         self.captured.check_keys(table, keys)
 
     def close(self) -> None:
+        for lane in self._lanes:
+            lane.close()
+        self._lanes = []
         if self._reader is not None:
             self._reader.close()
             self._reader = None
         if self._conn is not None:
             with contextlib.suppress(Exception):  # a broken connection may not close cleanly
+                self._conn.close()
+            self._conn = None
+
+
+def _connect(args: dict[str, Any]) -> DumpConnection:
+    """The source's connection in autocommit: catalog reads, watermarks, chunk SELECTs."""
+    with connection_errors("connecting"):
+        conn = DumpConnection(**args, **dump_connection_options(), autocommit=True,
+                              connect_timeout=10)
+        with conn.cursor() as cursor:
+            cursor.execute("SET SESSION lock_wait_timeout = %s, innodb_lock_wait_timeout = %s",
+                           (LOCK_WAIT_S, LOCK_WAIT_S))
+    return conn
+
+
+class _Lane:
+    """A connection of its own for a window's parallel chunk SELECTs (opened on first use),
+    with the captured tables as it reads them."""
+
+    def __init__(self, name: str, tables: Sequence[str], args: dict[str, Any],
+                 schema_version: SchemaVersion) -> None:
+        self._args = args
+        self._conn: DumpConnection | None = None
+        self.captured = CapturedTables(name, tables, self._connection, schema_version)
+
+    def _connection(self) -> pymysql.connections.Connection[Any]:
+        if self._conn is None or not self._conn.open:
+            self._conn = _connect(self._args)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
                 self._conn.close()
             self._conn = None

@@ -32,7 +32,14 @@ from dblog_worker.pg.values import libpq_options
 from dblog_worker.pg.visibility import Snapshot
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
-from dblog_worker.source import Chunk, KeysChunk, Problem, SchemaVersion
+from dblog_worker.source import (
+    Chunk,
+    ChunkReader,
+    KeysChunk,
+    Problem,
+    SchemaVersion,
+    locked,
+)
 from dblog_worker.tables import HEARTBEAT
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 
@@ -57,7 +64,9 @@ class PgSource:
         self.options = pg_options(config)
         self.name = config.name
         self._conn: Connection | None = None
-        self.chunks = PgChunkReader(config, schema_version, lambda: self._conn)
+        self._schema_version = locked(schema_version)  # lanes register from their threads
+        self.chunks = PgChunkReader(config, self._schema_version, lambda: self._conn)
+        self._lanes: list[_Lane] = []
         self._stream: ReplicationStream | None = None
         self._snapshot_at = 0.0
         self.translator = LogTranslator(config.name, self._describe)
@@ -65,12 +74,7 @@ class PgSource:
     # -- connection and checks ------------------------------------------------
 
     def connect(self) -> None:
-        with connection_errors("connecting"):
-            self._conn = psycopg.connect(
-                self.config.dsn, autocommit=True,
-                options=f"{libpq_options()} -c lock_timeout={LOCK_TIMEOUT}",
-                application_name=f"dblog-{self.name}",
-            )
+        self._conn = _connect(self.config)
 
     @property
     def conn(self) -> Connection:
@@ -357,12 +361,58 @@ class PgSource:
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
         return self.chunks.read_keys(table, keys)
 
+    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
+                  offset: int) -> KeyTexts | None:
+        return self.chunks.key_after(table, after, upper, offset)
+
+    def lane(self, index: int) -> ChunkReader:
+        if index == 0:
+            return self
+        while len(self._lanes) < index:
+            self._lanes.append(_Lane(self.config, self._schema_version))
+        return self._lanes[index - 1].chunks
+
     def close(self) -> None:
+        for lane in self._lanes:
+            lane.close()
+        self._lanes = []
         self.chunks.close()
         if self._stream is not None:
             self._stream.close()
             self._stream = None
         if self._conn is not None:
             with contextlib.suppress(Exception):  # a broken connection may not close cleanly
+                self._conn.close()
+            self._conn = None
+
+
+def _connect(config: SourceConfig) -> Connection:
+    """The source's autocommit connection: catalog reads, watermarks, chunk SELECTs."""
+    with connection_errors("connecting"):
+        return psycopg.connect(
+            config.dsn, autocommit=True,
+            options=f"{libpq_options()} -c lock_timeout={LOCK_TIMEOUT}",
+            application_name=f"dblog-{config.name}",
+        )
+
+
+class _Lane:
+    """A connection of its own for a window's parallel chunk SELECTs (opened on first use),
+    with the captured tables as it reads them."""
+
+    def __init__(self, config: SourceConfig, schema_version: SchemaVersion) -> None:
+        self._config = config
+        self._conn: Connection | None = None
+        self.chunks = PgChunkReader(config, schema_version, self._connection)
+
+    def _connection(self) -> Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = _connect(self._config)
+        return self._conn
+
+    def close(self) -> None:
+        self.chunks.close()
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
                 self._conn.close()
             self._conn = None

@@ -135,6 +135,7 @@ class DumpProgress:
             })
         return {"request_id": dump.id, "kind": request.kind.value, "state": request.state.value,
                 "chunk_size": request.chunk_size, "delay_ms": request.delay_ms,
+                "parallelism": request.parallelism,
                 "tables": tables, "eta_s": None if remaining is None else round(remaining, 1)}
 
 

@@ -33,14 +33,14 @@ def store(redis_url: str, dblog_connection: DblogConnection) -> StateStore:
 
 def test_submit_once_per_task_instance(store: StateStore, task_context: MakeContext) -> None:
     op = DblogDumpOperator(task_id="submit", scope="tables", tables=["public.a"],
-                           chunk_size=100)
+                           chunk_size=100, parallelism="3")
     context = task_context(dag_id="dblog_dump", run_id="manual__1", task_id="submit")
     first = op.execute(context)
     assert op.execute(context) == first  # a retry: the same request
     request = store.get_request(first)
     assert request.client_token == "airflow:dblog_dump:manual__1:submit:-1"
-    assert (request.kind, request.tables, request.chunk_size) == (DumpKind.TABLES,
-                                                                  ("public.a",), 100)
+    assert (request.kind, request.tables, request.chunk_size, request.parallelism) == (
+        DumpKind.TABLES, ("public.a",), 100, 3)
     mapped = op.execute(task_context(dag_id="dblog_dump", run_id="manual__1",
                                      task_id="submit", map_index=2))
     other_run = op.execute(task_context(dag_id="dblog_dump", run_id="manual__2",
@@ -101,10 +101,12 @@ def test_control_operators_steer_the_request(store: StateStore,
     assert store.get_request(request.id).state is RequestState.RUNNING
 
     knobs = DblogSetDumpKnobsOperator(task_id="knobs", request_id=request.id,
-                                      chunk_size="{{ params.chunk_size }}", delay_ms="")
-    knobs.render_template_fields(task_context(params={"chunk_size": 2000}))
-    assert knobs.execute(context) == {"chunk_size": 2000, "delay_ms": 0}
+                                      chunk_size="{{ params.chunk_size }}", delay_ms="",
+                                      parallelism="{{ params.parallelism }}")
+    knobs.render_template_fields(task_context(params={"chunk_size": 2000, "parallelism": 3}))
+    assert knobs.execute(context) == {"chunk_size": 2000, "delay_ms": 0, "parallelism": 3}
     assert store.get_request(request.id).chunk_size == 2000
+    assert store.get_request(request.id).parallelism == 3
 
     cancel = DblogCancelDumpOperator(task_id="cancel", request_id="{{ params.id }}",
                                      dblog_conn_id="{{ params.conn_id }}")

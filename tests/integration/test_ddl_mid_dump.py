@@ -46,9 +46,10 @@ DDL = {
 CHUNK = 20
 
 
-def _dump_with_ddl(backend: Backend, ddl: str) -> tuple[str, int]:
-    """A table dump in chunks of 20; before the third window's low watermark, the DDL and
-    an update of a row of that chunk. Returns the request id and the sessions run."""
+def _dump_with_ddl(backend: Backend, ddl: str, parallelism: int = 1) -> tuple[str, int]:
+    """A table dump in chunks of 20 (``parallelism`` of them per window); before the third
+    window's low watermark, the DDL and an update of a row of that chunk. Returns the
+    request id and the sessions run."""
     t1, v = backend.t1, backend.next_version
     backend.create(t1, 150)
     statement = (DDL[ddl][0 if backend.kind == "postgresql" else 1].format(t=t1)
@@ -65,7 +66,8 @@ def _dump_with_ddl(backend: Backend, ddl: str) -> tuple[str, int]:
 
     worker, thread = run_in_thread(config, {"before_low": before_low})
     try:
-        request_id = dump(backend.config_path([t1]), "--table", t1, "--chunk-size", str(CHUNK))
+        request_id = dump(backend.config_path([t1]), "--table", t1, "--chunk-size", str(CHUNK),
+                          "--parallelism", str(parallelism))
         state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"], 60)
         assert state["state"] == "completed", state
     finally:
@@ -112,6 +114,22 @@ def test_ddl_right_before_a_window(backend: Backend, ddl: str) -> None:
         return
     # The rows dumped before the DDL keep the old column list (no log event tells of a
     # column added, dropped or renamed) until they change or are dumped again.
+    assert_converged_after_a_second_dump(backend)
+
+
+@pytest.mark.parametrize("ddl", ["add column", "drop column"])
+def test_ddl_right_before_a_parallel_window(backend: Backend, ddl: str) -> None:
+    """Three chunk SELECTs per window, on three connections: each connection finds the
+    columns changed, the window is read again, the session goes on."""
+    request_id, sessions = _dump_with_ddl(backend, ddl, parallelism=3)
+    assert sessions == 1
+    columns = _columns(backend, request_id)
+    now = set(next(iter(backend.rows(backend.t1).values())))
+    assert len(columns) >= 150 and columns[120:] == [now] * len(columns[120:])
+    assert_converged_after_a_second_dump(backend)
+
+
+def assert_converged_after_a_second_dump(backend: Backend) -> None:
     request_id = dump(backend.config_path([backend.t1]), "--table", backend.t1,
                       "--chunk-size", "100")
     again, thread = run_in_thread(config_module.load(backend.config_path([backend.t1])), {})

@@ -226,11 +226,14 @@ def test_pause_resume_cancel_and_knobs(api: Api) -> None:
              20, "the first chunk", api.worker.log)
 
     knobs = api.call("PATCH", f"/api/v1/requests/{slow}", {"chunk_size": 2,
-                                                           "delay_ms": 3_500_000})
+                                                           "delay_ms": 3_500_000,
+                                                           "parallelism": 2})
     assert knobs.status == 200, knobs
-    assert (knobs.json()["chunk_size"], knobs.json()["delay_ms"]) == (2, 3_500_000)
+    assert (knobs.json()["chunk_size"], knobs.json()["delay_ms"],
+            knobs.json()["parallelism"]) == (2, 3_500_000, 2)
     fields = redis_request(api.redis_url, SOURCE, slow)
-    assert (fields["chunk_size"], fields["delay_ms"]) == ("2", "3500000")
+    assert (fields["chunk_size"], fields["delay_ms"], fields["parallelism"]) == (
+        "2", "3500000", "2")
     only_delay = api.call("PATCH", f"/api/v1/requests/{slow}", {"delay_ms": 3_600_000})
     assert (only_delay.json()["chunk_size"], only_delay.json()["delay_ms"]) == (2, 3_600_000)
 
@@ -322,6 +325,8 @@ def test_bad_input_is_refused_and_changes_nothing(api: Api) -> None:
          "chunk size must be an integer from 1 to 100000, got 0"),
         ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS], "delay_ms": -1}}, 400,
          "delay must be an integer number of milliseconds from 0 to 3600000, got -1"),
+        ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS], "parallelism": 9}}, 400,
+         "parallelism must be an integer from 1 to 8"),
         ("POST", post, {"body": {"kind": "all", "client_token": ""}}, 400,
          "client_token must be a string of 1 to 200 characters"),
         # checked against the source
@@ -352,11 +357,13 @@ def test_bad_input_is_refused_and_changes_nothing(api: Api) -> None:
          "GET /api/v1/requests takes no body"),
         # knobs and commands
         ("PATCH", f"/api/v1/requests/{running}", {"body": {}}, 400,
-         "give chunk_size, delay_ms, or both"),
+         "give chunk_size, delay_ms and/or parallelism"),
         ("PATCH", f"/api/v1/requests/{running}", {"body": {"chunk_size": 0}}, 400,
          "chunk size must be an integer from 1 to 100000, got 0"),
         ("PATCH", f"/api/v1/requests/{running}", {"body": {"delay": 5}}, 400,
-         "unknown field(s) delay; allowed: chunk_size, delay_ms"),
+         "unknown field(s) delay; allowed: chunk_size, delay_ms, parallelism"),
+        ("PATCH", f"/api/v1/requests/{running}", {"body": {"parallelism": 0}}, 400,
+         "parallelism must be an integer from 1 to 8"),
         ("PATCH", f"/api/v1/requests/{running}", {"body": {"chunk_size": None}}, 400,
          "chunk_size must be an integer, got null"),
         ("POST", f"/api/v1/requests/{running}/pause", {"body": {"force": True}}, 400,

@@ -35,7 +35,7 @@ from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
-from dblog_worker.source import Chunk, KeysChunk, Problem, SchemaVersion, Source
+from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion, Source
 from dblog_worker.state import StateStore
 from dblog_worker.worker import Worker
 from tests.integration.harness import (
@@ -246,7 +246,9 @@ def test_add_column_mid_stream(backend: Backend,
     ("tables", HOSTILE),
     # tables partitioned by their key: key changes move rows between partitions
     ("all", PARTITIONED),
-], ids=["all", "tables", "keys", "hostile-names-tables", "partitioned-all"])
+    # three chunk SELECTs per window, on three connections
+    ("parallel", PLAIN),
+], ids=["all", "tables", "keys", "hostile-names-tables", "partitioned-all", "parallel-tables"])
 def test_dumps_converge_under_load(backend: Backend, kind: str, flavour: TableFlavour,
                                    worker_process: Callable[..., WorkerProcess]) -> None:
     backend.use(flavour)
@@ -263,6 +265,9 @@ def test_dumps_converge_under_load(backend: Backend, kind: str, flavour: TableFl
             ids = [dump(config, "--all", "--chunk-size", "37")]
         elif kind == "tables":
             ids = [dump(config, "--table", t2, "--table", t1, "--chunk-size", "53")]
+        elif kind == "parallel":
+            ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "29",
+                        "--parallelism", "3")]
         else:
             keys = sorted(int(json.loads(k)[0]) for k in backend.rows(t1))
             ids = [dump(config, "--table", t1, "--keys", json.dumps([*keys, 999_999]),
@@ -369,6 +374,13 @@ class HookedSource:
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         self.inner.check_keys(table, keys)
+
+    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
+                  offset: int) -> KeyTexts | None:
+        return self.inner.key_after(table, after, upper, offset)
+
+    def lane(self, index: int) -> ChunkReader:
+        return self if index == 0 else self.inner.lane(index)
 
     def close(self) -> None:
         self.inner.close()
@@ -511,6 +523,22 @@ def test_pause_resume_and_knobs(backend: Backend,
     total = chunks(backend, request_id)
     remaining_rows = 3000 - paused_at * 10
     assert total <= paused_at + remaining_rows // 1000 + 2, (paused_at, total)
+    assert_converged(backend, t1)
+
+
+def test_parallelism_changes_while_the_dump_runs(
+        backend: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
+    t1 = backend.t1
+    backend.create(t1, 2000)
+    config = backend.config_path([t1])
+    worker = worker_process(config)
+    request_id = dump(config, "--table", t1, "--chunk-size", "20", "--delay-ms", "100")
+    wait_for(lambda: chunks(backend, request_id) >= 2, 30, "two chunks", worker.log)
+    cli(config, "set", request_id, "--parallelism", "4", "--delay-ms", "0")
+    state = wait_request(backend.redis_url, SOURCE, request_id, ["completed"], 60, worker)
+    assert state["parallelism"] == "4"
+    # one chunk of 20 per window would take 100 windows; four per window, about 25
+    assert chunks(backend, request_id) < 45
     assert_converged(backend, t1)
 
 

@@ -29,6 +29,9 @@ class Bounds:
     def read_keys(self, *args: object) -> Any:
         raise AssertionError("not read here")
 
+    def key_after(self, *args: object) -> Any:
+        raise AssertionError("not read here")
+
 
 def set_upper_bound(dump: ActiveDump, upper: KeyTexts | None) -> None:
     assert dump.start(Bounds(upper))

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dblog_worker import requests as requests_module
-from dblog_worker.errors import RequestRejected
+from dblog_worker.errors import CorruptRequest, RequestRejected
 from dblog_worker.requests import (
     MAX_CHUNK_SIZE,
     MAX_DELAY_MS,
@@ -259,6 +259,7 @@ BASE_FIELDS = {
     "created_at": "1700000000.125",
     "updated_at": "1700000001.5",
     "key_count": "0",
+    "parallelism": "1",
 }
 
 
@@ -266,18 +267,30 @@ def test_to_fields_exact() -> None:
     assert BASE.to_fields() == BASE_FIELDS
 
 
+def test_a_record_without_parallelism_reads_one_chunk_per_window() -> None:
+    """Records written before the knob existed have no field: 1."""
+    fields = {k: v for k, v in BASE_FIELDS.items() if k != "parallelism"}
+    assert DumpRequest.from_fields(fields).parallelism == 1
+
+
+@pytest.mark.parametrize("value", ["0", "9", "x", "-1"])
+def test_a_bad_parallelism_is_a_corrupt_record(value: str) -> None:
+    with pytest.raises(CorruptRequest, match="parallelism"):
+        DumpRequest.from_fields({**BASE_FIELDS, "parallelism": value})
+
+
 def test_to_fields_with_optional_fields() -> None:
     request = DumpRequest(
         id="dump-8", kind=DumpKind.KEYS, tables=("public.orders",), chunk_size=1, delay_ms=0,
         state=RequestState.FAILED, created_at=1.0, updated_at=2.0, key_count=3,
         error="table public.orders was dropped", client_token="tok-1",
-        extra={"requested_by": "alice"},
+        extra={"requested_by": "alice"}, parallelism=3,
     )
     assert request.to_fields() == {
         "id": "dump-8", "kind": "keys", "tables": '["public.orders"]', "chunk_size": "1",
         "delay_ms": "0", "state": "failed", "created_at": "1.0", "updated_at": "2.0",
         "key_count": "3", "error": "table public.orders was dropped", "client_token": "tok-1",
-        "requested_by": "alice",
+        "requested_by": "alice", "parallelism": "3",
     }
     assert DumpRequest.from_fields(request.to_fields()) == request
 

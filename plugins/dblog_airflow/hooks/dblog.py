@@ -322,6 +322,7 @@ class DblogHook(BaseHook):
         chunk_size: int | str = DEFAULT_CHUNK_SIZE,
         delay_ms: int | str = 0,
         client_token: str | None = None,
+        parallelism: int | str = 1,
     ) -> DumpRequest:
         """Queue a dump, like ``dblog dump``; with a ``client_token`` used before, return
         that request instead (no second dump).
@@ -335,11 +336,14 @@ class DblogHook(BaseHook):
         :param chunk_size: Rows per chunk SELECT (1 to 100,000); an int or its text.
         :param delay_ms: Pause between chunks, in milliseconds; an int or its text.
         :param client_token: Idempotency token: the same token gives the same request.
+        :param parallelism: Chunk SELECTs per window of a table dump, each on a source
+            connection of its own (1 to 8); an int or its text.
         """
         config = self.load_config() if self.config_path is not None else None
         names = as_tables(tables)
         spec = DumpSpec.of(scope, names, as_keys(keys), chunk_size=as_int(chunk_size, "chunk size"),
-                           delay_ms=as_int(delay_ms, "delay"), client_token=client_token)
+                           delay_ms=as_int(delay_ms, "delay"), client_token=client_token,
+                           parallelism=as_int(parallelism, "parallelism"))
         if spec.kind is DumpKind.ALL and config is None:
             raise RequestRejected(
                 'scope "all" needs the captured tables: add the worker\'s configuration to '
@@ -350,13 +354,14 @@ class DblogHook(BaseHook):
         started = time.time()
         request = self.state().create_request(
             spec.kind, tables_of, chunk_size=spec.chunk_size, delay_ms=spec.delay_ms,
-            keys=parsed, client_token=client_token)
+            keys=parsed, client_token=client_token, parallelism=spec.parallelism)
         again = client_token is not None and request.created_at < started
         self.log.info(
-            "%s %s: %s dump of %s%s, chunk size %d, delay %d ms%s", request.id,
+            "%s %s: %s dump of %s%s, chunk size %d, delay %d ms, parallelism %d%s",
+            request.id,
             request.state.value, request.kind.value, ", ".join(request.tables),
             f" ({request.key_count} keys: {describe_keys(parsed)})" if parsed else "",
-            request.chunk_size, request.delay_ms,
+            request.chunk_size, request.delay_ms, request.parallelism,
             f"; client token {client_token} was used before: this is that request, no second "
             "dump" if again else "")
         return request
@@ -418,14 +423,16 @@ class DblogHook(BaseHook):
         return previous
 
     def set_knobs(self, request_id: str, chunk_size: int | str | None = None,
-                  delay_ms: int | str | None = None) -> DumpRequest:
-        """Change the chunk size and/or delay of a dump that has not ended."""
+                  delay_ms: int | str | None = None,
+                  parallelism: int | str | None = None) -> DumpRequest:
+        """Change the chunk size, delay and/or parallelism of a dump that has not ended."""
         request = self.state().set_knobs(
             request_id,
             chunk_size=None if chunk_size is None else as_int(chunk_size, "chunk size"),
-            delay_ms=None if delay_ms is None else as_int(delay_ms, "delay"))
-        self.log.info("%s: chunk size %d, delay %d ms", request.id, request.chunk_size,
-                      request.delay_ms)
+            delay_ms=None if delay_ms is None else as_int(delay_ms, "delay"),
+            parallelism=None if parallelism is None else as_int(parallelism, "parallelism"))
+        self.log.info("%s: chunk size %d, delay %d ms, parallelism %d", request.id,
+                      request.chunk_size, request.delay_ms, request.parallelism)
         return request
 
 

@@ -44,22 +44,26 @@ class DblogDumpOperator(BaseOperator):
         text, ``[1, 2]`` or ``[[1, "a"], [2, "b"]]`` (templated).
     :param chunk_size: Rows per chunk (1 to 100,000; templated).
     :param delay_ms: Pause between chunks in milliseconds (templated).
+    :param parallelism: Chunk SELECTs per window of a table dump, each on a source
+        connection of its own (1 to 8; templated).
     :param dblog_conn_id: The ``dblog`` connection (templated).
     """
 
     template_fields: Sequence[str] = ("scope", "tables", "keys", "chunk_size", "delay_ms",
-                                      "dblog_conn_id")
+                                      "parallelism", "dblog_conn_id")
     ui_color = "#d6e8f2"
 
     def __init__(self, *, scope: str, tables: str | Sequence[str] = (), keys: object = None,
                  chunk_size: int | str = DEFAULT_CHUNK_SIZE, delay_ms: int | str = 0,
-                 dblog_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+                 parallelism: int | str = 1, dblog_conn_id: str = DEFAULT_CONN_ID,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.scope = scope
         self.tables = tables
         self.keys = keys
         self.chunk_size = chunk_size
         self.delay_ms = delay_ms
+        self.parallelism = parallelism
         self.dblog_conn_id = dblog_conn_id
 
     def execute(self, context: Context) -> str:
@@ -69,7 +73,7 @@ class DblogDumpOperator(BaseOperator):
                 request = hook.submit_dump(
                     self.scope, self.tables, self.keys,
                     chunk_size=self.chunk_size, delay_ms=self.delay_ms,
-                    client_token=client_token(context))
+                    client_token=client_token(context), parallelism=self.parallelism)
         finally:
             hook.close()
         return request.id
