@@ -12,7 +12,11 @@ worker reads it. Worker rate: ``dblog dump --table ... --chunk-size 10000`` agai
 running worker, from the request's creation to its ``completed`` state (both times
 recorded in Redis), i.e. until every row is durable in the landing zone.
 
-Both are measured in every run, alternating which goes first; the ratio is the
+Parallel: the same dump with ``--parallelism 2`` and ``4`` (windows of that many chunk
+SELECTs on as many connections), reported beside (``worker_parallelism_<p>_rows_per_s``,
+``parallelism_<p>_ratio``); the target is the sequential worker's.
+
+All are measured in every run, the order reversed every other run; the ratio is the
 median of the per-run ratios. Each run uses a fresh worker (new source name, slot and
 landing directory); the table stays.
 """
@@ -50,6 +54,7 @@ NAME = "dump_throughput"
 TABLE_NAME = "dump_src"
 TARGET_RATIO = 0.7  # issue 16: PostgreSQL dumps at >= 0.7 x the raw keyset SELECT loop
 TARGET_RATIOS = {MARIADB: 0.8}  # MariaDB at >= 0.8 x raw PyMySQL
+PARALLELISM = ("2", "4")  # also timed: windows of that many chunk SELECTs (reported)
 SHAPE = TableShape("public", "dump_src", ("id",), ("bigint",))
 
 
@@ -121,13 +126,13 @@ def raw_select_mariadb(env: Environment, table: str,
         conn.close()
 
 
-def worker_dump(env: Environment, source: str, table: str,
-                rows: int) -> tuple[float, float]:
+def worker_dump(env: Environment, source: str, table: str, rows: int,
+                parallelism: int = 1) -> tuple[float, float]:
     """Seconds from the dump request's creation to its completion; worker CPU seconds."""
     worker = env.worker(source, [table]).start()
     try:
         cpu = worker.cpu_seconds()
-        request = worker.request_dump(table)
+        request = worker.request_dump(table, parallelism=parallelism)
         created, completed = worker.wait_dump(request, dump_timeout(rows))
         cpu = worker.cpu_seconds() - cpu
         landed = worker.landed_rows(table)
@@ -152,20 +157,27 @@ def run(options: Options) -> Result:
         raw_s: list[float] = []
         worker_s: list[float] = []
         worker_cpu_s: list[float] = []
+        parallel_s: dict[int, list[float]] = {int(p): [] for p in PARALLELISM}
         for i in range(options.runs):
-            order = ("raw", "worker") if i % 2 == 0 else ("worker", "raw")
-            for what in order:
+            order = ("raw", "worker", *PARALLELISM)
+            for what in order if i % 2 == 0 else reversed(order):
                 if what == "raw":
                     count, seconds = raw()
                     if count != rows:
                         raise RuntimeError(f"raw select read {count} rows, expected {rows}")
                     raw_s.append(seconds)
-                else:
+                elif what == "worker":
                     seconds, cpu = worker_dump(env, f"dt{i}", table, rows)
                     worker_s.append(seconds)
                     worker_cpu_s.append(cpu)
+                else:
+                    lanes = int(what)
+                    parallel_s[lanes].append(
+                        worker_dump(env, f"dt{i}p{lanes}", table, rows, lanes)[0])
             progress(f"{NAME} run {i + 1}/{options.runs}: raw {rows / raw_s[-1]:,.0f} rows/s, "
-                     f"worker {rows / worker_s[-1]:,.0f} rows/s")
+                     f"worker {rows / worker_s[-1]:,.0f} rows/s, "
+                     + ", ".join(f"parallelism {p}: {rows / s[-1]:,.0f} rows/s"
+                                 for p, s in parallel_s.items()))
     ratios = [r / w for r, w in zip(raw_s, worker_s, strict=True)]
     ratio = median(ratios)
     return {
@@ -177,6 +189,10 @@ def run(options: Options) -> Result:
         "worker_rows_per_s": round(rows / median(worker_s)),
         "ratio": rounded(ratio),
         "worker_cpu_us_per_row": rounded(median(worker_cpu_s) / rows * 1e6, 2),
+        **{f"worker_parallelism_{p}_rows_per_s": round(rows / median(s))
+           for p, s in parallel_s.items()},
+        **{f"parallelism_{p}_ratio": rounded(median(
+            [r / w for r, w in zip(raw_s, s, strict=True)])) for p, s in parallel_s.items()},
         "target_ratio": target_ratio,
         "target_met": ratio >= target_ratio,
         "raw_select_s": [rounded(s) for s in raw_s],
