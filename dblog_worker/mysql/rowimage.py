@@ -32,6 +32,7 @@ from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
 __all__ = ["RowImages", "row_images"]
 
 Image = Callable[[bytes, int], tuple[dict[str, object], int]]
+Values = Callable[[bytes, int], tuple[tuple[object, ...], int]]
 
 _STRUCTS = {
     FIELD_TYPE.SHORT: ("<h", "<H", 2),
@@ -49,8 +50,9 @@ _COMPRESSED_BYTES = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]
 class RowImages:
     """Decodes every row of a rows event of one table shape."""
 
-    def __init__(self, image: Image, columns: int) -> None:
+    def __init__(self, image: Image, values: Values, columns: int) -> None:
         self._image = image
+        self._values = values
         self._full = bytes([0xFF] * (columns // 8) + ([(1 << columns % 8) - 1]
                                                          if columns % 8 else []))
 
@@ -61,6 +63,35 @@ class RowImages:
         event's packet holds them and consumed only once every row decoded, so a row this
         code cannot read leaves the event to the library whole. ``keep``: consume nothing,
         so that ``event.rows`` reads them as well (tests compare both)."""
+        images = self._read(event, self._image, keep)
+        if images is None:
+            return None
+        if isinstance(event, UpdateRowsEvent):
+            rows = [{"before_values": before, "after_values": after}
+                    for before, after in zip(images[::2], images[1::2], strict=True)]
+        else:
+            rows = [{"values": values} for values in images]
+        if not keep:
+            setattr(event, _DECODED, rows)  # ``event.rows`` has them now
+        return rows
+
+    def key_rows(self, event: Any, encode: Callable[[Sequence[object]], tuple[str, str]],
+                 *, keep: bool = False) -> list[tuple[str, str]] | None:
+        """Each row image's ``(key, row)`` JSON, encoded by ``encode`` (the codec's
+        ``key_row_from_tuple``) from the image's values in the columns' order, without the
+        dictionary of ``rows``: an update's before and after images one after the other.
+        None as for :meth:`rows`."""
+        images = self._read(event, self._values, keep)
+        if images is None:
+            return None
+        if not keep:
+            setattr(event, _DECODED, [])  # read here, as ``event.rows`` would have: not again
+        return [encode(values) for values in images]
+
+    def _read(self, event: Any, decode: Callable[[bytes, int], tuple[Any, int]],
+              keep: bool) -> list[Any] | None:
+        """Every row image of the event, decoded by ``decode``, in order (an update's
+        before and after images one after the other); None: the library's to read."""
         if getattr(event, _DECODED, None) is not None:
             return None  # decoded before: ``event.rows`` has the rows
         update = isinstance(event, UpdateRowsEvent)
@@ -77,26 +108,18 @@ class RowImages:
         data = raw.get_all_data()
         size = event.event_size - packet.read_bytes
         end = position + size
-        image = self._image
-        rows: list[dict[str, Any]] = []
+        images: list[Any] = []
         try:
-            if update:
-                while position < end:
-                    before, position = image(data, position)
-                    after, position = image(data, position)
-                    rows.append({"before_values": before, "after_values": after})
-            else:
-                while position < end:
-                    values, position = image(data, position)
-                    rows.append({"values": values})
+            while position < end:
+                image, position = decode(data, position)
+                images.append(image)
         except Exception:
             return None  # nothing was consumed: the library decodes it, and says what is wrong
-        if position != end:
+        if position != end or (update and len(images) % 2):
             return None
         if not keep:
-            packet.advance(size)  # as if ``event.rows`` had read them, which now has the rows
-            setattr(event, _DECODED, rows)
-        return rows
+            packet.advance(size)  # as if ``event.rows`` had read them
+        return images
 
 
 def row_images(columns: Sequence[Any]) -> RowImages | None:
@@ -125,9 +148,12 @@ def row_images(columns: Sequence[Any]) -> RowImages | None:
         lines += [f"        {line}" for line in body]
     for i, name in enumerate(names):
         namespace[f"n{i}"] = name
-    lines.append("    return {" + ", ".join(f"n{i}: v{i}" for i in range(count)) + "}, p")
-    exec("\n".join(lines), namespace)  # noqa: S102 - values reach it only by namespace names
-    return RowImages(namespace["image"], count)  # type: ignore[arg-type]
+    decoded = "\n".join(lines[1:])
+    as_dict = "    return {" + ", ".join(f"n{i}: v{i}" for i in range(count)) + "}, p"
+    as_tuple = "    return (" + "".join(f"v{i}, " for i in range(count)) + "), p"
+    source = f"{lines[0]}\n{decoded}\n{as_dict}\ndef values(data, p):\n{decoded}\n{as_tuple}"
+    exec(source, namespace)  # noqa: S102 - values reach it only by namespace names
+    return RowImages(namespace["image"], namespace["values"], count)  # type: ignore[arg-type]
 
 
 def _column(i: int, column: Any, namespace: dict[str, object]) -> list[str] | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -97,6 +97,10 @@ class RowEncoder(Protocol):
     def key_row_from_binlog(
         self, values: Mapping[str, object], none_sources: Mapping[str, str] | None = None
     ) -> tuple[str, str]: ...
+
+    @property
+    def key_row_from_tuple(self) -> Callable[[Sequence[object]], tuple[str, str]] | None:
+        """The same from a row image's values in the columns' order, where it can."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,34 +360,52 @@ class BinlogTranslator:
         Returns how many rows the event has."""
         view = self._view(table, event)
         version = view.schema_version
-        key_row = view.codec.key_row_from_binlog
         kind = type(event)
         major, minor = at.major, at.minor
-        rows = view.images.rows(event) if view.images is not None else None
-        if rows is None:
-            rows = event.rows
-        for index, row in enumerate(rows, first):
-            position = Position(major, minor, 2 * index)
+        encoded = self._encoded(view, event)
+        step = 2 if kind is UpdateRowsEvent else 1
+        for index in range(0, len(encoded), step):
+            position = Position(major, minor, 2 * (first + index // step))
             if kind is WriteRowsEvent:
-                key, after = key_row(row["values"], row.get("none_sources"))
+                key, after = encoded[index]
                 out.append(ChangeEvent(table, Op.CREATE, position, key, after, None,
                                        Origin.LOG, ts, version))
             elif kind is DeleteRowsEvent:
-                key, before = key_row(row["values"], row.get("none_sources"))
+                key, before = encoded[index]
                 out.append(ChangeEvent(table, Op.DELETE, position, key, None, before,
                                        Origin.LOG, ts, version))
             else:
-                old_key, before = key_row(row["before_values"], row.get("before_none_sources"))
-                new_key, after = key_row(row["after_values"], row.get("after_none_sources"))
+                (old_key, before), (new_key, after) = encoded[index], encoded[index + 1]
                 if old_key == new_key:
                     out.append(ChangeEvent(table, Op.UPDATE, position, new_key, after, before,
                                            Origin.LOG, ts, version))
                 else:  # a key change: the old key is gone, the new one is created
                     out.append(ChangeEvent(table, Op.DELETE, position, old_key, None, before,
                                            Origin.LOG, ts, version))
-                    out.append(ChangeEvent(table, Op.CREATE, Position(major, minor, 2 * index + 1),
-                                           new_key, after, None, Origin.LOG, ts, version))
-        return len(rows)
+                    out.append(ChangeEvent(
+                        table, Op.CREATE, Position(major, minor, position.sub + 1), new_key,
+                        after, None, Origin.LOG, ts, version))
+        return len(encoded) // step
+
+    @staticmethod
+    def _encoded(view: TableView, event: Any) -> list[tuple[str, str]]:
+        """Each row image's ``(key, row)`` JSON, an update's before and after images one
+        after the other: decoded and encoded from the event's bytes where the table's
+        decoder can (``rowimage.py``), else from mysql-replication's rows."""
+        images, encode = view.images, view.codec.key_row_from_tuple
+        if images is not None and encode is not None:
+            encoded = images.key_rows(event, encode)
+            if encoded is not None:
+                return encoded
+        key_row = view.codec.key_row_from_binlog
+        rows = images.rows(event) if images is not None else None
+        if rows is None:
+            rows = event.rows
+        if type(event) is UpdateRowsEvent:
+            return [pair for row in rows for pair in (
+                key_row(row["before_values"], row.get("before_none_sources")),
+                key_row(row["after_values"], row.get("after_none_sources")))]
+        return [key_row(row["values"], row.get("none_sources")) for row in rows]
 
     def _view(self, table: str, event: Any) -> TableView:
         signature = (table, hash(tuple(

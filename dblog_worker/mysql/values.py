@@ -184,13 +184,16 @@ def _dump_fragment(function: _GeneratedFunction, i: int, encoding: Encoding) -> 
 
 
 def _binlog_fragment(
-    function: _GeneratedFunction, i: int, column: MyColumn, encoding: Encoding
+    function: _GeneratedFunction, i: int, column: MyColumn, encoding: Encoding,
+    *, positional: bool = False,
 ) -> None:
-    """Lines computing ``x{i}``, the JSON of the column's value in ``values``."""
+    """Lines computing ``x{i}``, the JSON of the column's value in ``values`` (by name; with
+    ``positional``, already in ``v{i}``)."""
     v = f"v{i}"
     n = function.bind(f"n{i}", column.name)
     b = function.bind(f"b{i}", encoding.binlog)
-    function.add(f"{v} = values[{n}]")
+    if not positional:
+        function.add(f"{v} = values[{n}]")
     if column.kind is Kind.SET:
         # mysql-replication gives None for the empty set; none_sources tells it from NULL.
         absent = f"('\"\"' if none_sources and none_sources.get({n}) == EMPTY_SET else 'null')"
@@ -242,6 +245,7 @@ class MyRowCodec:
         "_key_positions",
         "columns",
         "key_columns",
+        "key_row_from_tuple",
     )
 
     def __init__(self, columns: Sequence[MyColumn], key_columns: Sequence[str]) -> None:
@@ -265,6 +269,11 @@ class MyRowCodec:
         self._binlog_row = self._compile_binlog(key=False, row=True)
         self._binlog_key = self._compile_binlog(key=True, row=False)
         self._binlog_key_row = self._compile_binlog(key=True, row=True)
+        # key_row_from_tuple(values): key_row_from_binlog of a row image given as a tuple in
+        # the columns' order (rowimage.py); None for a table with a SET column, whose empty
+        # set needs none_sources
+        self.key_row_from_tuple: Callable[[Sequence[object]], tuple[str, str]] | None = (
+            None if any(c.kind is Kind.SET for c in columns) else self._compile_tuple())
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -294,6 +303,15 @@ class MyRowCodec:
         for i in needed:
             _binlog_fragment(function, i, self.columns[i], self._encodings[i])
         function.add(f"return {self._result(function, key, row)}")
+        return function.compile("encode")
+
+    def _compile_tuple(self) -> Callable[..., Any]:
+        function = _GeneratedFunction("encode(values)")
+        width = len(self.columns)
+        function.add(f"({''.join(f'v{i}, ' for i in range(width))}) = values")
+        for i in range(width):
+            _binlog_fragment(function, i, self.columns[i], self._encodings[i], positional=True)
+        function.add(f"return {self._result(function, True, True)}")
         return function.compile("encode")
 
     # -- dump path -----------------------------------------------------------------------

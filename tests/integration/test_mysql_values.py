@@ -158,8 +158,8 @@ def capture(db: Db, ddl: str, writes: Sequence[Statement]) -> Captured:
 
     seen = {"insert": 0, "update": 0, "delete": 0}
     for event in db.binlog(start):
-        _same_images(event)
         logged = [column_from_binlog(c) for c in event.columns]
+        _same_images(event, MyRowCodec(logged, ["id"]))
         assert len(logged) == len(columns)
         assert all(map(same_column, columns, logged)), (columns, logged)
         for log_codec in (codec, MyRowCodec(logged, ["id"])):
@@ -184,13 +184,23 @@ def capture(db: Db, ddl: str, writes: Sequence[Statement]) -> Captured:
 DECODED: list[int] = []  # how many events rowimage.py decoded (and matched)
 
 
-def _same_images(event: Any) -> None:
+def _same_images(event: Any, codec: MyRowCodec) -> None:
     """Where rowimage.py decodes the event's row images, it gets mysql-replication's values:
-    the same types and the same values (repr: ``Decimal('1.50')`` is not ``Decimal('1.5')``)."""
+    the same types and the same values (repr: ``Decimal('1.50')`` is not ``Decimal('1.5')``);
+    and the key and row JSON the worker makes from them without a dictionary
+    (``key_rows`` with the codec's ``key_row_from_tuple``) are those of the library's rows,
+    byte for byte."""
     images = row_images(event.columns)
     direct = None if images is None else images.rows(event, keep=True)
     if direct is None:
         return
+    assert images is not None and codec.key_row_from_tuple is not None
+    encoded = images.key_rows(event, codec.key_row_from_tuple, keep=True)
+    names = ("before", "after") if "before_values" in direct[0] else ("",)
+    assert encoded == [codec.key_row_from_binlog(row[f"{n}_values" if n else "values"],
+                                                 row.get(f"{n}_none_sources" if n else
+                                                         "none_sources"))
+                       for row in event.rows for n in names]
     images_of = ("before_values", "after_values") if "before_values" in direct[0] else (
         "values",)
     typed = [[{k: (type(v), repr(v)) for k, v in row[i].items()} for i in images_of]
