@@ -16,7 +16,7 @@ import io, pyarrow as pa, pyarrow.parquet as pq
 table = pa.table({"a": pa.array(["x", None]), "b": pa.array([1, 2], pa.int64())})
 buffer = io.BytesIO()
 pq.write_table(table, buffer, compression="zstd")
-assert pq.read_table(buffer).equals(table)
+assert pq.ParquetFile(buffer).read().equals(table)  # not read_table: apache/arrow#34314
 assert "pandas" not in sys.modules
 try:
     import pandas
