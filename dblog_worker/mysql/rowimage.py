@@ -32,7 +32,7 @@ from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
 __all__ = ["RowImages", "row_images"]
 
 Image = Callable[[bytes, int], tuple[dict[str, object], int]]
-Values = Callable[[bytes, int], tuple[tuple[object, ...], int]]
+KeyRow = Callable[[bytes, int], tuple[tuple[str, str], int]]  # an image → its (key, row) JSON
 
 _STRUCTS = {
     FIELD_TYPE.SHORT: ("<h", "<H", 2),
@@ -50,9 +50,9 @@ _COMPRESSED_BYTES = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]
 class RowImages:
     """Decodes every row of a rows event of one table shape."""
 
-    def __init__(self, image: Image, values: Values, columns: int) -> None:
+    def __init__(self, image: Image, columns: int, key_row: KeyRow | None = None) -> None:
         self._image = image
-        self._values = values
+        self._key_row = key_row
         self._full = bytes([0xFF] * (columns // 8) + ([(1 << columns % 8) - 1]
                                                          if columns % 8 else []))
 
@@ -75,18 +75,18 @@ class RowImages:
             setattr(event, _DECODED, rows)  # ``event.rows`` has them now
         return rows
 
-    def key_rows(self, event: Any, encode: Callable[[Sequence[object]], tuple[str, str]],
-                 *, keep: bool = False) -> list[tuple[str, str]] | None:
-        """Each row image's ``(key, row)`` JSON, encoded by ``encode`` (the codec's
-        ``key_row_from_tuple``) from the image's values in the columns' order, without the
-        dictionary of ``rows``: an update's before and after images one after the other.
-        None as for :meth:`rows`."""
-        images = self._read(event, self._values, keep)
+    def key_rows(self, event: Any, *, keep: bool = False) -> list[tuple[str, str]] | None:
+        """Each row image's ``(key, row)`` JSON, read straight from the bytes by the table's
+        ``key_row`` reader (``rowtext.py``): an update's before and after images one after
+        the other. None as for :meth:`rows`, and when there is no such reader."""
+        if self._key_row is None:
+            return None
+        images = self._read(event, self._key_row, keep)
         if images is None:
             return None
         if not keep:
             setattr(event, _DECODED, [])  # read here, as ``event.rows`` would have: not again
-        return [encode(values) for values in images]
+        return images
 
     def _read(self, event: Any, decode: Callable[[bytes, int], tuple[Any, int]],
               keep: bool) -> list[Any] | None:
@@ -122,42 +122,57 @@ class RowImages:
         return images
 
 
-def row_images(columns: Sequence[Any]) -> RowImages | None:
+# Names the generated decoders use (besides the per-column ones they bind).
+NAMES: dict[str, object] = {
+    "date": datetime.date, "datetime": datetime.datetime,
+    "utcfromtimestamp": datetime.datetime.utcfromtimestamp,
+    "Decimal": decimal.Decimal, "int_from": int.from_bytes, "BIG": "big",
+}
+
+
+def row_images(columns: Sequence[Any], key_row: KeyRow | None = None) -> RowImages | None:
     """A decoder of the row images of a table with these binlog columns (a table map's
-    ``Column`` objects), or None if one of them is not decoded here."""
-    lines = ["def image(data, p):"]
-    namespace: dict[str, object] = {
-        "date": datetime.date, "datetime": datetime.datetime,
-        "utcfromtimestamp": datetime.datetime.utcfromtimestamp,
-        "Decimal": decimal.Decimal, "int_from": int.from_bytes, "BIG": "big",
-    }
-    count = len(columns)
-    lines.append(f"    nb = data[p:p + {(count + 7) // 8}]")
-    lines.append(f"    p += {(count + 7) // 8}")
+    ``Column`` objects), or None if one of them is not decoded here. ``key_row``: the
+    table's reader of an image straight to its key and row JSON (``rowtext.py``)."""
+    lines = ["def image(data, p):", *null_bitmap(len(columns))]
+    namespace = dict(NAMES)
     names = []
     for i, column in enumerate(columns):
         if not isinstance(column.name, str):
             return None
-        body = _column(i, column, namespace)
+        body = column_lines(i, column, namespace)
         if body is None:
             return None
         names.append(column.name)
-        lines.append(f"    if nb[{i >> 3}] & {1 << (i & 7)}:")
-        lines.append(f"        v{i} = None")
-        lines.append("    else:")
+        lines += [f"    if nb[{i >> 3}] & {1 << (i & 7)}:", f"        v{i} = None", "    else:"]
         lines += [f"        {line}" for line in body]
     for i, name in enumerate(names):
         namespace[f"n{i}"] = name
-    decoded = "\n".join(lines[1:])
-    as_dict = "    return {" + ", ".join(f"n{i}: v{i}" for i in range(count)) + "}, p"
-    as_tuple = "    return (" + "".join(f"v{i}, " for i in range(count)) + "), p"
-    source = f"{lines[0]}\n{decoded}\n{as_dict}\ndef values(data, p):\n{decoded}\n{as_tuple}"
-    exec(source, namespace)  # noqa: S102 - values reach it only by namespace names
-    return RowImages(namespace["image"], namespace["values"], count)  # type: ignore[arg-type]
+    lines.append("    return {" + ", ".join(f"n{i}: v{i}" for i in range(len(names))) + "}, p")
+    exec("\n".join(lines), namespace)  # noqa: S102 - values reach it only by namespace names
+    return RowImages(namespace["image"], len(columns), key_row)  # type: ignore[arg-type]
 
 
-def _column(i: int, column: Any, namespace: dict[str, object]) -> list[str] | None:
-    """Lines that set ``v{i}`` from ``data`` at ``p`` and move ``p`` past the value."""
+def null_bitmap(count: int) -> list[str]:
+    """The lines that read an image's NULL bitmap into ``nb`` (bit i: column i is NULL)."""
+    return [f"    nb = data[p:p + {(count + 7) // 8}]", f"    p += {(count + 7) // 8}"]
+
+
+def text_encoding(column: Any) -> str | None:
+    """The Python codec a string column's bytes are decoded with, as mysql-replication
+    decodes them (None: Python has none, the library gives bytes)."""
+    name = column.character_set_name
+    encoding = "utf-8" if name is None else RowsEvent.charset_to_encoding(name)
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        return None
+    return encoding
+
+
+def column_lines(i: int, column: Any, namespace: dict[str, object]) -> list[str] | None:
+    """Lines that set ``v{i}`` from ``data`` at ``p`` to mysql-replication's value and move
+    ``p`` past it (None: a type not decoded here)."""
     kind = column.type
     v = f"v{i}"
     unsigned = bool(getattr(column, "unsigned", False))
@@ -207,49 +222,67 @@ def _string(i: int, column: Any, length_bytes: int, namespace: dict[str, object]
              f"n = int_from(data[p:p + {length_bytes}], 'little')",
              f"{v} = data[p + {length_bytes}:p + {length_bytes} + n]",
              f"p += {length_bytes} + n"]
-    name = column.character_set_name
-    encoding = "utf-8" if name is None else RowsEvent.charset_to_encoding(name)
-    try:
-        codecs.lookup(encoding)
-    except LookupError:  # bytes; but ``b"".decode(x)`` is "" whatever x: so is the library's
+    encoding = text_encoding(column)
+    if encoding is None:  # bytes; but ``b"".decode(x)`` is "" whatever x: so is the library's
         return [*lines, f"if not {v}: {v} = ''"]
     namespace[f"e{i}"] = encoding
     return [*lines, f"{v} = {v}.decode(e{i})"]
 
 
-def _fractions(v: str, fsp: int, *, skip_when_none: bool) -> list[str]:
-    """Lines that read the fractional seconds (``fsp`` digits, big-endian) into ``v``."""
+def fraction_lines(fsp: int) -> list[str]:
+    """Lines that read the fractional seconds (``fsp`` digits, big-endian) into ``us``
+    (microseconds) and move ``p`` past them; none for ``fsp`` 0."""
     size = _FSP_BYTES.get(fsp, 0)
     if size == 0:
         return []
-    scale = 10 ** (6 - fsp)
     micro = f"int_from(data[p:p + {size}], 'big', signed=True)"
     if fsp % 2:
         micro = f"int({micro} / 10)"
-    lines = [f"us = {micro} * {scale}", f"p += {size}"]
-    update = f"if us > 0: {v} = {v}.replace(microsecond=us)"
-    return [*lines, f"if {v} is not None and us > 0: {v} = {v}.replace(microsecond=us)"
-            if skip_when_none else update]
+    return [f"us = {micro} * {10 ** (6 - fsp)}", f"p += {size}"]
 
 
-def _decimal(v: str, precision: int, scale: int) -> list[str]:
-    """DECIMAL's binary form read as mysql-replication reads it (``__read_new_decimal``):
-    groups of 9 digits in 4 big-endian bytes, the rest in 1-4, all inverted for a negative
-    number, the sign in the first bit; the text of the digits made a ``Decimal``."""
+def _fractions(v: str, fsp: int, *, skip_when_none: bool) -> list[str]:
+    """Lines that read the fractional seconds into ``v``, a datetime (or None)."""
+    lines = fraction_lines(fsp)
+    if not lines:
+        return []
+    test = f"{v} is not None and us > 0" if skip_when_none else "us > 0"
+    return [*lines, f"if {test}: {v} = {v}.replace(microsecond=us)"]
+
+
+def decimal_groups(precision: int, scale: int) -> tuple[int, list[tuple[int, int, str]]]:
+    """DECIMAL(precision, scale)'s binary form: its size, and its groups of digits as
+    ``(offset, size, format)`` in order, the fraction's first after a ``(0, 0, ".")``:
+    groups of 9 digits in 4 big-endian bytes, the rest in 1-4 (``__read_new_decimal``)."""
     whole, whole_rest = divmod(precision - scale, 9)
     fraction, fraction_rest = divmod(scale, 9)
     sizes = ([(_COMPRESSED_BYTES[whole_rest], "")] if _COMPRESSED_BYTES[whole_rest] else [])
     sizes += [(4, ":09d")] * whole + [(0, ".")] + [(4, ":09d")] * fraction
     if _COMPRESSED_BYTES[fraction_rest]:
         sizes.append((_COMPRESSED_BYTES[fraction_rest], f":0{fraction_rest}d"))
-    total = sum(size for size, _ in sizes)
-    text, offset = "", 0
+    groups, offset = [], 0
     for size, form in sizes:
-        if size == 0:
-            text += "."
-            continue
-        text += f"{{int_from(b[{offset}:{offset + size}], BIG, signed=True) ^ m{form}}}"
+        groups.append((offset, size, form))
         offset += size
+    return offset, groups
+
+
+def decimal_head(total: int) -> list[str]:
+    """Lines that take a DECIMAL's ``total`` bytes into ``b``, its sign into ``m`` (0, or -1
+    for a negative number, whose bytes are all inverted) and move ``p`` past it."""
     return [f"b = bytearray(data[p:p + {total}])", f"p += {total}",
-            "m = 0 if b[0] & 0x80 else -1", "b[0] ^= 0x80",
-            f"{v} = Decimal(('-' if m else '') + f'{text}')"]
+            "m = 0 if b[0] & 0x80 else -1", "b[0] ^= 0x80"]
+
+
+def decimal_group(offset: int, size: int) -> str:
+    """The source of one group's value (``b`` and ``m`` as :func:`decimal_head` sets)."""
+    return f"(int_from(b[{offset}:{offset + size}], BIG, signed=True) ^ m)"
+
+
+def _decimal(v: str, precision: int, scale: int) -> list[str]:
+    """DECIMAL read as mysql-replication reads it: the text of the digits (the sign, then
+    each group) made a ``Decimal``."""
+    total, groups = decimal_groups(precision, scale)
+    text = "".join("." if form == "." else f"{{{decimal_group(offset, size)}{form}}}"
+                   for offset, size, form in groups)
+    return [*decimal_head(total), f"{v} = Decimal(('-' if m else '') + f'{text}')"]

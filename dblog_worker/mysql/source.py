@@ -33,6 +33,7 @@ from dblog_worker.mysql.columns import column_from_binlog, schema_document
 from dblog_worker.mysql.options import server_id, url_args
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.rowimage import row_images
+from dblog_worker.mysql.rowtext import key_row_reader
 from dblog_worker.mysql.session import dump_connection_options
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
 from dblog_worker.mysql.values import MyRowCodec
@@ -301,8 +302,9 @@ class MySqlSource:
         if known is not None and set(known) == set(key_columns):
             key_columns = list(known)
         version = self._schema_version(table, schema_document(columns, key_columns))
-        return TableView(table, MyRowCodec(columns, key_columns), version,
-                         row_images(event.columns))
+        codec = MyRowCodec(columns, key_columns)
+        return TableView(table, codec, version,
+                         row_images(event.columns, key_row_reader(event.columns, codec)))
 
     # -- watermarks -----------------------------------------------------------
 

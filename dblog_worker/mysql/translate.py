@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -72,6 +72,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 WATERMARK_TABLE = "watermark"
+_new = tuple.__new__
 _FL_STANDALONE = 1  # MariaDB GTID flag: the group is one statement, no XID follows
 _FL_PREPARED_XA = 64  # MariaDB GTID flag: an XA transaction's group, up to XA PREPARE
 # Events that carry changes mysql-replication cannot decode, by type: the setting that
@@ -97,10 +98,6 @@ class RowEncoder(Protocol):
     def key_row_from_binlog(
         self, values: Mapping[str, object], none_sources: Mapping[str, str] | None = None
     ) -> tuple[str, str]: ...
-
-    @property
-    def key_row_from_tuple(self) -> Callable[[Sequence[object]], tuple[str, str]] | None:
-        """The same from a row image's values in the columns' order, where it can."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,37 +361,39 @@ class BinlogTranslator:
         major, minor = at.major, at.minor
         encoded = self._encoded(view, event)
         step = 2 if kind is UpdateRowsEvent else 1
+        log, create = Origin.LOG, Op.CREATE
+        # tuple.__new__ builds the NamedTuples in C: the same values, without a Python frame
         for index in range(0, len(encoded), step):
-            position = Position(major, minor, 2 * (first + index // step))
+            position = _new(Position, (major, minor, 2 * (first + index // step)))
             if kind is WriteRowsEvent:
                 key, after = encoded[index]
-                out.append(ChangeEvent(table, Op.CREATE, position, key, after, None,
-                                       Origin.LOG, ts, version))
+                out.append(_new(ChangeEvent, (table, create, position, key, after, None, log,
+                                              ts, version, None)))
             elif kind is DeleteRowsEvent:
                 key, before = encoded[index]
-                out.append(ChangeEvent(table, Op.DELETE, position, key, None, before,
-                                       Origin.LOG, ts, version))
+                out.append(_new(ChangeEvent, (table, Op.DELETE, position, key, None, before,
+                                              log, ts, version, None)))
             else:
                 (old_key, before), (new_key, after) = encoded[index], encoded[index + 1]
                 if old_key == new_key:
-                    out.append(ChangeEvent(table, Op.UPDATE, position, new_key, after, before,
-                                           Origin.LOG, ts, version))
+                    out.append(_new(ChangeEvent, (table, Op.UPDATE, position, new_key, after,
+                                                  before, log, ts, version, None)))
                 else:  # a key change: the old key is gone, the new one is created
-                    out.append(ChangeEvent(table, Op.DELETE, position, old_key, None, before,
-                                           Origin.LOG, ts, version))
-                    out.append(ChangeEvent(
-                        table, Op.CREATE, Position(major, minor, position.sub + 1), new_key,
-                        after, None, Origin.LOG, ts, version))
+                    out.append(_new(ChangeEvent, (table, Op.DELETE, position, old_key, None,
+                                                  before, log, ts, version, None)))
+                    out.append(_new(ChangeEvent, (
+                        table, create, _new(Position, (major, minor, position.sub + 1)),
+                        new_key, after, None, log, ts, version, None)))
         return len(encoded) // step
 
     @staticmethod
     def _encoded(view: TableView, event: Any) -> list[tuple[str, str]]:
         """Each row image's ``(key, row)`` JSON, an update's before and after images one
         after the other: decoded and encoded from the event's bytes where the table's
-        decoder can (``rowimage.py``), else from mysql-replication's rows."""
-        images, encode = view.images, view.codec.key_row_from_tuple
-        if images is not None and encode is not None:
-            encoded = images.key_rows(event, encode)
+        reader can (``rowtext.py``), else from mysql-replication's rows."""
+        images = view.images
+        if images is not None:
+            encoded = images.key_rows(event)
             if encoded is not None:
                 return encoded
         key_row = view.codec.key_row_from_binlog

@@ -211,6 +211,8 @@ def _key_array(positions: Sequence[int]) -> str:
     """Source of the key's JSON array of fragments ``x{i}``."""
     if not positions:
         return "'[]'"
+    if len(positions) == 1:
+        return f"'[' + x{positions[0]} + ']'"
     return "'[' + ','.join((" + "".join(f"x{i}, " for i in positions) + ")) + ']'"
 
 
@@ -245,7 +247,6 @@ class MyRowCodec:
         "_key_positions",
         "columns",
         "key_columns",
-        "key_row_from_tuple",
     )
 
     def __init__(self, columns: Sequence[MyColumn], key_columns: Sequence[str]) -> None:
@@ -269,11 +270,6 @@ class MyRowCodec:
         self._binlog_row = self._compile_binlog(key=False, row=True)
         self._binlog_key = self._compile_binlog(key=True, row=False)
         self._binlog_key_row = self._compile_binlog(key=True, row=True)
-        # key_row_from_tuple(values): key_row_from_binlog of a row image given as a tuple in
-        # the columns' order (rowimage.py); None for a table with a SET column, whose empty
-        # set needs none_sources
-        self.key_row_from_tuple: Callable[[Sequence[object]], tuple[str, str]] | None = (
-            None if any(c.kind is Kind.SET for c in columns) else self._compile_tuple())
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -305,14 +301,23 @@ class MyRowCodec:
         function.add(f"return {self._result(function, key, row)}")
         return function.compile("encode")
 
-    def _compile_tuple(self) -> Callable[..., Any]:
-        function = _GeneratedFunction("encode(values)")
-        width = len(self.columns)
-        function.add(f"({''.join(f'v{i}, ' for i in range(width))}) = values")
-        for i in range(width):
-            _binlog_fragment(function, i, self.columns[i], self._encodings[i], positional=True)
-        function.add(f"return {self._result(function, True, True)}")
-        return function.compile("encode")
+    def json_lines(self, i: int, namespace: dict[str, object]) -> list[str]:
+        """For code generated elsewhere (``rowtext.py``): lines computing ``x{i}``, the JSON
+        of column ``i``'s value ``v{i}`` as mysql-replication gives it (not for a SET
+        column, whose empty set needs ``none_sources``); the names they use are put in
+        ``namespace``."""
+        function = _GeneratedFunction("lines()")
+        _binlog_fragment(function, i, self.columns[i], self._encodings[i], positional=True)
+        namespace.update(function.namespace)
+        return [line.removeprefix("    ") for line in function.lines[1:]]
+
+    def key_row_source(self, namespace: dict[str, object]) -> str:
+        """For code generated elsewhere: the source of ``(key, row)`` from every column's
+        JSON ``x{i}``; the names it uses are put in ``namespace``."""
+        function = _GeneratedFunction("lines()")
+        source = self._result(function, key=True, row=True)
+        namespace.update(function.namespace)
+        return source
 
     # -- dump path -----------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from dblog_worker.mysql.columns import (
 )
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.rowimage import row_images
+from dblog_worker.mysql.rowtext import key_row_reader
 from dblog_worker.mysql.session import (
     BINLOG_READER_OPTIONS,
     MY_SESSION_SETTINGS,
@@ -188,14 +189,15 @@ def _same_images(event: Any, codec: MyRowCodec) -> None:
     """Where rowimage.py decodes the event's row images, it gets mysql-replication's values:
     the same types and the same values (repr: ``Decimal('1.50')`` is not ``Decimal('1.5')``);
     and the key and row JSON the worker makes from them without a dictionary
-    (``key_rows`` with the codec's ``key_row_from_tuple``) are those of the library's rows,
-    byte for byte."""
-    images = row_images(event.columns)
+    (``key_rows``: rowtext.py's reader, straight from the bytes) are those of the library's
+    rows, byte for byte."""
+    images = row_images(event.columns, key_row_reader(event.columns, codec))
     direct = None if images is None else images.rows(event, keep=True)
     if direct is None:
         return
-    assert images is not None and codec.key_row_from_tuple is not None
-    encoded = images.key_rows(event, codec.key_row_from_tuple, keep=True)
+    assert images is not None
+    encoded = images.key_rows(event, keep=True)
+    assert encoded is not None, "a table rowimage.py decodes has no rowtext.py reader"
     names = ("before", "after") if "before_values" in direct[0] else ("",)
     assert encoded == [codec.key_row_from_binlog(row[f"{n}_values" if n else "values"],
                                                  row.get(f"{n}_none_sources" if n else

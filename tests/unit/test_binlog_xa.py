@@ -37,7 +37,6 @@ SID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 
 
 class Codec:
-    key_row_from_tuple = None  # the fake events carry no row images to decode
 
     def key_row_from_binlog(self, values: Mapping[str, object],
                             none_sources: Mapping[str, str] | None = None) -> tuple[str, str]:
