@@ -103,7 +103,8 @@ class RowEncoder(Protocol):
 @dataclass(frozen=True, slots=True)
 class TableView:
     """A captured table as its rows event describes it: codec and schema version, and the
-    decoder of its row images when mysql-replication's is not needed (``rowimage.py``)."""
+    decoder of its row images when mysql-replication's is not needed (``rowimage.py``,
+    ``rowtext.py``)."""
 
     table: str
     codec: RowEncoder
