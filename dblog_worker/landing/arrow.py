@@ -49,15 +49,24 @@ def _event_arrays(events: Sequence[ChangeEvent]) -> list[pa.Array]:
     )
     return [
         _log_positions(position),
-        pa.array(op, pa.string()),
-        pa.array(origin, pa.string()),
+        _column(op, pa.string()),
+        _column(origin, pa.string()),
         pa.array(key, pa.string()),
         pa.array(after, pa.string()),
         pa.array(before, pa.string()),
-        pa.array(commit_ts, _TIMESTAMP),
-        pa.array(version, pa.int32()),
-        pa.array(dump_id, pa.string()),
+        _column(commit_ts, _TIMESTAMP),
+        _column(version, pa.int32()),
+        _column(dump_id, pa.string()),
     ]
+
+
+def _column(values: Sequence[object], type_: pa.DataType) -> pa.Array:
+    """A column of values that are often all the same (one operation, one transaction, one
+    schema version): then made without converting each."""
+    first = values[0]
+    if first is not None and values.count(first) == len(values):
+        return _constant(first, len(values), type_)
+    return pa.array(values, type_)
 
 
 def _log_positions(positions: Sequence[Position]) -> pa.Array:
@@ -67,9 +76,20 @@ def _log_positions(positions: Sequence[Position]) -> pa.Array:
     if sys.byteorder == "little":
         words.byteswap()
     count = len(positions)
-    offsets = pa.array(range(0, 48 * count + 1, 48), pa.int32())
-    return pa.StringArray.from_buffers(count, offsets.buffers()[1],
+    return pa.StringArray.from_buffers(count, _position_offsets(count),
                                        pa.py_buffer(binascii.hexlify(words)))
+
+
+_OFFSETS: list[pa.Buffer] = []  # the offsets 0, 48, 96, ... of the longest run yet
+
+
+def _position_offsets(count: int) -> pa.Buffer:
+    """The int32 offsets of ``count`` 48-character strings: a slice of one buffer, made
+    again (twice as long) only when a longer run comes."""
+    if not _OFFSETS or _OFFSETS[0].size < 4 * (count + 1):
+        size = max(count + 1, 2 * _OFFSETS[0].size // 4 if _OFFSETS else 0)
+        _OFFSETS[:] = [pa.py_buffer(array.array("i", range(0, 48 * size, 48)))]
+    return _OFFSETS[0].slice(0, 4 * (count + 1))
 
 
 @functools.cache

@@ -614,3 +614,32 @@ def test_writer_tokens_are_checked(tmp_path: Path) -> None:
     for bad in (0, -1, True, 10**12):
         with pytest.raises(ValueError, match="writer token"):
             LandingZone(tmp_path, "s").fence(bad)
+
+
+# ----------------------------------------------------------------- columns of runs
+
+ops = st.sampled_from([Op.CREATE, Op.UPDATE, Op.DELETE])
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(ops, st.sampled_from([1, 2]), st.sampled_from([0, 5, 2**40]),
+                          st.sampled_from([None, "d1"]), u64, st.integers(0, 3)),
+                min_size=1, max_size=60),
+       st.booleans())
+def test_segment_columns_are_each_events_values(
+    values: list[tuple[Op, int, int, str | None, int, int]], same: bool
+) -> None:
+    """Runs whose operation, origin, commit time, schema version or dump are all alike are
+    made without converting each value (``arrow._column``), and positions from a reused
+    buffer of offsets: the table is each event's values all the same, however long the
+    run (longer ones grow the buffer, shorter ones slice it)."""
+    from dblog_worker.landing.arrow import segment_table
+
+    if same:
+        values = [values[0][:4] + v[4:] for v in values]
+    events = [event(major, n, sub, op=op, schema_version=version, ts=ts, dump_id=dump)
+              for n, (op, version, ts, dump, major, sub) in enumerate(values)]
+    for run in (events, events * 40, events[:1]):
+        table = segment_table(run, "src1", TABLE, None)
+        table.validate(full=True)
+        assert table.to_pylist() == [expected_row(e) for e in run]
