@@ -87,13 +87,15 @@ class TableShape:
     """A table's columns and primary key, as the chunk queries need them.
 
     ``select`` and ``select_t`` are the select lists of the columns, plain and with the
-    alias ``t`` (``columns.select_list``: some types are read through a CAST)."""
+    alias ``t`` (``columns.select_list``: some types are read through a CAST);
+    ``select_key`` that of the key columns, in key order."""
 
     table: str
     columns: tuple[str, ...]
     key: tuple[str, ...]
     select: str = ""
     select_t: str = ""
+    select_key: str = ""
 
 
 def _columns(shape: TableShape) -> str:
@@ -133,10 +135,22 @@ def chunk_sql(shape: TableShape, *, first: bool) -> str:
     """One keyset chunk, up to the table's upper bound: parameters are the last key
     read (unless ``first``; :func:`after_params`), the upper bound
     (:func:`at_most_params`), and the limit."""
+    return f"SELECT {_columns(shape)} FROM {_range(shape, first)} LIMIT %s"
+
+
+def key_after_sql(shape: TableShape, *, first: bool) -> str:
+    """The key ``offset`` keys into the range :func:`chunk_sql` reads (the end of a
+    parallel window's range): the key columns only (``select_key``), so no other column
+    of the rows skipped is read (off-page BLOBs and TEXTs stay where they are).
+    Parameters: those of :func:`chunk_sql`, then the offset."""
+    key = shape.select_key or ", ".join(ident(k) for k in shape.key)
+    return f"SELECT {key} FROM {_range(shape, first)} LIMIT 1 OFFSET %s"
+
+
+def _range(shape: TableShape, first: bool) -> str:
     order = ", ".join(ident(k) for k in shape.key)
     where = _at_most(shape.key) if first else f"{_after(shape.key)} AND {_at_most(shape.key)}"
-    return (f"SELECT {_columns(shape)} FROM {_table_sql(shape.table)} WHERE {where} "
-            f"ORDER BY {order} LIMIT %s")
+    return f"{_table_sql(shape.table)} WHERE {where} ORDER BY {order}"
 
 
 def upper_bound_sql(shape: TableShape) -> str:

@@ -136,8 +136,10 @@ class CapturedTables:
         else:
             raise ChunkStale(f"the columns of {table} keep changing; reading them again later")
         columns = [column_from_information_schema(r) for r in rows]
+        by_name = {c.name: c for c in columns}
         shape = TableShape(table, tuple(c.name for c in columns), key,
-                           select_list(columns), select_list(columns, "t"))
+                           select_list(columns), select_list(columns, "t"),
+                           select_list([by_name[k] for k in key if k in by_name]))
         version = self._schema_version(table, schema_document(columns, list(key)))
         loaded = _Table(shape, columns, MyRowCodec(columns, list(key)), version, before)
         self._cache.put(table, loaded)
@@ -196,9 +198,9 @@ class CapturedTables:
         params_of = functools.partial(_key_params, table, captured)
         params = [] if after is None else catalog.after_params(params_of(after))
         params += catalog.at_most_params(params_of(upper))
-        sql = catalog.chunk_sql(captured.shape, first=after is None) + " OFFSET %s"
-        rows = self._select(table, sql, [*params, 1, offset - 1])
-        return None if not rows else captured.codec.key_texts_from_dump(rows[0])
+        sql = catalog.key_after_sql(captured.shape, first=after is None)
+        rows = self._select(table, sql, [*params, offset - 1])
+        return None if not rows else captured.codec.key_texts_from_key_cells(rows[0])
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
         captured = self._cache.get(table)

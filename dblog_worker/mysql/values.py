@@ -340,9 +340,19 @@ class MyRowCodec:
         """The canonical text of each key column of a dump row, in key order."""
         if len(cells) != len(self.columns):
             raise ValueError(f"row has {len(cells)} cells, the table {len(self.columns)} columns")
+        return self._key_texts([cells[i] for i in self._key_positions])
+
+    def key_texts_from_key_cells(self, cells: Sequence[Cell]) -> tuple[str, ...]:
+        """The same from a SELECT of the key columns only, in key order
+        (``catalog.key_after_sql``)."""
+        if len(cells) != len(self._key_positions):
+            raise ValueError(f"{len(cells)} cells for {len(self._key_positions)} key columns")
+        return self._key_texts(cells)
+
+    def _key_texts(self, cells: Sequence[Cell]) -> tuple[str, ...]:
         texts = []
-        for i in self._key_positions:
-            cell, dump = cells[i], self._encodings[i].dump
+        for i, cell in zip(self._key_positions, cells, strict=True):
+            dump = self._encodings[i].dump
             text: str | None
             if cell is None:
                 text = None

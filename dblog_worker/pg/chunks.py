@@ -240,12 +240,12 @@ class PgChunkReader:
     def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
                   offset: int) -> KeyTexts | None:
         captured = self.captured.get(table)
-        sql = queries.chunk_sql(captured.info.shape, first=after is None) + " OFFSET %s"
-        result = self._run(table, sql, [*(after or ()), *upper, 1, offset - 1]).pgresult
+        sql = queries.key_after_sql(captured.info.shape, first=after is None)
+        result = self._run(table, sql, [*(after or ()), *upper, offset - 1]).pgresult
         assert result is not None
         if not result.ntuples:
             return None
-        return tuple(_text(result.get_value(0, i)) for i in captured.key_positions)
+        return tuple(_text(result.get_value(0, i)) for i in range(result.nfields))
 
     def _check_read(self, table: str, captured: _Table, result: PGresult, skip: int) -> None:
         """The SELECT read the columns the codec expects, else the chunk is stale: a column

@@ -75,13 +75,22 @@ def chunk_sql(shape: TableShape, *, first: bool) -> str:
     Parameters: the last key's values (unless ``first``), the upper bound's values,
     the limit.
     """
+    return f"SELECT * FROM {_range(shape, first)} LIMIT %s"
+
+
+def key_after_sql(shape: TableShape, *, first: bool) -> str:
+    """The key ``offset`` keys into the range :func:`chunk_sql` reads (the end of a
+    parallel window's range): the key columns only, so the rows skipped are not formed
+    (an index-only scan where the visibility map allows). Parameters: those of
+    :func:`chunk_sql`, then the offset."""
+    return f"SELECT {_key(shape)} FROM {_range(shape, first)} LIMIT 1 OFFSET %s"
+
+
+def _range(shape: TableShape, first: bool) -> str:
     key = _key(shape)
     conditions = [] if first else [f"({key}) > ({_bound(shape)})"]
     conditions.append(f"({key}) <= ({_bound(shape)})")
-    return (
-        f"SELECT * FROM {shape.qualified} "
-        f"WHERE {' AND '.join(conditions)} ORDER BY {key} LIMIT %s"
-    )
+    return f"{shape.qualified} WHERE {' AND '.join(conditions)} ORDER BY {key}"
 
 
 def keys_sql(shape: TableShape) -> str:

@@ -144,6 +144,8 @@ def _range_queries(source: str, target: str, side: str) -> dict[str, Build]:
 PG_BUILDERS: dict[str, Build] = {
     "source chunk": lambda n: pg_queries.chunk_sql(_pg_shape(n), first=False),
     "source first chunk": lambda n: pg_queries.chunk_sql(_pg_shape(n), first=True),
+    "source range end": lambda n: pg_queries.key_after_sql(_pg_shape(n), first=False),
+    "source first range end": lambda n: pg_queries.key_after_sql(_pg_shape(n), first=True),
     "source keys": lambda n: pg_queries.keys_sql(_pg_shape(n)),
     "source upper bound": lambda n: pg_queries.upper_bound_sql(_pg_shape(n)),
     "source key check": lambda n: pg_queries.check_key_values_sql(pg_queries.quote_ident(n[4])),
@@ -160,6 +162,8 @@ PG_BUILDERS: dict[str, Build] = {
 MY_BUILDERS: dict[str, Build] = {
     "source chunk": lambda n: my_queries.chunk_sql(_my_shape(n), first=False),
     "source first chunk": lambda n: my_queries.chunk_sql(_my_shape(n), first=True),
+    "source range end": lambda n: my_queries.key_after_sql(_my_shape(n), first=False),
+    "source first range end": lambda n: my_queries.key_after_sql(_my_shape(n), first=True),
     "source keys": lambda n: my_queries.keys_sql(_my_shape(n), 2),
     "source upper bound": lambda n: my_queries.upper_bound_sql(_my_shape(n)),
     "merge upsert": lambda n: _MY_TARGET.upsert_sql(

@@ -246,9 +246,11 @@ def test_add_column_mid_stream(backend: Backend,
     ("tables", HOSTILE),
     # tables partitioned by their key: key changes move rows between partitions
     ("all", PARTITIONED),
-    # three chunk SELECTs per window, on three connections
-    ("parallel", PLAIN),
-], ids=["all", "tables", "keys", "hostile-names-tables", "partitioned-all", "parallel-tables"])
+    # three chunk SELECTs per window, on three connections; with names that need quoting
+    # in the range ends' key-only SELECTs too, and on partitioned tables
+    ("parallel", PLAIN), ("parallel", HOSTILE), ("parallel", PARTITIONED),
+], ids=["all", "tables", "keys", "hostile-names-tables", "partitioned-all", "parallel-tables",
+        "parallel-hostile-names", "parallel-partitioned"])
 def test_dumps_converge_under_load(backend: Backend, kind: str, flavour: TableFlavour,
                                    worker_process: Callable[..., WorkerProcess]) -> None:
     backend.use(flavour)
@@ -466,8 +468,9 @@ def test_writes_between_watermarks(backend: Backend, moment: str, write: str, ki
 KILL_SEEDS = [1, 2, 3] if os.environ.get("DBLOG_CHAOS_LONG", "") not in ("", "0") else [1]
 
 
+@pytest.mark.parametrize("parallelism", [1, 3])
 @pytest.mark.parametrize("seed", KILL_SEEDS)
-def test_kill_9_during_dump_resumes(backend: Backend, seed: int,
+def test_kill_9_during_dump_resumes(backend: Backend, seed: int, parallelism: int,
                                     worker_process: Callable[..., WorkerProcess]) -> None:
     t1, t2 = backend.t1, backend.t2
     rnd = random.Random(seed)
@@ -478,7 +481,8 @@ def test_kill_9_during_dump_resumes(backend: Backend, seed: int,
     workload = backend.workload([t1, t2], seed=seed)
     workload.start()
     try:
-        request_id = dump(config, "--all", "--chunk-size", "100", "--delay-ms", "5")
+        request_id = dump(config, "--all", "--chunk-size", "100", "--delay-ms", "5",
+                          "--parallelism", str(parallelism))
         for _ in range(3):
             time.sleep(rnd.uniform(0.3, 1.5))
             worker.kill()

@@ -28,6 +28,20 @@ def test_chunk_sql_single_key() -> None:
     assert catalog.at_most_params([9]) == [9, 9]
 
 
+def test_range_end_sql_selects_the_key_only() -> None:
+    assert catalog.key_after_sql(ONE, first=True) == (
+        "SELECT `id` FROM `shop`.`orders` WHERE ((`id` < %s) OR (`id` = %s)) "
+        "ORDER BY `id` LIMIT 1 OFFSET %s"
+    )
+    keyed = TableShape("shop.lines", ("order_id", "line", "qty"), ("line", "order_id"),
+                       select_key="`line`, CAST(`order_id` AS DOUBLE)")
+    sql = catalog.key_after_sql(keyed, first=False)
+    assert sql.startswith("SELECT `line`, CAST(`order_id` AS DOUBLE) FROM `shop`.`lines` WHERE ")
+    assert sql.endswith("ORDER BY `line`, `order_id` LIMIT 1 OFFSET %s")
+    assert sql.split(" FROM ", 1)[1] == catalog.chunk_sql(keyed, first=False).split(
+        " FROM ", 1)[1].replace("LIMIT %s", "LIMIT 1 OFFSET %s")
+
+
 def test_chunk_sql_composite_key_expands_the_row_comparison() -> None:
     sql = catalog.chunk_sql(TWO, first=False)
     assert sql == (

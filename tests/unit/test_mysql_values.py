@@ -615,6 +615,9 @@ def test_both_paths_give_the_canonical_bytes(
     texts = codec.key_texts_from_dump((cell, "7"))
     assert texts == codec.key_texts_from_binlog({column.name: value, "id": 7})
     assert texts == (key_text, "7")
+    assert codec.key_texts_from_key_cells((cell, "7")) == texts  # a key-only SELECT's row
+    reversed_key = MyRowCodec([column, ID], ["id", column.name])
+    assert reversed_key.key_texts_from_key_cells(("7", cell)) == ("7", key_text)
     assert codec.key_from_texts(texts) == from_dump[0]
     json.loads(from_dump[1])
 
@@ -626,6 +629,10 @@ def test_null_is_null_on_both_paths(column: MyColumn) -> None:
     assert codec.key_from_dump((None,)) == codec.key_from_binlog({column.name: None}) == "[null]"
     with pytest.raises(ValueError, match=f"key column '{column.name}' is NULL"):
         codec.key_texts_from_dump((None,))
+    with pytest.raises(ValueError, match=f"key column '{column.name}' is NULL"):
+        codec.key_texts_from_key_cells((None,))
+    with pytest.raises(ValueError, match="2 cells for 1 key columns"):
+        codec.key_texts_from_key_cells((None, None))
     with pytest.raises(ValueError, match=f"key column '{column.name}' is NULL"):
         codec.key_texts_from_binlog({column.name: None})
 

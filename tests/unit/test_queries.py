@@ -13,6 +13,7 @@ from dblog_worker.pg.queries import (
     TableShape,
     check_key_values_sql,
     chunk_sql,
+    key_after_sql,
     key_params,
     keys_sql,
     publication_tables_sql,
@@ -61,6 +62,14 @@ def _keys(shape: TableShape) -> str:
     return keys_sql(shape)
 
 
+def _first_end(shape: TableShape) -> str:
+    return key_after_sql(shape, first=True)
+
+
+def _next_end(shape: TableShape) -> str:
+    return key_after_sql(shape, first=False)
+
+
 @pytest.mark.parametrize(
     ("build", "shape", "expected"),
     [
@@ -102,6 +111,28 @@ def _keys(shape: TableShape) -> str:
             'AND ("region", "id") <= (CAST(%s AS text), CAST(%s AS integer)) '
             'ORDER BY "region", "id" LIMIT %s',
             id="chunk-next-composite",
+        ),
+        pytest.param(
+            _first_end, ONE,
+            'SELECT "id" FROM "public"."orders" '
+            'WHERE ("id") <= (CAST(%s AS integer)) ORDER BY "id" LIMIT 1 OFFSET %s',
+            id="range-end-first-one",
+        ),
+        pytest.param(
+            _next_end, COMPOSITE,
+            'SELECT "region", "id" FROM "app"."Line Items" '
+            'WHERE ("region", "id") > (CAST(%s AS text), CAST(%s AS integer)) '
+            'AND ("region", "id") <= (CAST(%s AS text), CAST(%s AS integer)) '
+            'ORDER BY "region", "id" LIMIT 1 OFFSET %s',
+            id="range-end-next-composite",
+        ),
+        pytest.param(
+            _next_end, CRAFTED,
+            f"SELECT {EVIL_QUOTED} FROM {EVIL_QUOTED}.{EVIL_QUOTED} "
+            f"WHERE ({EVIL_QUOTED}) > (CAST(%s AS bigint)) "
+            f"AND ({EVIL_QUOTED}) <= (CAST(%s AS bigint)) "
+            f"ORDER BY {EVIL_QUOTED} LIMIT 1 OFFSET %s",
+            id="range-end-next-crafted",
         ),
         pytest.param(
             _keys, ONE,
