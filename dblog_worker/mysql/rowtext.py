@@ -121,8 +121,9 @@ def _fraction(fsp: int) -> str:
     return f".{{(us if us > 0 else 0) // {10 ** (6 - fsp)}:0{fsp}d}}"
 
 
-# Calendar texts, made once each and kept (up to _KEPT of each): dates repeat in a log.
-_KEPT = 100_000
+# Calendar texts, made once each and kept (up to _KEPT of each, bounded memory): dates
+# repeat in a log.
+_KEPT = 25_000  # about 70 years of days: some 2.5 MB in each table below, at most
 _EPOCH = datetime.date(1970, 1, 1)
 _DATES: dict[int, str] = {}  # DATE's 3 bytes → its JSON
 _DAYS: dict[int, str] = {}  # DATETIME2's year*13+month and day bits → "YYYY-MM-DD "; "-": none
