@@ -215,3 +215,22 @@ def test_decimal_text_keeps_the_scale_and_the_sign() -> None:
     assert row((0).to_bytes(2, "big") + (50).to_bytes(1, "big"), True) == '{"id":1,"a":"-0.50"}'
     assert row((999).to_bytes(2, "big") + (99).to_bytes(1, "big"), True) == (
         '{"id":1,"a":"-999.99"}')
+
+
+def test_the_calendar_tables_stay_bounded() -> None:
+    """More distinct dates than the tables keep: the texts are right beyond the bound too,
+    and the tables do not grow past it."""
+    import datetime
+
+    from dblog_worker.mysql import rowtext
+
+    first = datetime.date(1000, 1, 1)
+    for n in range(rowtext._KEPT + 5_000):
+        day = first + datetime.timedelta(n)
+        t = day.year << 9 | day.month << 5 | day.day
+        assert rowtext._date_json(t) == f'"{day.isoformat()}"'
+        bits = (day.year * 13 + day.month) << 5 | day.day
+        assert rowtext._day_text(bits) == f"{day.isoformat()} "
+        assert rowtext._unix_day(n - 400_000) == (
+            datetime.date(1970, 1, 1) + datetime.timedelta(n - 400_000)).isoformat() + " "
+    assert max(len(rowtext._DATES), len(rowtext._DAYS), len(rowtext._UNIX_DAYS)) == rowtext._KEPT
