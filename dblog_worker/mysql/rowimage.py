@@ -29,7 +29,19 @@ from typing import Any
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
 
-__all__ = ["RowImages", "row_images"]
+__all__ = [
+    "NAMES",
+    "KeyRow",
+    "RowImages",
+    "column_lines",
+    "decimal_group",
+    "decimal_groups",
+    "decimal_head",
+    "fraction_lines",
+    "null_bitmap",
+    "row_images",
+    "text_encoding",
+]
 
 Image = Callable[[bytes, int], tuple[dict[str, object], int]]
 KeyRow = Callable[[bytes, int], tuple[tuple[str, str], int]]  # an image → its (key, row) JSON
