@@ -219,13 +219,7 @@ class PgChunkReader:
     def read_chunk(
         self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int
     ) -> Chunk:
-        captured = self.captured.get(table)
-        arity = len(captured.info.key_columns)
-        if len(upper) != arity or (after is not None and len(after) != arity):
-            raise DumpFailed(
-                f"the primary key of {table} changed during the dump (now "
-                f"{', '.join(captured.info.key_columns)}): request a new dump of the table"
-            )
+        captured = self._range_of(table, after, upper)
         sql = queries.chunk_sql(captured.info.shape, first=after is None)
         result = self._run(table, sql, [*(after or ()), *upper, limit]).pgresult
         assert result is not None
@@ -239,13 +233,24 @@ class PgChunkReader:
 
     def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
                   offset: int) -> KeyTexts | None:
-        captured = self.captured.get(table)
+        captured = self._range_of(table, after, upper)
         sql = queries.key_after_sql(captured.info.shape, first=after is None)
         result = self._run(table, sql, [*(after or ()), *upper, offset - 1]).pgresult
         assert result is not None
         if not result.ntuples:
             return None
         return tuple(_text(result.get_value(0, i)) for i in range(result.nfields))
+
+    def _range_of(self, table: str, after: KeyTexts | None, upper: KeyTexts) -> _Table:
+        """The captured table, whose key the range's keys (``after``, ``upper``) fit."""
+        captured = self.captured.get(table)
+        arity = len(captured.info.key_columns)
+        if len(upper) != arity or (after is not None and len(after) != arity):
+            raise DumpFailed(
+                f"the primary key of {table} changed during the dump (now "
+                f"{', '.join(captured.info.key_columns)}): request a new dump of the table"
+            )
+        return captured
 
     def _check_read(self, table: str, captured: _Table, result: PGresult, skip: int) -> None:
         """The SELECT read the columns the codec expects, else the chunk is stale: a column

@@ -164,3 +164,15 @@ def test_range_ends_are_read_from_the_index(backend: Backend, readers: Readers) 
         params = [*my_catalog.after_params([70]), *my_catalog.at_most_params([50000]), 999]
         plan = readers.explain(my_catalog.key_after_sql(my_shape, first=False), params)
         assert "PRIMARY" in plan and "Using index" in plan, plan
+
+
+def test_a_range_of_another_key_shape_fails_the_dump(backend: Backend,
+                                                     readers: Readers) -> None:
+    """Keys of another arity than the table's key (it changed since the dump began) fail
+    the dump with a message that says so, for a range's end as for a chunk."""
+    table, upper = backend.t1, (str(10 * ROWS),)
+    reader = readers.reader
+    for call in (lambda: reader.key_after(table, ("10", "1"), upper, 7),
+                 lambda: reader.read_chunk(table, ("10", "1"), upper, 7)):
+        with pytest.raises(DumpFailed, match=r"primary key of .* (changed|any more)"):
+            call()

@@ -471,10 +471,14 @@ def test_writes_between_watermarks(backend: Backend, moment: str, write: str, ki
 KILL_SEEDS = [1, 2, 3] if os.environ.get("DBLOG_CHAOS_LONG", "") not in ("", "0") else [1]
 
 
-@pytest.mark.parametrize("parallelism", [1, 3])
+@pytest.mark.parametrize("parallelism", [1, 3], ids=["sequential", "parallel-3"])
 @pytest.mark.parametrize("seed", KILL_SEEDS)
 def test_kill_9_during_dump_resumes(backend: Backend, seed: int, parallelism: int,
                                     worker_process: Callable[..., WorkerProcess]) -> None:
+    """SIGKILL three times while a dump runs (``parallelism`` ranges a window), each time
+    at a random point of it (between 10 % and 60 % of its windows, at a random moment of a
+    window): each new worker resumes the dump where the last completed window left it, and
+    the output converges with no event landed twice."""
     t1, t2 = backend.t1, backend.t2
     rnd = random.Random(seed)
     backend.create(t1, 6000)
@@ -483,12 +487,21 @@ def test_kill_9_during_dump_resumes(backend: Backend, seed: int, parallelism: in
     worker = worker_process(config)
     workload = backend.workload([t1, t2], seed=seed)
     workload.start()
+    windows = 9000 // (100 * parallelism)  # about: the workload inserts and deletes
     try:
-        request_id = dump(config, "--all", "--chunk-size", "100", "--delay-ms", "5",
-                          "--parallelism", str(parallelism))
-        for _ in range(3):
-            time.sleep(rnd.uniform(0.3, 1.5))
+        # slow enough that each kill lands before the last window (20 ms a range)
+        request_id = dump(config, "--all", "--chunk-size", "100",
+                          "--delay-ms", str(20 * parallelism), "--parallelism", str(parallelism))
+        done = 0
+        for fraction in sorted(rnd.uniform(0.1, 0.6) for _ in range(3)):
+            at = max(int(fraction * windows), done + 1)  # at least a window of each worker
+            wait_for(lambda at=at: chunks(backend, request_id) >= at, 60,  # type: ignore[misc]
+                     f"{at} windows", worker.log)
+            time.sleep(rnd.uniform(0, 0.03))
+            killed_in = redis_request(backend.redis_url, SOURCE, request_id)["state"]
             worker.kill()
+            assert killed_in == "running", f"the dump was {killed_in} when the worker was killed"
+            done = chunks(backend, request_id)
             worker = worker_process(config)
         state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
                              120, worker)
