@@ -143,8 +143,7 @@ def key_after_sql(shape: TableShape, *, first: bool) -> str:
     parallel window's range): the key columns only (``select_key``), so no other column
     of the rows skipped is read (off-page BLOBs and TEXTs stay where they are).
     Parameters: those of :func:`chunk_sql`, then the offset."""
-    key = shape.select_key or ", ".join(ident(k) for k in shape.key)
-    return f"SELECT {key} FROM {_range(shape, first)} LIMIT 1 OFFSET %s"
+    return f"SELECT {_key_columns(shape)} FROM {_range(shape, first)} LIMIT 1 OFFSET %s"
 
 
 def _range(shape: TableShape, first: bool) -> str:
@@ -154,8 +153,13 @@ def _range(shape: TableShape, first: bool) -> str:
 
 
 def upper_bound_sql(shape: TableShape) -> str:
+    """The table's largest key (the upper bound of a table dump): the key columns only."""
     order = ", ".join(f"{ident(k)} DESC" for k in shape.key)
-    return f"SELECT {_columns(shape)} FROM {_table_sql(shape.table)} ORDER BY {order} LIMIT 1"
+    return f"SELECT {_key_columns(shape)} FROM {_table_sql(shape.table)} ORDER BY {order} LIMIT 1"
+
+
+def _key_columns(shape: TableShape) -> str:
+    return shape.select_key or ", ".join(ident(k) for k in shape.key)
 
 
 def keys_sql(shape: TableShape, count: int) -> str:

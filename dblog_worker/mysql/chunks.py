@@ -177,7 +177,7 @@ class CapturedTables:
     def upper_bound(self, table: str) -> KeyTexts | None:
         captured = self._cache.get(table)
         rows = self._select(table, catalog.upper_bound_sql(captured.shape), ())
-        return None if not rows else captured.codec.key_texts_from_dump(rows[0])
+        return None if not rows else captured.codec.key_texts_from_key_cells(rows[0])
 
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
                    limit: int) -> Chunk:

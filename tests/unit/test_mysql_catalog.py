@@ -42,6 +42,15 @@ def test_range_end_sql_selects_the_key_only() -> None:
         " FROM ", 1)[1].replace("LIMIT %s", "LIMIT 1 OFFSET %s")
 
 
+def test_upper_bound_sql_selects_the_key_only() -> None:
+    assert catalog.upper_bound_sql(TWO) == (
+        "SELECT `order_id`, `line` FROM `shop`.`lines` ORDER BY `order_id` DESC, `line` DESC "
+        "LIMIT 1")
+    keyed = TableShape("shop.m", ("f", "n"), ("f",), select_key="CAST(`f` AS DOUBLE)")
+    assert catalog.upper_bound_sql(keyed) == (
+        "SELECT CAST(`f` AS DOUBLE) FROM `shop`.`m` ORDER BY `f` DESC LIMIT 1")
+
+
 def test_chunk_sql_composite_key_expands_the_row_comparison() -> None:
     sql = catalog.chunk_sql(TWO, first=False)
     assert sql == (
