@@ -362,29 +362,29 @@ class BinlogTranslator:
         major, minor = at.major, at.minor
         encoded = self._encoded(view, event)
         step = 2 if kind is UpdateRowsEvent else 1
-        log, create = Origin.LOG, Op.CREATE
+        origin, create = Origin.LOG, Op.CREATE
         # tuple.__new__ builds the NamedTuples in C: the same values, without a Python frame
         for index in range(0, len(encoded), step):
             position = _new(Position, (major, minor, 2 * (first + index // step)))
             if kind is WriteRowsEvent:
                 key, after = encoded[index]
-                out.append(_new(ChangeEvent, (table, create, position, key, after, None, log,
+                out.append(_new(ChangeEvent, (table, create, position, key, after, None, origin,
                                               ts, version, None)))
             elif kind is DeleteRowsEvent:
                 key, before = encoded[index]
                 out.append(_new(ChangeEvent, (table, Op.DELETE, position, key, None, before,
-                                              log, ts, version, None)))
+                                              origin, ts, version, None)))
             else:
                 (old_key, before), (new_key, after) = encoded[index], encoded[index + 1]
                 if old_key == new_key:
                     out.append(_new(ChangeEvent, (table, Op.UPDATE, position, new_key, after,
-                                                  before, log, ts, version, None)))
+                                                  before, origin, ts, version, None)))
                 else:  # a key change: the old key is gone, the new one is created
                     out.append(_new(ChangeEvent, (table, Op.DELETE, position, old_key, None,
-                                                  before, log, ts, version, None)))
+                                                  before, origin, ts, version, None)))
                     out.append(_new(ChangeEvent, (
                         table, create, _new(Position, (major, minor, position.sub + 1)),
-                        new_key, after, None, log, ts, version, None)))
+                        new_key, after, None, origin, ts, version, None)))
         return len(encoded) // step
 
     @staticmethod
