@@ -96,7 +96,7 @@ def _json_lines(i: int, column: Any, codec: MyRowCodec, namespace: dict[str, obj
                 f"{x} = dates.get(t) or date_json(t)"]
     if kind == FIELD_TYPE.DATETIME2 and mine.kind is Kind.DATETIME and mine.fsp == column.fsp:
         # datetime() refuses what is no date or no time: the library's value is None
-        return ["t = int_from(data[p:p + 5], 'big')", "p += 5", *fraction_lines(column.fsp),
+        return ["t = int_from(data[p:p + 5], 'big')", "p += 5", *_fraction_lines(column.fsp),
                 "k = t >> 17 & 0x3FFFFF", "day = days.get(k) or day_text(k)",
                 "h, mi, se = t >> 12 & 0x1F, t >> 6 & 0x3F, t & 0x3F",
                 f"{x} = 'null' if day == '-' or h > 23 or mi > 59 or se > 59 else "
@@ -106,11 +106,18 @@ def _json_lines(i: int, column: Any, codec: MyRowCodec, namespace: dict[str, obj
         # The zero TIMESTAMP is stored as 0 seconds: decoded as the epoch, it is null.
         zero = "s == 0 and us <= 0" if column.fsp else "s == 0"
         namespace["unix"] = struct.Struct(">i").unpack_from
-        return ["s = unix(data, p)[0]", "p += 4", *fraction_lines(column.fsp),
+        return ["s = unix(data, p)[0]", "p += 4", *_fraction_lines(column.fsp),
                 "d, r = divmod(s, 86400)",
                 f"{x} = 'null' if {zero} else f'\"{{unix_days.get(d) or unix_day(d)}}"
                 f"{{clock[r // 60]}}{{seconds[r % 60]}}{_fraction(column.fsp)}\"'"]
     return None
+
+
+def _fraction_lines(fsp: int) -> list[str]:
+    """:func:`rowimage.fraction_lines`, refusing a fraction past 999,999 µs as the library's
+    ``datetime.replace`` does (a corrupt image: the library then decodes it, and raises)."""
+    lines = fraction_lines(fsp)
+    return [*lines, "if us > 999999: raise ValueError(us)"] if lines else []
 
 
 def _fraction(fsp: int) -> str:

@@ -234,3 +234,28 @@ def test_the_calendar_tables_stay_bounded() -> None:
         assert rowtext._unix_day(n - 400_000) == (
             datetime.date(1970, 1, 1) + datetime.timedelta(n - 400_000)).isoformat() + " "
     assert max(len(rowtext._DATES), len(rowtext._DAYS), len(rowtext._UNIX_DAYS)) == rowtext._KEPT
+
+
+def test_an_overlong_fraction_is_left_to_the_library() -> None:
+    """A fraction past 999,999 µs (a corrupt image: 3 bytes hold up to 8,388,607) makes the
+    reader raise, so that the event goes to mysql-replication, which raises too (its
+    ``datetime.replace``), instead of printing seven digits."""
+    columns = [Column("id", FIELD_TYPE.LONG), Column("s", FIELD_TYPE.TIMESTAMP2, fsp=6),
+               Column("t", FIELD_TYPE.DATETIME2, fsp=6)]
+    codec = MyRowCodec([MyColumn("id", Kind.INTEGER), MyColumn("s", Kind.TIMESTAMP, fsp=6),
+                        MyColumn("t", Kind.DATETIME, fsp=6)], ["id"])
+    reader, images = key_row_reader(columns, codec), row_images(columns)
+    assert reader is not None and images is not None
+    timestamp = (1_700_000_000).to_bytes(4, "big")
+    datetime2 = (1 << 39 | (2024 * 13 + 2) << 22 | 3 << 17).to_bytes(5, "big")
+    good, bad = (999_999).to_bytes(3, "big"), (1_000_000).to_bytes(3, "big")
+    head = b"\x00" + (1).to_bytes(4, "little")
+    (_, row), _ = reader(head + timestamp + good + datetime2 + good, 0)
+    assert row == ('{"id":1,"s":"2023-11-14 22:13:20.999999",'
+                   '"t":"2024-02-03 00:00:00.999999"}')
+    for image in (head + timestamp + bad + datetime2 + good,
+                  head + timestamp + good + datetime2 + bad):
+        with pytest.raises(ValueError):
+            reader(image, 0)
+        with pytest.raises(ValueError):
+            images._image(image, 0)
