@@ -47,6 +47,7 @@ import redis
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.mysql.options import url_args as mysql_url_args
+from dblog_worker.pg import cells
 from dblog_worker.pg.pgoutput import parse_lsn
 from tests.services import MariaDBServer, PostgresServer, RedisServer, find_pg_bindir
 
@@ -166,6 +167,7 @@ def _static_machine(source: str) -> dict[str, Any]:
         "postgresql": _command_version([str(find_pg_bindir() / "postgres"), "--version"]),
         **redis_and_arrow,
         "psycopg": _package_version("psycopg"),
+        "pg_cell_reader": cells.READER,  # the worker's reader of chunk cells (pg/cells.py)
         "postgres_settings": POSTGRES_NOTE,
     }
 

@@ -7,8 +7,8 @@ SELECTs, on the source's autocommit connection (``PgSource`` opens and closes it
 committed before it runs, and takes no locks.
 
 A chunk's result is kept as libpq returned it: the encoder thread reads its cells' text
-output into Arrow columns and encodes them with ``ColumnCodec`` (``pg/columns.py``). A key
-batch is loaded by psycopg's C ``TextLoader``.
+output into Arrow columns (``pg/cells.py``) and encodes them with ``ColumnCodec``
+(``pg/columns.py``). A key batch is loaded by psycopg's C ``TextLoader``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg.pq.abc import PGresult
 from psycopg.types.string import TextLoader
@@ -29,6 +28,7 @@ from dblog_worker.errors import ChunkStale, DumpFailed, RequestRejected, SourceU
 from dblog_worker.events import Encoded
 from dblog_worker.pg import catalog, queries
 from dblog_worker.pg.catalog import TableInfo
+from dblog_worker.pg.cells import result_columns
 from dblog_worker.pg.columns import ColumnCodec, text_columns
 from dblog_worker.pg.encoders import PgType
 from dblog_worker.pg.values import RowCodec
@@ -74,15 +74,8 @@ def _text(cell: bytes | None) -> str:
 
 def _encode_result(codec: ColumnCodec, fields: Sequence[int], result: PGresult) -> Encoded:
     """A chunk's rows as canonical JSON, read column by column from the query result
-    (``fields``: the result columns the log carries too, in the codec's order).
-
-    PostgreSQL sends valid UTF-8 (the worker refuses other encodings), so the cells'
-    bytes are viewed as strings without decoding them one by one.
-    """
-    count, get = result.ntuples, result.get_value
-    columns = [pa.array([get(r, c) for r in range(count)], pa.binary()).view(pa.string())
-               for c in fields]
-    return codec.encode(columns)
+    (``fields``: the result columns the log carries too, in the codec's order)."""
+    return codec.encode(result_columns(result, fields))
 
 
 def _wire_type(oid: int, types: Mapping[int, PgType]) -> int:

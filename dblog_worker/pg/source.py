@@ -21,7 +21,7 @@ from dblog_worker.config import SourceConfig
 from dblog_worker.errors import ConfigError, DumpFailed, LogGone, SourceUnavailable
 from dblog_worker.events import Checkpoint, LogItem
 from dblog_worker.names import split_table
-from dblog_worker.pg import catalog, queries
+from dblog_worker.pg import catalog, cells, queries
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.catalog import WATERMARK_DDL
 from dblog_worker.pg.chunks import Connection, PgChunkReader, connected, connection_errors
@@ -70,6 +70,7 @@ class PgSource:
         self._stream: ReplicationStream | None = None
         self._snapshot_at = 0.0
         self.translator = LogTranslator(config.name, self._describe)
+        cells.announce()
 
     # -- connection and checks ------------------------------------------------
 
