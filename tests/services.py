@@ -416,6 +416,55 @@ class PostgresServer(_Server):
             )
 
 
+class PostgresStandby(PostgresServer):
+    """A hot standby of a :class:`PostgresServer`: a base backup (``pg_basebackup -R``)
+    that streams and replays the primary's WAL and takes read-only queries. Databases
+    made on the primary appear here once replayed; ``pause_replay``/``resume_replay``
+    hold and release the replay (the WAL is still received)."""
+
+    def __init__(self, primary: PostgresServer) -> None:
+        super().__init__(bindir=primary.bindir, settings={
+            **primary.extra_settings, "hot_standby": "on", "hot_standby_feedback": "on"})
+        self.primary = primary
+
+    def _initdb(self) -> None:
+        user, group, extra_groups = self._credentials()
+        result = subprocess.run(
+            [str(self.bindir / "pg_basebackup"), "-D", str(self.data_dir), "-d",
+             self.primary.dsn(), "-R", "-X", "stream", "--checkpoint=fast", "--no-sync"],
+            cwd=self.base_dir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, check=False, user=user, group=group,
+            extra_groups=extra_groups,
+        )
+        if result.returncode != 0:
+            out = result.stdout.decode(errors="replace")
+            raise ServiceError(f"pg_basebackup failed (exit {result.returncode}):\n{out}")
+
+    def replayed(self, lsn: str) -> bool:
+        with self._admin() as conn:
+            row = conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()
+        return bool(row and row[0])
+
+    def wait_replayed(self, timeout: float = START_TIMEOUT) -> None:
+        """Until the standby has replayed everything the primary has written so far."""
+        with self.primary._admin() as conn:
+            row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
+        deadline = time.monotonic() + timeout
+        while not self.replayed(str(row[0])):
+            if time.monotonic() > deadline:
+                raise ServiceError(f"the standby did not replay up to {row[0]}")
+            time.sleep(0.02)
+
+    def pause_replay(self) -> None:
+        with self._admin() as conn:
+            conn.execute("SELECT pg_wal_replay_pause()")
+
+    def resume_replay(self) -> None:
+        with self._admin() as conn:
+            conn.execute("SELECT pg_wal_replay_resume()")
+
+
 class SynchronousStandby(_Server):
     """A synchronous standby of a :class:`PostgresServer` that acknowledges flush, never
     apply: ``pg_receivewal --synchronous`` under the ``application_name`` the server lists
