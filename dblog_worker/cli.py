@@ -241,7 +241,7 @@ def _status(config: Config, args: argparse.Namespace) -> int:
     print(f"leader pid {status.get('pid')} on {status.get('host')} (token "
           f"{status.get('token') or '-'}), last report {cli_dumps.ago(status.get('updated_at'))}")
     for name in ("http", "checkpoint", "lag_bytes", "window", "windows", "active_request",
-                 "events_emitted", "events_replayed"):
+                 "dump_waiting", "events_emitted", "events_replayed"):
         print(f"  {name}: {status.get(name) or '-'}")
     return 0
 

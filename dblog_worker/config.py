@@ -125,6 +125,7 @@ class SourceConfig:
     dsn: str = field(repr=False)
     tables: tuple[str, ...]
     options: object  # the kind's own [source] options (kinds.Rules.source_options)
+    replica: ReplicaConfig | None = None  # [source.replica]: where chunk SELECTs run
 
     def safe_dsn(self) -> str:
         """The DSN with any password removed: the only form that may be logged."""
@@ -136,6 +137,19 @@ class SourceConfig:
             if table not in self.tables:
                 raise RequestRejected(f"table {table} is not captured by source {self.name}; "
                                       f"captured: {', '.join(self.tables)}")
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    """A read replica of the source (``[source.replica]``): the dumps' chunk SELECTs run
+    there, once it has replayed each window's low watermark; the log, the watermarks and
+    the catalog stay on the primary."""
+
+    dsn: str = field(repr=False)
+    max_wait_ms: int = 1000  # how long a window waits for the replay of its low watermark
+
+    def safe_dsn(self, kind: str) -> str:
+        return kinds.rules(kind).redact(self.dsn)
 
 
 @dataclass(frozen=True)
@@ -195,7 +209,8 @@ def load(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
 
 
 KNOWN: Mapping[str, frozenset[str]] = {
-    "source": frozenset({"name", "kind", "dsn", "dsn_env", "password_env", "tables"}),
+    "source": frozenset({"name", "kind", "dsn", "dsn_env", "password_env", "tables",
+                         "replica"}),
     "redis": frozenset({"url", "url_env"}),
     "landing": frozenset({"path", "format", "flush_interval_s", "flush_max_events"}),
     "worker": frozenset({"heartbeat_interval_s", "status_interval_s", "control_interval_s",
@@ -261,6 +276,7 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             dsn=dsn,
             tables=tuple(dict.fromkeys(tables)),
             options=options,
+            replica=_replica(source, kind, env),
         ),
         redis_url=_secret(redis_section, "url", env, "redis.url"),
         landing_path=Path(str_value(landing, "landing.path")),
@@ -277,6 +293,30 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         merge=merge_section(data),
         http=http_section(data, env),
         logs=logs_section(data),
+    )
+
+
+REPLICA_OPTIONS = frozenset({"dsn", "dsn_env", "password_env", "max_wait_ms"})
+
+
+def _replica(source: Mapping[str, Any], kind: str,
+             env: Mapping[str, str]) -> ReplicaConfig | None:
+    if "replica" not in source:
+        return None
+    replica = source["replica"]
+    if not isinstance(replica, dict):
+        raise ConfigError("source.replica must be a table: [source.replica] with a dsn")
+    for option in replica:
+        if option not in REPLICA_OPTIONS:
+            raise ConfigError(f"unknown option source.replica.{option}"
+                              f"{_did_you_mean(option, REPLICA_OPTIONS)}")
+    if not kinds.rules(kind).replica_reads:
+        raise ConfigError(
+            f"source.replica: chunk reads on a read replica are not supported for {kind} "
+            "sources yet; remove [source.replica]")
+    return ReplicaConfig(
+        dsn=_database_dsn(replica, kind, env, "source.replica"),
+        max_wait_ms=integer(replica, "max_wait_ms", 1000, 1, 60_000),
     )
 
 

@@ -67,6 +67,9 @@ class ActiveDump:
         self._read_all: set[str] = set()
         self.reread = 0  # windows read again
         self._again = 0  # chunks read again in a row
+        # why the last window read nothing (a read replica behind, a table locked, ...);
+        # None once a window reads
+        self.waiting: str | None = None
 
     @property
     def id(self) -> str:

@@ -36,6 +36,11 @@ class ChunkStale(DblogError):
     catalog was read): its window is discarded and the chunk is read again."""
 
 
+class ReplicaBehind(ChunkStale):
+    """The read replica has not replayed the low watermark in time, or cannot be reached:
+    the window reads nothing and the dump waits (it never reads an older state)."""
+
+
 class TransientError(DblogError):
     """A failure that may go away: reconnect, back off and retry."""
 

@@ -34,6 +34,7 @@ class Rules(Protocol):
     checkpoint_hint: str  # where an operator finds the position to write back ("" if nowhere)
     jdbc_jar: str  # where Debian installs its JDBC driver, which Spark's merge loads
     jdbc_package: str  # the Debian package of that jar
+    replica_reads: bool  # whether dumps may read chunks on a read replica ([source.replica])
 
     def name_problem(self, name: str) -> str | None:
         """Why ``name`` cannot be a schema, table or column name; None if it can."""

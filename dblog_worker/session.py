@@ -157,8 +157,11 @@ class Session:
             lost = (ran_before or bool(landed)) and not self.state.was_reset()
             refuse_lost_state(self.config, self.source, self.worker.sink, lost)
         problems = self.source.preflight()
-        if problems:
-            raise not_ready(problems)
+        for problem in problems:
+            if not problem.capture:  # the dumps wait for it; the log goes on
+                log.warning("%s (fix: %s)", problem.what, problem.fix)
+        if any(problem.capture for problem in problems):
+            raise not_ready([problem for problem in problems if problem.capture])
         created = self.source.prepare()
         self._renew(time.monotonic())
         if saved is None and created is not None:
@@ -322,6 +325,7 @@ class Session:
             self.source.refresh(plan.table)  # a column added since is read too
         except ChunkStale as exc:
             log.info("dump %s: %s", dump.id, exc, extra={"request_id": dump.id})
+            dump.waiting = str(exc)
             dump.read_later(time.monotonic())
             return
         except TransientError:
@@ -333,9 +337,12 @@ class Session:
         self.source.write_watermark(tokens.low)
         read = WindowRead(plan, NOTHING_READ)
         try:
+            self.source.await_low_watermark()  # a read replica: until it replayed LW
             read = WindowRead(plan, plan.read(self.source, self.encoder.submit))
+            dump.waiting = None
         except ChunkStale as exc:
             read = WindowRead(plan, NOTHING_READ, stale=True)
+            dump.waiting = str(exc)
             log.info("dump %s: %s", dump.id, exc, extra={"request_id": dump.id})
         except TransientError:
             raise
@@ -454,6 +461,7 @@ class Session:
             "window": "" if window is None else window.value,
             "windows": self.windows,
             "active_request": "" if self.dump is None else self.dump.id,
+            "dump_waiting": "" if self.dump is None else self.dump.waiting or "",
             "events_emitted": 0 if self.output is None else self.output.emitted,
             "events_replayed": 0 if self.output is None else self.output.replayed,
             "http": self.worker.http_url,

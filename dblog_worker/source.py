@@ -26,10 +26,13 @@ SchemaVersion = Callable[[str, Mapping[str, object]], int]  # (table, schema) â†
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """Something that stops capture, and the change that fixes it."""
+    """Something that stops capture, and the change that fixes it. A problem that stops
+    only the dumps (``capture`` False: a read replica unreachable) is reported by
+    ``dblog preflight`` and logged by the worker, which streams the log anyway."""
 
     what: str
     fix: str
+    capture: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,11 @@ class WatermarkWriter(Protocol):
     and the heartbeat that moves an idle log on."""
 
     def write_watermark(self, token: str) -> None: ...
+
+    def await_low_watermark(self) -> None:
+        """Return once the chunk SELECTs that follow see every commit up to the low
+        watermark just written (at once, unless they run on a read replica: then once it
+        has replayed it); ReplicaBehind (a ChunkStale) if it does not in time."""
 
     def heartbeat(self) -> None: ...
 

@@ -773,6 +773,54 @@ class MariaDBServer(_Server):
             cur.execute(f"DROP DATABASE IF EXISTS {_quote_ident(name)}")
 
 
+class MariaDBReplica(MariaDBServer):
+    """A replica of a :class:`MariaDBServer` by GTID (``MASTER_USE_GTID = slave_pos``) from
+    the start of the primary's binary log, so every database made on the primary appears
+    here once applied. ``pause_replay``/``resume_replay`` stop and start its SQL thread
+    (the events are still received)."""
+
+    def __init__(self, primary: MariaDBServer) -> None:
+        super().__init__(settings={"server-id": "2"}, mariadbd=primary.mariadbd,
+                         install_db=primary.install_db)
+        self.primary = primary
+
+    def start(self) -> Self:
+        super().start()
+        try:
+            with self._admin() as conn, conn.cursor() as cur:
+                cur.execute(f"CHANGE MASTER TO MASTER_HOST = '{HOST}', MASTER_PORT = "
+                            f"{int(self.primary.port)}, MASTER_USER = 'root', "
+                            "MASTER_PASSWORD = '', MASTER_USE_GTID = slave_pos")
+                cur.execute("START SLAVE")
+            self.wait_applied()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_applied(self, timeout: float = START_TIMEOUT) -> None:
+        """Until the replica has applied everything the primary has logged so far."""
+        with self.primary._admin() as conn, conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            row = cur.fetchone()
+        position = str(row[0]) if row else ""
+        if not position:
+            return
+        with self._admin() as conn, conn.cursor() as cur:
+            cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (position, timeout))
+            done = cur.fetchone()
+        if not done or done[0] != 0:
+            raise ServiceError(f"the replica did not apply up to {position}")
+
+    def pause_replay(self) -> None:
+        with self._admin() as conn, conn.cursor() as cur:
+            cur.execute("STOP SLAVE SQL_THREAD")
+
+    def resume_replay(self) -> None:
+        with self._admin() as conn, conn.cursor() as cur:
+            cur.execute("START SLAVE SQL_THREAD")
+
+
 class RedisServer(_Server):
     """A private redis-server listening on 127.0.0.1; by default without persistence.
 

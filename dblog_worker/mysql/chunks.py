@@ -21,7 +21,13 @@ from typing import Any
 import pyarrow as pa
 import pymysql
 
-from dblog_worker.errors import ChunkStale, DumpFailed, RequestRejected, SourceUnavailable
+from dblog_worker.errors import (
+    ChunkStale,
+    DumpFailed,
+    ReplicaBehind,
+    RequestRejected,
+    SourceUnavailable,
+)
 from dblog_worker.events import Encoded
 from dblog_worker.mysql import catalog
 from dblog_worker.mysql.catalog import TableShape
@@ -32,13 +38,19 @@ from dblog_worker.mysql.columns import (
     schema_document,
     select_list,
 )
+from dblog_worker.mysql.resultset import DumpConnection
+from dblog_worker.mysql.session import dump_connection_options
 from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
 from dblog_worker.requests import KeyTexts
 from dblog_worker.source import Chunk, KeysChunk
 from dblog_worker.tables import TableCache
 
-__all__ = ["DENIED", "CapturedTables", "connection_errors"]
+__all__ = ["DENIED", "LOCK_WAIT_S", "CapturedTables", "connect", "connection_errors",
+           "replica_errors"]
+
+# The longest a read waits for a lock (s): the chunk is read again later, the log goes on.
+LOCK_WAIT_S = 1
 
 # Errors that mean the server is gone or restarting: the session retries.
 _CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
@@ -62,6 +74,31 @@ def connection_errors(what: str) -> Iterator[None]:
         if code in DENIED or code in (_NO_TABLE, _NO_COLUMN):
             raise
         raise SourceUnavailable(f"{what}: the source database is unreachable: {exc}") from exc
+
+
+@contextmanager
+def replica_errors(what: str) -> Iterator[None]:
+    """A read replica that cannot be reached holds the dump, not the log."""
+    try:
+        yield
+    except _CONNECTION_ERRORS as exc:
+        code = exc.args[0] if exc.args else None
+        if code in DENIED or code in (_NO_TABLE, _NO_COLUMN):
+            raise
+        raise ReplicaBehind(f"{what}: the read replica is unreachable ({exc}); the dump "
+                            "waits for it") from exc
+
+
+def connect(args: dict[str, Any], errors: Callable[[str], Any] = connection_errors
+            ) -> DumpConnection:
+    """A connection in autocommit for the catalog, watermarks and chunk SELECTs."""
+    with errors("connecting"):
+        conn = DumpConnection(**args, **dump_connection_options(), autocommit=True,
+                              connect_timeout=10)
+        with conn.cursor() as cursor:
+            cursor.execute("SET SESSION lock_wait_timeout = %s, innodb_lock_wait_timeout = %s",
+                           (LOCK_WAIT_S, LOCK_WAIT_S))
+    return conn
 
 
 class _Table:
@@ -106,12 +143,21 @@ def _encode_rows(codec: MyRowCodec, rows: Sequence[Sequence[Any]]) -> Encoded:
 
 class CapturedTables:
     """The captured tables of one source, read on its connection (``connection``: the
-    open one, or SourceUnavailable); ``schema_version`` registers a table's schema."""
+    open one, or SourceUnavailable); ``schema_version`` registers a table's schema.
+
+    On a read replica (``replica``): the catalog, chunks, key batches and range ends are
+    read on the replica's connection, whose failures hold the dump (ReplicaBehind), not
+    the log; a table dump's upper bound on ``primary``."""
 
     def __init__(self, source: str, tables: Sequence[str],
                  connection: Callable[[], pymysql.connections.Connection[Any]],
-                 schema_version: Callable[[str, dict[str, object]], int]) -> None:
+                 schema_version: Callable[[str, dict[str, object]], int],
+                 primary: Callable[[], pymysql.connections.Connection[Any]] | None = None,
+                 replica: bool = False) -> None:
         self._connection = connection
+        self._primary = primary or connection
+        self._replica = replica
+        self._errors = replica_errors if replica else connection_errors
         self._schema_version = schema_version
         self._cache = TableCache(source, tables, self.load)
 
@@ -146,7 +192,7 @@ class CapturedTables:
         return loaded
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with connection_errors("querying"), self._connection().cursor() as cursor:
+        with self._errors("querying"), self._connection().cursor() as cursor:
             cursor.execute(sql, params)
             return list(cursor.fetchall())
 
@@ -176,7 +222,7 @@ class CapturedTables:
 
     def upper_bound(self, table: str) -> KeyTexts | None:
         captured = self._cache.get(table)
-        rows = self._select(table, catalog.upper_bound_sql(captured.shape), ())
+        rows = self._select(table, catalog.upper_bound_sql(captured.shape), (), primary=True)
         return None if not rows else captured.codec.key_texts_from_key_cells(rows[0])
 
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
@@ -230,19 +276,25 @@ class CapturedTables:
             except ValueError as exc:
                 raise RequestRejected(f"key {list(key)} does not fit {table}: {exc}") from None
 
-    def _select(self, table: str, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """One SELECT of a dump: a lost connection ends the session, a refused statement
-        fails the dump, a column gone makes the chunk stale."""
+    def _select(self, table: str, sql: str, params: Sequence[Any],
+                primary: bool = False) -> list[tuple[Any, ...]]:
+        """One SELECT of a dump (on the primary if ``primary``): a lost connection ends the
+        session (a lost replica holds the dump), a refused statement fails the dump, a
+        column gone makes the chunk stale."""
         try:
-            with self._connection().cursor() as cursor:
+            with (self._primary if primary else self._connection)().cursor() as cursor:
                 cursor.execute(sql, params)
                 return list(cursor.fetchall())
         except pymysql.MySQLError as exc:
-            raise self._read_error(table, exc) from exc
+            raise self._read_error(table, exc, self._replica and not primary) from exc
 
-    def _read_error(self, table: str, exc: pymysql.MySQLError) -> Exception:
+    def _read_error(self, table: str, exc: pymysql.MySQLError,
+                    replica: bool | None = None) -> Exception:
         code = exc.args[0] if exc.args else None
         if isinstance(exc, pymysql.err.InterfaceError) or code in _LOST:
+            if self._replica if replica is None else replica:
+                return ReplicaBehind(f"reading {table}: the read replica is unreachable "
+                                     f"({exc}); the dump waits for it")
             return SourceUnavailable(f"reading {table}: the source database is unreachable: "
                                      f"{exc}")
         if code == _NO_TABLE:

@@ -35,6 +35,7 @@ class MySqlRules:
     checkpoint_hint = ""
     jdbc_jar = "/usr/share/java/mariadb-java-client.jar"
     jdbc_package = "libmariadb-java"
+    replica_reads = True
 
     def is_checkpoint(self, text: str) -> bool:
         try:

@@ -22,19 +22,19 @@ from typing import Any
 import pymysql
 
 from dblog_worker.config import SourceConfig
-from dblog_worker.errors import ConfigError, LogGone, SourceUnavailable
+from dblog_worker.errors import ConfigError, LogGone, ReplicaBehind, SourceUnavailable
 from dblog_worker.events import Checkpoint, LogItem
 from dblog_worker.mysql import catalog
 from dblog_worker.mysql.binlog import BinlogReader
 from dblog_worker.mysql.catalog import qualified
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
-from dblog_worker.mysql.chunks import DENIED, CapturedTables, connection_errors
+from dblog_worker.mysql.chunks import DENIED, CapturedTables, connect, connection_errors
 from dblog_worker.mysql.columns import column_from_binlog, schema_document
 from dblog_worker.mysql.options import server_id, url_args
+from dblog_worker.mysql.replica import MyReplica
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.rowimage import row_images
 from dblog_worker.mysql.rowtext import key_row_reader
-from dblog_worker.mysql.session import dump_connection_options
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
 from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
@@ -47,8 +47,6 @@ from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 log = logging.getLogger(__name__)
 
 _PARSE_ERROR = 1064  # SHOW BINARY LOG STATUS on MariaDB or MySQL before 8.2
-# The longest the loop waits for a lock (s): the chunk is read again later, the log goes on.
-LOCK_WAIT_S = 1
 
 
 def _other_server(start: BinlogCheckpoint, here: BinlogCheckpoint) -> str:
@@ -80,8 +78,11 @@ class MySqlSource:
         self._versions_lock = threading.Lock()
         self._args = url_args(config.dsn)
         self._conn: pymysql.connections.Connection[Any] | None = None
-        self.captured = CapturedTables(config.name, config.tables, lambda: self.conn,
-                                       self._schema_version)
+        self._replica = MyReplica(config) if config.replica is not None else None
+        self.captured = CapturedTables(
+            config.name, config.tables,
+            self._replica.connection if self._replica is not None else lambda: self.conn,
+            self._schema_version, primary=lambda: self.conn, replica=self._replica is not None)
         self._reader: BinlogReader | None = None
         self._is_mariadb = False
         self._server = ""  # which server: "server_id=1" (MariaDB), "server_uuid=…" (MySQL)
@@ -95,11 +96,13 @@ class MySqlSource:
             return self._registry(table, schema)
 
     def connect(self) -> None:
-        self._conn = _connect(self._args)
+        self._conn = connect(self._args)
         version = str(self._one("SELECT VERSION()")[0])
         self._is_mariadb = "mariadb" in version.lower()
         variable = "server_id" if self._is_mariadb else "server_uuid"
         self._server = f"{variable}={self._one(f'SELECT @@{variable}')[0]}"
+        if self._replica is not None:
+            self._replica.primary_server = str(self._one("SELECT @@server_id")[0])
 
     @property
     def conn(self) -> pymysql.connections.Connection[Any]:
@@ -159,6 +162,14 @@ class MySqlSource:
                 f"GRANT CREATE ON `{SCHEMA}`.* TO {account};"))
         for table in self.config.tables:
             problems += self._table_problems(table, scopes, account)
+        if self._replica is not None:
+            if self._is_mariadb:
+                problems += self._replica.problems(list(self.config.tables))
+            else:
+                problems.append(Problem(
+                    "[source.replica]: reads on a read replica need MariaDB "
+                    "(MASTER_GTID_WAIT); this source is MySQL",
+                    "remove [source.replica]", capture=False))
         return problems
 
     def _table_problems(self, table: str, scopes: dict[str, set[str]],
@@ -313,6 +324,16 @@ class MySqlSource:
         with connection_errors("writing a watermark"), self.conn.cursor() as cursor:
             cursor.execute(catalog.WATERMARK_UPSERT, (self.name, token))
 
+    def await_low_watermark(self) -> None:
+        """On a read replica: until it has applied the low watermark's transaction."""
+        if self._replica is None:
+            return
+        if not self._is_mariadb:
+            raise ReplicaBehind("reads on a read replica need MariaDB (MASTER_GTID_WAIT); "
+                                "this source is MySQL: remove [source.replica]; the dump waits")
+        gtid = str(self._one("SELECT @@last_gtid")[0])
+        self._replica.catch_up(gtid)
+
     def heartbeat(self) -> None:
         self.write_watermark(HEARTBEAT)
 
@@ -342,8 +363,8 @@ class MySqlSource:
         if index == 0:
             return self
         while len(self._lanes) < index:
-            self._lanes.append(_Lane(self.name, self.config.tables, self._args,
-                                     self._schema_version))
+            self._lanes.append(_Lane(self.config, self._args, self._schema_version,
+                                     self._replica))
         return self._lanes[index - 1].captured
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
@@ -354,6 +375,8 @@ class MySqlSource:
         for lane in self._lanes:
             lane.close()
         self._lanes = []
+        if self._replica is not None:
+            self._replica.close()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -363,33 +386,29 @@ class MySqlSource:
             self._conn = None
 
 
-def _connect(args: dict[str, Any]) -> DumpConnection:
-    """The source's connection in autocommit: catalog reads, watermarks, chunk SELECTs."""
-    with connection_errors("connecting"):
-        conn = DumpConnection(**args, **dump_connection_options(), autocommit=True,
-                              connect_timeout=10)
-        with conn.cursor() as cursor:
-            cursor.execute("SET SESSION lock_wait_timeout = %s, innodb_lock_wait_timeout = %s",
-                           (LOCK_WAIT_S, LOCK_WAIT_S))
-    return conn
-
-
 class _Lane:
     """A connection of its own for a window's parallel chunk SELECTs (opened on first use),
-    with the captured tables as it reads them."""
+    with the captured tables as it reads them; on the read replica if there is one."""
 
-    def __init__(self, name: str, tables: Sequence[str], args: dict[str, Any],
-                 schema_version: SchemaVersion) -> None:
+    def __init__(self, config: SourceConfig, args: dict[str, Any],
+                 schema_version: SchemaVersion, replica_of: MyReplica | None) -> None:
         self._args = args
         self._conn: DumpConnection | None = None
-        self.captured = CapturedTables(name, tables, self._connection, schema_version)
+        self._replica = None if replica_of is None \
+            else MyReplica(config, replica_of.primary_server)
+        self.captured = CapturedTables(config.name, config.tables, self._connection,
+                                       schema_version, replica=self._replica is not None)
 
     def _connection(self) -> pymysql.connections.Connection[Any]:
+        if self._replica is not None:
+            return self._replica.connection()
         if self._conn is None or not self._conn.open:
-            self._conn = _connect(self._args)
+            self._conn = connect(self._args)
         return self._conn
 
     def close(self) -> None:
+        if self._replica is not None:
+            self._replica.close()
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 self._conn.close()

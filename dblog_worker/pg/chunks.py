@@ -24,7 +24,13 @@ from psycopg.pq.abc import PGresult
 from psycopg.types.string import TextLoader
 
 from dblog_worker.config import SourceConfig
-from dblog_worker.errors import ChunkStale, DumpFailed, RequestRejected, SourceUnavailable
+from dblog_worker.errors import (
+    ChunkStale,
+    DumpFailed,
+    ReplicaBehind,
+    RequestRejected,
+    SourceUnavailable,
+)
 from dblog_worker.events import Encoded
 from dblog_worker.pg import catalog, queries
 from dblog_worker.pg.catalog import TableInfo
@@ -37,6 +43,9 @@ from dblog_worker.source import Chunk, KeysChunk, SchemaVersion
 from dblog_worker.tables import TableCache
 
 Connection = psycopg.Connection[tuple[Any, ...]]
+# The longest a SELECT waits for a lock (a table a DDL statement holds, on the primary or
+# replayed on a standby): the chunk is read again later, and the log goes on meanwhile.
+LOCK_TIMEOUT = "200ms"
 TextRow = tuple[str | None, ...]
 
 
@@ -54,6 +63,16 @@ def connected(conn: Connection | None) -> Connection:
     if conn is None or conn.closed:
         raise SourceUnavailable("not connected to the source database")
     return conn
+
+
+@contextmanager
+def replica_errors(what: str) -> Iterator[None]:
+    """A read replica that cannot be reached holds the dump, not the log."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        raise ReplicaBehind(f"{what}: the read replica is unreachable ({exc}); "
+                            "the dump waits for it") from exc
 
 
 @functools.cache
@@ -128,12 +147,22 @@ def schema_document(info_columns: Sequence[tuple[str, int]], key: Sequence[str],
 class PgChunkReader:
     """The captured tables of one source, and the dump's SELECTs of them.
 
-    ``connection`` gives the source's autocommit connection (None when not connected).
+    ``connection`` gives the source's autocommit connection (None when not connected): the
+    catalog and the upper bound are read there. ``reads`` gives the connection of the
+    chunk, key-batch and range-end SELECTs, if another: a read replica's (``replica``),
+    whose failures hold the dump (ReplicaBehind), not the log.
     """
 
     def __init__(self, config: SourceConfig, schema_version: SchemaVersion,
-                 connection: Callable[[], Connection | None]) -> None:
+                 connection: Callable[[], Connection | None],
+                 reads: Callable[[], Connection | None] | None = None,
+                 replica: bool = False) -> None:
         self._connection = connection
+        self._reads = reads or connection
+        self._replica = replica
+        # a lane on the replica reads the catalog there too
+        self._catalog_errors = replica_errors if replica and reads is None \
+            else connection_errors
         self._schema_version = schema_version
         self._types: dict[int, PgType] = catalog.builtin_types()
         self.captured = TableCache(config.name, config.tables, self.load)
@@ -151,7 +180,7 @@ class PgChunkReader:
 
     def load(self, table: str) -> _Table:
         """Describe ``table`` from the catalog (DumpFailed if it is gone or has no key)."""
-        with connection_errors("reading the catalog"):
+        with self._catalog_errors("reading the catalog"):
             info = catalog.load_table(self.conn, table)
             if info is None or not info.key_columns:
                 raise DumpFailed(
@@ -206,7 +235,10 @@ class PgChunkReader:
 
     def upper_bound(self, table: str) -> KeyTexts | None:
         captured = self.captured.get(table)
-        rows = self._select(table, queries.upper_bound_sql(captured.info.shape), ())
+        cursor = self._run(table, queries.upper_bound_sql(captured.info.shape), (),
+                           on_primary=True)
+        with connection_errors(f"reading {table}"):
+            rows = cursor.fetchall()
         return None if not rows else tuple(str(v) for v in rows[0])
 
     def read_chunk(
@@ -281,25 +313,28 @@ class PgChunkReader:
             encoded_keys, afters = encoded_keys.take(unique), afters.take(unique)
         return KeysChunk(encoded_keys, afters, missing, captured.version)
 
-    def _select(self, table: str, sql: str, params: Sequence[object]) -> list[TextRow]:
-        """Run one SELECT; return every cell as PostgreSQL's text output (None for NULL)."""
-        cursor = self._run(table, sql, params)
-        with connection_errors(f"reading {table}"):
-            return cursor.fetchall()
-
-    def _run(self, table: str, sql: str, params: Sequence[object]) -> psycopg.Cursor[TextRow]:
-        """Run one SELECT of ``table``: its result is the cursor's. A lost connection ends
-        the session; a statement the server refused (a timeout, a cancel, ...) fails the
-        dump; a column gone makes the chunk stale."""
+    def _run(self, table: str, sql: str, params: Sequence[object],
+             on_primary: bool = False) -> psycopg.Cursor[TextRow]:
+        """Run one SELECT of ``table`` on the reads' connection (the source's if
+        ``on_primary``): its result is the cursor's. A lost connection ends the session (a
+        lost replica holds the dump); a statement the server refused (a timeout, a cancel,
+        ...) fails the dump; a column gone makes the chunk stale."""
+        replica = self._replica and not on_primary
+        cursor = text_cursor(self.conn) if on_primary else self._text_cursor()
         try:
-            cursor = self._text_cursor()
             cursor.execute(sql.encode(), params)
             return cursor
         except psycopg.Error as exc:
-            conn = self._connection()
-            if conn is None or conn.broken or conn.closed:
+            if cursor.connection.broken or cursor.connection.closed:
+                if replica:
+                    raise ReplicaBehind(f"reading {table}: the read replica is unreachable "
+                                        f"({exc}); the dump waits for it") from exc
                 raise SourceUnavailable(
                     f"reading {table}: the source database is unreachable: {exc}") from exc
+            if replica and isinstance(exc, psycopg.errors.SerializationFailure):
+                raise ReplicaBehind(f"reading {table} on the read replica: "
+                                    f"{exc.diag.message_primary} (a recovery conflict); "
+                                    "the chunk is read again later") from exc
             if isinstance(exc, psycopg.errors.UndefinedTable):
                 raise DumpFailed(f"table {table} does not exist any more") from exc
             if isinstance(exc, psycopg.errors.InsufficientPrivilege):
@@ -316,13 +351,19 @@ class PgChunkReader:
                              f"{exc.diag.message_primary or exc}") from exc
 
     def _text_cursor(self) -> psycopg.Cursor[TextRow]:
-        """A cursor that loads every value as its text output, in C (psycopg's TextLoader).
-
-        Types psycopg does not know (enums, domains of this database) load as text anyway.
-        """
-        if self._cursor is None or self._cursor.closed:
-            cursor = self.conn.cursor()
-            for oid in _builtin_oids():
-                cursor.adapters.register_loader(oid, TextLoader)
-            self._cursor = cursor
+        """The reads' connection's text cursor, kept while the connection is the same."""
+        conn = connected(self._reads())
+        if self._cursor is None or self._cursor.closed or self._cursor.connection is not conn:
+            self._cursor = text_cursor(conn)
         return self._cursor
+
+
+def text_cursor(conn: Connection) -> psycopg.Cursor[TextRow]:
+    """A cursor that loads every value as its text output, in C (psycopg's TextLoader).
+
+    Types psycopg does not know (enums, domains of this database) load as text anyway.
+    """
+    cursor = conn.cursor()
+    for oid in _builtin_oids():
+        cursor.adapters.register_loader(oid, TextLoader)
+    return cursor

@@ -34,6 +34,7 @@ class PgRules:
     checkpoint_hint = "for PostgreSQL the slot's confirmed_flush_lsn in pg_replication_slots"
     jdbc_jar = "/usr/share/java/postgresql.jar"
     jdbc_package = "libpostgresql-jdbc-java"
+    replica_reads = True
 
     def is_checkpoint(self, text: str) -> bool:
         return _LSN.fullmatch(text) is not None

@@ -21,11 +21,18 @@ from dblog_worker.config import SourceConfig
 from dblog_worker.errors import ConfigError, DumpFailed, LogGone, SourceUnavailable
 from dblog_worker.events import Checkpoint, LogItem
 from dblog_worker.names import split_table
-from dblog_worker.pg import catalog, cells, queries
+from dblog_worker.pg import catalog, cells, queries, replica
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.catalog import WATERMARK_DDL
-from dblog_worker.pg.chunks import Connection, PgChunkReader, connected, connection_errors
+from dblog_worker.pg.chunks import (
+    LOCK_TIMEOUT,
+    Connection,
+    PgChunkReader,
+    connected,
+    connection_errors,
+)
 from dblog_worker.pg.options import pg_options
+from dblog_worker.pg.replica import Replica
 from dblog_worker.pg.stream import ReplicationStream
 from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView
 from dblog_worker.pg.values import libpq_options
@@ -51,10 +58,6 @@ log = logging.getLogger(__name__)
 # checkpoint then moves on at once) (visibility.py).
 SNAPSHOT_S = 0.5
 SNAPSHOT_SOON_S = 0.05
-# The longest the loop waits for a lock (a table a DDL statement holds): the chunk is read
-# again later, and the log goes on meanwhile.
-LOCK_TIMEOUT = "200ms"
-
 
 class PgSource:
     """One PostgreSQL database, as the worker sees it."""
@@ -65,7 +68,11 @@ class PgSource:
         self.name = config.name
         self._conn: Connection | None = None
         self._schema_version = locked(schema_version)  # lanes register from their threads
-        self.chunks = PgChunkReader(config, self._schema_version, lambda: self._conn)
+        self._replica = Replica(config) if config.replica is not None else None
+        self.chunks = PgChunkReader(
+            config, self._schema_version, lambda: self._conn,
+            reads=self._replica.connection if self._replica is not None else None,
+            replica=self._replica is not None)
         self._lanes: list[_Lane] = []
         self._stream: ReplicationStream | None = None
         self._snapshot_at = 0.0
@@ -76,6 +83,9 @@ class PgSource:
 
     def connect(self) -> None:
         self._conn = _connect(self.config)
+        if self._replica is not None:
+            with connection_errors("connecting"):
+                self._replica.primary_identity = replica.identity(self._conn)
 
     @property
     def conn(self) -> Connection:
@@ -102,6 +112,8 @@ class PgSource:
             problems += catalog.publication_setting_problems(
                 self.conn, self.options.publication, infos)
             problems += catalog.slot_problems(self.conn, self.options.slot)
+            if self._replica is not None:
+                problems += self._replica.problems(self.conn, list(self.config.tables))
         return problems
 
     def prepare(self) -> str | None:
@@ -336,6 +348,14 @@ class PgSource:
         assert row is not None
         return Position(int(row[0]), 0)
 
+    def await_low_watermark(self) -> None:
+        if self._replica is None:
+            return
+        with connection_errors("reading the log position"):
+            row = self.conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
+        self._replica.catch_up(str(row[0]))
+
     def heartbeat(self) -> None:
         """Write to the log on an idle database, so that the slot can advance."""
         self.write_watermark(HEARTBEAT)
@@ -370,7 +390,7 @@ class PgSource:
         if index == 0:
             return self
         while len(self._lanes) < index:
-            self._lanes.append(_Lane(self.config, self._schema_version))
+            self._lanes.append(_Lane(self.config, self._schema_version, self._replica))
         return self._lanes[index - 1].chunks
 
     def close(self) -> None:
@@ -378,6 +398,8 @@ class PgSource:
             lane.close()
         self._lanes = []
         self.chunks.close()
+        if self._replica is not None:
+            self._replica.close()
         if self._stream is not None:
             self._stream.close()
             self._stream = None
@@ -399,20 +421,28 @@ def _connect(config: SourceConfig) -> Connection:
 
 class _Lane:
     """A connection of its own for a window's parallel chunk SELECTs (opened on first use),
-    with the captured tables as it reads them."""
+    with the captured tables as it reads them; on the read replica if there is one."""
 
-    def __init__(self, config: SourceConfig, schema_version: SchemaVersion) -> None:
+    def __init__(self, config: SourceConfig, schema_version: SchemaVersion,
+                 replica_of: Replica | None) -> None:
         self._config = config
         self._conn: Connection | None = None
-        self.chunks = PgChunkReader(config, schema_version, self._connection)
+        self._replica = None if replica_of is None \
+            else Replica(config, replica_of.primary_identity)
+        self.chunks = PgChunkReader(config, schema_version, self._connection,
+                                    replica=self._replica is not None)
 
     def _connection(self) -> Connection:
+        if self._replica is not None:
+            return self._replica.connection()
         if self._conn is None or self._conn.closed:
             self._conn = _connect(self._config)
         return self._conn
 
     def close(self) -> None:
         self.chunks.close()
+        if self._replica is not None:
+            self._replica.close()
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 self._conn.close()

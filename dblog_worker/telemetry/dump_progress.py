@@ -52,7 +52,7 @@ class DumpProgress:
         before = self.view
         self.view = view = self._view(dump, now)
         if before is None or before["tables"] != view["tables"] or \
-                before["state"] != view["state"]:
+                before["state"] != view["state"] or before["waiting"] != view["waiting"]:
             return view
         return None
 
@@ -135,7 +135,7 @@ class DumpProgress:
             })
         return {"request_id": dump.id, "kind": request.kind.value, "state": request.state.value,
                 "chunk_size": request.chunk_size, "delay_ms": request.delay_ms,
-                "parallelism": request.parallelism,
+                "parallelism": request.parallelism, "waiting": dump.waiting,
                 "tables": tables, "eta_s": None if remaining is None else round(remaining, 1)}
 
 

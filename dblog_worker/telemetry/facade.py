@@ -188,7 +188,7 @@ class Telemetry:
             if view is not None:
                 self._feed.add("dump", state="progress", request_id=dump.id,
                                request_state=view["state"], progress=view["tables"],
-                               eta_s=view["eta_s"])
+                               eta_s=view["eta_s"], waiting=view["waiting"])
 
     def dump_ended(self, request_id: str, state: str, error: str | None = None) -> None:
         """The dump completed, failed, or is no longer this worker's (paused elsewhere,

@@ -21,8 +21,8 @@ from dblog_worker import config as config_module
 from dblog_worker.errors import DumpFailed
 from dblog_worker.mysql import catalog as my_catalog
 from dblog_worker.mysql.chunks import CapturedTables
+from dblog_worker.mysql.chunks import connect as my_connect
 from dblog_worker.mysql.options import url_args
-from dblog_worker.mysql.source import _connect as my_connect
 from dblog_worker.pg import queries as pg_queries
 from dblog_worker.pg.chunks import PgChunkReader
 from dblog_worker.pg.source import _connect as pg_connect

@@ -365,6 +365,9 @@ class HookedSource:
     def lag_bytes(self) -> int:
         return self.inner.lag_bytes()
 
+    def await_low_watermark(self) -> None:
+        self.inner.await_low_watermark()
+
     def heartbeat(self) -> None:
         self.inner.heartbeat()
 

@@ -590,3 +590,45 @@ def test_lease_section_must_be_a_table() -> None:
     changed["lease"] = 5
     with pytest.raises(ConfigError, match=re.escape("[lease] must be a table of options")):
         parse(changed, {})
+
+
+REPLICA = MINIMAL + """
+[source.replica]
+dsn = "host=replica.internal dbname=shop user=dblog_reader"
+password_env = "REPLICA_PASSWORD"
+max_wait_ms = 250
+"""
+
+
+def test_a_read_replica(tmp_path: Path) -> None:
+    source = load(write(tmp_path, REPLICA), {"REPLICA_PASSWORD": "r3pl1ca"}).source
+    assert source.replica is not None
+    assert source.replica.max_wait_ms == 250
+    assert "password=r3pl1ca" in source.replica.dsn
+    assert "r3pl1ca" not in repr(source) and "r3pl1ca" not in source.replica.safe_dsn(source.kind)
+    assert load(write(tmp_path, MINIMAL), {}).source.replica is None
+    defaults = parse(data({"source": {"replica": {"dsn": "host=r"}}}), {}).source.replica
+    assert defaults is not None and defaults.max_wait_ms == 1000
+
+
+@pytest.mark.parametrize(("replica", "kind", "message"), [
+    ({"dsn": "host=r", "max_wait": 5}, "postgresql",
+     "unknown option source.replica.max_wait; did you mean max_wait_ms?"),
+    ({"dsn": "host=r", "max_wait_ms": 0}, "postgresql", "max_wait_ms must be an integer from 1"),
+    ({"max_wait_ms": 10}, "postgresql", "source.replica.dsn"),
+    ("host=r", "postgresql", "source.replica must be a table"),
+    ({"dsn": "host=r"}, "mariadb", "source.replica.dsn"),  # a MySQL URL, not a libpq string
+])
+def test_bad_replicas_are_refused(replica: object, kind: str, message: str) -> None:
+    changes: dict[str, Any] = {"source": {"replica": replica, "kind": kind}}
+    if kind == "mariadb":
+        changes["source"].update(dsn="mysql://db", tables=["shop.orders"])
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse(data(changes), {})
+
+
+def test_a_mariadb_read_replica(tmp_path: Path) -> None:
+    text = MYSQL + '\n[source.replica]\ndsn = "mysql://dblog@replica.internal:3306"\n'
+    source = load(write(tmp_path, text), ENV).source
+    assert source.replica is not None
+    assert url_args(source.replica.dsn)["host"] == "replica.internal"

@@ -1,0 +1,237 @@
+"""Chunk reads on a read replica (``[source.replica]``): a real primary and a real replica.
+
+PostgreSQL: a hot standby of the session's server (``pg_basebackup -R``) streaming its WAL.
+MariaDB: a replica by GTID of a primary of this module's own. Every test database made on
+the primary appears on the replica. Dumps under a concurrent workload converge with their
+chunk SELECTs on the replica, and the primary's statement log shows that it ran none of
+them. A replica that does not apply holds the dump (visible in the worker's status, the log
+going on) and never gives it an older state; resumed, the dump completes and converges.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from dblog_worker.mysql.catalog import qualified as my_qualified
+from dblog_worker.names import split_table
+from dblog_worker.pg.queries import qualified as pg_qualified
+from dblog_worker.state import StateStore
+from tests.integration.harness import (
+    HOSTILE,
+    PLAIN,
+    SOURCE,
+    Backend,
+    MariaDatabase,
+    PgDatabase,
+    TableFlavour,
+    WorkerProcess,
+    assert_converged,
+    cli,
+    dump,
+    events_of,
+    redis_request,
+    wait_for,
+    wait_request,
+)
+from tests.services import MariaDBReplica, MariaDBServer, PostgresServer, PostgresStandby
+
+# Statements only a dump's reads run: chunks, range ends, key batches (pg/queries.py,
+# mysql/catalog.py); not a table dump's upper bound (ORDER BY ... DESC LIMIT 1), which the
+# primary runs.
+CHUNK_READS = {
+    "postgresql": re.compile(r"SELECT \* FROM .* WHERE .* ORDER BY .* LIMIT|LIMIT 1 OFFSET|"
+                             r"WITH ORDINALITY"),
+    "mariadb": re.compile(r"SELECT .* FROM .* WHERE .* ORDER BY .* LIMIT \d+\s*$|"
+                          r"LIMIT 1 OFFSET|AS r LEFT JOIN"),
+}
+
+
+@dataclass
+class Replicated:
+    """A test database on a primary, its replica, and both servers' statement logs."""
+
+    backend: Backend
+    replica: PostgresStandby | MariaDBReplica
+    replica_dsn: str
+    primary_log: Path
+    replica_log: Path
+
+    def section(self, max_wait_ms: int = 2000) -> str:
+        return (f"[source.replica]\ndsn = {json.dumps(self.replica_dsn)}\n"
+                f"max_wait_ms = {max_wait_ms}\n")
+
+    def caught_up(self) -> None:
+        if isinstance(self.replica, PostgresStandby):
+            self.replica.wait_replayed()
+        else:
+            self.replica.wait_applied()
+
+    def log_offsets(self) -> tuple[int, int]:
+        return self.primary_log.stat().st_size, self.replica_log.stat().st_size
+
+    def chunk_reads(self, offsets: tuple[int, int], *tables: str) -> tuple[list[str], list[str]]:
+        """The chunk reads of ``tables`` each server's log has since ``offsets``."""
+        kind = self.backend.kind
+        names = [pg_qualified(*split_table(t)) if kind == "postgresql" else my_qualified(t)
+                 for t in tables]
+
+        def reads(path: Path, offset: int) -> list[str]:
+            with path.open("rb") as f:
+                f.seek(offset)
+                text = f.read().decode(errors="replace")
+            return [line for line in text.splitlines()
+                    if any(n in line for n in names) and CHUNK_READS[kind].search(line)]
+
+        return reads(self.primary_log, offsets[0]), reads(self.replica_log, offsets[1])
+
+
+@pytest.fixture(scope="module")
+def standby(postgres_server: PostgresServer) -> Iterator[PostgresStandby]:
+    with PostgresStandby(postgres_server).start() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def maria_pair() -> Iterator[tuple[MariaDBServer, MariaDBReplica]]:
+    with MariaDBServer().start() as primary, MariaDBReplica(primary).start() as replica:
+        for server in (primary, replica):
+            with server._admin() as conn, conn.cursor() as cur:
+                cur.execute("SET GLOBAL general_log_file = %s",
+                            (str(server.base_dir / "general.log"),))
+                cur.execute("SET GLOBAL general_log = 1")
+        yield primary, replica
+
+
+@pytest.fixture(params=["postgresql", "mariadb"])
+def replicated(request: pytest.FixtureRequest, redis_url: str,
+               tmp_path: Path) -> Replicated:
+    if request.param == "postgresql":
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        standby: PostgresStandby = request.getfixturevalue("standby")
+        pg_dsn: str = request.getfixturevalue("pg_dsn")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # both servers log statements
+            conn.execute(f'ALTER DATABASE "{conn.info.dbname}" SET log_statement = \'all\'')
+        dbname = str(conninfo_to_dict(pg_dsn)["dbname"])
+        return Replicated(Backend(PgDatabase(pg_dsn), redis_url, tmp_path, postgres.restart),
+                          standby, standby.dsn(dbname=dbname), postgres.log_path,
+                          standby.log_path)
+    primary, replica = request.getfixturevalue("maria_pair")
+    name = primary.create_database(f"t_{uuid.uuid4().hex[:16]}")
+    return Replicated(
+        Backend(MariaDatabase(primary, name), redis_url, tmp_path, primary.restart),
+        replica, replica.url(), primary.base_dir / "general.log",
+        replica.base_dir / "general.log")
+
+
+@pytest.fixture
+def backend(replicated: Replicated) -> Backend:
+    """For the harness's worker_process fixture."""
+    return replicated.backend
+
+
+@pytest.mark.parametrize(("kind", "flavour"), [
+    ("tables", PLAIN), ("keys", PLAIN), ("parallel", PLAIN), ("parallel", HOSTILE),
+], ids=["tables", "keys", "parallel", "parallel-hostile-names"])
+def test_dumps_from_the_replica_converge_under_load(
+        replicated: Replicated, kind: str, flavour: TableFlavour,
+        worker_process: Callable[..., WorkerProcess]) -> None:
+    backend = replicated.backend
+    backend.use(flavour)
+    t1, t2 = backend.t1, backend.t2
+    backend.create(t1, 1200)
+    backend.create(t2, 700)
+    replicated.caught_up()
+    offsets = replicated.log_offsets()
+    config = backend.config_path([t1, t2], extra=replicated.section())
+    worker = worker_process(config)
+    workload = backend.workload([t1, t2], seed=sum(map(ord, kind)))
+    workload.start()
+    try:
+        time.sleep(0.3)
+        if kind == "keys":
+            keys = sorted(int(json.loads(k)[0]) for k in backend.rows(t1))
+            ids = [dump(config, "--table", t1, "--keys", json.dumps([*keys, 999_999]),
+                        "--chunk-size", "41"),
+                   dump(config, "--table", t2, "--chunk-size", "64")]
+        else:
+            ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "37",
+                        *(["--parallelism", "3"] if kind == "parallel" else []))]
+        for request_id in ids:
+            state = wait_request(backend.redis_url, SOURCE, request_id,
+                                 ["completed", "failed"], 120, worker)
+            assert state["state"] == "completed", state
+        time.sleep(0.5)
+    finally:
+        workload.stop()
+    assert workload.transactions > 20
+    assert_converged(backend, t1, t2)
+    on_primary, on_replica = replicated.chunk_reads(offsets, t1, t2)
+    assert on_primary == [], on_primary[:3]
+    assert len(on_replica) > 10, on_replica[:3]
+
+
+def test_a_replica_that_does_not_apply_holds_the_dump_not_the_log(
+        replicated: Replicated, worker_process: Callable[..., WorkerProcess]) -> None:
+    backend, replica = replicated.backend, replicated.replica
+    t1, t2 = backend.t1, backend.t2
+    backend.create(t1, 600)
+    backend.create(t2, 0)
+    replicated.caught_up()
+    config = backend.config_path([t1, t2], extra=replicated.section(300))
+    worker = worker_process(config)
+    store = StateStore(backend.redis_url, SOURCE)
+    try:
+        wait_for(lambda: bool(store.status()), 30, "the worker's first status")
+        replica.pause_replay()
+        try:
+            request_id = dump(config, "--table", t1, "--chunk-size", "50")
+            wait_for(lambda: "replica" in str(store.status().get("dump_waiting", "")), 30,
+                     "the dump waiting for the replica")
+            status = store.status()
+            assert "low watermark" in status["dump_waiting"], status
+            assert store.progress(request_id)[t1].chunks == 0
+            # the log goes on meanwhile, and rows the replica has not applied change on
+            # the primary: the dump must not land their older state
+            version = backend.next_version
+            backend.execute(f"INSERT INTO {backend.db.sql(t2)} VALUES (1, {version}, 'live')")
+            backend.execute(f"UPDATE {backend.db.sql(t1)} SET version = {version}, "
+                            "payload = 'changed' WHERE id <= 1000")
+            wait_for(lambda: len(events_of(backend, t2)) == 1, 30, "the live row")
+            time.sleep(1.0)
+            assert store.progress(request_id)[t1].chunks == 0
+            assert redis_request(backend.redis_url, SOURCE, request_id)["state"] == "running"
+        finally:
+            replica.resume_replay()
+        state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
+                             60, worker)
+        assert state["state"] == "completed", state
+        wait_for(lambda: store.status().get("dump_waiting") == "", 10, "waiting cleared")
+    finally:
+        store.close()
+    assert_converged(backend, t1, t2)
+
+
+def test_preflight_checks_the_replica(replicated: Replicated) -> None:
+    backend = replicated.backend
+    t1 = backend.t1
+    backend.create(t1, 3)
+    replicated.caught_up()
+    good = backend.config_path([t1], extra=replicated.section())
+    result = cli(good, "preflight", check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    primary_as_replica = f"[source.replica]\ndsn = {json.dumps(backend.db.dsn)}\n"
+    bad = backend.config_path([t1], extra=primary_as_replica)
+    result = cli(bad, "preflight", check=False)
+    assert result.returncode != 0
+    assert ("is not a standby" if backend.kind == "postgresql" else "is the source itself") \
+        in result.stdout + result.stderr
