@@ -106,6 +106,27 @@ def test_trigger_fires_completed_once_and_logs_progress(
     assert "rows/s since the trigger started; ETA unknown" in logged
 
 
+def test_trigger_logs_why_the_dump_waits(store: StateStore,
+                                         log_text: Callable[[], str]) -> None:
+    request = new_dump(store, RequestState.RUNNING)
+    reason = ("the read replica has not replayed the low watermark within 1000 ms "
+              "(123 bytes of WAL behind); the dump waits for it")
+    store.publish_status({"active_request": "dump-other", "dump_waiting": "not ours"})
+
+    def drive() -> None:
+        store.publish_status({"active_request": request.id, "dump_waiting": reason})
+        time.sleep(0.2)
+        store.publish_status({"active_request": request.id, "dump_waiting": ""})
+        time.sleep(0.2)
+        store.transition(request.id, RequestState.COMPLETED)
+
+    follow(trigger_for(request), drive)
+    logged = log_text()
+    assert f"{request.id} waits: {reason}" in logged
+    assert f"{request.id} reads again" in logged
+    assert "not ours" not in logged
+
+
 def test_trigger_fires_failed_with_the_workers_error(store: StateStore) -> None:
     request = new_dump(store)
     error = "table public.b was dropped while it was dumped; dump it again once it exists"

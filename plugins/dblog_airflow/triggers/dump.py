@@ -3,7 +3,8 @@
 It polls the request in Redis every ``poll_interval`` seconds, logs the progress when it
 changes (tables done, chunks, rows, rows/s since the trigger started, an ETA: for a
 primary-key dump from the keys done, for a table dump with a numeric key from how fast the
-chunks walk up to the table's upper bound) and fires exactly one event::
+chunks walk up to the table's upper bound) and why the dump waits when the worker says so
+(a read replica behind, a table locked), and fires exactly one event::
 
     {"status": "completed" | "failed" | "cancelled" | "error",
      "request_id": "dump-3", "message": "...", "rows": 120000}
@@ -125,9 +126,14 @@ def dump_event(request: DumpRequest, progress: Progress) -> dict[str, Any]:
             "rows": progress.rows}
 
 
-def _read(state: StateStore, request_id: str) -> tuple[DumpRequest, Progress]:
+def _read(state: StateStore, request_id: str) -> tuple[DumpRequest, Progress, str]:
+    """The request, its progress, and why the worker's last window of it read nothing
+    ("" if it read, or if the worker runs another request)."""
     request = state.get_request(request_id)
-    return request, Progress.of(request, state.progress(request_id))
+    status = state.status()
+    waiting = status.get("dump_waiting", "") if status.get("active_request") == request_id \
+        else ""
+    return request, Progress.of(request, state.progress(request_id)), waiting
 
 
 class DblogDumpTrigger(BaseTrigger):
@@ -170,10 +176,12 @@ class DblogDumpTrigger(BaseTrigger):
         start: Progress | None = None  # the progress at the first read, and when it was
         started = 0.0
         logged: tuple[object, ...] = ()
+        said = ""  # the waiting reason last logged
         try:
             while True:
                 try:
-                    request, now = await asyncio.to_thread(_read, state, self.request_id)
+                    request, now, waiting = await asyncio.to_thread(_read, state,
+                                                                    self.request_id)
                 except StateUnavailable as exc:
                     if logged != ("unreachable",):
                         self.log.warning("%s; trying again every %s s", exc, self.poll_interval)
@@ -198,6 +206,12 @@ class DblogDumpTrigger(BaseTrigger):
                     self.log.info("%s", describe_progress(request, now, start,
                                                           time.monotonic() - started))
                     logged = (request.state, now)
+                if waiting != said:
+                    if waiting:
+                        self.log.warning("%s waits: %s", self.request_id, waiting)
+                    else:
+                        self.log.info("%s reads again", self.request_id)
+                    said = waiting
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:  # anything else: the sensor fails, its retries apply
             yield self._event("error", f"following {self.request_id} failed: "
