@@ -86,9 +86,11 @@ class DumpProgress:
         progress: Samples = []
         eta: Samples = []
         state: Samples = []
+        waiting: Samples = []
         if self.view is not None:
             request = self.view["request_id"]
             state.append(({"request": request, "state": self.view["state"]}, 1))
+            waiting.append(({"request": request}, 1 if self.view["waiting"] else 0))
             for table in self.view["tables"]:
                 labels = {"request": request, "table": table["table"]}
                 if table["ratio"] is not None:
@@ -97,6 +99,9 @@ class DumpProgress:
                     eta.append((labels, table["eta_s"]))
         out.metric("dblog_dump_state", "gauge",
                    "1 for the dump request this worker runs, labelled with its state.", state)
+        out.metric("dblog_dump_waiting", "gauge",
+                   "1 while the last window of the running dump read nothing (a read replica "
+                   "behind, a table locked: the status says why), else 0.", waiting)
         out.metric("dblog_dump_progress_ratio", "gauge",
                    "Estimated share of a table's dump done (0 to 1).", progress)
         out.metric("dblog_dump_eta_seconds", "gauge",

@@ -352,13 +352,22 @@ def test_dump_progress_ratio_and_eta() -> None:
     assert value(families, "dblog_dump_eta_seconds", request="d1", table=T) == \
         pytest.approx(80, abs=1)
     assert value(families, "dblog_dump_state", request="d1", state="running") == 1
+    assert value(families, "dblog_dump_waiting", request="d1") == 0
+    assert view["waiting"] is None
+    dump.waiting = "the read replica has not replayed the low watermark within 1000 ms"
+    t.dump_progress(dump)
+    assert t.snapshot()["dump"]["waiting"] == dump.waiting
+    assert value(parse(t.prometheus()), "dblog_dump_waiting", request="d1") == 1
+    assert t.feed(0)["events"][-1]["waiting"] == dump.waiting
+    dump.waiting = None
+    t.dump_progress(dump)
     progress(done=True)
     dump.progress["public.b"] = dataclasses.replace(dump.progress["public.b"], done=True)
     t.dump_ended("d1", "completed")
     assert t.snapshot()["dump"] is None
     assert parse(t.prometheus())["dblog_dump_progress_ratio"].samples == {}
     kinds = [(e["type"], e.get("state")) for e in t.feed(0)["events"] if e["type"] == "dump"]
-    assert kinds == [("dump", "started"), ("dump", "progress"), ("dump", "progress"),
+    assert kinds == [("dump", "started"), *[("dump", "progress")] * 4,  # 2 for the waiting
                      ("dump", "completed")]
     assert t.feed(0)["events"][-1]["progress"][0]["ratio"] == 1.0
 
