@@ -11,6 +11,7 @@ going on) and never gives it an older state; resumed, the dump completes and con
 from __future__ import annotations
 
 import json
+import random
 import re
 import time
 import uuid
@@ -36,6 +37,7 @@ from tests.integration.harness import (
     TableFlavour,
     WorkerProcess,
     assert_converged,
+    chunks,
     cli,
     dump,
     events_of,
@@ -178,6 +180,48 @@ def test_dumps_from_the_replica_converge_under_load(
     on_primary, on_replica = replicated.chunk_reads(offsets, t1, t2)
     assert on_primary == [], on_primary[:3]
     assert len(on_replica) > 10, on_replica[:3]
+
+
+@pytest.mark.parametrize("parallelism", [1, 3], ids=["sequential", "parallel-3"])
+def test_kill_9_during_a_dump_from_the_replica_resumes(
+        replicated: Replicated, parallelism: int,
+        worker_process: Callable[..., WorkerProcess]) -> None:
+    """SIGKILL twice while a dump reads on the replica, at random windows (seeded): each new
+    worker resumes where the last completed window left it; the output converges with no
+    event landed twice."""
+    backend = replicated.backend
+    t1, t2 = backend.t1, backend.t2
+    rnd = random.Random(parallelism)
+    backend.create(t1, 4000)
+    backend.create(t2, 2000)
+    replicated.caught_up()
+    config = backend.config_path([t1, t2], flush_interval_s=0.1, extra=replicated.section())
+    worker = worker_process(config)
+    workload = backend.workload([t1, t2], seed=parallelism)
+    workload.start()
+    windows = 6000 // (100 * parallelism)
+    try:
+        request_id = dump(config, "--all", "--chunk-size", "100",
+                          "--delay-ms", str(20 * parallelism), "--parallelism", str(parallelism))
+        done = 0
+        for fraction in sorted(rnd.uniform(0.1, 0.6) for _ in range(2)):
+            at = max(int(fraction * windows), done + 1)
+            wait_for(lambda at=at: chunks(backend, request_id) >= at, 60,  # type: ignore[misc]
+                     f"{at} windows", worker.log)
+            time.sleep(rnd.uniform(0, 0.03))
+            worker.kill()
+            done = chunks(backend, request_id)
+            worker = worker_process(config)
+        state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
+                             120, worker)
+        assert state["state"] == "completed", state
+        time.sleep(0.5)
+    finally:
+        workload.stop()
+    assert_converged(backend, t1, t2)
+    for table in (t1, t2):
+        positions = [str(e["position"]) for e in events_of(backend, table)]
+        assert len(positions) == len(set(positions)), "a replayed event landed twice"
 
 
 def test_a_replica_that_does_not_apply_holds_the_dump_not_the_log(
