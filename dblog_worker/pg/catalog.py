@@ -193,7 +193,8 @@ _PUBLISH = ("insert", "update", "delete", "truncate")
 
 
 def publication_setting_problems(
-    conn: psycopg.Connection[tuple[object, ...]], publication: str, infos: Sequence[TableInfo]
+    conn: psycopg.Connection[tuple[object, ...]], publication: str, infos: Sequence[TableInfo],
+    watermark_table: bool = True,
 ) -> list[Problem]:
     """An existing publication must publish every operation, whole rows and columns, and a
     partitioned table's changes under its own name; dblog changes none of these for you."""
@@ -220,7 +221,9 @@ def publication_setting_problems(
             "capture: every change would be lost",
             f"ALTER PUBLICATION {name} SET (publish_via_partition_root = true);",
         ))
-    wanted = {(info.schema, info.name) for info in infos} | {(SCHEMA, WATERMARK_TABLE)}
+    wanted = {(info.schema, info.name) for info in infos}
+    if watermark_table:
+        wanted.add((SCHEMA, WATERMARK_TABLE))
     filtered = conn.execute(
         "SELECT n.nspname, c.relname, r.prqual IS NOT NULL, r.prattrs IS NOT NULL "
         "FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid "
@@ -291,8 +294,12 @@ def _role(conn: psycopg.Connection[tuple[object, ...]]) -> str:
     return quote_ident(str(row[0])) if row else "<worker role>"
 
 
+EMIT_MESSAGE = "pg_logical_emit_message(boolean, text, text)"
+
+
 def privilege_problems(
-    conn: psycopg.Connection[tuple[object, ...]], tables: Sequence[TableInfo]
+    conn: psycopg.Connection[tuple[object, ...]], tables: Sequence[TableInfo],
+    watermark_table: bool = True,
 ) -> list[Problem]:
     problems = []
     role = _role(conn)
@@ -303,6 +310,8 @@ def privilege_problems(
                 f"role {role} may not SELECT from {info.table}",
                 f"GRANT SELECT ON {qualified(info.schema, info.name)} TO {role};",
             ))
+    if not watermark_table:
+        return problems + message_problems(conn)
     has_schema = conn.execute("SELECT to_regnamespace(%s)", (SCHEMA,)).fetchone()
     if has_schema is None or has_schema[0] is None:
         can = conn.execute("SELECT has_database_privilege(current_database(), 'CREATE')").fetchone()
@@ -332,16 +341,40 @@ def privilege_problems(
     return problems
 
 
-def published_tables(tables: Sequence[str]) -> set[tuple[str, str]]:
-    """What the publication holds: the watermark table and the captured tables."""
-    return {(SCHEMA, WATERMARK_TABLE)} | {split_table(t) for t in tables}
+def message_problems(conn: psycopg.Connection[tuple[object, ...]]) -> list[Problem]:
+    """Watermarks as logical decoding messages: PostgreSQL 14+ (pgoutput's ``messages``),
+    and the role may run pg_logical_emit_message."""
+    row = conn.execute("SELECT current_setting('server_version_num')::int, "
+                       "has_function_privilege(%s, 'EXECUTE')", (EMIT_MESSAGE,)).fetchone()
+    assert row is not None
+    problems = []
+    if int(str(row[0])) < 140000:
+        problems.append(Problem(
+            "watermarks = \"message\" needs PostgreSQL 14 or later (pgoutput's messages "
+            "option); this server is older",
+            "set source.watermarks = \"table\" (the default), or upgrade the server"))
+    if not row[1]:
+        role = _role(conn)
+        problems.append(Problem(
+            f"role {role} may not run {EMIT_MESSAGE}, which writes the watermarks",
+            f"GRANT EXECUTE ON FUNCTION {EMIT_MESSAGE} TO {role};"))
+    return problems
+
+
+def published_tables(tables: Sequence[str], watermark_table: bool = True
+                     ) -> set[tuple[str, str]]:
+    """What the publication holds: the captured tables, and the watermark table unless the
+    watermarks are logical decoding messages."""
+    captured = {split_table(t) for t in tables}
+    return captured | {(SCHEMA, WATERMARK_TABLE)} if watermark_table else captured
 
 
 def publication_problems(
-    conn: psycopg.Connection[tuple[object, ...]], publication: str, tables: Sequence[str]
+    conn: psycopg.Connection[tuple[object, ...]], publication: str, tables: Sequence[str],
+    watermark_table: bool = True,
 ) -> list[Problem]:
     """The worker creates or alters the publication: it must own the tables, or find it done."""
-    wanted = published_tables(tables)
+    wanted = published_tables(tables, watermark_table)
     rows = conn.execute(
         "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
         (publication,),
@@ -386,7 +419,8 @@ def publication_problems(
     role = _role(conn)
     first = ""
     watermark = f"{SCHEMA}.{WATERMARK_TABLE}"
-    if conn.execute("SELECT to_regclass(%s)", (watermark,)).fetchone() == (None,):
+    if watermark_table and conn.execute("SELECT to_regclass(%s)", (watermark,)
+                                        ).fetchone() == (None,):
         # the publication names the watermark table, which the worker creates only once
         # preflight passes: the fix creates it, owned by the worker's role
         first = (f"CREATE SCHEMA IF NOT EXISTS {SCHEMA} AUTHORIZATION {role}; "

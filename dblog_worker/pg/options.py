@@ -18,10 +18,19 @@ _LSN = re.compile(r"[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}")
 NAME_BYTES = 63  # NAMEDATALEN - 1: PostgreSQL truncates a longer name, silently
 
 
+WATERMARK_MODES = ("table", "message")
+
+
 @dataclass(frozen=True)
 class PgOptions:
     slot: str  # the logical replication slot
     publication: str  # the publication of the captured tables
+    # "table": upserts of dblog.watermark; "message": pg_logical_emit_message, no table
+    watermarks: str = "table"
+
+    @property
+    def watermark_table(self) -> bool:
+        return self.watermarks == "table"
 
 
 class PgRules:
@@ -29,7 +38,7 @@ class PgRules:
     aliases: tuple[str, ...] = ()
     title = "PostgreSQL"
     table_form = "schema.table"
-    option_names = frozenset({"slot", "publication"})
+    option_names = frozenset({"slot", "publication", "watermarks"})
     checkpoint_form = "a PostgreSQL LSN (like 0/16B3748)"
     checkpoint_hint = "for PostgreSQL the slot's confirmed_flush_lsn in pg_replication_slots"
     jdbc_jar = "/usr/share/java/postgresql.jar"
@@ -63,8 +72,14 @@ class PgRules:
         return make_conninfo("", **{k: v for k, v in params.items() if k != "password"})
 
     def source_options(self, section: Mapping[str, Any], source_name: str) -> PgOptions:
+        watermarks = section.get("watermarks", "table")
+        if watermarks not in WATERMARK_MODES:
+            raise ConfigError(f"source.watermarks must be one of {', '.join(WATERMARK_MODES)} "
+                              f"(a watermark table, or logical decoding messages), got "
+                              f"{watermarks!r}")
         return PgOptions(slot=_identifier(section, "slot", f"dblog_{source_name}"),
-                         publication=_identifier(section, "publication", f"dblog_{source_name}"))
+                         publication=_identifier(section, "publication", f"dblog_{source_name}"),
+                         watermarks=str(watermarks))
 
 
 def pg_options(config: SourceConfig) -> PgOptions:

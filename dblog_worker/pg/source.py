@@ -34,7 +34,7 @@ from dblog_worker.pg.chunks import (
 from dblog_worker.pg.options import pg_options
 from dblog_worker.pg.replica import Replica
 from dblog_worker.pg.stream import ReplicationStream
-from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView
+from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView, message_prefix
 from dblog_worker.pg.values import libpq_options
 from dblog_worker.pg.visibility import Snapshot
 from dblog_worker.position import Position
@@ -105,12 +105,13 @@ class PgSource:
                 if info is not None:
                     infos.append(info)
             problems += catalog.partition_problems(self.conn, infos)
-            problems += catalog.privilege_problems(self.conn, infos)
+            with_table = self.options.watermark_table
+            problems += catalog.privilege_problems(self.conn, infos, with_table)
             problems += catalog.publication_problems(
-                self.conn, self.options.publication, self.config.tables
+                self.conn, self.options.publication, self.config.tables, with_table
             )
             problems += catalog.publication_setting_problems(
-                self.conn, self.options.publication, infos)
+                self.conn, self.options.publication, infos, with_table)
             problems += catalog.slot_problems(self.conn, self.options.slot)
             if self._replica is not None:
                 problems += self._replica.problems(self.conn, list(self.config.tables))
@@ -130,15 +131,8 @@ class PgSource:
 
     def _prepare(self) -> str | None:
         conn = self.conn
-        if conn.execute("SELECT to_regnamespace(%s)", (SCHEMA,)).fetchone() == (None,):
-            conn.execute(f"CREATE SCHEMA {SCHEMA}".encode())
-        if conn.execute("SELECT to_regclass(%s)", (f"{SCHEMA}.watermark",)).fetchone() == (None,):
-            conn.execute(WATERMARK_DDL.encode())
-        conn.execute(
-            f"INSERT INTO {SCHEMA}.watermark (source, value, written_at) "
-            "VALUES (%s, '', now()) ON CONFLICT (source) DO NOTHING",
-            (self.name,),
-        )
+        if self.options.watermark_table:
+            self._prepare_watermark_table()
         self._sync_publication()
         for table in self.config.tables:
             self.chunks.load(table)
@@ -152,6 +146,18 @@ class PgSource:
         log.info("created replication slot %s at %s", self.options.slot, created[0])
         return str(created[0])
 
+    def _prepare_watermark_table(self) -> None:
+        conn = self.conn
+        if conn.execute("SELECT to_regnamespace(%s)", (SCHEMA,)).fetchone() == (None,):
+            conn.execute(f"CREATE SCHEMA {SCHEMA}".encode())
+        if conn.execute("SELECT to_regclass(%s)", (f"{SCHEMA}.watermark",)).fetchone() == (None,):
+            conn.execute(WATERMARK_DDL.encode())
+        conn.execute(
+            f"INSERT INTO {SCHEMA}.watermark (source, value, written_at) "
+            "VALUES (%s, '', now()) ON CONFLICT (source) DO NOTHING",
+            (self.name,),
+        )
+
     def capture_exists(self) -> bool:
         with connection_errors("reading the slot"):
             return self.conn.execute(
@@ -159,7 +165,7 @@ class PgSource:
             ).fetchone() is not None
 
     def _sync_publication(self) -> None:
-        wanted = catalog.published_tables(self.config.tables)
+        wanted = catalog.published_tables(self.config.tables, self.options.watermark_table)
         conn = self.conn
         exists = conn.execute(
             "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.options.publication,)
@@ -214,7 +220,8 @@ class PgSource:
         self._take_slot()
         self.translator = LogTranslator(self.name, self._describe)
         self._stream = ReplicationStream(
-            self.config.dsn, self.options.slot, self.options.publication, self.translator
+            self.config.dsn, self.options.slot, self.options.publication, self.translator,
+            messages=not self.options.watermark_table,
         )
         self._stream.start(lsn)
         return pg.format_lsn(lsn)
@@ -313,30 +320,50 @@ class PgSource:
         as inside the window this watermark opens, wherever the log has them.
         """
         with connection_errors("writing a watermark"):
-            try:
-                row = self.conn.execute(
-                    f"INSERT INTO {SCHEMA}.watermark (source, value, written_at) "
-                    "VALUES (%s, %s, now()) ON CONFLICT (source) DO UPDATE "
-                    "SET value = excluded.value, written_at = excluded.written_at "
-                    "RETURNING pg_current_snapshot()::text",
-                    (self.name, token),
-                ).fetchone()
-            except psycopg.errors.UndefinedTable as exc:
-                raise SourceUnavailable(
-                    f"the watermark table {SCHEMA}.watermark is gone: {exc.diag.message_primary}"
-                    "; the next session creates it again") from exc
-            except psycopg.errors.LockNotAvailable as exc:
-                raise SourceUnavailable(
-                    f"the watermark table {SCHEMA}.watermark is locked by another session: "
-                    f"{exc.diag.message_primary}; trying again") from exc
-            except psycopg.errors.InsufficientPrivilege as exc:
-                raise ConfigError(
-                    f"the worker may not write the watermark table {SCHEMA}.watermark: "
-                    f"{exc.diag.message_primary}; run `dblog preflight` for the grant") from exc
+            if not self.options.watermark_table:
+                row = self._emit_watermark(token)
+            else:
+                row = self._upsert_watermark(token)
         assert row is not None
         self._snapshot_at = time.monotonic()
         self.translator.observe(Snapshot.parse(str(row[0])),
                                 None if token == HEARTBEAT else token)
+
+    def _emit_watermark(self, token: str) -> tuple[object, ...] | None:
+        """The watermark as a transactional logical decoding message (no table): it commits
+        in a transaction of its own, with the snapshot of its statement."""
+        try:
+            return self.conn.execute(
+                "SELECT pg_current_snapshot()::text "
+                "FROM pg_logical_emit_message(true, %s, %s) AS m",
+                (message_prefix(self.name), token)).fetchone()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise ConfigError(
+                f"the worker may not write watermark messages: {exc.diag.message_primary}; "
+                "run `dblog preflight` for the grant") from exc
+
+    def _upsert_watermark(self, token: str) -> tuple[object, ...] | None:
+        """The watermark as an upsert of this source's row of the watermark table."""
+        try:
+            return self.conn.execute(
+                f"INSERT INTO {SCHEMA}.watermark (source, value, written_at) "
+                "VALUES (%s, %s, now()) ON CONFLICT (source) DO UPDATE "
+                "SET value = excluded.value, written_at = excluded.written_at "
+                "RETURNING pg_current_snapshot()::text",
+                (self.name, token),
+            ).fetchone()
+        except psycopg.errors.UndefinedTable as exc:
+            raise SourceUnavailable(
+                f"the watermark table {SCHEMA}.watermark is gone: {exc.diag.message_primary}"
+                "; the next session creates it again") from exc
+        except psycopg.errors.LockNotAvailable as exc:
+            raise SourceUnavailable(
+                f"the watermark table {SCHEMA}.watermark is locked by another session: "
+                f"{exc.diag.message_primary}; trying again") from exc
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise ConfigError(
+                f"the worker may not write the watermark table {SCHEMA}.watermark: "
+                f"{exc.diag.message_primary}; run `dblog preflight` for the grant") from exc
 
     def log_position(self) -> Position:
         """The end of the log now, comparable with checkpoints: every commit so far is before

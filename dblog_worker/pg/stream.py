@@ -36,8 +36,10 @@ class ReplicationStream:
         translator: LogTranslator,
         *,
         status_interval_s: float = 10.0,
+        messages: bool = False,
     ) -> None:
         self._dsn = dsn
+        self._messages = messages  # logical decoding messages too (watermarks = "message")
         self._slot = slot
         self._publication = publication
         self.translator = translator
@@ -56,7 +58,8 @@ class ReplicationStream:
             pgconn = self._conn.pgconn
             command = (
                 f'START_REPLICATION SLOT "{self._slot}" LOGICAL {pg.format_lsn(lsn)} '
-                f"(proto_version '1', publication_names '{self._publication}')"
+                f"(proto_version '1', publication_names '{self._publication}'"
+                + (", messages 'true')" if self._messages else ")")
             )
             pgconn.send_query(command.encode())
             while True:

@@ -57,6 +57,11 @@ class RelationView:
     watermark_columns: tuple[int, int] = (0, 1)  # positions of (source, value)
 
 
+def message_prefix(source_name: str) -> str:
+    """The prefix of this source's watermark messages (``watermarks = "message"``)."""
+    return f"dblog.{source_name}"
+
+
 Describe = Callable[[pg.Relation], RelationView]
 TupleKeyRow = Callable[[bytes, int], tuple[str, str] | None]
 
@@ -67,6 +72,7 @@ class LogTranslator:
     def __init__(self, source_name: str, describe: Describe,
                  recent: RecentCommits | None = None) -> None:
         self.source_name = source_name
+        self._message_prefix = message_prefix(source_name)
         self._describe = describe
         self._relations: dict[int, RelationView] = {}
         # the captured ones, with the reader of their inserts (the hot path)
@@ -158,6 +164,9 @@ class LogTranslator:
             view = self._view(message.relation_oid)
             if view.kind is RelationKind.CAPTURED:
                 self._delete(out, view, message)
+        elif type(message) is pg.LogicalMessage:
+            if message.transactional and message.prefix == self._message_prefix:
+                self._emit_watermark(out, bytes(message.content).decode(errors="replace"))
         elif isinstance(message, pg.Begin):
             self.in_transaction = True
             self._lsn, self._ts, self._index = message.final_lsn, message.commit_ts_us, 0
@@ -246,13 +255,15 @@ class LogTranslator:
     def _watermark(self, out: list[LogItem], view: RelationView, row: pg.Tuple) -> None:
         source_at, value_at = view.watermark_columns
         if row[source_at] == self.source_name and isinstance(row[value_at], str):
-            token = str(row[value_at])
-            out.append(Watermark(token, self._position(), self._ts))
-            snapshot = self._snapshots.pop(token, None)
-            if snapshot is not None:
-                unseen = self.recent.unseen(snapshot)
-                if unseen is not None:
-                    out.append(unseen)
+            self._emit_watermark(out, str(row[value_at]))
+
+    def _emit_watermark(self, out: list[LogItem], token: str) -> None:
+        out.append(Watermark(token, self._position(), self._ts))
+        snapshot = self._snapshots.pop(token, None)
+        if snapshot is not None:
+            unseen = self.recent.unseen(snapshot)
+            if unseen is not None:
+                out.append(unseen)
 
 
 def _texts(

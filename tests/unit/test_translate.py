@@ -373,3 +373,15 @@ def test_watermark_of_this_source_only() -> None:
     out = run(txn(pg.Update(WATERMARK, None, ("t", SOURCE, "run.1.lw"), False),
                   pg.Update(WATERMARK, None, ("t", "other", "run.2.lw"), False)), translator)
     assert out == [Watermark("run.2.lw", Position(LSN, 0), TS), CHECKPOINT]
+
+
+def test_watermark_messages_of_this_source_only() -> None:
+    """``watermarks = "message"``: a transactional message with this source's prefix is a
+    watermark; another source's, a non-transactional one or another prefix are not."""
+    out = run(txn(
+        pg.LogicalMessage(False, LSN, f"dblog.{SOURCE}", b"run.0.lw"),
+        pg.LogicalMessage(True, LSN, "dblog.other", b"run.1.lw"),
+        pg.LogicalMessage(True, LSN, "someone.else", b"run.2.lw"),
+        pg.LogicalMessage(True, LSN, f"dblog.{SOURCE}", b"run.3.lw"),
+    ))
+    assert out == [Watermark("run.3.lw", Position(LSN, 0), TS), CHECKPOINT]

@@ -1,0 +1,168 @@
+"""Watermarks without a table (``watermarks = "message"``), on a real PostgreSQL.
+
+LW and HW are transactional logical decoding messages (``pg_logical_emit_message``), read
+from the slot with pgoutput's ``messages`` option: the worker writes no table and needs no
+schema of its own. Dumps of every kind converge under a concurrent workload; a role that
+may only read the tables and replicate runs them; kill -9 mid-dump resumes; an idle source's
+checkpoint moves on with the heartbeat messages.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from dblog_worker.tables import WATERMARK_SCHEMA
+from tests.integration.harness import (
+    PLAIN,
+    SOURCE,
+    Backend,
+    PgDatabase,
+    WorkerProcess,
+    assert_converged,
+    checkpoint,
+    chunks,
+    cli,
+    dump,
+    events_of,
+    wait_for,
+    wait_request,
+)
+from tests.services import PostgresServer
+
+
+@pytest.fixture
+def backend(postgres_server: PostgresServer, pg_dsn: str, redis_url: str,
+            tmp_path: Path) -> Backend:
+    return Backend(PgDatabase(pg_dsn), redis_url, tmp_path, postgres_server.restart)
+
+
+def message_config(backend: Backend, tables: list[str], dsn: str | None = None,
+                   **kwargs: object) -> Path:
+    path = backend.config_path(tables, **kwargs)
+    text = path.read_text()
+    if dsn is not None:
+        text = text.replace(f"dsn = {json.dumps(backend.db.dsn)}", f"dsn = {json.dumps(dsn)}")
+    path.write_text(text.replace("\ntables = ", '\nwatermarks = "message"\ntables = ', 1))
+    return path
+
+
+def no_watermark_table(dsn: str, publication: str = f"dblog_{SOURCE}") -> None:
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT to_regnamespace(%s)", (WATERMARK_SCHEMA,)).fetchone() == \
+            (None,)
+        published = conn.execute("SELECT schemaname FROM pg_publication_tables "
+                                 "WHERE pubname = %s", (publication,)).fetchall()
+        assert published and WATERMARK_SCHEMA not in {str(r[0]) for r in published}
+
+
+@pytest.mark.parametrize("kind", ["tables", "keys", "parallel"])
+def test_dumps_converge_under_load_with_message_watermarks(
+        backend: Backend, kind: str, worker_process: Callable[..., WorkerProcess]) -> None:
+    backend.use(PLAIN)
+    t1, t2 = backend.t1, backend.t2
+    backend.create(t1, 1200)
+    backend.create(t2, 700)
+    config = message_config(backend, [t1, t2])
+    worker = worker_process(config)
+    workload = backend.workload([t1, t2], seed=sum(map(ord, kind)))
+    workload.start()
+    try:
+        time.sleep(0.3)
+        if kind == "keys":
+            keys = sorted(int(json.loads(k)[0]) for k in backend.rows(t1))
+            ids = [dump(config, "--table", t1, "--keys", json.dumps([*keys, 999_999]),
+                        "--chunk-size", "41"),
+                   dump(config, "--table", t2, "--chunk-size", "64")]
+        else:
+            ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "37",
+                        *(["--parallelism", "3"] if kind == "parallel" else []))]
+        for request_id in ids:
+            state = wait_request(backend.redis_url, SOURCE, request_id,
+                                 ["completed", "failed"], 120, worker)
+            assert state["state"] == "completed", state
+        time.sleep(0.5)
+    finally:
+        workload.stop()
+    assert workload.transactions > 20 and workload.key_changes > 0
+    assert_converged(backend, t1, t2)
+    assert chunks(backend, ids[-1]) > 5
+    no_watermark_table(backend.db.dsn)
+
+
+def test_a_role_that_may_only_read_and_replicate_runs_dumps(
+        backend: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
+    t1, t2 = backend.t1, backend.t2
+    backend.create(t1, 500)
+    backend.create(t2, 0)
+    role = f"reader_{SOURCE}_{int(time.time() * 1000) % 10**9}"
+    with psycopg.connect(backend.db.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN REPLICATION")
+        conn.execute(f"GRANT SELECT ON {t1}, {t2} TO {role}")
+        conn.execute(f"CREATE PUBLICATION dblog_{SOURCE} FOR TABLE {t1}, {t2} "
+                     "WITH (publish_via_partition_root = true)")
+        may_write = conn.execute(
+            "SELECT has_database_privilege(%s, current_database(), 'CREATE') "
+            "OR has_table_privilege(%s, %s, 'INSERT')", (role, role, t1)).fetchone()
+    try:
+        assert may_write == (False,)
+        config = message_config(backend, [t1, t2], make_conninfo(backend.db.dsn, user=role))
+        result = cli(config, "preflight", check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+        worker = worker_process(config)
+        request_id = dump(config, "--all", "--chunk-size", "50")
+        backend.execute(f"INSERT INTO {t2} VALUES (1, {backend.next_version}, 'live')")
+        state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
+                             60, worker)
+        assert state["state"] == "completed", state
+        assert_converged(backend, t1, t2)
+        no_watermark_table(backend.db.dsn)
+    finally:
+        with psycopg.connect(backend.db.dsn, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+
+
+def test_kill_9_during_a_dump_with_message_watermarks_resumes(
+        backend: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
+    t1, t2 = backend.t1, backend.t2
+    backend.create(t1, 3000)
+    backend.create(t2, 1000)
+    config = message_config(backend, [t1, t2], flush_interval_s=0.1)
+    worker = worker_process(config)
+    workload = backend.workload([t1, t2], seed=7)
+    workload.start()
+    try:
+        request_id = dump(config, "--all", "--chunk-size", "100", "--delay-ms", "20")
+        for at in (8, 20):
+            wait_for(lambda at=at: chunks(backend, request_id) >= at, 60,  # type: ignore[misc]
+                     f"{at} windows", worker.log)
+            worker.kill()
+            worker = worker_process(config)
+        state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
+                             120, worker)
+        assert state["state"] == "completed", state
+        time.sleep(0.5)
+    finally:
+        workload.stop()
+    assert_converged(backend, t1, t2)
+    for table in (t1, t2):
+        positions = [str(e["position"]) for e in events_of(backend, table)]
+        assert len(positions) == len(set(positions)), "a replayed event landed twice"
+
+
+def test_an_idle_source_checkpoint_moves_with_heartbeat_messages(
+        backend: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
+    t1 = backend.t1
+    backend.create(t1, 1)
+    worker = worker_process(message_config(backend, [t1]))
+    wait_for(lambda: checkpoint(backend.redis_url) is not None, 30, "a first checkpoint",
+             worker.log)
+    first = checkpoint(backend.redis_url)
+    wait_for(lambda: checkpoint(backend.redis_url) != first, 30,
+             "the checkpoint to move on an idle source", worker.log)
