@@ -114,7 +114,8 @@ def _landed(backend: Backend, table: str, key: str, payload: str) -> bool:
 
 
 def _dump_while_a_commit_hides(backend: Backend, standby_server: PostgresServer,
-                               workers: Callable[..., WorkerProcess], *, restart: bool) -> None:
+                               workers: Callable[..., WorkerProcess], *, restart: bool,
+                               watermarks: str) -> None:
     """T updates row 500 and hangs, invisible, after the worker wrote its change (and,
     with ``restart``, after the worker restarted); a dump of the table then completes
     while T still hides, and row 500 lands only as T's change: the chunk that read it as
@@ -122,6 +123,8 @@ def _dump_while_a_commit_hides(backend: Backend, standby_server: PostgresServer,
     t1 = backend.t1
     backend.create(t1, 200)
     config = backend.config_path([t1])
+    config.write_text(config.read_text().replace(
+        "\ntables = ", f'\nwatermarks = "{watermarks}"\ntables = ', 1))
     worker = workers(config)
     hung = HungCommit(backend.db.dsn, t1, 500)
     hung.start()
@@ -145,21 +148,30 @@ def _dump_while_a_commit_hides(backend: Backend, standby_server: PostgresServer,
     assert_converged(backend, t1)
 
 
+# Watermarks as upserts of dblog.watermark, or as logical decoding messages: both are
+# written with the snapshot that tells which commits are not visible yet.
+WATERMARKS = pytest.mark.parametrize("watermarks", ["table", "message"])
+
+
+@WATERMARKS
 def test_a_commit_logged_before_lw_but_not_visible_counts_as_inside_the_window(
     backend: Backend, standby_server: PostgresServer,
-    workers: Callable[..., WorkerProcess],
+    workers: Callable[..., WorkerProcess], watermarks: str,
 ) -> None:
-    _dump_while_a_commit_hides(backend, standby_server, workers, restart=False)
+    _dump_while_a_commit_hides(backend, standby_server, workers, restart=False,
+                               watermarks=watermarks)
 
 
+@WATERMARKS
 def test_a_new_session_reads_an_invisible_commit_again(
     backend: Backend, standby_server: PostgresServer,
-    workers: Callable[..., WorkerProcess],
+    workers: Callable[..., WorkerProcess], watermarks: str,
 ) -> None:
     """The worker restarts after it read T and wrote its change: the checkpoint stayed
     before T (no snapshot had seen it), so the new session reads T again and knows its
     change."""
-    _dump_while_a_commit_hides(backend, standby_server, workers, restart=True)
+    _dump_while_a_commit_hides(backend, standby_server, workers, restart=True,
+                               watermarks=watermarks)
 
 
 def test_asynchronous_commit_of_the_worker_keeps_its_windows(
