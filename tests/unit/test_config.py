@@ -632,3 +632,16 @@ def test_a_mariadb_read_replica(tmp_path: Path) -> None:
     source = load(write(tmp_path, text), ENV).source
     assert source.replica is not None
     assert url_args(source.replica.dsn)["host"] == "replica.internal"
+
+
+def test_watermark_modes() -> None:
+    assert pg_options(parse(data({}), {}).source).watermarks == "table"
+    source = parse(data({"source": {"watermarks": "message"}}), {}).source
+    assert pg_options(source).watermarks == "message" and not pg_options(source).watermark_table
+    with pytest.raises(ConfigError, match=re.escape("source.watermarks must be one of table, "
+                                                    "message")):
+        parse(data({"source": {"watermarks": "messages"}}), {})
+    with pytest.raises(ConfigError, match=re.escape("source.watermarks is an option of "
+                                                    "PostgreSQL")):
+        parse(data({"source": {"watermarks": "message", "kind": "mariadb",
+                               "dsn": "mysql://db", "tables": ["shop.orders"]}}), {})
