@@ -185,16 +185,20 @@ def _preflight(config: Config, args: argparse.Namespace) -> int:
     source.connect()
     try:
         problems = source.preflight()
+        modes = source.modes()
     finally:
         source.close()
     if not problems:
         print(f"source {config.source.name} ({config.source.safe_dsn()}) is ready: "
               f"{len(config.source.tables)} table(s)")
-        return 0
-    print(f"source {config.source.name}: {len(problems)} problem(s)")
-    for problem in problems:
-        print(f"- {problem.what}\n  fix: {problem.fix}")
-    return 1
+    else:
+        print(f"source {config.source.name}: {len(problems)} problem(s)")
+        for problem in problems:
+            print(f"- {problem.what}\n  fix: {problem.fix}")
+    print("modes:")
+    for line in modes:
+        print(f"  {line}")
+    return 1 if problems else 0
 
 
 def _merge(config: Config, args: argparse.Namespace) -> int:

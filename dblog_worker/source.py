@@ -70,6 +70,10 @@ class Setup(Protocol):
     def preflight(self) -> list[Problem]:
         """Every problem that stops capture, each with its fix. Changes nothing."""
 
+    def modes(self) -> list[str]:
+        """For ``dblog preflight``: the ways this source can write watermarks and read
+        chunks, each with whether it can here and why. Changes nothing."""
+
     def capture_exists(self) -> bool:
         """Whether the database already keeps a log position for us (a slot)."""
 

@@ -172,6 +172,21 @@ class MySqlSource:
                     "remove [source.replica]", capture=False))
         return problems
 
+    def modes(self) -> list[str]:
+        replica = self.config.replica
+        if replica is None:
+            reads = "on the source (set [source.replica] to read them on a MariaDB replica)"
+        elif self._is_mariadb:
+            reads = "on the read replica (MariaDB, by GTID; each window waits for LW)"
+        else:
+            reads = "on the source: [source.replica] needs MariaDB (this server is MySQL)"
+        return [
+            "watermarks: the watermark table dblog.watermark (binary log positions as "
+            "watermarks are not supported: docs/operations.md#watermarks-without-a-"
+            "watermark-table)",
+            f"chunk reads: {reads}",
+        ]
+
     def _table_problems(self, table: str, scopes: dict[str, set[str]],
                         account: str) -> list[Problem]:
         database, name = split_table(table)

@@ -117,6 +117,24 @@ class PgSource:
                 problems += self._replica.problems(self.conn, list(self.config.tables))
         return problems
 
+    def modes(self) -> list[str]:
+        with connection_errors("preflight"):
+            message = catalog.message_problems(self.conn)
+        chosen = self.options.watermarks
+        lines = [
+            f"watermarks = \"table\"{' (configured)' if chosen == 'table' else ''}: "
+            "upserts of dblog.watermark; needs the schema and table (or CREATE to make them)",
+            f"watermarks = \"message\"{' (configured)' if chosen == 'message' else ''}: "
+            + ("available: no table, no write grant" if not message
+               else "not available: " + "; ".join(p.what for p in message)),
+        ]
+        replica = self.config.replica
+        lines.append("chunk reads: " + (
+            f"on the read replica {replica.safe_dsn(self.config.kind)} (hot standby; each "
+            "window waits for it to replay LW)" if replica is not None
+            else "on the source (set [source.replica] to read them on a hot standby)"))
+        return lines
+
     def prepare(self) -> str | None:
         """Create what capture needs; returns the new slot's position if it was created now."""
         try:

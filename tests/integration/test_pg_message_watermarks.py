@@ -115,6 +115,8 @@ def test_a_role_that_may_only_read_and_replicate_runs_dumps(
         config = message_config(backend, [t1, t2], make_conninfo(backend.db.dsn, user=role))
         result = cli(config, "preflight", check=False)
         assert result.returncode == 0, result.stdout + result.stderr
+        assert 'watermarks = "message" (configured): available' in result.stdout
+        assert 'watermarks = "table": upserts' in result.stdout
         worker = worker_process(config)
         request_id = dump(config, "--all", "--chunk-size", "50")
         backend.execute(f"INSERT INTO {t2} VALUES (1, {backend.next_version}, 'live')")

@@ -273,6 +273,7 @@ def test_preflight_checks_the_replica(replicated: Replicated) -> None:
     good = backend.config_path([t1], extra=replicated.section())
     result = cli(good, "preflight", check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "chunk reads: on the read replica" in result.stdout
     primary_as_replica = f"[source.replica]\ndsn = {json.dumps(backend.db.dsn)}\n"
     bad = backend.config_path([t1], extra=primary_as_replica)
     result = cli(bad, "preflight", check=False)

@@ -341,6 +341,9 @@ class HookedSource:
     def preflight(self) -> list[Problem]:
         return self.inner.preflight()
 
+    def modes(self) -> list[str]:
+        return self.inner.modes()
+
     def capture_exists(self) -> bool:
         return self.inner.capture_exists()
 
