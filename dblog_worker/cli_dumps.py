@@ -110,6 +110,9 @@ def show(config: Config, args: argparse.Namespace) -> int:
           f"{request.parallelism}")
     if request.error:
         print(f"error: {request.error}")
+    status = state.status()
+    if status.get("active_request") == request.id and status.get("dump_waiting"):
+        print(f"waiting: {status['dump_waiting']}")
     rows = [("TABLE", "STATE", "CHUNKS", "SELECTED", "ROWS", "DROPPED", "MISSING", "LAST KEY")]
     for table in request.tables:
         p = progress.get(table) or TableProgress(table)

@@ -243,6 +243,9 @@ def test_a_replica_that_does_not_apply_holds_the_dump_not_the_log(
                      "the dump waiting for the replica")
             status = store.status()
             assert "low watermark" in status["dump_waiting"], status
+            shown = cli(config, "show", request_id).stdout
+            assert "waiting: the read replica" in shown, shown
+            assert "dump_waiting: the read replica" in cli(config, "status").stdout
             assert store.progress(request_id)[t1].chunks == 0
             # the log goes on meanwhile, and rows the replica has not applied change on
             # the primary: the dump must not land their older state
