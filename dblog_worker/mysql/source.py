@@ -346,7 +346,10 @@ class MySqlSource:
         if not self._is_mariadb:
             raise ReplicaBehind("reads on a read replica need MariaDB (MASTER_GTID_WAIT); "
                                 "this source is MySQL: remove [source.replica]; the dump waits")
-        gtid = str(self._one("SELECT @@last_gtid")[0])
+        gtid = str(self._one("SELECT @@last_gtid")[0] or "")
+        if not gtid:  # an empty GTID would not wait at all
+            raise ReplicaBehind("the low watermark's transaction has no GTID (is the binary "
+                                "log off for the worker's session?); the dump waits")
         self._replica.catch_up(gtid)
 
     def heartbeat(self) -> None:
