@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -64,29 +64,25 @@ Described = tuple[tuple[str, int, int, int], ...]  # (name, type code, length, d
 
 
 @contextmanager
-def connection_errors(what: str) -> Iterator[None]:
-    """A statement's connection error becomes SourceUnavailable (the session ends), unless
-    it is the statement's own: a privilege denied, a table or column missing."""
+def connection_errors(what: str, replica: bool = False) -> Iterator[None]:
+    """A statement's connection error becomes SourceUnavailable (the session ends), or on
+    a read replica ReplicaBehind (the dump waits, the log goes on), unless it is the
+    statement's own: a privilege denied, a table or column missing."""
     try:
         yield
     except _CONNECTION_ERRORS as exc:
         code = exc.args[0] if exc.args else None
         if code in DENIED or code in (_NO_TABLE, _NO_COLUMN):
             raise
+        if replica:
+            raise ReplicaBehind(f"{what}: the read replica is unreachable ({exc}); the dump "
+                                "waits for it") from exc
         raise SourceUnavailable(f"{what}: the source database is unreachable: {exc}") from exc
 
 
-@contextmanager
-def replica_errors(what: str) -> Iterator[None]:
-    """A read replica that cannot be reached holds the dump, not the log."""
-    try:
-        yield
-    except _CONNECTION_ERRORS as exc:
-        code = exc.args[0] if exc.args else None
-        if code in DENIED or code in (_NO_TABLE, _NO_COLUMN):
-            raise
-        raise ReplicaBehind(f"{what}: the read replica is unreachable ({exc}); the dump "
-                            "waits for it") from exc
+def replica_errors(what: str) -> AbstractContextManager[None]:
+    """:func:`connection_errors` of a read replica."""
+    return connection_errors(what, replica=True)
 
 
 def connect(args: dict[str, Any], errors: Callable[[str], Any] = connection_errors

@@ -696,6 +696,82 @@ class Backend:
             pytest.skip(f"PostgreSQL only: {why}")
 
 
+def dumps_under_load(backend: Backend, config: Path, worker: WorkerProcess,
+                     kind: str) -> list[str]:
+    """Dumps of ``backend.t1`` and ``t2`` while the workload writes to both: ``all``
+    (chunks of 37), ``tables`` (53), ``parallel`` (29, three ranges a window) or ``keys``
+    (t1's keys and one that never existed, in batches of 41; t2 by table, 64); returns the
+    requests' ids once each completed."""
+    t1, t2 = backend.t1, backend.t2
+    workload = backend.workload([t1, t2], seed=sum(map(ord, kind)))
+    workload.start()
+    try:
+        time.sleep(0.3)
+        if kind == "all":
+            ids = [dump(config, "--all", "--chunk-size", "37")]
+        elif kind == "tables":
+            ids = [dump(config, "--table", t2, "--table", t1, "--chunk-size", "53")]
+        elif kind == "parallel":
+            ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "29",
+                        "--parallelism", "3")]
+        else:
+            keys = sorted(int(json.loads(k)[0]) for k in backend.rows(t1))
+            ids = [dump(config, "--table", t1, "--keys", json.dumps([*keys, 999_999]),
+                        "--chunk-size", "41"),
+                   dump(config, "--table", t2, "--chunk-size", "64")]
+        for request_id in ids:
+            state = wait_request(backend.redis_url, SOURCE, request_id,
+                                 ["completed", "failed"], 120, worker)
+            assert state["state"] == "completed", state
+        time.sleep(0.5)
+    finally:
+        workload.stop()
+    assert workload.transactions > 20 and workload.key_changes > 0
+    return ids
+
+
+def dump_through_kills(backend: Backend, config: Path, start: Callable[[Path], WorkerProcess],
+                       dump_args: Sequence[str], kills: Sequence[int],
+                       rnd: random.Random) -> None:
+    """A dump of ``backend.t1`` and ``t2`` (``dump_args``) while the workload writes; the
+    worker is killed with SIGKILL once the dump has closed each of ``kills`` windows (at
+    least one more than at the last kill), at a random moment of a window, and started
+    again. The dump completes, the output converges, and no event landed twice."""
+    t1, t2 = backend.t1, backend.t2
+    worker = start(config)
+    workload = backend.workload([t1, t2], seed=rnd.randrange(1000))
+    workload.start()
+    try:
+        request_id = dump(config, *dump_args)
+        done = 0
+        for at in kills:
+            at = max(at, done + 1)
+            wait_for(lambda at=at: chunks(backend, request_id) >= at, 60,  # type: ignore[misc]
+                     f"{at} windows", worker.log)
+            time.sleep(rnd.uniform(0, 0.03))
+            killed_in = redis_request(backend.redis_url, SOURCE, request_id)["state"]
+            worker.kill()
+            assert killed_in == "running", f"the dump was {killed_in} when the worker was killed"
+            done = chunks(backend, request_id)
+            worker = start(config)
+        state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
+                             120, worker)
+        assert state["state"] == "completed", state
+        time.sleep(0.5)
+    finally:
+        workload.stop()
+    assert_converged(backend, t1, t2)
+    assert_landed_once(backend, t1, t2)
+
+
+def assert_landed_once(backend: Backend, *tables: str) -> None:
+    """No event landed twice (a replay after a kill skips what is durable), in order."""
+    for table in tables:
+        positions = [str(e["position"]) for e in events_of(backend, table)]
+        assert positions == sorted(positions)
+        assert len(positions) == len(set(positions)), "a replayed event landed twice"
+
+
 def assert_converged(backend: Backend, *tables: str) -> None:
     """Wait until the output equals each table; then check it never went back in time."""
     version = backend.db.flavour.version

@@ -10,6 +10,7 @@ checkpoint moves on with the heartbeat messages.
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +31,8 @@ from tests.integration.harness import (
     chunks,
     cli,
     dump,
-    events_of,
+    dump_through_kills,
+    dumps_under_load,
     wait_for,
     wait_request,
 )
@@ -70,27 +72,7 @@ def test_dumps_converge_under_load_with_message_watermarks(
     backend.create(t1, 1200)
     backend.create(t2, 700)
     config = message_config(backend, [t1, t2])
-    worker = worker_process(config)
-    workload = backend.workload([t1, t2], seed=sum(map(ord, kind)))
-    workload.start()
-    try:
-        time.sleep(0.3)
-        if kind == "keys":
-            keys = sorted(int(json.loads(k)[0]) for k in backend.rows(t1))
-            ids = [dump(config, "--table", t1, "--keys", json.dumps([*keys, 999_999]),
-                        "--chunk-size", "41"),
-                   dump(config, "--table", t2, "--chunk-size", "64")]
-        else:
-            ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "37",
-                        *(["--parallelism", "3"] if kind == "parallel" else []))]
-        for request_id in ids:
-            state = wait_request(backend.redis_url, SOURCE, request_id,
-                                 ["completed", "failed"], 120, worker)
-            assert state["state"] == "completed", state
-        time.sleep(0.5)
-    finally:
-        workload.stop()
-    assert workload.transactions > 20 and workload.key_changes > 0
+    ids = dumps_under_load(backend, config, worker_process(config), kind)
     assert_converged(backend, t1, t2)
     assert chunks(backend, ids[-1]) > 5
     no_watermark_table(backend.db.dsn)
@@ -135,27 +117,9 @@ def test_kill_9_during_a_dump_with_message_watermarks_resumes(
     t1, t2 = backend.t1, backend.t2
     backend.create(t1, 3000)
     backend.create(t2, 1000)
-    config = message_config(backend, [t1, t2], flush_interval_s=0.1)
-    worker = worker_process(config)
-    workload = backend.workload([t1, t2], seed=7)
-    workload.start()
-    try:
-        request_id = dump(config, "--all", "--chunk-size", "100", "--delay-ms", "20")
-        for at in (8, 20):
-            wait_for(lambda at=at: chunks(backend, request_id) >= at, 60,  # type: ignore[misc]
-                     f"{at} windows", worker.log)
-            worker.kill()
-            worker = worker_process(config)
-        state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
-                             120, worker)
-        assert state["state"] == "completed", state
-        time.sleep(0.5)
-    finally:
-        workload.stop()
-    assert_converged(backend, t1, t2)
-    for table in (t1, t2):
-        positions = [str(e["position"]) for e in events_of(backend, table)]
-        assert len(positions) == len(set(positions)), "a replayed event landed twice"
+    dump_through_kills(backend, message_config(backend, [t1, t2], flush_interval_s=0.1),
+                       worker_process, ["--all", "--chunk-size", "100", "--delay-ms", "20"],
+                       [8, 20], random.Random(7))
 
 
 def test_an_idle_source_checkpoint_moves_with_heartbeat_messages(

@@ -37,9 +37,10 @@ from tests.integration.harness import (
     TableFlavour,
     WorkerProcess,
     assert_converged,
-    chunks,
     cli,
     dump,
+    dump_through_kills,
+    dumps_under_load,
     events_of,
     redis_request,
     wait_for,
@@ -155,27 +156,7 @@ def test_dumps_from_the_replica_converge_under_load(
     replicated.caught_up()
     offsets = replicated.log_offsets()
     config = backend.config_path([t1, t2], extra=replicated.section())
-    worker = worker_process(config)
-    workload = backend.workload([t1, t2], seed=sum(map(ord, kind)))
-    workload.start()
-    try:
-        time.sleep(0.3)
-        if kind == "keys":
-            keys = sorted(int(json.loads(k)[0]) for k in backend.rows(t1))
-            ids = [dump(config, "--table", t1, "--keys", json.dumps([*keys, 999_999]),
-                        "--chunk-size", "41"),
-                   dump(config, "--table", t2, "--chunk-size", "64")]
-        else:
-            ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "37",
-                        *(["--parallelism", "3"] if kind == "parallel" else []))]
-        for request_id in ids:
-            state = wait_request(backend.redis_url, SOURCE, request_id,
-                                 ["completed", "failed"], 120, worker)
-            assert state["state"] == "completed", state
-        time.sleep(0.5)
-    finally:
-        workload.stop()
-    assert workload.transactions > 20
+    dumps_under_load(backend, config, worker_process(config), kind)
     assert_converged(backend, t1, t2)
     on_primary, on_replica = replicated.chunk_reads(offsets, t1, t2)
     assert on_primary == [], on_primary[:3]
@@ -195,33 +176,13 @@ def test_kill_9_during_a_dump_from_the_replica_resumes(
     backend.create(t1, 4000)
     backend.create(t2, 2000)
     replicated.caught_up()
-    config = backend.config_path([t1, t2], flush_interval_s=0.1, extra=replicated.section())
-    worker = worker_process(config)
-    workload = backend.workload([t1, t2], seed=parallelism)
-    workload.start()
     windows = 6000 // (100 * parallelism)
-    try:
-        request_id = dump(config, "--all", "--chunk-size", "100",
-                          "--delay-ms", str(20 * parallelism), "--parallelism", str(parallelism))
-        done = 0
-        for fraction in sorted(rnd.uniform(0.1, 0.6) for _ in range(2)):
-            at = max(int(fraction * windows), done + 1)
-            wait_for(lambda at=at: chunks(backend, request_id) >= at, 60,  # type: ignore[misc]
-                     f"{at} windows", worker.log)
-            time.sleep(rnd.uniform(0, 0.03))
-            worker.kill()
-            done = chunks(backend, request_id)
-            worker = worker_process(config)
-        state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
-                             120, worker)
-        assert state["state"] == "completed", state
-        time.sleep(0.5)
-    finally:
-        workload.stop()
-    assert_converged(backend, t1, t2)
-    for table in (t1, t2):
-        positions = [str(e["position"]) for e in events_of(backend, table)]
-        assert len(positions) == len(set(positions)), "a replayed event landed twice"
+    dump_through_kills(
+        backend, backend.config_path([t1, t2], flush_interval_s=0.1,
+                                     extra=replicated.section()),
+        worker_process, ["--all", "--chunk-size", "100", "--delay-ms", str(20 * parallelism),
+                         "--parallelism", str(parallelism)],
+        [int(f * windows) for f in sorted(rnd.uniform(0.1, 0.6) for _ in range(2))], rnd)
 
 
 def test_a_replica_that_does_not_apply_holds_the_dump_not_the_log(

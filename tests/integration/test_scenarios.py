@@ -52,6 +52,8 @@ from tests.integration.harness import (
     chunks,
     cli,
     dump,
+    dump_through_kills,
+    dumps_under_load,
     events_of,
     outage_mid_dump,
     redis_request,
@@ -258,31 +260,7 @@ def test_dumps_converge_under_load(backend: Backend, kind: str, flavour: TableFl
     backend.create(t1, 1500)
     backend.create(t2, 800)
     config = backend.config_path([t1, t2])
-    worker = worker_process(config)
-    workload = backend.workload([t1, t2], seed=sum(map(ord, kind)))
-    workload.start()
-    try:
-        time.sleep(0.3)
-        if kind == "all":
-            ids = [dump(config, "--all", "--chunk-size", "37")]
-        elif kind == "tables":
-            ids = [dump(config, "--table", t2, "--table", t1, "--chunk-size", "53")]
-        elif kind == "parallel":
-            ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "29",
-                        "--parallelism", "3")]
-        else:
-            keys = sorted(int(json.loads(k)[0]) for k in backend.rows(t1))
-            ids = [dump(config, "--table", t1, "--keys", json.dumps([*keys, 999_999]),
-                        "--chunk-size", "41"),
-                   dump(config, "--table", t2, "--chunk-size", "64")]
-        for request_id in ids:
-            state = wait_request(backend.redis_url, SOURCE, request_id,
-                                 ["completed", "failed"], 120, worker)
-            assert state["state"] == "completed", state
-        time.sleep(0.5)
-    finally:
-        workload.stop()
-    assert workload.transactions > 20 and workload.key_changes > 0
+    ids = dumps_under_load(backend, config, worker_process(config), kind)
     assert_converged(backend, t1, t2)
     store = StateStore(backend.redis_url, SOURCE)
     try:
@@ -489,37 +467,13 @@ def test_kill_9_during_dump_resumes(backend: Backend, seed: int, parallelism: in
     rnd = random.Random(seed)
     backend.create(t1, 6000)
     backend.create(t2, 3000)
-    config = backend.config_path([t1, t2], flush_interval_s=0.1)
-    worker = worker_process(config)
-    workload = backend.workload([t1, t2], seed=seed)
-    workload.start()
     windows = 9000 // (100 * parallelism)  # about: the workload inserts and deletes
-    try:
-        # slow enough that each kill lands before the last window (20 ms a range)
-        request_id = dump(config, "--all", "--chunk-size", "100",
-                          "--delay-ms", str(20 * parallelism), "--parallelism", str(parallelism))
-        done = 0
-        for fraction in sorted(rnd.uniform(0.1, 0.6) for _ in range(3)):
-            at = max(int(fraction * windows), done + 1)  # at least a window of each worker
-            wait_for(lambda at=at: chunks(backend, request_id) >= at, 60,  # type: ignore[misc]
-                     f"{at} windows", worker.log)
-            time.sleep(rnd.uniform(0, 0.03))
-            killed_in = redis_request(backend.redis_url, SOURCE, request_id)["state"]
-            worker.kill()
-            assert killed_in == "running", f"the dump was {killed_in} when the worker was killed"
-            done = chunks(backend, request_id)
-            worker = worker_process(config)
-        state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
-                             120, worker)
-        assert state["state"] == "completed", state
-        time.sleep(0.5)
-    finally:
-        workload.stop()
-    assert_converged(backend, t1, t2)
-    for table in (t1, t2):
-        positions = [str(e["position"]) for e in events_of(backend, table)]
-        assert positions == sorted(positions)
-        assert len(positions) == len(set(positions)), "a replayed event landed twice"
+    # slow enough that each kill lands before the last window (20 ms a range)
+    dump_through_kills(
+        backend, backend.config_path([t1, t2], flush_interval_s=0.1), worker_process,
+        ["--all", "--chunk-size", "100", "--delay-ms", str(20 * parallelism),
+         "--parallelism", str(parallelism)],
+        [int(f * windows) for f in sorted(rnd.uniform(0.1, 0.6) for _ in range(3))], rnd)
 
 
 # -- steering a dump -----------------------------------------------------------------
