@@ -20,6 +20,7 @@ from bench import (
     log_capture,
     memory,
     merge_throughput,
+    replica_reads,
     takeover,
     verify_throughput,
 )
@@ -31,6 +32,7 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
     live_latency.NAME: live_latency.run,
     memory.NAME: memory.run,
     merge_throughput.NAME: merge_throughput.run,
+    replica_reads.NAME: replica_reads.run,
     takeover.NAME: takeover.run,
     verify_throughput.NAME: verify_throughput.run,
 }
