@@ -779,9 +779,10 @@ class MariaDBReplica(MariaDBServer):
     here once applied. ``pause_replay``/``resume_replay`` stop and start its SQL thread
     (the events are still received)."""
 
-    def __init__(self, primary: MariaDBServer) -> None:
-        super().__init__(settings={"server-id": "2"}, mariadbd=primary.mariadbd,
-                         install_db=primary.install_db)
+    def __init__(self, primary: MariaDBServer, settings: Mapping[str, str] | None = None
+                 ) -> None:
+        super().__init__(settings={"server-id": "2", **(settings or {})},
+                         mariadbd=primary.mariadbd, install_db=primary.install_db)
         self.primary = primary
 
     def start(self) -> Self:

@@ -1,11 +1,11 @@
 """Chunk reads on a MariaDB read replica that replicates the source by GTID.
 
-With ``[source.replica]`` configured, a window runs: LW written on the primary; its GTID
-read (``@@last_gtid``: the last transaction this connection committed); the replica waits
-for it with ``MASTER_GTID_WAIT`` (it returns once the replica has committed that
-transaction: in-order commit, also with parallel replication, so every transaction the
-binary log has before LW is committed there too); the chunk SELECTs on the replica; HW on
-the primary. So the SELECT sees a state between LW and HW. A replica that does not apply
+With ``[source.replica]`` configured, a window runs: LW written on the primary; the
+primary's GTID position read once LW has committed (``@@gtid_binlog_pos``: the last GTID of
+every replication domain, LW's included); the replica waits for that position with
+``MASTER_GTID_WAIT`` (within a domain a replica commits in the binary log's order, parallel
+replication included; across domains it may not, so every domain is waited for); the
+chunk SELECTs on the replica; HW on the primary. So the SELECT sees a state between LW and HW. A replica that does not apply
 LW within ``max_wait_ms``, cannot be reached, or is not a replica of the source holds the
 dump (:class:`ReplicaBehind`): the window reads nothing and the dump waits, never reading an
 older state. MySQL (``WAIT_FOR_EXECUTED_GTID_SET``) is not supported yet.
@@ -73,8 +73,8 @@ class MyReplica:
                                 "(MASTER_USE_GTID)? The dump waits")
 
     def catch_up(self, gtid: str) -> None:
-        """Return once the replica has committed the transaction ``gtid``; ReplicaBehind
-        if it does not within ``max_wait_ms``."""
+        """Return once the replica has applied the GTID position ``gtid`` (one GTID per
+        domain); ReplicaBehind if it does not within ``max_wait_ms``."""
         with replica_errors("waiting for the read replica"):
             conn = self.connection()
             row = _one(conn, "SELECT MASTER_GTID_WAIT(%s, %s), @@gtid_slave_pos",

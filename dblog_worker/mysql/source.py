@@ -340,17 +340,19 @@ class MySqlSource:
             cursor.execute(catalog.WATERMARK_UPSERT, (self.name, token))
 
     def await_low_watermark(self) -> None:
-        """On a read replica: until it has applied the low watermark's transaction."""
+        """On a read replica: until it has applied the binary log up to the low watermark,
+        in every replication domain (transactions of different domains may be applied out
+        of order; within one, in order)."""
         if self._replica is None:
             return
         if not self._is_mariadb:
             raise ReplicaBehind("reads on a read replica need MariaDB (MASTER_GTID_WAIT); "
                                 "this source is MySQL: remove [source.replica]; the dump waits")
-        gtid = str(self._one("SELECT @@last_gtid")[0] or "")
-        if not gtid:  # an empty GTID would not wait at all
-            raise ReplicaBehind("the low watermark's transaction has no GTID (is the binary "
-                                "log off for the worker's session?); the dump waits")
-        self._replica.catch_up(gtid)
+        position = str(self._one("SELECT @@gtid_binlog_pos")[0] or "")
+        if not position:  # an empty position would not wait at all
+            raise ReplicaBehind("the source's binary log has no GTID position after the low "
+                                "watermark (is the binary log off?); the dump waits")
+        self._replica.catch_up(position)
 
     def heartbeat(self) -> None:
         self.write_watermark(HEARTBEAT)

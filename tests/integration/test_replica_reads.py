@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+import pymysql
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
@@ -36,6 +37,7 @@ from tests.integration.harness import (
     PgDatabase,
     TableFlavour,
     WorkerProcess,
+    Workers,
     assert_converged,
     cli,
     dump,
@@ -244,3 +246,50 @@ def test_preflight_checks_the_replica(replicated: Replicated) -> None:
     assert result.returncode != 0
     assert ("is not a standby" if backend.kind == "postgresql" else "is the source itself") \
         in result.stdout + result.stderr
+
+
+def test_a_mariadb_replica_is_waited_for_in_every_gtid_domain(
+        redis_url: str, tmp_path: Path) -> None:
+    """A parallel replica applies GTID domains independently, so it may have applied LW
+    (domain 0) before an earlier transaction of domain 1: the window waits for the
+    primary's whole position after LW, not only LW's domain. Here domain 1's transaction
+    is held on the replica by a row lock while domain 0 goes on: the dump waits (the
+    reason names the position) instead of reading a state without it, and completes once
+    the lock is released."""
+    with MariaDBServer().start() as primary, \
+            MariaDBReplica(primary, {"slave-parallel-threads": "4"}).start() as replica:
+        name = primary.create_database(f"t_{uuid.uuid4().hex[:16]}")
+        backend = Backend(MariaDatabase(primary, name), redis_url, tmp_path, primary.restart)
+        t1, t2 = backend.t1, backend.t2
+        backend.create(t1, 100)
+        backend.create(t2, 1)
+        replica.wait_applied()
+        holder = pymysql.connect(**replica.connect_args(name))
+        try:
+            with holder.cursor() as cur:  # domain 1's update of t2 will wait for this lock
+                cur.execute("SET SESSION autocommit = 0")
+                cur.execute(f"SELECT * FROM {t2} FOR UPDATE")
+            with primary._admin() as conn, conn.cursor() as cur:
+                cur.execute("SET SESSION gtid_domain_id = 1")
+                cur.execute(f"UPDATE {t2} SET payload = 'domain 1'")
+            with Workers(tmp_path / "worker.log") as workers:
+                config = backend.config_path(
+                    [t1, t2],
+                    extra=f'[source.replica]\ndsn = "{replica.url()}"\nmax_wait_ms = 200\n')
+                worker = workers.start(config)
+                store = StateStore(redis_url, SOURCE)
+                try:
+                    request_id = dump(config, "--table", t1, "--chunk-size", "50")
+                    wait_for(lambda: "1-1-" in store.status().get("dump_waiting", ""), 30,
+                             "the dump waiting for domain 1", worker.log)
+                    time.sleep(1.0)
+                    assert store.progress(request_id)[t1].chunks == 0
+                    holder.rollback()  # domain 1 is applied; the dump goes on
+                    state = wait_request(redis_url, SOURCE, request_id,
+                                         ["completed", "failed"], 60, worker)
+                    assert state["state"] == "completed", state
+                finally:
+                    store.close()
+                assert_converged(backend, t1)  # t2 was not dumped: its row is not landed
+        finally:
+            holder.close()
