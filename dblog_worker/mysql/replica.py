@@ -5,10 +5,11 @@ primary's GTID position read once LW has committed (``@@gtid_binlog_pos``: the l
 every replication domain, LW's included); the replica waits for that position with
 ``MASTER_GTID_WAIT`` (within a domain a replica commits in the binary log's order, parallel
 replication included; across domains it may not, so every domain is waited for); the
-chunk SELECTs on the replica; HW on the primary. So the SELECT sees a state between LW and HW. A replica that does not apply
-LW within ``max_wait_ms``, cannot be reached, or is not a replica of the source holds the
-dump (:class:`ReplicaBehind`): the window reads nothing and the dump waits, never reading an
-older state. MySQL (``WAIT_FOR_EXECUTED_GTID_SET``) is not supported yet.
+chunk SELECTs on the replica; HW on the primary. So the SELECT sees a state between LW
+and HW. A replica that does not apply LW within ``max_wait_ms``, cannot be reached, or is
+not a replica of the source holds the dump (:class:`ReplicaBehind`): the window reads
+nothing and the dump waits, never reading an older state. MySQL
+(``WAIT_FOR_EXECUTED_GTID_SET``) is not supported yet.
 """
 
 from __future__ import annotations
