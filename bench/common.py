@@ -186,6 +186,20 @@ def machine(source: str = POSTGRESQL) -> dict[str, Any]:
     return {**_static_machine(source), "loadavg_1m": rounded(os.getloadavg()[0], 2)}
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time a server process has used so far: the process and its
+    children, exited ones included (PostgreSQL's backends and walsenders are the
+    postmaster's children, reaped by it; MariaDB is one process)."""
+    server = psutil.Process(pid)
+    times = server.cpu_times()
+    seconds = float(times.user + times.system + times.children_user + times.children_system)
+    for child in server.children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child_times = child.cpu_times()
+            seconds += float(child_times.user + child_times.system)
+    return seconds
+
+
 def emit(result: Result, out: Path | None) -> None:
     line = json.dumps(result)
     print(line, flush=True)
@@ -252,18 +266,9 @@ class Environment:
         self.close()
 
     def server_cpu_seconds(self) -> float:
-        """User + system CPU time the database server has used so far: its process and
-        its children, exited ones included (PostgreSQL's backends and walsenders are the
-        postmaster's children, reaped by it; MariaDB is one process)."""
-        server = psutil.Process(self.mariadb.pid if self.is_mariadb else self.postgres.pid)
-        times = server.cpu_times()
-        seconds = float(times.user + times.system + times.children_user
-                        + times.children_system)
-        for child in server.children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                child_times = child.cpu_times()
-                seconds += float(child_times.user + child_times.system)
-        return seconds
+        """User + system CPU time the database server has used so far (see
+        :func:`process_cpu_seconds`)."""
+        return process_cpu_seconds(self.mariadb.pid if self.is_mariadb else self.postgres.pid)
 
     def close(self) -> None:
         for worker in self.workers:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import psutil
 import pymysql
 
 from bench.common import (
@@ -33,6 +32,7 @@ from bench.common import (
     machine,
     mariadb_row_select,
     median,
+    process_cpu_seconds,
     progress,
     rounded,
 )
@@ -41,20 +41,6 @@ from tests.services import MariaDBReplica, PostgresStandby
 
 NAME = "replica_reads"
 Replica = PostgresStandby | MariaDBReplica
-
-
-def cpu_seconds(pid: int) -> float:
-    """A server's CPU time so far: its process and children, exited ones included."""
-    server = psutil.Process(pid)
-    times = server.cpu_times()
-    seconds = float(times.user + times.system + times.children_user + times.children_system)
-    for child in server.children(recursive=True):
-        try:
-            child_times = child.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        seconds += float(child_times.user + child_times.system)
-    return seconds
 
 
 def start_replica(env: Environment, table: str, rows: int) -> Replica:
@@ -86,10 +72,14 @@ def dump(env: Environment, source: str, table: str, rows: int, replica: Replica 
                         if replica is not None else "").start()
     try:
         primary = env.mariadb.pid if env.is_mariadb else env.postgres.pid
-        before = cpu_seconds(primary), 0.0 if replica is None else cpu_seconds(replica.pid)
+        def cpu() -> tuple[float, float]:
+            return (process_cpu_seconds(primary),
+                    0.0 if replica is None else process_cpu_seconds(replica.pid))
+
+        before = cpu()
         request = worker.request_dump(table)
         created, completed = worker.wait_dump(request, dump_timeout(rows))
-        after = cpu_seconds(primary), 0.0 if replica is None else cpu_seconds(replica.pid)
+        after = cpu()
         landed = worker.landed_rows(table)
         if landed != rows:
             raise RuntimeError(f"{landed} rows landed, expected {rows}")

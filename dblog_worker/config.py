@@ -314,10 +314,12 @@ def _replica(source: Mapping[str, Any], kind: str,
         raise ConfigError(
             f"source.replica: chunk reads on a read replica are not supported for {kind} "
             "sources yet; remove [source.replica]")
-    return ReplicaConfig(
-        dsn=_database_dsn(replica, kind, env, "source.replica"),
-        max_wait_ms=integer(replica, "max_wait_ms", 1000, 1, 60_000),
-    )
+    try:
+        max_wait_ms = integer(replica, "max_wait_ms", 1000, 1, 60_000)
+    except ConfigError as exc:
+        raise ConfigError(f"source.replica.{exc}") from None
+    return ReplicaConfig(dsn=_database_dsn(replica, kind, env, "source.replica"),
+                         max_wait_ms=max_wait_ms)
 
 
 def _check_foreign_options(source: Mapping[str, Any], kind: str) -> None:

@@ -30,6 +30,7 @@ from dblog_worker.pg.queries import qualified as pg_qualified
 from dblog_worker.state import StateStore
 from tests.integration.harness import (
     HOSTILE,
+    PARTITIONED,
     PLAIN,
     SOURCE,
     Backend,
@@ -146,7 +147,8 @@ def backend(replicated: Replicated) -> Backend:
 
 @pytest.mark.parametrize(("kind", "flavour"), [
     ("tables", PLAIN), ("keys", PLAIN), ("parallel", PLAIN), ("parallel", HOSTILE),
-], ids=["tables", "keys", "parallel", "parallel-hostile-names"])
+    ("all", PARTITIONED),
+], ids=["tables", "keys", "parallel", "parallel-hostile-names", "partitioned-all"])
 def test_dumps_from_the_replica_converge_under_load(
         replicated: Replicated, kind: str, flavour: TableFlavour,
         worker_process: Callable[..., WorkerProcess]) -> None:

@@ -614,7 +614,8 @@ def test_a_read_replica(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("replica", "kind", "message"), [
     ({"dsn": "host=r", "max_wait": 5}, "postgresql",
      "unknown option source.replica.max_wait; did you mean max_wait_ms?"),
-    ({"dsn": "host=r", "max_wait_ms": 0}, "postgresql", "max_wait_ms must be an integer from 1"),
+    ({"dsn": "host=r", "max_wait_ms": 0}, "postgresql",
+     "source.replica.max_wait_ms must be an integer from 1"),
     ({"max_wait_ms": 10}, "postgresql", "source.replica.dsn"),
     ("host=r", "postgresql", "source.replica must be a table"),
     ({"dsn": "host=r"}, "mariadb", "source.replica.dsn"),  # a MySQL URL, not a libpq string
