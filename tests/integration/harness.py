@@ -637,6 +637,7 @@ class Backend:
     redis_url: str
     tmp: Path
     restart_source: Callable[[], None]  # a clean restart of the source's server
+    config_extra: str = ""  # appended to every configuration (a [source.replica] section)
 
     @property
     def kind(self) -> str:
@@ -684,6 +685,7 @@ class Backend:
         return Workload(self.db, tables, seed)
 
     def config_path(self, tables: list[str], **kwargs: Any) -> Path:
+        kwargs["extra"] = kwargs.get("extra", "") + self.config_extra
         return write_config(self.tmp, self.db.dsn, self.redis_url, tables, name=SOURCE,
                             kind=self.db.kind, **kwargs)
 

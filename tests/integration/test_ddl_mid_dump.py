@@ -46,7 +46,7 @@ DDL = {
 CHUNK = 20
 
 
-def _dump_with_ddl(backend: Backend, ddl: str, parallelism: int = 1) -> tuple[str, int]:
+def dump_with_ddl(backend: Backend, ddl: str, parallelism: int = 1) -> tuple[str, int]:
     """A table dump in chunks of 20 (``parallelism`` of them per window); before the third
     window's low watermark, the DDL and an update of a row of that chunk. Returns the
     request id and the sessions run."""
@@ -78,7 +78,7 @@ def _dump_with_ddl(backend: Backend, ddl: str, parallelism: int = 1) -> tuple[st
     return request_id, worker.sessions
 
 
-def _columns(backend: Backend, request_id: str) -> list[set[str]]:
+def dump_columns(backend: Backend, request_id: str) -> list[set[str]]:
     """The columns of each dump row of the request, in output order."""
     return [set(json.loads(str(e["after"]))) for e in events_of(backend, backend.t1)
             if e["dump_id"] == request_id]
@@ -98,9 +98,9 @@ def _converged_on_current_columns(backend: Backend) -> None:
 
 @pytest.mark.parametrize("ddl", list(DDL))
 def test_ddl_right_before_a_window(backend: Backend, ddl: str) -> None:
-    request_id, sessions = _dump_with_ddl(backend, ddl)
+    request_id, sessions = dump_with_ddl(backend, ddl)
     assert sessions == 1  # a stale chunk is read again, the session goes on
-    columns = _columns(backend, request_id)
+    columns = dump_columns(backend, request_id)
     rows = backend.rows(backend.t1)
     now = set(next(iter(rows.values())))
     assert columns[40:] == [now] * len(columns[40:])  # chunk 3 on: the table's columns
@@ -121,9 +121,9 @@ def test_ddl_right_before_a_window(backend: Backend, ddl: str) -> None:
 def test_ddl_right_before_a_parallel_window(backend: Backend, ddl: str) -> None:
     """Three chunk SELECTs per window, on three connections: each connection finds the
     columns changed, the window is read again, the session goes on."""
-    request_id, sessions = _dump_with_ddl(backend, ddl, parallelism=3)
+    request_id, sessions = dump_with_ddl(backend, ddl, parallelism=3)
     assert sessions == 1
-    columns = _columns(backend, request_id)
+    columns = dump_columns(backend, request_id)
     now = set(next(iter(backend.rows(backend.t1).values())))
     assert len(columns) >= 150 and columns[120:] == [now] * len(columns[120:])
     assert_converged_after_a_second_dump(backend)
@@ -147,7 +147,7 @@ def test_replica_identity_changed_mid_dump(backend: Backend) -> None:
     """REPLICA IDENTITY away from FULL during a dump (PostgreSQL): the dump goes on in the
     same session and the output converges (an update that keeps a large value would be
     read again by a primary-key dump: operations.md)."""
-    _, sessions = _dump_with_ddl(backend, "ALTER TABLE {t} REPLICA IDENTITY DEFAULT")
+    _, sessions = dump_with_ddl(backend, "ALTER TABLE {t} REPLICA IDENTITY DEFAULT")
     assert sessions == 1
     assert_converged(backend, backend.t1)
 

@@ -10,6 +10,7 @@ going on) and never gives it an older state; resumed, the dump completes and con
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -48,6 +49,11 @@ from tests.integration.harness import (
     redis_request,
     wait_for,
     wait_request,
+)
+from tests.integration.test_ddl_mid_dump import (
+    assert_converged_after_a_second_dump,
+    dump_columns,
+    dump_with_ddl,
 )
 from tests.services import MariaDBReplica, MariaDBServer, PostgresServer, PostgresStandby
 
@@ -295,3 +301,22 @@ def test_a_mariadb_replica_is_waited_for_in_every_gtid_domain(
                 assert_converged(backend, t1)  # t2 was not dumped: its row is not landed
         finally:
             holder.close()
+
+
+@pytest.mark.parametrize(("ddl", "parallelism"), [
+    ("add column", 1), ("drop column", 1), ("add column", 3)])
+def test_ddl_right_before_a_window_read_on_the_replica(
+        replicated: Replicated, ddl: str, parallelism: int) -> None:
+    """The DDL (and an update of a row of the next chunk) runs on the primary right before
+    a low watermark: the replica has replayed it when the chunk is read there, the chunk
+    is found stale (its columns changed), read again in a later window in the same
+    session, and the table converges after a second dump."""
+    backend = dataclasses.replace(replicated.backend, config_extra=replicated.section())
+    replicated.caught_up()
+    request_id, sessions = dump_with_ddl(backend, ddl, parallelism)
+    assert sessions == 1
+    rows = backend.rows(backend.t1)
+    now = set(next(iter(rows.values())))
+    columns = dump_columns(backend, request_id)
+    assert len(columns) >= 150 and columns[-20:] == [now] * 20
+    assert_converged_after_a_second_dump(backend)
