@@ -21,10 +21,13 @@ from psycopg.conninfo import make_conninfo
 
 from dblog_worker.tables import WATERMARK_SCHEMA
 from tests.integration.harness import (
+    HOSTILE,
+    PARTITIONED,
     PLAIN,
     SOURCE,
     Backend,
     PgDatabase,
+    TableFlavour,
     WorkerProcess,
     assert_converged,
     checkpoint,
@@ -64,10 +67,14 @@ def no_watermark_table(dsn: str, publication: str = f"dblog_{SOURCE}") -> None:
         assert published and WATERMARK_SCHEMA not in {str(r[0]) for r in published}
 
 
-@pytest.mark.parametrize("kind", ["tables", "keys", "parallel"])
+@pytest.mark.parametrize(("kind", "flavour"), [
+    ("tables", PLAIN), ("keys", PLAIN), ("parallel", PLAIN), ("parallel", HOSTILE),
+    ("all", PARTITIONED),
+], ids=["tables", "keys", "parallel", "parallel-hostile-names", "partitioned-all"])
 def test_dumps_converge_under_load_with_message_watermarks(
-        backend: Backend, kind: str, worker_process: Callable[..., WorkerProcess]) -> None:
-    backend.use(PLAIN)
+        backend: Backend, kind: str, flavour: TableFlavour,
+        worker_process: Callable[..., WorkerProcess]) -> None:
+    backend.use(flavour)
     t1, t2 = backend.t1, backend.t2
     backend.create(t1, 1200)
     backend.create(t2, 700)
