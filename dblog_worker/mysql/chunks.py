@@ -141,9 +141,11 @@ class CapturedTables:
     """The captured tables of one source, read on its connection (``connection``: the
     open one, or SourceUnavailable); ``schema_version`` registers a table's schema.
 
-    On a read replica (``replica``): the catalog, chunks, key batches and range ends are
-    read on the replica's connection, whose failures hold the dump (ReplicaBehind), not
-    the log; a table dump's upper bound on ``primary``."""
+    On a read replica (``replica``): chunks, key batches and range ends are read on the
+    replica's connection (``connection``), whose failures hold the dump (ReplicaBehind),
+    not the log, and what a chunk SELECT read is checked there; the catalog and a table
+    dump's upper bound are read on ``primary`` (a lane without one reads all on the
+    replica)."""
 
     def __init__(self, source: str, tables: Sequence[str],
                  connection: Callable[[], pymysql.connections.Connection[Any]],
@@ -153,7 +155,8 @@ class CapturedTables:
         self._connection = connection
         self._primary = primary or connection
         self._replica = replica
-        self._errors = replica_errors if replica else connection_errors
+        self._catalog_on_replica = replica and primary is None
+        self._errors = replica_errors if self._catalog_on_replica else connection_errors
         self._schema_version = schema_version
         self._cache = TableCache(source, tables, self.load)
 
@@ -167,13 +170,13 @@ class CapturedTables:
         ``SELECT *`` reads: equal looks mean no DDL came in between."""
         database, name = split_table(table)
         for _ in range(3):
-            before = self._describe_table(table)
+            before = self._describe_table(table, catalog_side=True)
             rows = self._rows(COLUMNS_SQL, (database, name))
             key = tuple(str(r[0]) for r in self._rows(catalog.KEY_COLUMNS_SQL, (database, name)))
             if not rows or not key:
                 raise DumpFailed(f"table {table} " + ("does not exist any more" if not rows
                                                       else "has no primary key"))
-            if self._describe_table(table) == before:
+            if self._describe_table(table, catalog_side=True) == before:
                 break
         else:
             raise ChunkStale(f"the columns of {table} keep changing; reading them again later")
@@ -188,19 +191,22 @@ class CapturedTables:
         return loaded
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._errors("querying"), self._connection().cursor() as cursor:
+        """A catalog query."""
+        with self._errors("querying"), self._primary().cursor() as cursor:
             cursor.execute(sql, params)
             return list(cursor.fetchall())
 
-    def _describe_table(self, table: str) -> Described:
-        """What ``SELECT *`` reads of ``table`` now: names, types, lengths, decimals."""
+    def _describe_table(self, table: str, catalog_side: bool = False) -> Described:
+        """What ``SELECT *`` reads of ``table`` now: names, types, lengths, decimals; where
+        the catalog is read (``catalog_side``) or where the chunks are."""
         try:
-            with self._connection().cursor() as cursor:
+            with (self._primary if catalog_side else self._connection)().cursor() as cursor:
                 cursor.execute(f"SELECT * FROM {catalog.ident(split_table(table)[0])}."
                                f"{catalog.ident(split_table(table)[1])} LIMIT 0", ())
                 return _description(cursor)
         except pymysql.MySQLError as exc:
-            raise self._read_error(table, exc) from exc
+            replica = self._catalog_on_replica if catalog_side else self._replica
+            raise self._read_error(table, exc, replica) from exc
 
     def _check_current(self, table: str, captured: _Table) -> None:
         """After a chunk SELECT: the table's columns are still those it was read with (a
@@ -282,7 +288,8 @@ class CapturedTables:
                 cursor.execute(sql, params)
                 return list(cursor.fetchall())
         except pymysql.MySQLError as exc:
-            raise self._read_error(table, exc, self._replica and not primary) from exc
+            raise self._read_error(table, exc, self._catalog_on_replica if primary
+                                   else self._replica) from exc
 
     def _read_error(self, table: str, exc: pymysql.MySQLError,
                     replica: bool | None = None) -> Exception:

@@ -55,7 +55,13 @@ from tests.integration.test_ddl_mid_dump import (
     dump_columns,
     dump_with_ddl,
 )
-from tests.services import MariaDBReplica, MariaDBServer, PostgresServer, PostgresStandby
+from tests.services import (
+    MariaDBReplica,
+    MariaDBServer,
+    PostgresServer,
+    PostgresStandby,
+    free_port,
+)
 
 # Statements only a dump's reads run: chunks, range ends, key batches (pg/queries.py,
 # mysql/catalog.py); not a table dump's upper bound (ORDER BY ... DESC LIMIT 1), which the
@@ -320,3 +326,30 @@ def test_ddl_right_before_a_window_read_on_the_replica(
     columns = dump_columns(backend, request_id)
     assert len(columns) >= 150 and columns[-20:] == [now] * 20
     assert_converged_after_a_second_dump(backend)
+
+
+def test_an_unreachable_replica_holds_the_dump_and_the_log_goes_on(
+        replicated: Replicated, worker_process: Callable[..., WorkerProcess]) -> None:
+    """The replica is down when the worker starts: preflight's replica problem is logged,
+    the log is captured all the same, and the dump waits saying why."""
+    backend = replicated.backend
+    t1, t2 = backend.t1, backend.t2
+    backend.create(t1, 50)
+    backend.create(t2, 0)
+    port = free_port()  # nothing listens there
+    dsn = (f"mysql://root@127.0.0.1:{port}" if backend.kind == "mariadb"
+           else f"host=127.0.0.1 port={port} dbname=x user=postgres connect_timeout=2")
+    config = backend.config_path([t1, t2],
+                                 extra=f"[source.replica]\ndsn = {json.dumps(dsn)}\n")
+    worker = worker_process(config)
+    store = StateStore(backend.redis_url, SOURCE)
+    try:
+        request_id = dump(config, "--table", t1, "--chunk-size", "20")
+        backend.execute(f"INSERT INTO {t2} VALUES (1, {backend.next_version}, 'live')")
+        wait_for(lambda: len(events_of(backend, t2)) == 1, 30, "the live row", worker.log)
+        wait_for(lambda: "unreachable" in store.status().get("dump_waiting", ""), 30,
+                 "the dump waiting for the replica", worker.log)
+        assert store.progress(request_id)[t1].chunks == 0
+        assert "[source.replica]" in worker.log()  # preflight's problem, logged
+    finally:
+        store.close()
