@@ -21,6 +21,7 @@ import pyarrow as pa
 from dblog_worker.errors import ChunkStale
 from dblog_worker.events import Encoded
 from dblog_worker.requests import MAX_PARALLELISM, DumpKind, DumpRequest, KeyTexts, TableProgress
+from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, ChunkReader, DumpReader
 
 Encode = Callable[[Callable[[], Encoded]], "Future[Encoded]"]
@@ -76,13 +77,15 @@ class KeyRange:
     limit: int
     after: KeyTexts | None
     upper: KeyTexts
+    row_filter: RowFilter | None = None
 
     @property
     def first(self) -> bool:
         return self.after is None
 
     def read(self, source: DumpReader, encode: Encode) -> ChunkRead:
-        chunk = source.read_chunk(self.table, self.after, self.upper, self.limit)
+        chunk = source.read_chunk(self.table, self.after, self.upper, self.limit,
+                                  self.row_filter)
         return ChunkRead(encode(chunk.encode), chunk.rows, chunk.last_key,
                          schema_version=chunk.schema_version)
 
@@ -104,6 +107,7 @@ class KeyRanges:
     after: KeyTexts | None
     upper: KeyTexts
     lanes: int
+    row_filter: RowFilter | None = None
 
     @property
     def first(self) -> bool:
@@ -113,7 +117,8 @@ class KeyRanges:
         starts: list[KeyTexts | None] = [self.after]
         ends: list[KeyTexts] = []
         while len(starts) < self.lanes:
-            end = source.key_after(self.table, starts[-1], self.upper, self.limit)
+            end = source.key_after(self.table, starts[-1], self.upper, self.limit,
+                                   self.row_filter)
             if end is None:
                 break
             ends.append(end)
@@ -121,7 +126,8 @@ class KeyRanges:
         ends.append(self.upper)
         readers = [source.lane(i) for i in range(len(starts))]
         chunks = in_parallel([
-            functools.partial(reader.read_chunk, self.table, start, end, self.limit)
+            functools.partial(reader.read_chunk, self.table, start, end, self.limit,
+                              self.row_filter)
             for reader, start, end in zip(readers, starts, ends, strict=True)])
         kept = whole_prefix([(c.rows, c.last_key) for c in chunks], ends, self.limit)
         used = chunks[:kept]
@@ -195,7 +201,8 @@ Cursor = KeyTexts | int
 
 
 class Planner(Protocol):
-    def start(self, table: TableProgress, source: ChunkReader) -> TableProgress | None:
+    def start(self, table: TableProgress, source: ChunkReader,
+              request: DumpRequest) -> TableProgress | None:
         """The table's progress once its dump can start; None if it can already."""
 
     def next(self, table: TableProgress, cursor: Cursor | None, request: DumpRequest,
@@ -218,10 +225,11 @@ class Planner(Protocol):
 class TablePlanner:
     """ALL and TABLES: keyset chunks up to the largest key, captured once per table."""
 
-    def start(self, table: TableProgress, source: ChunkReader) -> TableProgress | None:
+    def start(self, table: TableProgress, source: ChunkReader,
+              request: DumpRequest) -> TableProgress | None:
         if table.started:
             return None
-        upper = source.upper_bound(table.table)
+        upper = source.upper_bound(table.table, request.row_filter)
         return dataclasses.replace(table, started=True, done=upper is None,
                                    upper_bound=None if upper is None else list(upper))
 
@@ -235,8 +243,8 @@ class TablePlanner:
         upper = tuple(table.upper_bound)
         if request.parallelism > 1:
             return KeyRanges(table.table, request.chunk_size, after, upper,
-                             request.parallelism)
-        return KeyRange(table.table, request.chunk_size, after, upper)
+                             request.parallelism, request.row_filter)
+        return KeyRange(table.table, request.chunk_size, after, upper, request.row_filter)
 
     def opened(self, plan: ChunkPlan, read: ChunkRead,
                request: DumpRequest) -> tuple[Cursor | None, bool]:
@@ -258,7 +266,8 @@ def _all_read(plan: ChunkPlan, read: ChunkRead) -> bool:
 class KeysPlanner:
     """KEYS: the requested keys, a chunk size at a time."""
 
-    def start(self, table: TableProgress, source: ChunkReader) -> TableProgress | None:
+    def start(self, table: TableProgress, source: ChunkReader,
+              request: DumpRequest) -> TableProgress | None:
         return None
 
     def next(self, table: TableProgress, cursor: Cursor | None, request: DumpRequest,

@@ -29,6 +29,7 @@ from dblog_worker.requests import (
     COMMANDS,
     DEFAULT_CHUNK_SIZE,
 )
+from dblog_worker.row_filter import key_argument
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,6 +86,14 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--parallelism", type=int, default=1,
                       help="chunk SELECTs per window, each on a source connection of its own "
                            "(1-8; 1: one chunk per window)")
+    dump.add_argument("--where", nargs="+", action="append", metavar="WORD",
+                      help="only rows that meet a condition, as COLUMN OP [VALUE...]: "
+                           "region = EU, region in EU US, created_at '>=' 2026-01-01, "
+                           "deleted_at is null (repeat: all must hold)")
+    dump.add_argument("--from-key", type=key_argument, metavar="KEY",
+                      help='the first primary key to dump (included): 100 or [1,"a"]')
+    dump.add_argument("--to-key", type=key_argument, metavar="KEY",
+                      help="the last primary key to dump (included)")
     dump.add_argument("--client-token", help="idempotency token: the same token, one request")
     dump.add_argument("--wait", action="store_true", help="show progress until it ends")
     dump.add_argument("--json", action="store_true")

@@ -52,7 +52,8 @@ def dump(config: Config, args: argparse.Namespace) -> int:
     kind = DumpKind.ALL if args.all else DumpKind.KEYS if raw_keys is not None else DumpKind.TABLES
     spec = DumpSpec.of(kind, None if args.all else args.tables, keys,
                        chunk_size=args.chunk_size, delay_ms=args.delay_ms,
-                       client_token=args.client_token, parallelism=args.parallelism)
+                       client_token=args.client_token, parallelism=args.parallelism,
+                       where=args.where, from_key=args.from_key, to_key=args.to_key)
     state = state_of(config)
     request = create_dump(config, state, spec)
     if args.json:
@@ -60,7 +61,8 @@ def dump(config: Config, args: argparse.Namespace) -> int:
     else:
         print(f"{request.id} {request.state.value}: {request.kind.value} "
               f"{', '.join(request.tables)}"
-              + (f" ({request.key_count} keys)" if request.key_count else ""))
+              + (f" ({request.key_count} keys)" if request.key_count else "")
+              + (f" where {request.row_filter.describe()}" if request.row_filter else ""))
     if args.wait:
         return follow(state, request.id, 0)
     return 0
@@ -108,6 +110,8 @@ def show(config: Config, args: argparse.Namespace) -> int:
     print(f"{request.id}: {request.state.value} ({request.kind.value}), chunk size "
           f"{request.chunk_size}, delay {request.delay_ms} ms, parallelism "
           f"{request.parallelism}")
+    if request.row_filter is not None:
+        print(f"where: {request.row_filter.describe()}")
     if request.error:
         print(f"error: {request.error}")
     status = state.status()

@@ -42,12 +42,14 @@ def create_dump(config: Config, state: StateStore, spec: DumpSpec) -> DumpReques
     keys = source_keys(config, spec, tables)
     return state.create_request(spec.kind, tables, chunk_size=spec.chunk_size,
                                 delay_ms=spec.delay_ms, keys=keys,
-                                client_token=spec.client_token, parallelism=spec.parallelism)
+                                client_token=spec.client_token, parallelism=spec.parallelism,
+                                row_filter=spec.row_filter)
 
 
 def source_keys(config: Config, spec: DumpSpec, tables: Sequence[str]) -> list[KeyTexts]:
-    """Refuse tables the source does not capture, has dropped or has no key for, and keys
-    that do not fit the key columns (checked by the source itself); the keys as text.
+    """Refuse tables the source does not capture, has dropped or has no key for, keys
+    that do not fit the key columns, and a filter that does not apply to each table
+    (checked by the source itself); the keys as text.
     :class:`~dblog_worker.errors.SourceUnavailable` when the source does not answer."""
     config.source.check_captured(tables)
     source = open_source(_with_connect_timeout(config.source), lambda table, schema: 0)
@@ -62,6 +64,9 @@ def source_keys(config: Config, spec: DumpSpec, tables: Sequence[str]) -> list[K
         keys = spec.key_texts(arities[0])
         if keys:
             source.check_keys(tables[0], keys)
+        if spec.row_filter is not None:
+            for table in tables:
+                source.check_filter(table, spec.row_filter)
         return keys
     finally:
         source.close()
@@ -82,6 +87,7 @@ def request_json(request: DumpRequest, progress: dict[str, TableProgress]) -> di
         "delay_ms": request.delay_ms,
         "parallelism": request.parallelism,
         "key_count": request.key_count,
+        "filter": None if request.row_filter is None else request.row_filter.to_json(),
         "created_at": request.created_at,
         "updated_at": request.updated_at,
         "error": request.error,

@@ -99,7 +99,7 @@ class ActiveDump:
         """Start the current table's dump if it needs to (a table dump reads its upper
         bound); whether it did, so that its first window comes next time."""
         table = self.current_table()
-        started = None if table is None else self.planner.start(table, source)
+        started = None if table is None else self.planner.start(table, source, self.request)
         if started is None:
             return False
         self._set(started)

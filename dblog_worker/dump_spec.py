@@ -24,6 +24,7 @@ from dblog_worker.requests import (
     check_parallelism,
     parse_keys,
 )
+from dblog_worker.row_filter import RowFilter
 
 MAX_CLIENT_TOKEN = 200
 KEYS_EXAMPLE = '[1, 2] or [[1, "a"], [2, "b"]]'
@@ -41,6 +42,7 @@ class DumpSpec:
     delay_ms: int = 0
     client_token: str | None = None
     parallelism: int = 1
+    row_filter: RowFilter | None = None
 
     def __post_init__(self) -> None:
         check_chunk_size(self.chunk_size)
@@ -48,6 +50,7 @@ class DumpSpec:
         check_parallelism(self.parallelism)
         _check_tables(self.kind, self.tables)
         _check_keys(self.kind, self.keys)
+        _check_filter(self.kind, self.tables, self.row_filter)
         if self.client_token is not None and not (
                 isinstance(self.client_token, str)
                 and 1 <= len(self.client_token) <= MAX_CLIENT_TOKEN):
@@ -58,9 +61,11 @@ class DumpSpec:
     def of(cls, kind: object, tables: Sequence[str] | None = None,
            keys: Sequence[object] | None = None, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
            delay_ms: int = 0, client_token: str | None = None,
-           parallelism: int = 1) -> DumpSpec:
+           parallelism: int = 1, where: object = None, from_key: object = None,
+           to_key: object = None) -> DumpSpec:
         """A spec from a front end's values: ``kind`` as text (``all``, ``tables``,
-        ``keys``), tables in the order given (duplicates dropped)."""
+        ``keys``), tables in the order given (duplicates dropped), a filter's conditions
+        and key range as :meth:`RowFilter.of` takes them."""
         try:
             dump_kind = DumpKind(kind.strip() if isinstance(kind, str) else str(kind))
         except ValueError:
@@ -75,7 +80,7 @@ class DumpSpec:
             raise RequestRejected(f"keys must be a non-empty JSON array such as {KEYS_EXAMPLE}")
         return cls(dump_kind, tuple(dict.fromkeys(tables or ())),
                    None if keys is None else tuple(keys), chunk_size, delay_ms, client_token,
-                   parallelism)
+                   parallelism, RowFilter.of(where, from_key, to_key))
 
     def table_names(self, captured: Sequence[str]) -> tuple[str, ...]:
         """The tables to dump: for kind ``all``, the ``captured`` tables."""
@@ -104,6 +109,21 @@ def _check_tables(kind: DumpKind, tables: tuple[str, ...]) -> None:
     elif kind is DumpKind.KEYS and len(tables) != 1:
         raise RequestRejected(f"a primary-key dump (kind keys) names exactly one table, got "
                               f"{len(tables)}")
+
+
+def _check_filter(kind: DumpKind, tables: tuple[str, ...],
+                  row_filter: RowFilter | None) -> None:
+    if row_filter is None:
+        return
+    if kind is DumpKind.KEYS:
+        raise RequestRejected("a primary-key dump reads the keys it names: give it no where, "
+                              "from_key or to_key (or dump the table with them)")
+    if kind is DumpKind.ALL:
+        raise RequestRejected("a filtered dump names its tables: use kind tables with the "
+                              "tables the conditions are about")
+    if row_filter.key_range and len(tables) != 1:
+        raise RequestRejected(f"a key range (from_key, to_key) is of one table's key, got "
+                              f"{len(tables)} tables")
 
 
 def _check_keys(kind: DumpKind, keys: tuple[object, ...] | None) -> None:

@@ -35,6 +35,7 @@ from dblog_worker.requests import (
     key_record,
     sources_of,
 )
+from dblog_worker.row_filter import RowFilter
 
 _TRANSITION = """
 if KEYS[3] ~= '' and redis.call('HGET', KEYS[3], 'token') ~= ARGV[5] then return {'fenced', ''} end
@@ -97,6 +98,7 @@ class RequestStore(RedisStore):
         keys: Sequence[KeyTexts] = (),
         client_token: str | None = None,
         parallelism: int = 1,
+        row_filter: RowFilter | None = None,
     ) -> DumpRequest:
         """Queue a request; with a ``client_token`` already used, return that request."""
         check_chunk_size(chunk_size)
@@ -106,6 +108,8 @@ class RequestStore(RedisStore):
             raise RequestRejected("a dump needs at least one table")
         if kind is DumpKind.KEYS and (len(tables) != 1 or not keys):
             raise RequestRejected("a primary-key dump names exactly one table and some keys")
+        if row_filter is not None and kind is DumpKind.KEYS:
+            raise RequestRejected("a primary-key dump reads the keys it names: it takes no filter")
         with redis_errors():
             self.ensure_layout()
             if client_token is not None:
@@ -118,6 +122,7 @@ class RequestStore(RedisStore):
                 id=f"dump-{number}", kind=kind, tables=tuple(tables), chunk_size=chunk_size,
                 delay_ms=delay_ms, state=RequestState.QUEUED, created_at=now, updated_at=now,
                 key_count=len(keys), client_token=client_token, parallelism=parallelism,
+                row_filter=row_filter,
             )
 
             def fill(pipe: Any) -> None:

@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from dblog_worker.errors import CorruptRequest, RequestRejected
+from dblog_worker.row_filter import RowFilter
 
 MAX_CHUNK_SIZE = 100_000
 DEFAULT_CHUNK_SIZE = 5_000
@@ -160,6 +161,7 @@ class DumpRequest:
     client_token: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
     parallelism: int = 1
+    row_filter: RowFilter | None = None  # a filtered dump's conditions and key range
 
     def to_fields(self) -> dict[str, str]:
         fields = {
@@ -178,6 +180,8 @@ class DumpRequest:
             fields["error"] = self.error
         if self.client_token is not None:
             fields["client_token"] = self.client_token
+        if self.row_filter is not None:
+            fields["filter"] = json.dumps(self.row_filter.to_json())
         fields.update(self.extra)
         return fields
 
@@ -199,7 +203,8 @@ class DumpRequest:
         key_count = _number(fields.get("key_count", "0"), 0, MAX_KEYS, bad, "key_count")
         if kind is DumpKind.KEYS and key_count == 0:
             raise bad("key_count", "is 0, but a primary-key dump has keys")
-        known = {*REQUEST_REQUIRED, "key_count", "error", "client_token", "parallelism"}
+        known = {*REQUEST_REQUIRED, "key_count", "error", "client_token", "parallelism",
+                 "filter"}
         return cls(
             id=fields["id"],
             kind=kind,
@@ -216,6 +221,7 @@ class DumpRequest:
             # requests written before the knob existed read one chunk SELECT per window
             parallelism=_knob(fields.get("parallelism", "1"), check_parallelism, bad,
                               "parallelism"),
+            row_filter=_row_filter(fields.get("filter"), kind, bad),
         )
 
 
@@ -295,6 +301,18 @@ def _tables(text: str, kind: DumpKind, bad: _Bad) -> tuple[str, ...]:
     if kind is DumpKind.KEYS and len(tables) != 1:
         raise bad("tables", f"names {len(tables)} tables; a primary-key dump names one")
     return tuple(tables)
+
+
+def _row_filter(text: str | None, kind: DumpKind, bad: _Bad) -> RowFilter | None:
+    if text is None:
+        return None
+    try:
+        row_filter = RowFilter.from_json(text)
+    except ValueError as exc:
+        raise bad("filter", f"{_clip(text)} {exc}") from None
+    if kind is DumpKind.KEYS:
+        raise bad("filter", "is set, but a primary-key dump reads the keys it names")
+    return row_filter
 
 
 def key_record(text: str, *, request_id: str, key: str, index: int) -> KeyTexts:

@@ -20,6 +20,7 @@ import pyarrow as pa
 from dblog_worker.events import Checkpoint, Encoded, LogItem
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
+from dblog_worker.row_filter import RowFilter
 
 SchemaVersion = Callable[[str, Mapping[str, object]], int]  # (table, schema) → version
 
@@ -130,6 +131,10 @@ class Tables(Protocol):
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         """RequestRejected unless every key fits the key columns' types."""
 
+    def check_filter(self, table: str, row_filter: RowFilter) -> None:
+        """RequestRejected unless the table has the filter's columns, its values fit their
+        types and the database accepts its conditions (checked on no row)."""
+
 
 def locked(schema_version: SchemaVersion) -> SchemaVersion:
     """``schema_version`` for several threads (a window's parallel chunk readers): one
@@ -146,18 +151,19 @@ def locked(schema_version: SchemaVersion) -> SchemaVersion:
 class ChunkReader(Protocol):
     """The chunk SELECTs of a dump: a key range, or a batch of keys."""
 
-    def upper_bound(self, table: str) -> KeyTexts | None: ...
+    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        """The largest key (of the rows that meet ``row_filter``); None for no row."""
 
-    def read_chunk(
-        self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int
-    ) -> Chunk: ...
+    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int,
+                   row_filter: RowFilter | None = None) -> Chunk:
+        """Up to ``limit`` rows (that meet ``row_filter``) after ``after``, up to ``upper``."""
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk: ...
 
-    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                  offset: int) -> KeyTexts | None:
+    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts, offset: int,
+                  row_filter: RowFilter | None = None) -> KeyTexts | None:
         """The ``offset``-th key after ``after`` (from the first key if None), up to
-        ``upper``; None when there are fewer keys."""
+        ``upper``, of the rows that meet ``row_filter``; None when there are fewer keys."""
 
 
 class DumpReader(ChunkReader, Protocol):

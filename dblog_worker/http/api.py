@@ -57,7 +57,7 @@ CONTENT_TYPES = {
 }
 STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")  # one file, never a path
 CREATE_FIELDS = ("kind", "tables", "keys", "chunk_size", "delay_ms", "parallelism",
-                 "client_token")
+                 "client_token", "where", "from_key", "to_key")
 KNOB_FIELDS = ("chunk_size", "delay_ms", "parallelism")
 
 
@@ -208,7 +208,9 @@ class Api:
                            chunk_size=_integer(body, "chunk_size", DEFAULT_CHUNK_SIZE),
                            delay_ms=_integer(body, "delay_ms", 0),
                            client_token=client_token,
-                           parallelism=_integer(body, "parallelism", 1))
+                           parallelism=_integer(body, "parallelism", 1),
+                           where=body.get("where"), from_key=body.get("from_key"),
+                           to_key=body.get("to_key"))
         known = self._existing(spec.client_token)
         request = create_dump(self.config, self.state, spec)
         created = known is None or known != request.id

@@ -19,6 +19,7 @@ from dblog_worker.requests import (
     DumpKind,
     RequestState,
 )
+from dblog_worker.row_filter import MAX_CONDITIONS, MAX_VALUES, Op
 
 Schema = dict[str, Any]
 
@@ -67,6 +68,8 @@ REQUEST_FIELDS: Schema = {
     "delay_ms": {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS},
     "parallelism": {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELISM},
     "key_count": {"type": "integer", "minimum": 0},
+    "filter": {"oneOf": [{"type": "null"}, _ref("RowFilter")],
+               "description": "a filtered dump's conditions and key range"},
     "created_at": {"type": "number", "description": "Unix time, seconds"},
     "updated_at": {"type": "number", "description": "Unix time, seconds"},
     "error": {**_nullable("string"), "description": "why it failed or was cancelled"},
@@ -84,6 +87,30 @@ PARALLELISM: Schema = {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELI
                                       "source connection of its own (a primary-key dump "
                                       "reads one batch per window)"}
 
+KEY: Schema = {"oneOf": [KEY_VALUE, {"type": "array", "minItems": 1, "items": KEY_VALUE}]}
+CONDITION: Schema = {
+    "type": "object",
+    "description": "column op value: one value, a list of values (in, not in), or none "
+                   "(is null, is not null); values are read as the column's type",
+    "properties": {
+        "column": {"type": "string", "minLength": 1},
+        "op": {"enum": [o.value for o in Op]},
+        "value": KEY_VALUE,
+        "values": {"type": "array", "minItems": 1, "maxItems": MAX_VALUES,
+                   "items": KEY_VALUE},
+    },
+    "required": ["column", "op"],
+    "additionalProperties": False,
+    "examples": [{"column": "region", "op": "in", "values": ["EU", "US"]}],
+}
+FILTER_FIELDS: Schema = {
+    "where": {"type": "array", "maxItems": MAX_CONDITIONS, "items": CONDITION,
+              "description": "conditions every dumped row meets (AND); kind tables only"},
+    "from_key": {**KEY, "description": "the first primary key of the range (included); "
+                                       "kind tables with one table"},
+    "to_key": {**KEY, "description": "the last primary key of the range (included)"},
+}
+
 SCHEMAS: dict[str, Schema] = {
     "Error": {
         "type": "object",
@@ -96,6 +123,13 @@ SCHEMAS: dict[str, Schema] = {
     "Ready": {"type": "object", "properties": {"status": {"const": "ready"}},
               "required": ["status"]},
     "TableProgress": TABLE_PROGRESS,
+    "RowFilter": {
+        "type": "object",
+        "properties": {"where": {"type": "array", "items": CONDITION},
+                       "from_key": {**_nullable("array"), "items": {"type": "string"}},
+                       "to_key": {**_nullable("array"), "items": {"type": "string"}}},
+        "required": ["where", "from_key", "to_key"],
+    },
     "RequestSummary": {
         "type": "object",
         "description": "A dump request, as `dblog list --json` shows it.",
@@ -176,6 +210,7 @@ SCHEMAS: dict[str, Schema] = {
             "delay_ms": DELAY_MS,
             "parallelism": PARALLELISM,
             "client_token": _ref("ClientToken"),
+            **FILTER_FIELDS,
         },
         "required": ["kind", "tables"],
         "additionalProperties": False,

@@ -11,12 +11,13 @@ run with parameters and :func:`ident` doubles ``%`` in names (``disc%`` is
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dblog_worker import names
 from dblog_worker.names import split_table
+from dblog_worker.row_filter import Op, RowFilter
 from dblog_worker.source import Problem
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 
@@ -131,31 +132,79 @@ def at_most_params(values: Sequence[Any]) -> list[Any]:
     return [*after_params(values), *values]
 
 
-def chunk_sql(shape: TableShape, *, first: bool) -> str:
-    """One keyset chunk, up to the table's upper bound: parameters are the last key
-    read (unless ``first``; :func:`after_params`), the upper bound
-    (:func:`at_most_params`), and the limit."""
-    return f"SELECT {_columns(shape)} FROM {_range(shape, first)} LIMIT %s"
+def _at_least(key: Sequence[str]) -> str:
+    """``(k1, k2) >= (%s, %s)``, index-friendly: :func:`_after` or equal; parameters
+    those of :func:`at_most_params`."""
+    last = " AND ".join(f"{ident(k)} = %s" for k in key)
+    return f"({_after(key)[1:-1]} OR ({last}))"
 
 
-def key_after_sql(shape: TableShape, *, first: bool) -> str:
+_COMPARISONS = {Op.EQ: "=", Op.NE: "<>", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
+
+
+def filter_sql(shape: TableShape, row_filter: RowFilter,
+               param: Callable[[str, str], Any],
+               key_params: Callable[[Sequence[str]], list[Any]]) -> tuple[list[str], list[Any]]:
+    """A filtered dump's conditions and their parameters, in order: ``param(column,
+    text)`` and ``key_params(texts)`` parse the values as the columns' types."""
+    conditions: list[str] = []
+    params: list[Any] = []
+    for condition in row_filter.conditions:
+        column = ident(condition.column)
+        if condition.op is Op.IS_NULL or condition.op is Op.IS_NOT_NULL:
+            conditions.append(f"{column} {condition.op.value.upper()}")
+        elif condition.op is Op.IN or condition.op is Op.NOT_IN:
+            marks = ", ".join(["%s"] * len(condition.values))
+            conditions.append(f"{column} {condition.op.value.upper()} ({marks})")
+            params.extend(param(condition.column, v) for v in condition.values)
+        else:
+            conditions.append(f"{column} {_COMPARISONS[condition.op]} %s")
+            params.append(param(condition.column, condition.values[0]))
+    if row_filter.from_key is not None:
+        conditions.append(_at_least(shape.key))
+        params.extend(at_most_params(key_params(row_filter.from_key)))
+    if row_filter.to_key is not None:
+        conditions.append(_at_most(shape.key))
+        params.extend(at_most_params(key_params(row_filter.to_key)))
+    return conditions, params
+
+
+def filter_check_sql(shape: TableShape, where: Sequence[str]) -> str:
+    """A filter's conditions on the table, no row read: what the server refuses in them."""
+    return f"SELECT 1 FROM {_table_sql(shape.table)} WHERE {' AND '.join(where)} LIMIT 0"
+
+
+def chunk_sql(shape: TableShape, *, first: bool, where: Sequence[str] = ()) -> str:
+    """One keyset chunk, up to the table's upper bound, of the rows that meet a filter's
+    conditions (``where``): parameters are the last key read (unless ``first``;
+    :func:`after_params`), the upper bound (:func:`at_most_params`), the filter's
+    (:func:`filter_sql`), and the limit."""
+    return f"SELECT {_columns(shape)} FROM {_range(shape, first, where)} LIMIT %s"
+
+
+def key_after_sql(shape: TableShape, *, first: bool, where: Sequence[str] = ()) -> str:
     """The key ``offset`` keys into the range :func:`chunk_sql` reads (the end of a
     parallel window's range): the key columns only (``select_key``), so no other column
     of the rows skipped is read (off-page BLOBs and TEXTs stay where they are).
     Parameters: those of :func:`chunk_sql`, then the offset."""
-    return f"SELECT {_key_columns(shape)} FROM {_range(shape, first)} LIMIT 1 OFFSET %s"
+    return (f"SELECT {_key_columns(shape)} FROM {_range(shape, first, where)} "
+            "LIMIT 1 OFFSET %s")
 
 
-def _range(shape: TableShape, first: bool) -> str:
+def _range(shape: TableShape, first: bool, where: Sequence[str]) -> str:
     order = ", ".join(ident(k) for k in shape.key)
-    where = _at_most(shape.key) if first else f"{_after(shape.key)} AND {_at_most(shape.key)}"
-    return f"{_table_sql(shape.table)} WHERE {where} ORDER BY {order}"
+    conditions = [_at_most(shape.key)] if first else [_after(shape.key), _at_most(shape.key)]
+    return (f"{_table_sql(shape.table)} WHERE {' AND '.join([*conditions, *where])} "
+            f"ORDER BY {order}")
 
 
-def upper_bound_sql(shape: TableShape) -> str:
-    """The table's largest key (the upper bound of a table dump): the key columns only."""
+def upper_bound_sql(shape: TableShape, where: Sequence[str] = ()) -> str:
+    """The table's largest key (of the rows that meet a filter's conditions, ``where``):
+    the upper bound of a table dump; the key columns only."""
     order = ", ".join(f"{ident(k)} DESC" for k in shape.key)
-    return f"SELECT {_key_columns(shape)} FROM {_table_sql(shape.table)} ORDER BY {order} LIMIT 1"
+    condition = f" WHERE {' AND '.join(where)}" if where else ""
+    return (f"SELECT {_key_columns(shape)} FROM {_table_sql(shape.table)}{condition} "
+            f"ORDER BY {order} LIMIT 1")
 
 
 def _key_columns(shape: TableShape) -> str:

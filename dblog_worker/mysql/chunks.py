@@ -43,6 +43,7 @@ from dblog_worker.mysql.session import dump_connection_options
 from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
 from dblog_worker.requests import KeyTexts
+from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, KeysChunk
 from dblog_worker.tables import TableCache
 
@@ -123,6 +124,20 @@ def _key_params(table: str, captured: _Table, key: KeyTexts) -> list[object]:
             f"key {list(key)} does not fit the primary key of {table} any more ({exc}): its "
             "columns changed since the dump began; request a new dump"
         ) from None
+
+
+def _where(table: str, captured: _Table,
+           row_filter: RowFilter | None) -> tuple[list[str], list[Any]]:
+    """A filter's conditions and parameters for the table as it is now; DumpFailed if a
+    column it names was dropped, or a value no longer fits its column."""
+    if row_filter is None:
+        return [], []
+    try:
+        return catalog.filter_sql(captured.shape, row_filter, captured.codec.column_param,
+                                  captured.codec.key_params)
+    except ValueError as exc:
+        raise DumpFailed(f"the filter does not fit {table} any more ({exc}): its columns "
+                         "changed since the dump was requested; request a new dump") from None
 
 
 def _description(cursor: Any) -> Described:
@@ -222,32 +237,62 @@ class CapturedTables:
     def key_arity(self, table: str) -> int:
         return len(self._cache.get(table).shape.key)
 
-    def upper_bound(self, table: str) -> KeyTexts | None:
+    def check_filter(self, table: str, row_filter: RowFilter) -> None:
+        """Refuse a filter whose columns the table lacks, whose values do not fit their
+        columns' types, or that the server refuses (tried on no row)."""
         captured = self._cache.get(table)
-        rows = self._select(table, catalog.upper_bound_sql(captured.shape), (), primary=True)
+        missing = [c for c in row_filter.columns if c not in captured.shape.columns]
+        if missing:
+            raise RequestRejected(f"{table} has no column {missing[0]!r} (it has "
+                                  f"{', '.join(captured.shape.columns)})")
+        for key in (row_filter.from_key, row_filter.to_key):
+            if key is not None:
+                self.check_keys(table, [key])
+        try:
+            where, params = catalog.filter_sql(captured.shape, row_filter,
+                                               captured.codec.column_param,
+                                               captured.codec.key_params)
+        except ValueError as exc:
+            raise RequestRejected(f"the filter does not fit {table}: {exc}") from None
+        try:
+            with self._primary().cursor() as cursor:
+                cursor.execute(catalog.filter_check_sql(captured.shape, where), params)
+        except pymysql.MySQLError as exc:
+            error = self._read_error(table, exc, self._catalog_on_replica)
+            if not isinstance(error, DumpFailed):
+                raise error from exc
+            raise RequestRejected(f"the filter does not apply to {table}: {exc}") from None
+
+    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        captured = self._cache.get(table)
+        where, params = _where(table, captured, row_filter)
+        rows = self._select(table, catalog.upper_bound_sql(captured.shape, where), params,
+                            primary=True)
         return None if not rows else captured.codec.key_texts_from_key_cells(rows[0])
 
-    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                   limit: int) -> Chunk:
+    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int,
+                   row_filter: RowFilter | None = None) -> Chunk:
         captured = self._cache.get(table)
         params_of = functools.partial(_key_params, table, captured)
         params = [] if after is None else catalog.after_params(params_of(after))
         params += catalog.at_most_params(params_of(upper))
-        sql = catalog.chunk_sql(captured.shape, first=after is None)
-        rows = self._select(table, sql, [*params, limit])
+        where, filter_params = _where(table, captured, row_filter)
+        sql = catalog.chunk_sql(captured.shape, first=after is None, where=where)
+        rows = self._select(table, sql, [*params, *filter_params, limit])
         self._check_current(table, captured)
         last = None if not rows else captured.codec.key_texts_from_dump(rows[-1])
         return Chunk(len(rows), last, captured.version,
                      functools.partial(_encode_rows, captured.codec, rows))
 
-    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                  offset: int) -> KeyTexts | None:
+    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts, offset: int,
+                  row_filter: RowFilter | None = None) -> KeyTexts | None:
         captured = self._cache.get(table)
         params_of = functools.partial(_key_params, table, captured)
         params = [] if after is None else catalog.after_params(params_of(after))
         params += catalog.at_most_params(params_of(upper))
-        sql = catalog.key_after_sql(captured.shape, first=after is None)
-        rows = self._select(table, sql, [*params, offset - 1])
+        where, filter_params = _where(table, captured, row_filter)
+        sql = catalog.key_after_sql(captured.shape, first=after is None, where=where)
+        rows = self._select(table, sql, [*params, *filter_params, offset - 1])
         return None if not rows else captured.codec.key_texts_from_key_cells(rows[0])
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:

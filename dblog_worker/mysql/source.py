@@ -40,6 +40,7 @@ from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
+from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion
 from dblog_worker.tables import HEARTBEAT
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
@@ -365,19 +366,22 @@ class MySqlSource:
     def key_arity(self, table: str) -> int:
         return self.captured.key_arity(table)
 
-    def upper_bound(self, table: str) -> KeyTexts | None:
-        return self.captured.upper_bound(table)
+    def check_filter(self, table: str, row_filter: RowFilter) -> None:
+        self.captured.check_filter(table, row_filter)
 
-    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                   limit: int) -> Chunk:
-        return self.captured.read_chunk(table, after, upper, limit)
+    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        return self.captured.upper_bound(table, row_filter)
+
+    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int,
+                   row_filter: RowFilter | None = None) -> Chunk:
+        return self.captured.read_chunk(table, after, upper, limit, row_filter)
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
         return self.captured.read_keys(table, keys)
 
-    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                  offset: int) -> KeyTexts | None:
-        return self.captured.key_after(table, after, upper, offset)
+    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts, offset: int,
+                  row_filter: RowFilter | None = None) -> KeyTexts | None:
+        return self.captured.key_after(table, after, upper, offset, row_filter)
 
     def lane(self, index: int) -> ChunkReader:
         if index == 0:

@@ -448,6 +448,17 @@ class MyRowCodec:
                 raise ValueError(f"key column {self.columns[i].name!r}: {exc}") from None
         return params
 
+    def column_param(self, name: str, text: str) -> object:
+        """The parameter to bind for a user's text compared with column ``name`` (a
+        filter's value); ValueError for a text the column cannot hold or no such column."""
+        for column, encoding in zip(self.columns, self._encodings, strict=True):
+            if column.name == name:
+                try:
+                    return encoding.param(text)
+                except ValueError as exc:
+                    raise ValueError(f"column {name!r}: {exc}") from None
+        raise ValueError(f"there is no column {name!r}")
+
     def key_from_texts(self, texts: Sequence[str]) -> str:
         """The canonical JSON array of canonical key texts (as the ``key_texts_*`` give)."""
         if len(texts) != len(self._key_positions):

@@ -39,6 +39,7 @@ class TableInfo:
     # what ``SELECT *`` reads: every column, generated ones too, in order
     star: tuple[str, ...] = ()
     star_oids: tuple[int, ...] = ()
+    star_types: tuple[str, ...] = ()  # format_type(atttypid, NULL) of each
     partitioned: bool = False
 
     @property
@@ -68,7 +69,8 @@ def load_table(conn: psycopg.Connection[tuple[object, ...]], table: str) -> Tabl
         return None
     oid = int(str(row[0]))
     every = conn.execute(
-        "SELECT attname, atttypid::int, attgenerated <> '' FROM pg_attribute "
+        "SELECT attname, atttypid::int, attgenerated <> '', format_type(atttypid, NULL) "
+        "FROM pg_attribute "
         "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
         (oid,),
     ).fetchall()
@@ -91,6 +93,7 @@ def load_table(conn: psycopg.Connection[tuple[object, ...]], table: str) -> Tabl
         replica_identity=str(row[2]),
         star=tuple(str(c[0]) for c in every),
         star_oids=tuple(int(str(c[1])) for c in every),
+        star_types=tuple(str(c[3]) for c in every),
         partitioned=str(row[1]) == "p",
     )
 

@@ -39,6 +39,7 @@ from dblog_worker.pg.columns import ColumnCodec, text_columns
 from dblog_worker.pg.encoders import PgType
 from dblog_worker.pg.values import RowCodec
 from dblog_worker.requests import KeyTexts
+from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, KeysChunk, SchemaVersion
 from dblog_worker.tables import TableCache
 
@@ -233,20 +234,75 @@ class PgChunkReader:
 
     # -- the reads ------------------------------------------------------------
 
-    def upper_bound(self, table: str) -> KeyTexts | None:
+    def check_filter(self, table: str, row_filter: RowFilter) -> None:
+        """Refuse a filter whose columns the table lacks, whose values do not fit their
+        columns' types, or whose operators the types lack (planned, no row read)."""
         captured = self.captured.get(table)
-        cursor = self._run(table, queries.upper_bound_sql(captured.info.shape), (),
+        info = captured.info
+        types = dict(zip(info.star, info.star_types, strict=True))
+        for column in row_filter.columns:
+            if column not in types:
+                raise RequestRejected(f"{table} has no column {column!r} (it has "
+                                      f"{', '.join(info.star)})")
+        for key in (row_filter.from_key, row_filter.to_key):
+            if key is not None:
+                self.check_keys(table, [key])
+        for condition in row_filter.conditions:
+            self._check_values(table, condition.column, types[condition.column],
+                               condition.values)
+        where, params = self._where(table, captured, row_filter)
+        try:
+            with connection_errors("checking the filter"):
+                self.conn.execute(queries.filter_check_sql(info.shape, where).encode(), params)
+        except psycopg.Error as exc:
+            raise RequestRejected(f"the filter does not apply to {table}: "
+                                  f"{exc.diag.message_primary or exc}") from None
+
+    def _check_values(self, table: str, column: str, column_type: str,
+                      values: Sequence[str]) -> None:
+        if not values:
+            return
+        try:
+            with connection_errors("checking the filter"):
+                self.conn.execute(queries.check_key_values_sql(column_type), (list(values),))
+        except psycopg.errors.DataError as exc:
+            raise RequestRejected(f"a value does not fit column {column} ({column_type}) of "
+                                  f"{table}: {exc.diag.message_primary}") from None
+
+    def _where(self, table: str, captured: _Table,
+               row_filter: RowFilter | None) -> tuple[list[str], list[object]]:
+        """A filter's conditions and parameters for the table as the catalog describes it
+        now; DumpFailed if a column it names was dropped or the key changed since."""
+        if row_filter is None:
+            return [], []
+        info = captured.info
+        types = dict(zip(info.star, info.star_types, strict=True))
+        gone = [c for c in row_filter.columns if c not in types]
+        if gone:
+            raise DumpFailed(f"the filter's column {gone[0]!r} is not a column of {table} any "
+                             "more: request a new dump with a filter on its columns")
+        arity = len(info.key_columns)
+        if any(key is not None and len(key) != arity
+               for key in (row_filter.from_key, row_filter.to_key)):
+            raise DumpFailed(f"the key range does not fit the primary key of {table} "
+                             f"({', '.join(info.key_columns)}): request a new dump")
+        return queries.filter_sql(info.shape, row_filter, types)
+
+    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        captured = self.captured.get(table)
+        where, params = self._where(table, captured, row_filter)
+        cursor = self._run(table, queries.upper_bound_sql(captured.info.shape, where), params,
                            on_primary=True)
         with connection_errors(f"reading {table}"):
             rows = cursor.fetchall()
         return None if not rows else tuple(str(v) for v in rows[0])
 
-    def read_chunk(
-        self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int
-    ) -> Chunk:
+    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int,
+                   row_filter: RowFilter | None = None) -> Chunk:
         captured = self._range_of(table, after, upper)
-        sql = queries.chunk_sql(captured.info.shape, first=after is None)
-        result = self._run(table, sql, [*(after or ()), *upper, limit]).pgresult
+        where, params = self._where(table, captured, row_filter)
+        sql = queries.chunk_sql(captured.info.shape, first=after is None, where=where)
+        result = self._run(table, sql, [*(after or ()), *upper, *params, limit]).pgresult
         assert result is not None
         self._check_read(table, captured, result, 0)
         count = result.ntuples
@@ -256,11 +312,12 @@ class PgChunkReader:
         return Chunk(count, last, captured.version, functools.partial(
             _encode_result, captured.columns, captured.star_index, result))
 
-    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                  offset: int) -> KeyTexts | None:
+    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts, offset: int,
+                  row_filter: RowFilter | None = None) -> KeyTexts | None:
         captured = self._range_of(table, after, upper)
-        sql = queries.key_after_sql(captured.info.shape, first=after is None)
-        result = self._run(table, sql, [*(after or ()), *upper, offset - 1]).pgresult
+        where, params = self._where(table, captured, row_filter)
+        sql = queries.key_after_sql(captured.info.shape, first=after is None, where=where)
+        result = self._run(table, sql, [*(after or ()), *upper, *params, offset - 1]).pgresult
         assert result is not None
         if not result.ntuples:
             return None

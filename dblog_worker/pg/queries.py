@@ -16,8 +16,10 @@ than the statement (see ``pg/chunks.py``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from dblog_worker.row_filter import Op, RowFilter
 
 
 def quote_ident(name: str) -> str:
@@ -63,34 +65,71 @@ def _bound(shape: TableShape) -> str:
     return ", ".join(f"CAST(%s AS {sql_text(t)})" for t in shape.key_types)
 
 
-def upper_bound_sql(shape: TableShape) -> str:
-    """The largest key of the table: the upper bound of a table dump, captured once."""
+def upper_bound_sql(shape: TableShape, where: Sequence[str] = ()) -> str:
+    """The largest key of the table (of its rows that meet a filter's conditions,
+    ``where``: parameters those of :func:`filter_sql`): the upper bound of a table dump,
+    captured once."""
     order = ", ".join(f"{ident(c)} DESC" for c in shape.key_columns)
-    return f"SELECT {_key(shape)} FROM {shape.qualified} ORDER BY {order} LIMIT 1"
+    condition = f" WHERE {' AND '.join(where)}" if where else ""
+    return f"SELECT {_key(shape)} FROM {shape.qualified}{condition} ORDER BY {order} LIMIT 1"
 
 
-def chunk_sql(shape: TableShape, *, first: bool) -> str:
-    """The next chunk: keys after the last completed one (unless first), up to the bound.
+def chunk_sql(shape: TableShape, *, first: bool, where: Sequence[str] = ()) -> str:
+    """The next chunk: keys after the last completed one (unless first), up to the bound,
+    of the rows that meet a filter's conditions (``where``).
 
     Parameters: the last key's values (unless ``first``), the upper bound's values,
-    the limit.
+    the filter's (:func:`filter_sql`), the limit.
     """
-    return f"SELECT * FROM {_range(shape, first)} LIMIT %s"
+    return f"SELECT * FROM {_range(shape, first, where)} LIMIT %s"
 
 
-def key_after_sql(shape: TableShape, *, first: bool) -> str:
+def key_after_sql(shape: TableShape, *, first: bool, where: Sequence[str] = ()) -> str:
     """The key ``offset`` keys into the range :func:`chunk_sql` reads (the end of a
     parallel window's range): the key columns only, so the rows skipped are not formed
     (an index-only scan where the visibility map allows). Parameters: those of
     :func:`chunk_sql`, then the offset."""
-    return f"SELECT {_key(shape)} FROM {_range(shape, first)} LIMIT 1 OFFSET %s"
+    return f"SELECT {_key(shape)} FROM {_range(shape, first, where)} LIMIT 1 OFFSET %s"
 
 
-def _range(shape: TableShape, first: bool) -> str:
+def _range(shape: TableShape, first: bool, where: Sequence[str]) -> str:
     key = _key(shape)
     conditions = [] if first else [f"({key}) > ({_bound(shape)})"]
     conditions.append(f"({key}) <= ({_bound(shape)})")
-    return f"{shape.qualified} WHERE {' AND '.join(conditions)} ORDER BY {key}"
+    return f"{shape.qualified} WHERE {' AND '.join([*conditions, *where])} ORDER BY {key}"
+
+
+_COMPARISONS = {Op.EQ: "=", Op.NE: "<>", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
+
+
+def filter_sql(shape: TableShape, row_filter: RowFilter,
+               column_types: Mapping[str, str]) -> tuple[list[str], list[object]]:
+    """A filtered dump's conditions (each value cast to its column's type,
+    ``column_types``: ``format_type`` of each column) and their parameters, in order."""
+    conditions: list[str] = []
+    params: list[object] = []
+    for condition in row_filter.conditions:
+        column, cast = ident(condition.column), sql_text(column_types[condition.column])
+        if condition.op is Op.IS_NULL or condition.op is Op.IS_NOT_NULL:
+            conditions.append(f"{column} {condition.op.value.upper()}")
+        elif condition.op is Op.IN or condition.op is Op.NOT_IN:
+            each = "= ANY" if condition.op is Op.IN else "<> ALL"
+            conditions.append(f"{column} {each}(CAST(%s AS {cast}[]))")
+            params.append(list(condition.values))
+        else:
+            conditions.append(f"{column} {_COMPARISONS[condition.op]} CAST(%s AS {cast})")
+            params.append(condition.values[0])
+    for bound, compare in ((row_filter.from_key, ">="), (row_filter.to_key, "<=")):
+        if bound is not None:
+            conditions.append(f"({_key(shape)}) {compare} ({_bound(shape)})")
+            params.extend(bound)
+    return conditions, params
+
+
+def filter_check_sql(shape: TableShape, where: Sequence[str]) -> str:
+    """Plans a filter's conditions on the table without reading a row: an operator the
+    column's type lacks (``json = json``) is refused here."""
+    return f"SELECT 1 FROM {shape.qualified} WHERE {' AND '.join(where)} LIMIT 0"
 
 
 def keys_sql(shape: TableShape) -> str:

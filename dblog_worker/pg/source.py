@@ -39,6 +39,7 @@ from dblog_worker.pg.values import libpq_options
 from dblog_worker.pg.visibility import Snapshot
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
+from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import (
     Chunk,
     ChunkReader,
@@ -416,20 +417,22 @@ class PgSource:
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         self.chunks.check_keys(table, keys)
 
-    def upper_bound(self, table: str) -> KeyTexts | None:
-        return self.chunks.upper_bound(table)
+    def check_filter(self, table: str, row_filter: RowFilter) -> None:
+        self.chunks.check_filter(table, row_filter)
 
-    def read_chunk(
-        self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int
-    ) -> Chunk:
-        return self.chunks.read_chunk(table, after, upper, limit)
+    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        return self.chunks.upper_bound(table, row_filter)
+
+    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int,
+                   row_filter: RowFilter | None = None) -> Chunk:
+        return self.chunks.read_chunk(table, after, upper, limit, row_filter)
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
         return self.chunks.read_keys(table, keys)
 
-    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                  offset: int) -> KeyTexts | None:
-        return self.chunks.key_after(table, after, upper, offset)
+    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts, offset: int,
+                  row_filter: RowFilter | None = None) -> KeyTexts | None:
+        return self.chunks.key_after(table, after, upper, offset, row_filter)
 
     def lane(self, index: int) -> ChunkReader:
         if index == 0:

@@ -27,6 +27,7 @@ from dblog_worker.pg import queries as pg_queries
 from dblog_worker.pg.chunks import PgChunkReader
 from dblog_worker.pg.source import _connect as pg_connect
 from dblog_worker.requests import KeyTexts
+from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk
 from tests.integration.harness import HOSTILE, Backend, MariaDatabase
 
@@ -35,10 +36,10 @@ ROWS = 5000  # keys 10, 20, ..., 50000
 
 class Reader(Protocol):
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                   limit: int) -> Chunk: ...
+                   limit: int, row_filter: RowFilter | None = None) -> Chunk: ...
 
     def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                  offset: int) -> KeyTexts | None: ...
+                  offset: int, row_filter: RowFilter | None = None) -> KeyTexts | None: ...
 
 
 @dataclasses.dataclass

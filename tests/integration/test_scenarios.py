@@ -35,6 +35,7 @@ from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
+from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion, Source
 from dblog_worker.state import StateStore
 from dblog_worker.worker import Worker
@@ -299,8 +300,8 @@ class HookedSource:
             self.hooks["after_low"](token)
 
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                   limit: int) -> Chunk:
-        chunk = self.inner.read_chunk(table, after, upper, limit)
+                   limit: int, row_filter: RowFilter | None = None) -> Chunk:
+        chunk = self.inner.read_chunk(table, after, upper, limit, row_filter)
         if "after_select" in self.hooks:
             self.hooks["after_select"](table)
         return chunk
@@ -358,15 +359,18 @@ class HookedSource:
     def key_arity(self, table: str) -> int:
         return self.inner.key_arity(table)
 
-    def upper_bound(self, table: str) -> KeyTexts | None:
-        return self.inner.upper_bound(table)
+    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        return self.inner.upper_bound(table, row_filter)
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         self.inner.check_keys(table, keys)
 
+    def check_filter(self, table: str, row_filter: RowFilter) -> None:
+        self.inner.check_filter(table, row_filter)
+
     def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                  offset: int) -> KeyTexts | None:
-        return self.inner.key_after(table, after, upper, offset)
+                  offset: int, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        return self.inner.key_after(table, after, upper, offset, row_filter)
 
     def lane(self, index: int) -> ChunkReader:
         return self if index == 0 else self.inner.lane(index)

@@ -20,7 +20,7 @@ class Bounds:
     def __init__(self, upper: KeyTexts | None) -> None:
         self.upper = upper
 
-    def upper_bound(self, table: str) -> KeyTexts | None:
+    def upper_bound(self, table: str, row_filter: object = None) -> KeyTexts | None:
         return self.upper
 
     def read_chunk(self, *args: object) -> Any:

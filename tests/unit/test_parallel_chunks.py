@@ -53,18 +53,18 @@ class Lane:
     def __init__(self, table: Table, index: int) -> None:
         self.table, self.index = table, index
 
-    def upper_bound(self, table: str) -> KeyTexts | None:
+    def upper_bound(self, table: str, row_filter: object = None) -> KeyTexts | None:
         return (str(self.table.keys[-1]),) if self.table.keys else None
 
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                   limit: int) -> Chunk:
+                   limit: int, row_filter: object = None) -> Chunk:
         return self.table.select(self.index, after, upper, limit)
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
         raise AssertionError("not a key dump")
 
     def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                  offset: int) -> KeyTexts | None:
+                  offset: int, row_filter: object = None) -> KeyTexts | None:
         low = -1 if after is None else int(after[0])
         keys = [k for k in self.table.keys if low < k <= int(upper[0])]
         return (str(keys[offset - 1]),) if len(keys) >= offset else None
@@ -140,7 +140,7 @@ def test_whole_prefix(reads: list[tuple[int, KeyTexts | None]], kept: int) -> No
 
 def test_the_planner_reads_ranges_when_the_request_asks_and_ends_on_the_upper_bound() -> None:
     planner, table = TablePlanner(), Table(range(1, 36))
-    progress = planner.start(TableProgress(TABLE), Reader(table))
+    progress = planner.start(TableProgress(TABLE), Reader(table), request(1))
     assert progress is not None
     assert isinstance(planner.next(progress, None, request(1), no_keys), KeyRange)
     cursor = None
