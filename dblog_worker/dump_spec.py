@@ -118,12 +118,10 @@ def _check_filter(kind: DumpKind, tables: tuple[str, ...],
     if kind is DumpKind.KEYS:
         raise RequestRejected("a primary-key dump reads the keys it names: give it no where, "
                               "from_key or to_key (or dump the table with them)")
-    if kind is DumpKind.ALL:
-        raise RequestRejected("a filtered dump names its tables: use kind tables with the "
-                              "tables the conditions are about")
-    if row_filter.key_range and len(tables) != 1:
-        raise RequestRejected(f"a key range (from_key, to_key) is of one table's key, got "
-                              f"{len(tables)} tables")
+    if row_filter.key_range and (kind is DumpKind.ALL or len(tables) != 1):
+        given = "kind all" if kind is DumpKind.ALL else f"{len(tables)} tables"
+        raise RequestRejected("a key range (from_key, to_key) is of one table's key: use kind "
+                              f"tables with one table, got {given}")
 
 
 def _check_keys(kind: DumpKind, keys: tuple[object, ...] | None) -> None:
