@@ -52,15 +52,16 @@ class Op(StrEnum):
         return 1, 1
 
 
-# what people write for the same operator
-_SPELLINGS = {"==": Op.EQ, "<>": Op.NE, "eq": Op.EQ, "ne": Op.NE, "lt": Op.LT, "le": Op.LE,
-              "gt": Op.GT, "ge": Op.GE, "not_in": Op.NOT_IN, "is_null": Op.IS_NULL,
-              "is_not_null": Op.IS_NOT_NULL}
+# what people also type on a command line for the same operator
+_SPELLINGS = {"==": Op.EQ, "<>": Op.NE}
 
 
-def parse_op(text: object) -> Op:
-    spelled = " ".join(text.lower().split()) if isinstance(text, str) else None
-    op = _SPELLINGS.get(spelled or "") or next((o for o in Op if o.value == spelled), None)
+def parse_op(text: object, *, typed: bool = False) -> Op:
+    """An operator as JSON gives it (exactly one of :class:`Op`'s values), or as a person
+    types it (``typed``: any case and spacing, ``==`` and ``<>`` too)."""
+    spelled = " ".join(text.lower().split()) if typed and isinstance(text, str) else text
+    op = _SPELLINGS.get(spelled) if typed and isinstance(spelled, str) else None
+    op = op or next((o for o in Op if o.value == spelled), None)
     if op is None:
         raise RequestRejected(
             f"op must be one of {', '.join(o.value for o in Op)}, got {_shown(text)}")
@@ -96,7 +97,13 @@ class Condition:
         return f"{self.column} {self.op.value} {json.dumps(self.values[0])}"
 
     def to_json(self) -> dict[str, object]:
-        return {"column": self.column, "op": self.op.value, "values": list(self.values)}
+        """As the HTTP API takes it: ``value``, ``values`` (in, not in) or neither."""
+        document: dict[str, object] = {"column": self.column, "op": self.op.value}
+        if self.op.arity[1] > 1:
+            document["values"] = list(self.values)
+        elif self.values:
+            document["value"] = self.values[0]
+        return document
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +219,7 @@ def _words(words: list[str], where: str) -> Condition:
     for take in (3, 2, 1):
         spelled = " ".join(w.lower() for w in words[1:1 + take])
         if len(words) > take and (spelled in _SPELLINGS or spelled in {o.value for o in Op}):
-            return Condition(words[0], parse_op(spelled), tuple(words[1 + take:]))
+            return Condition(words[0], parse_op(spelled, typed=True), tuple(words[1 + take:]))
     raise RequestRejected(f"{where}: {json.dumps(words[1])} is not an operator; use one of "
                           f"{', '.join(o.value for o in Op)}")
 
