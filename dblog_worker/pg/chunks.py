@@ -244,7 +244,11 @@ class PgChunkReader:
             if column not in types:
                 raise RequestRejected(f"{table} has no column {column!r} (it has "
                                       f"{', '.join(info.star)})")
-        for key in (row_filter.from_key, row_filter.to_key):
+        for name, key in (("from_key", row_filter.from_key), ("to_key", row_filter.to_key)):
+            if key is not None and len(key) != len(info.key_columns):
+                raise RequestRejected(
+                    f"{name} has {len(key)} value(s); the primary key of {table} has "
+                    f"{len(info.key_columns)} column(s): {', '.join(info.key_columns)}")
             if key is not None:
                 self.check_keys(table, [key])
         for condition in row_filter.conditions:
