@@ -701,9 +701,10 @@ class Backend:
 def dumps_under_load(backend: Backend, config: Path, worker: WorkerProcess,
                      kind: str) -> list[str]:
     """Dumps of ``backend.t1`` and ``t2`` while the workload writes to both: ``all``
-    (chunks of 37), ``tables`` (53), ``parallel`` (29, three ranges a window) or ``keys``
-    (t1's keys and one that never existed, in batches of 41; t2 by table, 64); returns the
-    requests' ids once each completed."""
+    (chunks of 37), ``tables`` (53), ``parallel`` (29, three ranges a window), ``filtered``
+    (47, two ranges a window, with conditions every row meets: the whole table converges)
+    or ``keys`` (t1's keys and one that never existed, in batches of 41; t2 by table, 64);
+    returns the requests' ids once each completed."""
     t1, t2 = backend.t1, backend.t2
     workload = backend.workload([t1, t2], seed=sum(map(ord, kind)))
     workload.start()
@@ -716,6 +717,11 @@ def dumps_under_load(backend: Backend, config: Path, worker: WorkerProcess,
         elif kind == "parallel":
             ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "29",
                         "--parallelism", "3")]
+        elif kind == "filtered":
+            flavour = backend.db.flavour
+            ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "47",
+                        "--parallelism", "2", "--where", flavour.version, ">", "0",
+                        "--where", flavour.payload, "is not null")]
         else:
             keys = sorted(int(json.loads(k)[0]) for k in backend.rows(t1))
             ids = [dump(config, "--table", t1, "--keys", json.dumps([*keys, 999_999]),

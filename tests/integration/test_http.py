@@ -216,6 +216,17 @@ def test_health_status_and_dumps_over_http(api: Api) -> None:
 
     assert 'request_id=probe-1' in api.worker.log()  # the access log, at DEBUG
 
+    filtered = api.create({"kind": "tables", "tables": [ITEMS], "from_key": 30,
+                           "where": [{"column": "id", "op": "in", "values": [10, 30, 50, 90]},
+                                     {"column": "payload", "op": "is not null"}]})
+    assert filtered["filter"] == {
+        "where": [{"column": "id", "op": "in", "values": ["10", "30", "50", "90"]},
+                  {"column": "payload", "op": "is not null"}],
+        "from_key": ["30"], "to_key": None}
+    filtered_done = api.wait_state(filtered["id"], ("completed", "failed"))
+    assert filtered_done["progress"][ITEMS]["rows"] == 3, filtered_done  # 30, 50, 90
+    assert json.loads(cli(api.config, "show", filtered["id"], "--json").stdout) == filtered_done
+
 
 def test_pause_resume_cancel_and_knobs(api: Api) -> None:
     # five rows one per chunk, an hour apart: running until cancelled
@@ -343,6 +354,21 @@ def test_bad_input_is_refused_and_changes_nothing(api: Api) -> None:
          "keys must be a non-empty JSON array"),
         ("POST", post, {"body": {"kind": "keys", "tables": [ITEMS], "keys": [None]}}, 400,
          "primary-key values are never null"),
+        ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS], "where": "id = 1"}}, 400,
+         "where must be a list of conditions"),
+        ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS],
+                                 "where": [{"column": "id", "op": "==", "value": 1}]}}, 400,
+         'op must be one of =, !=, <, <=, >, >=, in, not in, is null, is not null, got "=="'),
+        ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS],
+                                 "where": [{"column": "nope", "op": "=", "value": 1}]}}, 400,
+         f"{ITEMS} has no column 'nope'"),
+        ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS],
+                                 "where": [{"column": "id", "op": ">", "value": "x"}]}}, 400,
+         "a value does not fit column id (integer)"),
+        ("POST", post, {"body": {"kind": "tables", "tables": [ITEMS, SLOW], "from_key": 1}},
+         400, "a key range (from_key, to_key) is of one table's key"),
+        ("POST", post, {"body": {"kind": "keys", "tables": [ITEMS], "keys": [1],
+                                 "to_key": 5}}, 400, "a primary-key dump reads the keys it"),
         ("POST", post, {"body": {"kind": "keys", "tables": [ITEMS], "keys": None}}, 400,
          "keys must be a non-empty JSON array"),
         ("POST", post, {"body": {"kind": "keys", "tables": [ITEMS]}}, 400,

@@ -69,8 +69,9 @@ def no_watermark_table(dsn: str, publication: str = f"dblog_{SOURCE}") -> None:
 
 @pytest.mark.parametrize(("kind", "flavour"), [
     ("tables", PLAIN), ("keys", PLAIN), ("parallel", PLAIN), ("parallel", HOSTILE),
-    ("all", PARTITIONED),
-], ids=["tables", "keys", "parallel", "parallel-hostile-names", "partitioned-all"])
+    ("all", PARTITIONED), ("filtered", HOSTILE),
+], ids=["tables", "keys", "parallel", "parallel-hostile-names", "partitioned-all",
+        "filtered-hostile-names"])
 def test_dumps_converge_under_load_with_message_watermarks(
         backend: Backend, kind: str, flavour: TableFlavour,
         worker_process: Callable[..., WorkerProcess]) -> None:

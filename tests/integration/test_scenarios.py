@@ -407,8 +407,11 @@ def hook_write(backend: Backend, write: str, table: str, a: int, b: int) -> str:
 
 @pytest.mark.parametrize("moment", ["after_low", "after_select"])
 @pytest.mark.parametrize("write", ["delete", "insert", "key change", "update"])
-@pytest.mark.parametrize("kind", ["table", "keys"])
+@pytest.mark.parametrize("kind", ["table", "keys", "filtered"])
 def test_writes_between_watermarks(backend: Backend, moment: str, write: str, kind: str) -> None:
+    """Writes to rows of the chunk being read, after LW or after its SELECT: the window's
+    events win (kind ``filtered``: a dump of a key range of rows whose payload is not
+    'hook', which the update makes them leave)."""
     t1 = backend.t1
     backend.create(t1, 200)
     config = config_module.load(backend.config_path([t1]))
@@ -428,6 +431,10 @@ def test_writes_between_watermarks(backend: Backend, moment: str, write: str, ki
         path = backend.config_path([t1])
         if kind == "table":
             request_id = dump(path, "--table", t1, "--chunk-size", str(chunk_size))
+        elif kind == "filtered":
+            request_id = dump(path, "--table", t1, "--where", "payload", "!=", "hook",
+                              "--from-key", "10", "--to-key", "2000",
+                              "--chunk-size", str(chunk_size))
         else:
             keys = list(range(10, 2001, 10))
             request_id = dump(path, "--table", t1, "--keys", json.dumps(keys),
