@@ -1,12 +1,19 @@
 """dblog_backfill: a scheduled dump of all tables or some tables, at a gentle pace; merge.
 
 Runs on ``$DBLOG_BACKFILL_SCHEDULE`` (default weekly); can also be triggered by hand, with
-the same form. Tasks::
+the same form. The dump may be filtered (the form's *Rows* section): only the rows that meet
+*Where*'s conditions and, for one table, lie between *From key* and *To key*. Their values
+are templates of the run's dates, rendered by *check*: with ``DBLOG_BACKFILL_WHERE`` set to
+``[{"column": "updated_at", "op": ">=", "value": "{{ data_interval_start }}"}]``, each run
+dumps the rows updated since its interval began (a value may use ``data_interval_start``,
+``data_interval_end``, ``logical_date``, ``ds``, ``ts``, ``prev_start_date_success``,
+``macros`` and the like; never connections or variables). Tasks::
 
     check → submit → wait → merge → verify
                    ↘ pace
 
-- **check**: the form's rules (scope tables needs tables); picks the delay of the hour.
+- **check**: the form's rules (scope tables needs tables, a key range one table), the
+  filter's templates rendered; picks the delay of the hour.
 - **submit**: queues the dump (``dblog dump --all`` or ``--table ...``), once per run.
 - **wait**: follows it (deferrable) until it completes; fails with the worker's error.
 - **pace**: while the dump runs, every 5 minutes: during busy hours the delay between
@@ -26,12 +33,18 @@ form, which a scheduled run uses)::
     DBLOG_BACKFILL_BUSY_HOURS     HH-HH, e.g. 08-18; empty (default): no busy hours
     DBLOG_BACKFILL_TIMEZONE       the busy hours' time zone, default UTC
     DBLOG_BACKFILL_VERIFY         true/false, default false
+    DBLOG_BACKFILL_WHERE          the filter's conditions, a JSON array of objects such as
+                                  [{"column": "region", "op": "in", "values": ["EU"]}];
+                                  empty (default): every row
+    DBLOG_BACKFILL_FROM_KEY       the first key dumped (one table only), JSON or text;
+    DBLOG_BACKFILL_TO_KEY         the last; empty (default): no key range
 
 and ``DBLOG_CONN_ID``, ``DBLOG_CONFIG``, ``DBLOG_SPARK_CONN_ID``, ``DBLOG_POLL_INTERVAL_S``.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -65,7 +78,17 @@ except (ValueError, KeyError) as exc:
     raise ValueError(f"DBLOG_BACKFILL_TIMEZONE={TIMEZONE!r} is not a time zone name such as "
                      f"Europe/Paris ({exc})") from None
 VERIFY = settings.env_str("DBLOG_BACKFILL_VERIFY", "false").lower() in ("1", "true", "yes")
+WHERE = settings.env_where("DBLOG_BACKFILL_WHERE")
+FROM_KEY = settings.env_str("DBLOG_BACKFILL_FROM_KEY", "") or None
+TO_KEY = settings.env_str("DBLOG_BACKFILL_TO_KEY", "") or None
+try:
+    params.check_dump("tables" if BACKFILL_TABLES else "all", BACKFILL_TABLES, None, WHERE,
+                      FROM_KEY, TO_KEY)
+except ValueError as exc:
+    raise ValueError(f"DBLOG_BACKFILL_TABLES, _WHERE, _FROM_KEY and _TO_KEY: {exc}") from None
 TABLES = settings.captured_tables()
+
+log = logging.getLogger(__name__)
 
 with DAG(
     dag_id="dblog_backfill",
@@ -79,6 +102,9 @@ with DAG(
         "scope": params.scope_param(("all", "tables"),
                                     default="tables" if BACKFILL_TABLES else "all"),
         "tables": params.tables_param(sorted({*TABLES, *BACKFILL_TABLES}), BACKFILL_TABLES),
+        "where": params.where_param(WHERE),
+        "from_key": params.key_param("from", FROM_KEY),
+        "to_key": params.key_param("to", TO_KEY),
         "chunk_size": params.chunk_size_param(CHUNK_SIZE),
         "delay_ms": params.delay_ms_param(DELAY_MS, "Delay outside busy hours"),
         "busy_delay_ms": params.delay_ms_param(BUSY_DELAY_MS, "Delay during busy hours"),
@@ -97,16 +123,21 @@ with DAG(
 ) as dag:
 
     @task
-    def check(**context: Any) -> int:
-        """The form's rules; the delay of the hour, for the submit."""
+    def check(**context: Any) -> dict[str, Any]:
+        """The form's rules, its filter rendered; the checked form and the delay of the
+        hour, for the submit."""
         form = context["params"]
         try:
-            params.check_dump(form["scope"], form["tables"], None)
+            rows = params.render_templates(
+                [form["where"], form["from_key"], form["to_key"]], context)
+            checked = params.check_dump(form["scope"], form["tables"], None, *rows)
             pace = Pace(form["delay_ms"], form["busy_delay_ms"],
                         parse_busy_hours(form["busy_hours"]))
         except ValueError as exc:
             raise AirflowFailException(str(exc)) from None
-        return pace.delay_at(datetime.now(ZoneInfo(TIMEZONE)))
+        if checked.row_filter is not None:
+            log.info("rows: %s", checked.row_filter.describe())
+        return {**checked.as_xcom(), "delay_ms": pace.delay_at(datetime.now(ZoneInfo(TIMEZONE)))}
 
     submit = DblogDumpOperator(
         task_id="submit",
@@ -114,8 +145,11 @@ with DAG(
         scope="{{ params.scope }}",
         tables="{{ params.tables }}",
         chunk_size="{{ params.chunk_size }}",
-        delay_ms="{{ ti.xcom_pull(task_ids='check') }}",
+        delay_ms="{{ ti.xcom_pull(task_ids='check')['delay_ms'] }}",
         parallelism="{{ params.parallelism }}",
+        where="{{ ti.xcom_pull(task_ids='check')['where'] or '' }}",
+        from_key="{{ ti.xcom_pull(task_ids='check')['from_key'] or '' }}",
+        to_key="{{ ti.xcom_pull(task_ids='check')['to_key'] or '' }}",
     )
     wait = wait_for_dump(POLL_INTERVAL_S, days=6)
     pace = DumpPaceSensor(

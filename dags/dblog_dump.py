@@ -1,11 +1,14 @@
 """dblog_dump: dump all tables, some tables or some primary keys, then merge and verify.
 
-Triggered by hand (Trigger DAG → the form). Tasks::
+Triggered by hand (Trigger DAG → the form). The form's *Rows* section filters a dump of
+tables: *Where* (conditions every dumped row meets) and, for one table, a key range (*From
+key*, *To key*). Tasks::
 
     check → submit → wait → should_merge → merge → verify
 
-- **check**: the rules that join the form's fields (scope keys needs one table and keys);
-  fails at once with a plain sentence.
+- **check**: the rules that join the form's fields (scope keys needs one table and keys; a
+  key range needs one table); fails at once with a plain sentence. Its XCom is the checked
+  form, the filter included, which the submit sends.
 - **submit**: queues the dump in the worker's Redis (like ``dblog dump``); its XCom is the
   request id (``dump-7``). A retry returns the same request: no second dump.
 - **wait**: a deferrable sensor: the triggerer follows the dump and logs its progress;
@@ -14,7 +17,8 @@ Triggered by hand (Trigger DAG → the form). Tasks::
 - **merge**: the Spark merge (``dblog merge``) of the dumped tables (scope all: every
   table): what the dump landed and whatever else landed since their last merge.
 - **verify**: ``dblog verify`` of the dumped tables; fails with the differing keys (skipped
-  when the form's *Verify* is off).
+  when the form's *Verify* is off). It compares whole tables: after a filtered dump, rows
+  outside the filter that differ fail it too (its message says so).
 
 Settings (environment variables, read at parse time): ``DBLOG_CONN_ID``, ``DBLOG_CONFIG``
 (the table list of the form), ``DBLOG_SPARK_CONN_ID``, ``DBLOG_POLL_INTERVAL_S``.
@@ -23,6 +27,7 @@ See docs/airflow.md.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from airflow.sdk import DAG, Param, task
@@ -36,6 +41,8 @@ SPARK_CONN_ID = settings.env_str("DBLOG_SPARK_CONN_ID", "spark_default")
 POLL_INTERVAL_S = settings.env_int("DBLOG_POLL_INTERVAL_S", 10, 1, 3600)
 TABLES = settings.captured_tables()
 
+log = logging.getLogger(__name__)
+
 with DAG(
     dag_id="dblog_dump",
     dag_display_name="dblog: dump tables or keys",
@@ -48,6 +55,9 @@ with DAG(
         "scope": params.scope_param(),
         "tables": params.tables_param(TABLES),
         "keys": params.keys_param(),
+        "where": params.where_param(),
+        "from_key": params.key_param("from"),
+        "to_key": params.key_param("to"),
         "chunk_size": params.chunk_size_param(),
         "delay_ms": params.delay_ms_param(),
         "parallelism": params.parallelism_param(),
@@ -60,13 +70,17 @@ with DAG(
 ) as dag:
 
     @task
-    def check(**context: Any) -> None:
-        """The rules that join fields of the form."""
+    def check(**context: Any) -> dict[str, Any]:
+        """The rules that join fields of the form; the checked form, for the submit."""
         form = context["params"]
         try:
-            params.check_dump(form["scope"], form["tables"], form["keys"])
+            checked = params.check_dump(form["scope"], form["tables"], form["keys"],
+                                        form["where"], form["from_key"], form["to_key"])
         except ValueError as exc:
             raise AirflowFailException(str(exc)) from None
+        if checked.row_filter is not None:
+            log.info("rows: %s", checked.row_filter.describe())
+        return checked.as_xcom()
 
     submit = DblogDumpOperator(
         task_id="submit",
@@ -77,6 +91,9 @@ with DAG(
         chunk_size="{{ params.chunk_size }}",
         delay_ms="{{ params.delay_ms }}",
         parallelism="{{ params.parallelism }}",
+        where="{{ ti.xcom_pull(task_ids='check')['where'] or '' }}",
+        from_key="{{ ti.xcom_pull(task_ids='check')['from_key'] or '' }}",
+        to_key="{{ ti.xcom_pull(task_ids='check')['to_key'] or '' }}",
     )
     wait = wait_for_dump(POLL_INTERVAL_S, days=3)
 

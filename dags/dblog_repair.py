@@ -1,21 +1,26 @@
 """dblog_repair: make one target table equal to its source again, key by key.
 
-Triggered by hand with a table. Tasks::
+Triggered by hand with a table; the form's *Rows* section (*Where*, *From key*, *To key*)
+may name a slice of it to re-dump instead of the differing keys. Tasks::
 
     compare → submit → wait → merge → remove_extra → verify
 
-- **compare**: ``dblog verify`` of the table. Equal: the run ends here, green (the other
-  tasks are skipped). Otherwise its XCom lists the keys that are missing in the target,
-  changed, or extra (in the target only).
-- **submit**: a primary-key dump of exactly those keys (``dblog dump --keys``): the worker
-  reads the missing and changed rows again inside watermark windows; the extra keys it does
-  not find, and reports them missing.
+- **compare**: checks the form's filter, then ``dblog verify`` of the table. Equal: the run
+  ends here, green (the other tasks are skipped). Otherwise its XCom lists the keys that are
+  missing in the target, changed, or extra (in the target only), and the dump to submit.
+- **submit**: without a filter, a primary-key dump of exactly those keys (``dblog dump
+  --keys``): the worker reads the missing and changed rows again inside watermark windows;
+  the extra keys it does not find, and reports them missing. With a filter, a filtered
+  dump of the table (``dblog dump --table T --where ... --from-key ... --to-key ...``): every
+  row of that slice, whatever the compare found.
 - **wait**: follows the dump (deferrable); fails with the worker's error.
 - **merge**: the Spark merge of the table (``dblog merge --table``).
 - **remove_extra**: deletes the target rows of the extra keys the source still does not
   have (the dump emits no delete for a key it does not find), never a row the merge wrote
   meanwhile.
 - **verify**: ``dblog verify`` of the table again; fails, listing the keys, if any differ.
+  It compares the whole table: after a filtered repair, differences outside the slice fail
+  it too, and its message says the dump was filtered.
 
 Settings: ``DBLOG_CONN_ID``, ``DBLOG_CONFIG`` (the table pick list), ``DBLOG_SPARK_CONN_ID``,
 ``DBLOG_POLL_INTERVAL_S``. See docs/airflow.md and docs/runbooks/.
@@ -42,13 +47,17 @@ log = logging.getLogger(__name__)
 with DAG(
     dag_id="dblog_repair",
     dag_display_name="dblog: repair a target table",
-    description="Verify a table, dump exactly the keys that differ, merge, verify again",
+    description="Verify a table, dump exactly the keys that differ (or a slice of the table), "
+                "merge, verify again",
     doc_md=__doc__,
     schedule=None,
     **settings.dag_defaults(max_active_runs=1),
     params={
         "conn_id": params.conn_id_param(CONN_ID),
         "table": params.table_param(TABLES),
+        "where": params.where_param(),
+        "from_key": params.key_param("from"),
+        "to_key": params.key_param("to"),
         "chunk_size": params.chunk_size_param(),
         "delay_ms": params.delay_ms_param(),
     },
@@ -56,12 +65,18 @@ with DAG(
 
     @task.short_circuit
     def compare(**context: Any) -> dict[str, Any]:
-        """Verify the table: nothing to repair ends the run (the rest is skipped)."""
+        """Check the filter and verify the table: nothing to repair ends the run (the rest is
+        skipped); otherwise what to dump."""
         from dblog_airflow.verify import run_verify
         from dblog_dags.differences import describe, keys_json
 
         form = context["params"]
         table = form["table"]
+        try:
+            sliced = params.check_dump("tables", [table], None, form["where"],
+                                       form["from_key"], form["to_key"])
+        except ValueError as exc:
+            raise AirflowFailException(str(exc)) from None
         result = run_verify(form["conn_id"], [table])
         entry = result["tables"][table]
         if entry.get("error"):
@@ -70,14 +85,22 @@ with DAG(
             log.info("%s equals its target: nothing to repair", table)
             return {}
         log.info("to repair: %s", " | ".join(describe(result)))
-        return {"keys": keys_json(entry), "extra": entry.get("extra") or []}
+        if sliced.row_filter is not None:
+            log.info("the repair dumps the rows of %s where %s (not only the keys above)",
+                     table, sliced.row_filter.describe())
+        return {**sliced.as_xcom(), "scope": "tables" if sliced.row_filter else "keys",
+                "keys": keys_json(entry), "extra": entry.get("extra") or []}
 
+    plan = "{% set plan = ti.xcom_pull(task_ids='compare') %}"
     submit = DblogDumpOperator(
         task_id="submit",
         dblog_conn_id="{{ params.conn_id }}",
-        scope="keys",
+        scope=plan + "{{ plan['scope'] }}",
         tables=["{{ params.table }}"],
-        keys="{{ ti.xcom_pull(task_ids='compare')['keys'] }}",
+        keys=plan + "{{ plan['keys'] if plan['scope'] == 'keys' else '' }}",
+        where=plan + "{{ plan['where'] or '' }}",
+        from_key=plan + "{{ plan['from_key'] or '' }}",
+        to_key=plan + "{{ plan['to_key'] or '' }}",
         chunk_size="{{ params.chunk_size }}",
         delay_ms="{{ params.delay_ms }}",
     )

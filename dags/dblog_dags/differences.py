@@ -42,8 +42,9 @@ def describe(result: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def require_equal(result: Mapping[str, Any]) -> None:
-    """Fail the task (no retries) when a table differs from its target."""
+def require_equal(result: Mapping[str, Any], note: str = "") -> None:
+    """Fail the task (no retries) when a table differs from its target; ``note`` ends the
+    message."""
     if not result["equal"]:
         raise AirflowFailException("the target differs from the source: "
-                                   + " | ".join(describe(result)))
+                                   + " | ".join(describe(result)) + note)

@@ -8,18 +8,19 @@ what was wrong and the field's schema, whose ``title`` says what is expected::
     Failed validating 'minimum' in schema: {'type': 'integer', 'minimum': 1, ...
         'title': 'Chunk size: rows per chunk SELECT, 1 to 100,000'}
 
-Rules that join two fields (scope ``keys`` needs one table and keys) cannot be said in one
-field's schema: :func:`check_dump` checks them in the run's first task, ``check``, which
-fails at once with a plain sentence.
+Rules that join two fields (scope ``keys`` needs one table and keys; a key range needs one
+table) cannot be said in one field's schema: :func:`check_dump` checks them in the run's
+first task, ``check``, which fails at once with a plain sentence.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import jinja2
 from airflow.sdk import Param
 
 from dblog_dags.settings import TABLE_PATTERN
@@ -31,6 +32,7 @@ from dblog_worker.requests import (
     MAX_DELAY_MS,
     MAX_PARALLELISM,
 )
+from dblog_worker.row_filter import MAX_CONDITIONS, Op, RowFilter, key_argument
 
 __all__ = [
     "SCOPES",
@@ -40,10 +42,13 @@ __all__ = [
     "chunk_size_param",
     "conn_id_param",
     "delay_ms_param",
+    "key_param",
     "keys_param",
+    "render_templates",
     "scope_param",
     "table_param",
     "tables_param",
+    "where_param",
 ]
 
 
@@ -116,6 +121,52 @@ def keys_param() -> Param:
     )
 
 
+_VALUE = {"type": ["string", "number"]}
+WHERE_ITEM: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "column": {"type": "string", "minLength": 1},
+        "op": {"type": "string", "enum": [op.value for op in Op]},
+        "value": _VALUE,
+        "values": {"type": "array", "items": _VALUE, "minItems": 1},
+    },
+    "required": ["column", "op"],
+    "additionalProperties": False,
+}
+"""One condition of a filtered dump, as the form takes it (RowFilter checks the rest)."""
+
+
+def where_param(default: Sequence[Mapping[str, Any]] = ()) -> Param:
+    return Param(
+        [dict(c) for c in default], type="array", items=WHERE_ITEM, maxItems=MAX_CONDITIONS,
+        title='Where: conditions every dumped row meets, a JSON array, e.g. '
+              '[{"column": "region", "op": "in", "values": ["EU", "US"]}]',
+        description='Empty ([]): every row. Each condition is {"column": ..., "op": ..., '
+                    '"value": ...} with op one of =, !=, <, <=, >, >=; "values": [...] for in '
+                    "and not in; no value for is null and is not null. Values are numbers or "
+                    "strings, read as the column's type, e.g. "
+                    '{"column": "created_at", "op": ">=", "value": "2026-01-01"}. A dumped '
+                    "row meets every condition. With scope all, every captured table must "
+                    "have the columns; not for scope keys.",
+        section="Rows",
+    )
+
+
+def key_param(end: str, default: str | None = None) -> Param:
+    """``end``: ``from`` (the first key dumped) or ``to`` (the last)."""
+    first = end == "from"
+    return Param(
+        default, type=["string", "null"],
+        title=f"{'From' if first else 'To'} key: the {'first' if first else 'last'} primary "
+              'key to dump (included), e.g. 1000 or [7, "EU"]',
+        description="A key range, for scope tables with one table: a number, a string, or a "
+                    'JSON array of one value per key column ([7, "EU"]); text that is not '
+                    "JSON is the value itself (abc). Empty: "
+                    + ("from the first row." if first else "up to the last row."),
+        section="Rows",
+    )
+
+
 def chunk_size_param(default: int = DEFAULT_CHUNK_SIZE) -> Param:
     return Param(
         default, type="integer", minimum=1, maximum=MAX_CHUNK_SIZE,
@@ -155,12 +206,21 @@ class DumpForm:
     scope: str
     tables: list[str]
     keys: str | None  # the JSON text of the keys (scope keys only)
+    row_filter: RowFilter | None = None
 
     def as_xcom(self) -> dict[str, Any]:
-        return {"scope": self.scope, "tables": self.tables, "keys": self.keys}
+        """The form for the submit's templates: the filter's conditions and key range as
+        JSON text (None when not given), as ``DblogDumpOperator`` takes them."""
+        parts = self.row_filter.to_json() if self.row_filter else {}
+        texts = {name: json.dumps(parts[name], ensure_ascii=False) if parts.get(name) else None
+                 for name in ("where", "from_key", "to_key")}
+        return {"scope": self.scope, "tables": self.tables, "keys": self.keys, **texts,
+                "filter": self.row_filter.describe() if self.row_filter else None}
 
 
-def check_dump(scope: str, tables: Sequence[str] | None, keys: str | None) -> DumpForm:
+def check_dump(scope: str, tables: Sequence[str] | None, keys: str | None,
+               where: Sequence[Any] | None = None, from_key: str | None = None,
+               to_key: str | None = None) -> DumpForm:
     """The rules that join fields of a dump form (those of every dump request:
     :class:`~dblog_worker.dump_spec.DumpSpec`); ValueError with a plain sentence."""
     text = (keys or "").strip()
@@ -171,8 +231,49 @@ def check_dump(scope: str, tables: Sequence[str] | None, keys: str | None) -> Du
         except json.JSONDecodeError as exc:
             raise ValueError(f"Keys are not valid JSON ({exc.msg} at line {exc.lineno}, "
                              f"column {exc.colno}).") from None
+    first, last = ((key_argument(k.strip()) if k and k.strip() else None)
+                   for k in (from_key, to_key))
     try:
-        spec = DumpSpec.of(scope, list(tables or ()), parsed)
+        spec = DumpSpec.of(scope, list(tables or ()), parsed, where=where or None,
+                           from_key=first, to_key=last)
     except RequestRejected as exc:
         raise ValueError(f"The dump form is refused: {exc} (scope is the kind).") from None
-    return DumpForm(spec.kind.value, list(spec.tables), text or None)
+    return DumpForm(spec.kind.value, list(spec.tables), text or None, spec.row_filter)
+
+
+TEMPLATE_VARIABLES = ("data_interval_start", "data_interval_end", "logical_date", "ds",
+                      "ds_nodash", "ts", "ts_nodash", "run_id", "prev_start_date_success",
+                      "prev_data_interval_start_success", "prev_data_interval_end_success",
+                      "macros")
+"""What a filter's templated values may use: the run's dates, never connections or
+variables (a value is the form's text, which whoever triggers a run chooses)."""
+
+
+def render_templates(value: Any, context: Mapping[str, Any]) -> Any:
+    """``value`` (a filter's conditions or key) with each string that holds ``{{`` or
+    ``{%`` rendered by the DAG's (sandboxed) Jinja environment, with only
+    :data:`TEMPLATE_VARIABLES`; ValueError with a plain sentence when one cannot be
+    rendered or an expression gives nothing (a run triggered by hand has no data
+    interval)."""
+    if isinstance(value, str):
+        if "{{" not in value and "{%" not in value:
+            return value
+        env = context["dag"].get_template_env(force_sandboxed=True).overlay(
+            finalize=_not_none)
+        variables = {name: context[name] for name in TEMPLATE_VARIABLES if name in context}
+        try:
+            return env.from_string(value).render(**variables)
+        except (jinja2.TemplateError, ValueError) as exc:
+            raise ValueError(f"The template {value} in the filter cannot be rendered: {exc} "
+                             f"(values may use {', '.join(TEMPLATE_VARIABLES)}).") from None
+    if isinstance(value, Mapping):
+        return {k: render_templates(v, context) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [render_templates(v, context) for v in value]
+    return value
+
+
+def _not_none(value: Any) -> Any:
+    if isinstance(value, type(None)):  # a lazy proxy of None too
+        raise ValueError("an expression gives None (this run has no such value)")
+    return value

@@ -23,6 +23,7 @@ error in Airflow's UI), rather than a DAG that does something else than configur
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -33,7 +34,7 @@ from typing import Any
 
 __all__ = [
     "TABLE_PATTERN", "captured_tables", "conn_ids", "default_args", "env_int", "env_str",
-    "env_tables",
+    "env_tables", "env_where",
 ]
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,28 @@ def env_tables(name: str, environ: Mapping[str, str] | None = None) -> list[str]
         if not re.match(TABLE_PATTERN, table):
             raise ValueError(f"{name}: {table!r} is not a table as schema.table")
     return list(dict.fromkeys(tables))
+
+
+def env_where(name: str, environ: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """A filter's conditions as the forms take them: a JSON array of objects such as
+    ``{"column": "region", "op": "in", "values": ["EU", "US"]}``; empty: none."""
+    from dblog_worker.errors import RequestRejected
+    from dblog_worker.row_filter import EXAMPLE, RowFilter
+
+    text = env_str(name, "", environ)
+    if not text:
+        return []
+    try:
+        conditions = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{name} is not JSON ({exc}): give an array such as {EXAMPLE}") from None
+    if not isinstance(conditions, list) or not all(isinstance(c, dict) for c in conditions):
+        raise ValueError(f"{name} must be a JSON array of conditions (objects) such as {EXAMPLE}")
+    try:
+        RowFilter.of(conditions)
+    except RequestRejected as exc:
+        raise ValueError(f"{name}: {exc}") from None
+    return conditions
 
 
 def captured_tables(environ: Mapping[str, str] | None = None) -> list[str]:

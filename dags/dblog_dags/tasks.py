@@ -54,5 +54,29 @@ def verify_dumped(**context: Any) -> dict[str, Any]:
         raise AirflowSkipException("Verify is off in the form")
     tables = form.get("tables") or ([form["table"]] if form.get("table") else None)
     result = run_verify(form["conn_id"], tables)
-    require_equal(result)
+    if not result["equal"]:
+        require_equal(result, _filter_note(form["conn_id"],
+                                           context["ti"].xcom_pull(task_ids="submit")))
     return result
+
+
+def _filter_note(conn_id: str, request_id: str | None) -> str:
+    """What a filtered dump left out, for the verify's failure; empty for a dump of whole
+    tables (or when the request cannot be read)."""
+    from dblog_airflow.hooks.dblog import DblogHook
+
+    from dblog_worker.errors import DblogError
+
+    if not request_id:
+        return ""
+    hook = DblogHook(conn_id)
+    try:
+        row_filter = hook.get_request(request_id).row_filter
+    except DblogError:
+        return ""
+    finally:
+        hook.close()
+    if row_filter is None:
+        return ""
+    return (f" ({request_id} dumped only the rows where {row_filter.describe()}: the verify "
+            "compares whole tables, and differences outside those rows remain)")

@@ -22,9 +22,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from airflow.sdk import DAG, Context
 from airflow.sdk.definitions.param import ParamsDict
-from airflow.sdk.exceptions import ParamValidationError
+from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
+from dblog_airflow.operators.dump import DblogDumpOperator
 
-from dblog_worker.requests import DumpKind, RequestState
+from dblog_worker.requests import DumpKind, DumpRequest, RequestState
 from dblog_worker.state import StateStore
 from tests.airflow.conftest import DblogConnection
 from tests.airflow.dag_files import DAGS, dag_bag, load_dags
@@ -34,7 +35,7 @@ from dblog_worker.mysql import target as my_target
 from dblog_worker.pg import target as pg_target
 
 from dblog_dags.pace import DumpPaceSensor, Pace, parse_busy_hours  # isort: skip
-from dblog_dags.params import check_dump  # isort: skip
+from dblog_dags.params import check_dump, render_templates  # isort: skip
 
 DAG_IDS = {"dblog_dump", "dblog_repair", "dblog_backfill", "dblog_merge"}
 
@@ -142,6 +143,13 @@ def test_schedules_and_defaults_come_from_the_environment(dags: dict[str, DAG]) 
         "conn_id": "shop", "scope": "tables", "tables": ["public.orders"], "chunk_size": 2000,
         "delay_ms": 0, "busy_delay_ms": 250, "busy_hours": "08-18"}
     assert configured["dblog_dump"].params["conn_id"] == "shop"
+    filtered = load_dags({
+        "DBLOG_BACKFILL_TABLES": "public.orders", "DBLOG_BACKFILL_FROM_KEY": "[7, \"EU\"]",
+        "DBLOG_BACKFILL_WHERE": '[{"column": "updated_at", "op": ">=", '
+                                '"value": "{{ data_interval_start }}"}]'})["dblog_backfill"]
+    assert {k: filtered.params[k] for k in ("where", "from_key", "to_key")} == {
+        "where": [{"column": "updated_at", "op": ">=", "value": "{{ data_interval_start }}"}],
+        "from_key": '[7, "EU"]', "to_key": None}
 
 
 def test_tasks_retry_a_passing_failure(dags: dict[str, DAG]) -> None:
@@ -166,6 +174,14 @@ def test_tasks_retry_a_passing_failure(dags: dict[str, DAG]) -> None:
      "DBLOG_BACKFILL_TIMEZONE='Mars/Olympus' is not a time zone name"),
     ("DBLOG_MERGE_CONNECTIONS", "shop db", "'shop db' is not a connection id"),
     ("DBLOG_TASK_RETRIES", "-1", "DBLOG_TASK_RETRIES=-1 is out of range: from 0 to 20"),
+    ("DBLOG_BACKFILL_WHERE", "region = EU", "DBLOG_BACKFILL_WHERE is not JSON"),
+    ("DBLOG_BACKFILL_WHERE", '[["region", "=", "EU"]]',
+     "DBLOG_BACKFILL_WHERE must be a JSON array of conditions (objects)"),
+    ("DBLOG_BACKFILL_WHERE", '[{"column": "a", "op": "like", "value": 1}]',
+     "DBLOG_BACKFILL_WHERE: op must be one of"),
+    ("DBLOG_BACKFILL_TO_KEY", "100",
+     "DBLOG_BACKFILL_TABLES, _WHERE, _FROM_KEY and _TO_KEY: The dump form is refused: a key "
+     "range (from_key, to_key) is of one table's key"),
 ])
 def test_a_bad_setting_is_an_import_error_that_names_it(name: str, value: str,
                                                         message: str) -> None:
@@ -216,6 +232,16 @@ VALID: list[tuple[str, dict[str, Any]]] = [
     ("dblog_backfill", {"scope": "tables", "tables": ["public.orders"], "busy_hours": "22-06",
                         "busy_delay_ms": 1000}),
     ("dblog_backfill", {"busy_hours": ""}),
+    # filtered dumps: the Rows section
+    ("dblog_dump", {"scope": "tables", "tables": ["public.orders"], "where": [
+        {"column": "region", "op": "in", "values": ["EU", "US"]},
+        {"column": "qty", "op": ">", "value": 3}, {"column": "deleted_at", "op": "is null"}],
+        "from_key": "10", "to_key": '[20, "x"]'}),
+    ("dblog_dump", {"scope": "all", "where": [], "from_key": None}),
+    ("dblog_repair", {"table": "public.orders", "where": [
+        {"column": "id", "op": "<=", "value": 100}], "to_key": "abc"}),
+    ("dblog_backfill", {"where": [
+        {"column": "updated_at", "op": ">=", "value": "{{ data_interval_start }}"}]}),
 ]
 
 
@@ -251,6 +277,32 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("dblog_backfill", {"busy_hours": "08-25"}, "'08-25' does not match"),
     ("dblog_backfill", {"busy_delay_ms": -5}, "less than the minimum"),
 ]
+
+
+FILTER_INVALID: list[tuple[str, dict[str, Any], str]] = [
+    ("dblog_dump", {"where": "region = EU"}, "'region = EU' is not of type 'array'"),
+    ("dblog_dump", {"where": [{"column": "a", "op": "like", "value": "x"}]},
+     "'like' is not one of ['=', '!=', '<', '<=', '>', '>=', 'in', 'not in', 'is null', "
+     "'is not null']"),
+    ("dblog_dump", {"where": [{"column": "a", "op": "=", "val": "x"}]},
+     "Additional properties are not allowed ('val' was unexpected)"),
+    ("dblog_dump", {"where": [{"column": "a", "op": "=", "value": True}]},
+     "True is not of type 'string', 'number'"),
+    ("dblog_dump", {"where": [{"op": "is null"}]}, "'column' is a required property"),
+    ("dblog_repair", {"table": "public.orders", "from_key": 10},
+     "10 is not of type 'string', 'null'"),
+    ("dblog_backfill", {"where": [["region", "=", "EU"]]}, "is not of type 'object'"),
+]
+
+
+@pytest.mark.parametrize(("dag_id", "conf", "message"), FILTER_INVALID)
+def test_the_forms_refuse_a_malformed_filter(dags: dict[str, DAG], dag_id: str,
+                                             conf: dict[str, Any], message: str) -> None:
+    with pytest.raises(ParamValidationError) as refused:
+        resolve(dags[dag_id], conf)
+    field = next(k for k in conf if k != "table")
+    assert str(refused.value).startswith(f"Invalid input for param {field}: ")
+    assert message in str(refused.value)
 
 
 @pytest.mark.parametrize(("dag_id", "conf", "message"), INVALID)
@@ -316,6 +368,156 @@ def test_check_dump_refuses(scope: str, tables: list[str], keys: str | None,
     with pytest.raises(ValueError) as refused:
         check_dump(scope, tables, keys)
     assert message in str(refused.value)
+
+
+WHERE = [{"column": "region", "op": "in", "values": ["EU", "US"]},
+         {"column": "qty", "op": ">", "value": 3}]
+
+
+def test_check_dump_carries_the_filter() -> None:
+    form = check_dump("tables", ["public.a"], None, WHERE, " 10 ", "abc")
+    assert form.row_filter is not None
+    assert form.row_filter.describe() == ('region in ("EU", "US") AND qty > "3" AND '
+                                          'key >= ["10"] AND key <= ["abc"]')
+    assert form.as_xcom() == {
+        "scope": "tables", "tables": ["public.a"], "keys": None,
+        "where": '[{"column": "region", "op": "in", "values": ["EU", "US"]}, '
+                 '{"column": "qty", "op": ">", "value": "3"}]',
+        "from_key": '["10"]', "to_key": '["abc"]', "filter": form.row_filter.describe()}
+    assert check_dump("all", [], None, [{"column": "deleted_at", "op": "is null"}],
+                      "", None).as_xcom()["where"] == (
+        '[{"column": "deleted_at", "op": "is null"}]')
+    plain = check_dump("tables", ["public.a"], None, [], "  ", None)
+    assert plain.row_filter is None
+    assert plain.as_xcom() | {"tables": []} == {
+        "scope": "tables", "tables": [], "keys": None, "where": None, "from_key": None,
+        "to_key": None, "filter": None}
+
+
+@pytest.mark.parametrize(("scope", "tables", "keys", "where", "from_key", "to_key", "message"), [
+    ("tables", ["public.a", "public.b"], None, None, "1", None,
+     "The dump form is refused: a key range (from_key, to_key) is of one table's key: use "
+     "kind tables with one table, got 2 tables (scope is the kind)."),
+    ("all", [], None, None, None, "9", "got kind all"),
+    ("keys", ["public.a"], "[1]", WHERE, None, None,
+     "a primary-key dump reads the keys it names: give it no where"),
+    ("tables", ["public.a"], None, [{"column": "a", "op": "is null", "value": "x"}], None,
+     None, "a is null takes no value, got 1"),
+    ("tables", ["public.a"], None, [{"column": "a", "op": "="}], None, None,
+     "a = takes one value, got 0"),
+    ("tables", ["public.a"], None, None, "[1, 2]", "[3]",
+     "from_key has 2 value(s) but to_key 1"),
+])
+def test_check_dump_refuses_a_filter(scope: str, tables: list[str], keys: str | None,
+                                     where: list[Any] | None, from_key: str | None,
+                                     to_key: str | None, message: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        check_dump(scope, tables, keys, where, from_key, to_key)
+    assert message in str(refused.value)
+
+
+def test_templates_of_a_filter_render_with_the_runs_dates_only(dags: dict[str, DAG]) -> None:
+    start = datetime(2026, 11, 16, tzinfo=ZoneInfo("UTC"))
+    context = {"dag": dags["dblog_backfill"], "data_interval_start": start,
+               "data_interval_end": start + timedelta(days=7), "ds": "2026-11-16",
+               "prev_start_date_success": None, "conn": "secret", "var": "secret"}
+    where = [{"column": "updated_at", "op": ">=", "value": "{{ data_interval_start }}"},
+             {"column": "region", "op": "in", "values": ["EU", "{{ ds }}", 3]}]
+    assert render_templates([where, "{{ data_interval_end | ds }}", None], context) == [
+        [{"column": "updated_at", "op": ">=", "value": "2026-11-16 00:00:00+00:00"},
+         {"column": "region", "op": "in", "values": ["EU", "2026-11-16", 3]}],
+        "2026-11-23", None]
+    assert render_templates("{{ prev_start_date_success or ds }}", context) == "2026-11-16"
+    for template, message in [
+        ("{{ conn }}", "'conn' is undefined"),
+        ("{{ var }}", "'var' is undefined"),
+        ("{{ prev_start_date_success }}", "an expression gives None"),
+        ("{{ ds", "unexpected end of template"),
+    ]:
+        with pytest.raises(ValueError) as refused:
+            render_templates([{"column": "c", "op": "=", "value": template}], context)
+        assert str(refused.value).startswith(
+            f"The template {template} in the filter cannot be rendered: ")
+        assert message in str(refused.value)
+
+
+@pytest.fixture
+def store(redis_url: str, dblog_connection: DblogConnection) -> Iterator[StateStore]:
+    dblog_connection(redis_url, "shop")
+    state = StateStore(redis_url, "shop")
+    yield state
+    state.close()
+
+
+def submit_after(dag: DAG, plan: Any, context: Context, store: StateStore) -> DumpRequest:
+    """The request the DAG's submit task queues when the first task's XCom is ``plan``."""
+    ti: Any = context["ti"]
+    ti.xcom_pull = lambda task_ids: plan
+    submit = copy.deepcopy(dag.task_dict["submit"])
+    assert isinstance(submit, DblogDumpOperator)
+    submit.render_template_fields(context)
+    return store.get_request(submit.execute(context))
+
+
+def run_check(dag: DAG, conf: dict[str, Any], task_context: Callable[..., Context],
+              **variables: Any) -> tuple[Any, Context]:
+    context = task_context(dag_id=dag.dag_id, task_id="submit", params=resolve(dag, conf))
+    context.update({"dag": dag, **variables})  # type: ignore[typeddict-item]
+    return dag.task_dict["check"].python_callable(**context), context  # type: ignore[union-attr]
+
+
+def test_the_dump_form_filter_reaches_the_request(
+        dags: dict[str, DAG], store: StateStore, task_context: Callable[..., Context]) -> None:
+    dag = dags["dblog_dump"]
+    plan, context = run_check(dag, {"scope": "tables", "tables": ["public.orders"],
+                                    "where": WHERE, "from_key": "10", "to_key": "[20]"},
+                              task_context)
+    request = submit_after(dag, plan, context, store)
+    assert (request.kind, request.tables) == (DumpKind.TABLES, ("public.orders",))
+    assert request.row_filter is not None and request.row_filter.describe() == (
+        'region in ("EU", "US") AND qty > "3" AND key >= ["10"] AND key <= ["20"]')
+    with pytest.raises(AirflowFailException, match="got 2 tables"):
+        run_check(dag, {"scope": "tables", "tables": ["public.a", "public.b"], "to_key": "9"},
+                  task_context)
+
+
+def test_the_backfill_renders_its_filter_for_the_request(
+        dags: dict[str, DAG], store: StateStore, task_context: Callable[..., Context]) -> None:
+    dag = dags["dblog_backfill"]
+    start = datetime(2026, 11, 16, tzinfo=ZoneInfo("UTC"))
+    since = [{"column": "updated_at", "op": ">=", "value": "{{ data_interval_start }}"}]
+    plan, context = run_check(dag, {"scope": "tables", "tables": ["public.orders"],
+                                    "where": since}, task_context, data_interval_start=start)
+    assert plan["delay_ms"] == 0
+    request = submit_after(dag, plan, context, store)
+    assert (request.kind, request.tables, request.delay_ms) == (
+        DumpKind.TABLES, ("public.orders",), 0)
+    assert request.row_filter is not None
+    assert request.row_filter.describe() == 'updated_at >= "2026-11-16 00:00:00+00:00"'
+    # a run triggered by hand has no data interval: refused with a sentence
+    with pytest.raises(AirflowFailException, match="an expression gives None"):
+        run_check(dag, {"scope": "all", "where": since}, task_context,
+                  data_interval_start=None)
+
+
+def test_the_repair_dumps_the_keys_or_the_slice(
+        dags: dict[str, DAG], store: StateStore, task_context: Callable[..., Context]) -> None:
+    dag = dags["dblog_repair"]
+    context = task_context(dag_id=dag.dag_id, task_id="submit",
+                           params=resolve(dag, {"table": "public.orders"}))
+    keys = {**check_dump("tables", ["public.orders"], None).as_xcom(), "scope": "keys",
+            "keys": "[5, 7]", "extra": []}
+    by_keys = submit_after(dag, keys, context, store)
+    assert (by_keys.kind, by_keys.key_count, by_keys.row_filter) == (DumpKind.KEYS, 2, None)
+    sliced = {**check_dump("tables", ["public.orders"], None, WHERE, None, "100").as_xcom(),
+              "scope": "tables", "keys": "[5, 7]", "extra": []}
+    context = task_context(dag_id=dag.dag_id, run_id="other", task_id="submit",
+                           params=resolve(dag, {"table": "public.orders"}))
+    by_slice = submit_after(dag, sliced, context, store)
+    assert (by_slice.kind, by_slice.tables, by_slice.key_count) == (
+        DumpKind.TABLES, ("public.orders",), 0)
+    assert by_slice.row_filter is not None and by_slice.row_filter.describe() == (
+        'region in ("EU", "US") AND qty > "3" AND key <= ["100"]')
 
 
 # -- the backfill's pace ------------------------------------------------------------------

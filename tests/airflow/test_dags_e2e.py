@@ -2,12 +2,16 @@
 throwaway PostgreSQL source and Redis, a PostgreSQL target database, and the merge as a
 real SparkSubmitOperator on ``local[2]`` (the venv's spark-submit).
 
-- ``dblog_dump`` of one table: submit, the deferrable sensor (``dag.test()`` runs its
-  trigger in-process), the Spark merge, verify; then the target is damaged on purpose (a
-  row changed, one deleted, an extra one inserted) while the source changes too, and
-  ``dblog_repair`` verifies, dumps exactly the differing keys, merges, removes the extra
-  row and verifies again; ``dblog verify`` then finds the target equal to the source. A
-  second ``dblog_repair`` finds nothing to do and skips the rest.
+- ``dblog_dump`` of one table, filtered (conditions and a key range): only those rows reach
+  the target; then ``dblog_backfill`` as a scheduled run would, its filter a template of the
+  run's interval (rendered by *check*; every row meets it): submit, the deferrable sensor
+  (``dag.test()`` runs its trigger in-process), the Spark merge, verify; then the target is
+  damaged on purpose (rows changed, one deleted, an extra one inserted) while the source
+  changes too, and a filtered ``dblog_repair`` re-dumps a slice of the table (a key range),
+  merges, removes the extra row, and its verify fails on the changed row outside the
+  slice, saying the dump was filtered; ``dblog_repair`` without a filter dumps exactly that
+  key, and ``dblog verify`` then finds the target equal to the source. A third
+  ``dblog_repair`` finds nothing to do and skips the rest.
 - a dump of a table the worker does not capture: the run fails with the worker's message
   in the wait task's log (a connection without the worker's configuration, so the worker
   itself refuses the table), or the submit's refusal (with the configuration).
@@ -24,6 +28,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -122,45 +127,87 @@ def target_rows(capture: Capture) -> dict[int, tuple[str, int | None]]:
             "SELECT id, name, qty FROM public.items").fetchall()}
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(360)
 def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None:
+    # A filtered dump: only the rows that meet the conditions and lie in the key range.
+    # (dag.test() leaves a run's values on the tasks' params for the next run of the same
+    # DAG object: the later runs give every field they rely on.)
     run = capture.dags["dblog_dump"].test(run_conf={
-        "scope": "tables", "tables": [TABLE], "chunk_size": 100, "delay_ms": 300})
+        "scope": "tables", "tables": [TABLE], "where": [
+            {"column": "qty", "op": "in", "values": [1, 2]}], "from_key": "100",
+        "chunk_size": 20, "verify": False})
     logged = log_text()
     assert (run.state, states(run)) == ("success", {
         "check": "success", "submit": "success", "wait": "success", "should_merge": "success",
+        "merge": "success", "verify": "skipped"}), logged[-6000:]
+    assert 'dump-1 queued: tables dump of public.items where qty in ("1", "2") AND ' \
+           'key >= ["100"]' in logged
+    assert set(target_rows(capture)) == {i for i in range(100, ROWS + 1) if i % 7 in (1, 2)}
+
+    # The scheduled backfill of every table, its filter a template of the run's interval
+    # (here every row meets it, so the verify finds the target equal).
+    backfill = capture.dags["dblog_backfill"]
+    # dag.test() waits out a reschedule: pace pokes every second rather than 5 minutes
+    backfill.task_dict["pace"].poke_interval = 1  # type: ignore[union-attr]
+    since = datetime(2026, 11, 16, tzinfo=UTC)
+    run = backfill.test(logical_date=since, run_conf={
+        "where": [{"column": "name", "op": "!=", "value": "archived {{ data_interval_start }}"}],
+        "chunk_size": 100, "delay_ms": 300, "verify": True})
+    logged = log_text()
+    assert (run.state, states(run)) == ("success", {
+        "check": "success", "submit": "success", "wait": "success", "pace": "success",
         "merge": "success", "verify": "success"}), logged[-6000:]
+    assert (f'dump-2 queued: all dump of {TABLE} where name != "archived '
+            f'{since.isoformat(" ")}"') in logged
     # The sensor deferred (the dump takes three chunks 300 ms apart) and dag.test() ran the
     # trigger in-process until its event.
-    assert f"following dump-1 of source {SOURCE}" in logged
-    assert f"dump-1 completed: 1 table(s), {ROWS} rows" in logged
+    assert f"following dump-2 of source {SOURCE}" in logged
+    assert f"dump-2 completed: 1 table(s), {ROWS} rows" in logged
     assert len(target_rows(capture)) == ROWS
     assert equal(capture)
 
     with psycopg.connect(capture.target_dsn, autocommit=True) as target:
-        target.execute("UPDATE public.items SET name = 'damaged' WHERE id = 5")
+        target.execute("UPDATE public.items SET name = 'damaged' WHERE id IN (5, 200)")
         target.execute("DELETE FROM public.items WHERE id = 7")
         target.execute("INSERT INTO public.items (id, name, qty, version)"
                        " VALUES (90000, 'not in the source', 1, 1)")
     with psycopg.connect(capture.source_dsn, autocommit=True) as source:  # not merged yet
         source.execute("UPDATE public.items SET qty = 99, version = 2 WHERE id = 11")
 
-    run = capture.dags["dblog_repair"].test(run_conf={"table": TABLE, "chunk_size": 2})
+    # A filtered repair re-dumps the slice (keys up to 100), not the keys that differ; the
+    # verify of the whole table then finds key 200, outside it, and says the dump was filtered.
+    repair = capture.dags["dblog_repair"]
+    run = repair.test(run_conf={"table": TABLE, "chunk_size": 30, "to_key": "100"})
+    logged = log_text()
+    assert (run.state, states(run)) == ("failed", {
+        "compare": "success", "submit": "success", "wait": "success", "merge": "success",
+        "remove_extra": "success", "verify": "failed"}), logged[-6000:]
+    plan = xcom(run, "compare")
+    assert sorted(json.loads(plan["keys"])) == [5, 7, 11, 200, 90000]
+    assert (plan["scope"], plan["extra"], plan["to_key"]) == ("tables", [90000], '["100"]')
+    assert "dump-3 completed: 1 table(s), 100 rows" in logged
+    assert xcom(run, "remove_extra") == {"removed": [[90000]], "kept": []}
+    assert ('the target differs from the source: public.items: 0 missing, 1 changed, 0 extra: '
+            'changed 200 (dump-3 dumped only the rows where key <= ["100"]: the verify '
+            "compares whole tables, and differences outside those rows remain)") in logged
+    rows = target_rows(capture)
+    assert (len(rows), rows[5], rows[7], rows[11], rows[200]) == (
+        ROWS, ("item 5", 5), ("item 7", 0), ("item 11", 99), ("damaged", 4))
+    assert 90000 not in rows
+
+    # Without a filter: a key dump of exactly the keys that differ.
+    run = repair.test(run_conf={"table": TABLE, "chunk_size": 2, "to_key": None})
     logged = log_text()
     assert (run.state, states(run)) == ("success", {
         "compare": "success", "submit": "success", "wait": "success", "merge": "success",
         "remove_extra": "success", "verify": "success"}), logged[-6000:]
     plan = xcom(run, "compare")
-    assert sorted(json.loads(plan["keys"])) == [5, 7, 11, 90000]
-    assert plan["extra"] == [90000]
-    assert xcom(run, "remove_extra") == {"removed": [[90000]], "kept": []}
-    rows = target_rows(capture)
-    assert (len(rows), rows[5], rows[7], rows[11]) == (ROWS, ("item 5", 5), ("item 7", 0),
-                                                      ("item 11", 99))
-    assert 90000 not in rows
+    assert (plan["scope"], json.loads(plan["keys"]), plan["extra"]) == ("keys", [200], [])
+    assert xcom(run, "remove_extra") == {"removed": [], "kept": []}
+    assert target_rows(capture)[200] == ("item 200", 4)
     assert equal(capture)
 
-    again = capture.dags["dblog_repair"].test(run_conf={"table": TABLE, "chunk_size": 5000})
+    again = repair.test(run_conf={"table": TABLE, "chunk_size": 5000})
     assert (again.state, states(again)) == ("success", {
         "compare": "success", "submit": "skipped", "wait": "skipped", "merge": "skipped",
         "remove_extra": "skipped", "verify": "skipped"})

@@ -17,8 +17,10 @@ from dblog_airflow.hooks.dblog import (
     DblogHook,
     DblogSettings,
     as_int,
+    as_key,
     as_keys,
     as_tables,
+    as_where,
     redis_url,
 )
 
@@ -139,6 +141,13 @@ def test_templated_values_are_read_back() -> None:
     assert as_keys("[['1', 'a']]") == as_keys([("1", "a")]) == [["1", "a"]]
     assert as_keys("") is None and as_keys(None) is None
     assert as_int("5000", "chunk size") == 5000 and as_int(7, "delay") == 7
+    condition = {"column": "region", "op": "in", "values": ["EU", "US"]}
+    assert as_where(json.dumps([condition])) == as_where(repr([condition])) == [condition]
+    assert as_where(condition) == [condition]  # one condition
+    assert as_where("") is None and as_where(None) is None
+    assert as_key("10", "from_key") == 10 and as_key(' abc ', "from_key") == "abc"
+    assert as_key('[7, "EU"]', "to_key") == as_key("[7, 'EU']", "to_key") == [7, "EU"]
+    assert as_key("", "to_key") is None and as_key([1], "to_key") == [1]
     for bad, call in [("[1, 2", as_keys), ('{"a": 1}', as_keys), ("[1, 2]", as_tables),
                       ("5k", lambda v: as_int(v, "chunk size")),
                       (True, lambda v: as_int(v, "delay"))]:
@@ -190,6 +199,43 @@ def test_refused_requests_queue_nothing(hook: DblogHook, store: StateStore, scop
                                         tables: list[str], keys: object, message: str) -> None:
     with pytest.raises(RequestRejected, match=message):
         hook.submit_dump(scope, tables, keys)
+    assert store.list_requests() == []
+
+
+def test_submit_a_filtered_dump(hook: DblogHook, store: StateStore,
+                                log_text: Callable[[], str]) -> None:
+    request = hook.submit_dump(
+        "tables", ["public.a"], where='[{"column": "region", "op": "in", "values": ["EU", "US"]},'
+                                      ' {"column": "deleted_at", "op": "is null"}]',
+        from_key="100", to_key="[200]")
+    row_filter = store.get_request(request.id).row_filter
+    assert row_filter is not None
+    assert row_filter.describe() == ('region in ("EU", "US") AND deleted_at is null AND '
+                                     'key >= ["100"] AND key <= ["200"]')
+    assert (f'{request.id} queued: tables dump of public.a where region in ("EU", "US") AND '
+            "deleted_at is null") in log_text()
+    every = hook.submit_dump("tables", ["public.a", "public.b"],
+                             where={"column": "qty", "op": ">", "value": 3})
+    assert store.get_request(every.id).row_filter.describe() == 'qty > "3"'  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("scope", "tables", "keys", "rows", "message"), [
+    ("tables", ["public.a", "public.b"], None, {"from_key": 1},
+     r"a key range \(from_key, to_key\) is of one table's key: use kind tables with one "
+     "table, got 2 tables"),
+    ("keys", ["public.a"], [1], {"where": '[["region", "=", "EU"]]'},
+     "a primary-key dump reads the keys it names"),
+    ("tables", ["public.a"], None, {"where": '[{"column": "a", "op": "like", "value": "x"}]'},
+     "op must be one of"),
+    ("tables", ["public.a"], None, {"where": "region = EU"}, "where conditions are not valid"),
+    ("tables", ["public.a"], None, {"from_key": "[1, 2]", "to_key": 3},
+     "from_key has 2 value"),
+])
+def test_refused_filters_queue_nothing(hook: DblogHook, store: StateStore, scope: str,
+                                       tables: list[str], keys: object, rows: dict[str, Any],
+                                       message: str) -> None:
+    with pytest.raises(RequestRejected, match=message):
+        hook.submit_dump(scope, tables, keys, **rows)
     assert store.list_requests() == []
 
 
@@ -256,6 +302,15 @@ def test_source_checks_tables_and_keys(
         hook.submit_dump("tables", ["public.notes"])
     request = hook.submit_dump("keys", ["public.items"], [[1, "a"], [2, "b"]])
     assert store.request_keys(request.id, 0, 10) == [("1", "a"), ("2", "b")]
+    # a filter is checked against the table's columns and key
+    with pytest.raises(RequestRejected, match=r"public\.items has no column 'region'"):
+        hook.submit_dump("tables", ["public.items"], where=[["region", "=", "EU"]])
+    with pytest.raises(RequestRejected, match="from_key has 1 value"):
+        hook.submit_dump("tables", ["public.items"], from_key=1)
+    filtered = hook.submit_dump("tables", ["public.items"], where=[["kind", "=", "a"]],
+                                from_key='[1, "a"]')
+    assert store.get_request(filtered.id).row_filter.describe() == (  # type: ignore[union-attr]
+        'kind = "a" AND key >= ["1", "a"]')
 
 
 # -- control ---------------------------------------------------------------------------

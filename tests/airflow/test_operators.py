@@ -69,10 +69,36 @@ def test_templated_params_render_to_a_request(
     assert store.request_keys(request.id, 0, 5) == [("1", "a"), ("2", "b")]
 
 
+def test_templated_filter_renders_to_a_request(store: StateStore,
+                                              task_context: MakeContext) -> None:
+    # a condition's value is a template of the run, as a scheduled dump's interval
+    op = DblogDumpOperator(
+        task_id="submit", scope="tables", tables=["public.a"],
+        where=[{"column": "updated_at", "op": ">=", "value": "{{ params.since }}"},
+               {"column": "region", "op": "in", "values": ["EU", "{{ params.region }}"]}],
+        from_key="{{ params.first }}", to_key="{{ params['last'] }}")
+    context = task_context(params={"since": "2026-11-16T00:00:00+00:00", "region": "US",
+                                   "first": 10, "last": [20]})
+    op.render_template_fields(context)
+    row_filter = store.get_request(op.execute(context)).row_filter
+    assert row_filter is not None
+    assert row_filter.describe() == ('updated_at >= "2026-11-16T00:00:00+00:00" AND region in '
+                                     '("EU", "US") AND key >= ["10"] AND key <= ["20"]')
+    # one condition as JSON text (a param rendered)
+    text = DblogDumpOperator(task_id="text", scope="tables", tables=["public.b"],
+                             where='{"column": "deleted_at", "op": "is null"}')
+    saved = store.get_request(text.execute(task_context(task_id="text")))
+    assert saved.row_filter is not None and saved.row_filter.describe() == "deleted_at is null"
+
+
 def test_refused_dump_fails_without_retry(store: StateStore, task_context: MakeContext) -> None:
     op = DblogDumpOperator(task_id="submit", scope="keys", tables=["public.a"], keys="[]")
     with pytest.raises(AirflowFailException, match="keys must be a non-empty JSON array"):
         op.execute(task_context())
+    ranged = DblogDumpOperator(task_id="submit", scope="tables", tables=["public.a", "public.b"],
+                               to_key="9")
+    with pytest.raises(AirflowFailException, match=r"a key range .* got 2 tables"):
+        ranged.execute(task_context())
     assert store.list_requests() == []
 
 

@@ -60,7 +60,8 @@ from dblog_worker.state import StateStore
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
-__all__ = ["DEFAULT_CONN_ID", "DblogHook", "DblogSettings", "as_int", "as_keys", "as_tables"]
+__all__ = ["DEFAULT_CONN_ID", "DblogHook", "DblogSettings", "as_int", "as_key", "as_keys",
+           "as_tables", "as_where"]
 
 DEFAULT_CONN_ID = "dblog_default"
 DEFAULT_REDIS_PORT = 6379
@@ -172,6 +173,37 @@ def as_keys(value: object) -> list[object] | None:
         raise RequestRejected(
             f"keys must be a JSON array such as [1, 2] or [[1, \"a\"]], got {value!r}")
     return [list(k) if isinstance(k, tuple) else k for k in value]
+
+
+def as_where(value: object) -> object:
+    """A filter's conditions from a list, its JSON (or Python) text, or one condition (a
+    mapping); None when there are none. :class:`~dblog_worker.row_filter.RowFilter` checks
+    each condition."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str):
+        value = _literal(value.strip(), "where conditions")
+    if isinstance(value, Mapping):
+        return [value]
+    return value
+
+
+def as_key(value: object, what: str) -> object:
+    """A key range's end from a value, a list (one value per key column), or their text:
+    JSON or a Python literal (``10``, ``[7, "EU"]``), else the text itself (``abc``), as
+    ``dblog dump --from-key`` reads it; None when empty."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    if text.startswith("["):
+        return _literal(text, f"{what} values")
+    return text
 
 
 def as_int(value: object, what: str) -> int:
@@ -323,6 +355,9 @@ class DblogHook(BaseHook):
         delay_ms: int | str = 0,
         client_token: str | None = None,
         parallelism: int | str = 1,
+        where: object = None,
+        from_key: object = None,
+        to_key: object = None,
     ) -> DumpRequest:
         """Queue a dump, like ``dblog dump``; with a ``client_token`` used before, return
         that request instead (no second dump).
@@ -338,12 +373,20 @@ class DblogHook(BaseHook):
         :param client_token: Idempotency token: the same token gives the same request.
         :param parallelism: Chunk SELECTs per window of a table dump, each on a source
             connection of its own (1 to 8); an int or its text.
+        :param where: A filtered dump's conditions, all of which a dumped row meets: a list
+            (or its JSON text) of ``{"column": ..., "op": ..., "value": ...}`` (``"values":
+            [...]`` for ``in`` and ``not in``, none for ``is null`` and ``is not null``), or
+            one such condition. Not for scope ``"keys"``.
+        :param from_key: The first primary key to dump (included), for scope ``"tables"``
+            with one table: a value, a list of one value per key column, or their text.
+        :param to_key: The last primary key to dump (included), like ``from_key``.
         """
         config = self.load_config() if self.config_path is not None else None
         names = as_tables(tables)
         spec = DumpSpec.of(scope, names, as_keys(keys), chunk_size=as_int(chunk_size, "chunk size"),
                            delay_ms=as_int(delay_ms, "delay"), client_token=client_token,
-                           parallelism=as_int(parallelism, "parallelism"))
+                           parallelism=as_int(parallelism, "parallelism"), where=as_where(where),
+                           from_key=as_key(from_key, "from_key"), to_key=as_key(to_key, "to_key"))
         if spec.kind is DumpKind.ALL and config is None:
             raise RequestRejected(
                 'scope "all" needs the captured tables: add the worker\'s configuration to '
@@ -354,13 +397,15 @@ class DblogHook(BaseHook):
         started = time.time()
         request = self.state().create_request(
             spec.kind, tables_of, chunk_size=spec.chunk_size, delay_ms=spec.delay_ms,
-            keys=parsed, client_token=client_token, parallelism=spec.parallelism)
+            keys=parsed, client_token=client_token, parallelism=spec.parallelism,
+            row_filter=spec.row_filter)
         again = client_token is not None and request.created_at < started
         self.log.info(
-            "%s %s: %s dump of %s%s, chunk size %d, delay %d ms, parallelism %d%s",
+            "%s %s: %s dump of %s%s%s, chunk size %d, delay %d ms, parallelism %d%s",
             request.id,
             request.state.value, request.kind.value, ", ".join(request.tables),
             f" ({request.key_count} keys: {describe_keys(parsed)})" if parsed else "",
+            f" where {request.row_filter.describe()}" if request.row_filter else "",
             request.chunk_size, request.delay_ms, request.parallelism,
             f"; client token {client_token} was used before: this is that request, no second "
             "dump" if again else "")

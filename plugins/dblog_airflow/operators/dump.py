@@ -34,7 +34,17 @@ class DblogDumpOperator(BaseOperator):
     Wait for it with :class:`~dblog_airflow.sensors.dump.DblogDumpSensor`.
 
     A refused request (an unknown scope, no tables, keys that do not fit the primary key, a
-    table the worker does not capture) fails the task without retries.
+    table the worker does not capture, a filter on a column the table does not have) fails
+    the task without retries.
+
+    A filtered dump reads only the rows that meet every condition of ``where`` and, for one
+    table, lie in the key range ``from_key`` to ``to_key`` (both included). The values are
+    templated, so a scheduled dump can read the rows of its interval::
+
+        DblogDumpOperator(
+            task_id="submit", scope="tables", tables=["public.orders"],
+            where=[{"column": "updated_at", "op": ">=", "value": "{{ data_interval_start }}"}],
+        )
 
     :param scope: ``"all"``, ``"tables"`` or ``"keys"`` (templated). ``"all"`` without
         tables dumps every table of the worker's configuration (the connection's
@@ -46,16 +56,28 @@ class DblogDumpOperator(BaseOperator):
     :param delay_ms: Pause between chunks in milliseconds (templated).
     :param parallelism: Chunk SELECTs per window of a table dump, each on a source
         connection of its own (1 to 8; templated).
+    :param where: Conditions every dumped row meets (templated): a list of
+        ``{"column": ..., "op": ..., "value": ...}`` (op one of ``=``, ``!=``, ``<``, ``<=``,
+        ``>``, ``>=``; ``"values": [...]`` for ``in`` and ``not in``; no value for ``is null``
+        and ``is not null``), one such condition, or their JSON text. Values are numbers or
+        strings, read as the column's type. Not for scope ``"keys"``; with ``"all"`` every
+        captured table must have the columns.
+    :param from_key: The first primary key to dump, included (templated): a value, a list of
+        one value per key column, or their text (JSON, else the text itself). Only for scope
+        ``"tables"`` with one table.
+    :param to_key: The last primary key to dump, included (templated); like ``from_key``.
     :param dblog_conn_id: The ``dblog`` connection (templated).
     """
 
     template_fields: Sequence[str] = ("scope", "tables", "keys", "chunk_size", "delay_ms",
-                                      "parallelism", "dblog_conn_id")
+                                      "parallelism", "where", "from_key", "to_key",
+                                      "dblog_conn_id")
     ui_color = "#d6e8f2"
 
     def __init__(self, *, scope: str, tables: str | Sequence[str] = (), keys: object = None,
                  chunk_size: int | str = DEFAULT_CHUNK_SIZE, delay_ms: int | str = 0,
-                 parallelism: int | str = 1, dblog_conn_id: str = DEFAULT_CONN_ID,
+                 parallelism: int | str = 1, where: object = None, from_key: object = None,
+                 to_key: object = None, dblog_conn_id: str = DEFAULT_CONN_ID,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.scope = scope
@@ -64,6 +86,9 @@ class DblogDumpOperator(BaseOperator):
         self.chunk_size = chunk_size
         self.delay_ms = delay_ms
         self.parallelism = parallelism
+        self.where = where
+        self.from_key = from_key
+        self.to_key = to_key
         self.dblog_conn_id = dblog_conn_id
 
     def execute(self, context: Context) -> str:
@@ -73,7 +98,8 @@ class DblogDumpOperator(BaseOperator):
                 request = hook.submit_dump(
                     self.scope, self.tables, self.keys,
                     chunk_size=self.chunk_size, delay_ms=self.delay_ms,
-                    client_token=client_token(context), parallelism=self.parallelism)
+                    client_token=client_token(context), parallelism=self.parallelism,
+                    where=self.where, from_key=self.from_key, to_key=self.to_key)
         finally:
             hook.close()
         return request.id
