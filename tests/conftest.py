@@ -11,10 +11,16 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from hypothesis import settings
 from pyspark.sql import SparkSession
 
 from tests.services import MariaDBServer, PostgresServer, RedisServer
 from tests.spark_local import local_spark
+
+# No per-example deadline: the machines are shared and noisy, and speed is measured by the
+# benchmarks (bench/), not by tests; a slow example is not a wrong one.
+settings.register_profile("dblog", deadline=None)
+settings.load_profile("dblog")
 
 
 @pytest.fixture(scope="session")
