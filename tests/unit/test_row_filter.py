@@ -4,6 +4,7 @@ holds it, and the SQL each source spells it into (exact text and parameters)."""
 from __future__ import annotations
 
 import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
