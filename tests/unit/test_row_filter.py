@@ -82,12 +82,13 @@ def test_what_a_filter_is_of_follows_the_kind() -> None:
     assert DumpSpec.of("all", where=[["region", "=", "EU"]]).row_filter is not None
     assert DumpSpec.of("tables", ["s.t"], from_key=1, to_key=9).row_filter == \
         RowFilter((), ("1",), ("9",))
-    for kind, tables, keys, extra, message in [
+    cases: list[tuple[str, list[str] | None, list[object] | None, dict[str, object], str]] = [
         ("keys", ["s.t"], [1], {"where": [["a", "=", "1"]]}, "reads the keys it names"),
         ("keys", ["s.t"], [1], {"from_key": 1}, "reads the keys it names"),
         ("tables", ["s.t", "s.u"], None, {"to_key": 1}, "got 2 tables"),
         ("all", None, None, {"from_key": 1}, "got kind all"),
-    ]:
+    ]
+    for kind, tables, keys, extra, message in cases:
         with pytest.raises(RequestRejected) as refused:
             DumpSpec.of(kind, tables, keys, **extra)
         assert message in str(refused.value)
