@@ -90,7 +90,8 @@ def test_what_a_filter_is_of_follows_the_kind() -> None:
     ]
     for kind, tables, keys, extra, message in cases:
         with pytest.raises(RequestRejected) as refused:
-            DumpSpec.of(kind, tables, keys, **extra)
+            DumpSpec.of(kind, tables, keys, where=extra.get("where"),
+                        from_key=extra.get("from_key"), to_key=extra.get("to_key"))
         assert message in str(refused.value)
 
 
