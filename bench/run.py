@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench import (
     dump_throughput,
+    filtered_dumps,
     live_latency,
     log_capture,
     memory,
@@ -28,6 +29,7 @@ from bench.common import SOURCES, Options, Result, emit, progress
 
 BENCHMARKS: dict[str, Callable[[Options], Result]] = {
     dump_throughput.NAME: dump_throughput.run,
+    filtered_dumps.NAME: filtered_dumps.run,
     log_capture.NAME: log_capture.run,
     live_latency.NAME: live_latency.run,
     memory.NAME: memory.run,
