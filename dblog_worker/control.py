@@ -42,7 +42,8 @@ def create_dump(config: Config, state: StateStore, spec: DumpSpec) -> DumpReques
     keys = source_keys(config, spec, tables)
     return state.create_request(spec.kind, tables, chunk_size=spec.chunk_size,
                                 delay_ms=spec.delay_ms, keys=keys,
-                                client_token=spec.client_token, parallelism=spec.parallelism)
+                                client_token=spec.client_token, parallelism=spec.parallelism,
+                                throttle=spec.throttle)
 
 
 def source_keys(config: Config, spec: DumpSpec, tables: Sequence[str]) -> list[KeyTexts]:
@@ -81,6 +82,7 @@ def request_json(request: DumpRequest, progress: dict[str, TableProgress]) -> di
         "chunk_size": request.chunk_size,
         "delay_ms": request.delay_ms,
         "parallelism": request.parallelism,
+        "throttle": request.throttle.limits(),
         "key_count": request.key_count,
         "created_at": request.created_at,
         "updated_at": request.updated_at,

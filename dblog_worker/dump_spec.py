@@ -10,7 +10,7 @@ token) and raises :class:`~dblog_worker.errors.RequestRejected` with what to do.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dblog_worker.errors import RequestRejected
@@ -24,6 +24,7 @@ from dblog_worker.requests import (
     check_parallelism,
     parse_keys,
 )
+from dblog_worker.throttle import NO_THROTTLE, ThrottlePolicy
 
 MAX_CLIENT_TOKEN = 200
 KEYS_EXAMPLE = '[1, 2] or [[1, "a"], [2, "b"]]'
@@ -41,6 +42,7 @@ class DumpSpec:
     delay_ms: int = 0
     client_token: str | None = None
     parallelism: int = 1
+    throttle: ThrottlePolicy = NO_THROTTLE
 
     def __post_init__(self) -> None:
         check_chunk_size(self.chunk_size)
@@ -58,7 +60,7 @@ class DumpSpec:
     def of(cls, kind: object, tables: Sequence[str] | None = None,
            keys: Sequence[object] | None = None, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
            delay_ms: int = 0, client_token: str | None = None,
-           parallelism: int = 1) -> DumpSpec:
+           parallelism: int = 1, throttle: Mapping[str, object] | None = None) -> DumpSpec:
         """A spec from a front end's values: ``kind`` as text (``all``, ``tables``,
         ``keys``), tables in the order given (duplicates dropped)."""
         try:
@@ -75,7 +77,7 @@ class DumpSpec:
             raise RequestRejected(f"keys must be a non-empty JSON array such as {KEYS_EXAMPLE}")
         return cls(dump_kind, tuple(dict.fromkeys(tables or ())),
                    None if keys is None else tuple(keys), chunk_size, delay_ms, client_token,
-                   parallelism)
+                   parallelism, ThrottlePolicy.of(throttle))
 
     def table_names(self, captured: Sequence[str]) -> tuple[str, ...]:
         """The tables to dump: for kind ``all``, the ``captured`` tables."""

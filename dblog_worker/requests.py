@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from dblog_worker.errors import CorruptRequest, RequestRejected
+from dblog_worker.throttle import NO_THROTTLE, ThrottlePolicy
 
 MAX_CHUNK_SIZE = 100_000
 DEFAULT_CHUNK_SIZE = 5_000
@@ -160,6 +161,7 @@ class DumpRequest:
     client_token: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
     parallelism: int = 1
+    throttle: ThrottlePolicy = NO_THROTTLE
 
     def to_fields(self) -> dict[str, str]:
         fields = {
@@ -173,6 +175,7 @@ class DumpRequest:
             "updated_at": repr(self.updated_at),
             "key_count": str(self.key_count),
             "parallelism": str(self.parallelism),
+            **self.throttle.to_fields(),
         }
         if self.error is not None:
             fields["error"] = self.error
@@ -199,7 +202,8 @@ class DumpRequest:
         key_count = _number(fields.get("key_count", "0"), 0, MAX_KEYS, bad, "key_count")
         if kind is DumpKind.KEYS and key_count == 0:
             raise bad("key_count", "is 0, but a primary-key dump has keys")
-        known = {*REQUEST_REQUIRED, "key_count", "error", "client_token", "parallelism"}
+        known = {*REQUEST_REQUIRED, "key_count", "error", "client_token", "parallelism",
+                 *ThrottlePolicy.record_fields()}
         return cls(
             id=fields["id"],
             kind=kind,
@@ -216,6 +220,7 @@ class DumpRequest:
             # requests written before the knob existed read one chunk SELECT per window
             parallelism=_knob(fields.get("parallelism", "1"), check_parallelism, bad,
                               "parallelism"),
+            throttle=ThrottlePolicy.from_fields(fields, bad),  # absent limits: off
         )
 
 
