@@ -63,6 +63,7 @@ from dblog_worker.requests import (
 from dblog_worker.startup import check_landed, refuse_lost_state
 from dblog_worker.state import StateStore
 from dblog_worker.tables import not_ready
+from dblog_worker.throttle import SAMPLE_S, Signals
 from dblog_worker.window import Reconciler, WindowClosed
 
 if TYPE_CHECKING:
@@ -128,6 +129,10 @@ class Session:
         self.encoder = ThreadPoolExecutor(1, thread_name_prefix="dblog-encode")
         self.in_flight: Covered | None = None  # what the write in flight covers
         self.ended = ""  # the dump whose ending write was submitted
+        self.paced_at = 0.0  # the throttle's last decision
+        self.pressure_at = -math.inf  # the throttle's last reading of the source
+        self.pressure: tuple[int | None, float | None] = (None, None)
+        self.pressure_failed = ""  # why the last reading failed, logged once
 
     def run(self) -> None:
         try:
@@ -235,6 +240,9 @@ class Session:
         if now - self.last_control >= self.config.control_interval_s:
             self._control(now)
         dump = self.dump
+        if dump is not None and dump.runnable and (
+                dump.unpaced or now - self.paced_at >= SAMPLE_S):
+            self._pace(dump, now)
         if dump is not None and self._may_open(dump, now):
             self._window(dump)
         if self.in_flight is not None and (
@@ -276,7 +284,8 @@ class Session:
     def _may_open(self, dump: ActiveDump, now: float) -> bool:
         """Without a delay, the next window opens while the last one's watermarks are on
         their way (windows stay apart in the log: the next LW is written after HW)."""
-        most = MAX_OPEN_WINDOWS if dump.request.delay_ms == 0 else 1
+        paused = dump.request.delay_ms or dump.throttle.delay_ms
+        most = 1 if paused else MAX_OPEN_WINDOWS
         return (not self.worker.stopping and dump.runnable and now >= dump.next_window_at
                 and self.reconciler.open_windows < most and len(dump.open_reads) < most
                 and dump.current_table() is not None)
@@ -309,6 +318,48 @@ class Session:
 
     # -- dump windows -----------------------------------------------------------
 
+    def _pace(self, dump: ActiveDump, now: float) -> None:
+        """The throttle decides the delay before the next window (after a window closed,
+        and about once a second while it waits), from the signals its policy limits. The
+        source is read outside any window, at most every SAMPLE_S."""
+        policy = dump.request.throttle
+        window, dump.unpaced, self.paced_at = dump.unpaced, False, now
+        if not policy.on and not dump.throttle.delay_ms and not dump.throttle.reason:
+            return
+        if policy.reads_source and now - self.pressure_at >= SAMPLE_S:
+            self.pressure_at = now
+            self.pressure = self._read_pressure(policy.max_active_sessions > 0,
+                                                policy.max_replica_lag_ms > 0)
+        sessions, replica_lag = self.pressure
+        dump.throttle.decide(policy, Signals(
+            chunk_ms=dump.chunk_ms,
+            active_sessions=sessions if policy.max_active_sessions else None,
+            replica_lag_ms=replica_lag if policy.max_replica_lag_ms else None,
+            log_lag_bytes=self.source.lag_bytes() if policy.max_log_lag_mb else None,
+        ), window=window)
+
+    def _read_pressure(self, sessions: bool, replica: bool) -> tuple[int | None, float | None]:
+        """Active sessions and replica lag, as asked; None for what cannot be read (a
+        replica unreachable, a privilege missing): that signal is left out, and said once
+        in the log."""
+        values: list[float | None] = []
+        for wanted, read in ((sessions, self.source.active_sessions),
+                             (replica, self.source.replica_lag_ms)):
+            value: float | None = None
+            if wanted:
+                try:
+                    value = read()
+                except TransientError:
+                    raise
+                except Exception as exc:  # the throttle reads, it never stops the dump
+                    if str(exc) != self.pressure_failed:
+                        log.warning("throttle: %s cannot be read, left out: %s",
+                                    read.__name__.replace("_", " "), exc)
+                        self.pressure_failed = str(exc)
+            values.append(value)
+        sessions_value = values[0]
+        return (None if sessions_value is None else int(sessions_value), values[1])
+
     def _window(self, dump: ActiveDump) -> None:
         """Algorithm 1, steps 1-4: LW, chunk SELECT, HW; the log waits only here.
 
@@ -338,7 +389,9 @@ class Session:
         read = WindowRead(plan, NOTHING_READ)
         try:
             self.source.await_low_watermark()  # a read replica: until it replayed LW
+            started = time.monotonic()
             read = WindowRead(plan, plan.read(self.source, self.encoder.submit))
+            dump.chunk_ms = (time.monotonic() - started) * 1000
             dump.waiting = None
         except ChunkStale as exc:
             read = WindowRead(plan, NOTHING_READ, stale=True)
@@ -462,6 +515,9 @@ class Session:
             "windows": self.windows,
             "active_request": "" if self.dump is None else self.dump.id,
             "dump_waiting": "" if self.dump is None else self.dump.waiting or "",
+            "dump_throttle": "" if self.dump is None or not self.dump.request.throttle.on
+            else self.dump.throttle.describe(),
+            "dump_throttle_ms": 0 if self.dump is None else round(self.dump.throttle.delay_ms),
             "events_emitted": 0 if self.output is None else self.output.emitted,
             "events_replayed": 0 if self.output is None else self.output.replayed,
             "http": self.worker.http_url,
