@@ -19,6 +19,7 @@ from dblog_worker.requests import (
     DumpKind,
     RequestState,
 )
+from dblog_worker.throttle import LIMITS
 
 Schema = dict[str, Any]
 
@@ -66,6 +67,7 @@ REQUEST_FIELDS: Schema = {
     "chunk_size": {"type": "integer", "minimum": 1, "maximum": MAX_CHUNK_SIZE},
     "delay_ms": {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS},
     "parallelism": {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELISM},
+    "throttle": _ref("Throttle"),
     "key_count": {"type": "integer", "minimum": 0},
     "created_at": {"type": "number", "description": "Unix time, seconds"},
     "updated_at": {"type": "number", "description": "Unix time, seconds"},
@@ -161,7 +163,7 @@ SCHEMAS: dict[str, Schema] = {
         "type": "object",
         "properties": {"kind": {"const": "all"}, "chunk_size": CHUNK_SIZE,
                        "delay_ms": DELAY_MS, "parallelism": PARALLELISM,
-                       "client_token": _ref("ClientToken")},
+                       "throttle": _ref("Throttle"), "client_token": _ref("ClientToken")},
         "required": ["kind"],
         "additionalProperties": False,
     },
@@ -175,6 +177,7 @@ SCHEMAS: dict[str, Schema] = {
             "chunk_size": CHUNK_SIZE,
             "delay_ms": DELAY_MS,
             "parallelism": PARALLELISM,
+            "throttle": _ref("Throttle"),
             "client_token": _ref("ClientToken"),
         },
         "required": ["kind", "tables"],
@@ -196,6 +199,7 @@ SCHEMAS: dict[str, Schema] = {
             "chunk_size": CHUNK_SIZE,
             "delay_ms": DELAY_MS,
             "parallelism": PARALLELISM,
+            "throttle": _ref("Throttle"),
             "client_token": _ref("ClientToken"),
         },
         "required": ["kind", "tables", "keys"],
@@ -206,8 +210,18 @@ SCHEMAS: dict[str, Schema] = {
     "Knobs": {
         "type": "object",
         "properties": {"chunk_size": CHUNK_SIZE, "delay_ms": DELAY_MS,
-                       "parallelism": PARALLELISM},
+                       "parallelism": PARALLELISM, "throttle": _ref("Throttle")},
         "minProperties": 1,
+        "additionalProperties": False,
+    },
+    "Throttle": {
+        "type": "object",
+        "description": "Automatic throttling: over a limit, the next window waits longer (up "
+                       "to 30 s beyond delay_ms); 0 or left out turns a limit off. In a "
+                       "PATCH, only the limits given change.",
+        "properties": {name: {"type": "integer", "minimum": 0, "maximum": high,
+                              "default": 0, "description": f"{what}, {unit}"}
+                       for name, (high, unit, what) in LIMITS.items()},
         "additionalProperties": False,
     },
     "NoBody": {"type": "object", "maxProperties": 0,
@@ -399,7 +413,8 @@ def document(*, auth: bool) -> dict[str, Any]:
                               public=False, errors=(404, 503), parameters=[_id()],
                               auth=auth),
             "patch": _operation(
-                "Change the chunk size and/or delay of a request that has not ended",
+                "Change the chunk size, delay, parallelism and/or throttle limits of a request "
+                "that has not ended",
                 {"200": request_ok}, public=False, errors=with_body, parameters=[_id()],
                 requestBody=_body(_ref("Knobs")), auth=auth),
         },
