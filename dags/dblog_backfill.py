@@ -83,6 +83,7 @@ with DAG(
         "delay_ms": params.delay_ms_param(DELAY_MS, "Delay outside busy hours"),
         "busy_delay_ms": params.delay_ms_param(BUSY_DELAY_MS, "Delay during busy hours"),
         "parallelism": params.parallelism_param(),
+        **params.throttle_params(),
         "busy_hours": Param(
             BUSY_HOURS, type="string", pattern=BUSY_HOURS_PATTERN,
             title=f"Busy hours: HH-HH in {TIMEZONE}, e.g. 08-18, or empty for none",
@@ -116,6 +117,7 @@ with DAG(
         chunk_size="{{ params.chunk_size }}",
         delay_ms="{{ ti.xcom_pull(task_ids='check') }}",
         parallelism="{{ params.parallelism }}",
+        throttle=params.throttle_templates(),
     )
     wait = wait_for_dump(POLL_INTERVAL_S, days=6)
     pace = DumpPaceSensor(

@@ -51,6 +51,7 @@ with DAG(
         "chunk_size": params.chunk_size_param(),
         "delay_ms": params.delay_ms_param(),
         "parallelism": params.parallelism_param(),
+        **params.throttle_params(),
         "merge": Param(True, type="boolean", title="Merge: run the Spark merge afterwards",
                        section="Afterwards"),
         "verify": Param(True, type="boolean",
@@ -77,6 +78,7 @@ with DAG(
         chunk_size="{{ params.chunk_size }}",
         delay_ms="{{ params.delay_ms }}",
         parallelism="{{ params.parallelism }}",
+        throttle=params.throttle_templates(),
     )
     wait = wait_for_dump(POLL_INTERVAL_S, days=3)
 

@@ -51,6 +51,7 @@ with DAG(
         "table": params.table_param(TABLES),
         "chunk_size": params.chunk_size_param(),
         "delay_ms": params.delay_ms_param(),
+        **params.throttle_params(),
     },
 ) as dag:
 
@@ -80,6 +81,7 @@ with DAG(
         keys="{{ ti.xcom_pull(task_ids='compare')['keys'] }}",
         chunk_size="{{ params.chunk_size }}",
         delay_ms="{{ params.delay_ms }}",
+        throttle=params.throttle_templates(),
     )
     wait = wait_for_dump(POLL_INTERVAL_S, days=1)
     merge = merge_after_dump(SPARK_CONN_ID, tables=["{{ params.table }}"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -46,17 +46,21 @@ class DblogDumpOperator(BaseOperator):
     :param delay_ms: Pause between chunks in milliseconds (templated).
     :param parallelism: Chunk SELECTs per window of a table dump, each on a source
         connection of its own (1 to 8; templated).
+    :param throttle: Automatic throttling: limits by name (``max_chunk_ms``,
+        ``max_active_sessions``, ``max_replica_lag_ms``, ``max_log_lag_mb``), each an int or
+        its text; 0 or left out: off (templated).
     :param dblog_conn_id: The ``dblog`` connection (templated).
     """
 
     template_fields: Sequence[str] = ("scope", "tables", "keys", "chunk_size", "delay_ms",
-                                      "parallelism", "dblog_conn_id")
+                                      "parallelism", "throttle", "dblog_conn_id")
     ui_color = "#d6e8f2"
 
     def __init__(self, *, scope: str, tables: str | Sequence[str] = (), keys: object = None,
                  chunk_size: int | str = DEFAULT_CHUNK_SIZE, delay_ms: int | str = 0,
-                 parallelism: int | str = 1, dblog_conn_id: str = DEFAULT_CONN_ID,
-                 **kwargs: Any) -> None:
+                 parallelism: int | str = 1,
+                 throttle: Mapping[str, int | str] | None = None,
+                 dblog_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.scope = scope
         self.tables = tables
@@ -64,6 +68,7 @@ class DblogDumpOperator(BaseOperator):
         self.chunk_size = chunk_size
         self.delay_ms = delay_ms
         self.parallelism = parallelism
+        self.throttle = dict(throttle or {})
         self.dblog_conn_id = dblog_conn_id
 
     def execute(self, context: Context) -> str:
@@ -73,7 +78,8 @@ class DblogDumpOperator(BaseOperator):
                 request = hook.submit_dump(
                     self.scope, self.tables, self.keys,
                     chunk_size=self.chunk_size, delay_ms=self.delay_ms,
-                    client_token=client_token(context), parallelism=self.parallelism)
+                    client_token=client_token(context), parallelism=self.parallelism,
+                    throttle=self.throttle)
         finally:
             hook.close()
         return request.id
