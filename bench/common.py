@@ -576,12 +576,13 @@ listen = "127.0.0.1:0"
     # -- dumps ----------------------------------------------------------------------
 
     def request_dump(self, table: str, chunk_size: int = CHUNK_SIZE,
-                     parallelism: int = 1) -> str:
-        """``dblog dump --table ... --chunk-size ... --parallelism ...``; the request id."""
+                     parallelism: int = 1, extra: Sequence[str] = ()) -> str:
+        """``dblog dump --table ... --chunk-size ... --parallelism ... [extra]``; the
+        request id."""
         result = subprocess.run(
             [sys.executable, "-m", "dblog_worker", "dump", "--config", str(self.config),
              "--table", table, "--chunk-size", str(chunk_size), "--parallelism",
-             str(parallelism), "--json"],
+             str(parallelism), *extra, "--json"],
             capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
         )
         if result.returncode != 0:
