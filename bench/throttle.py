@@ -47,7 +47,7 @@ NAME = "throttle"
 CLIENTS = 4
 THINK_S = 0.0
 IDLE_S = 5.0
-LIMITS = {"postgresql": 20, "mariadb": 150}  # --max-chunk-ms, 10,000-row chunks
+LIMITS = {"postgresql": 20, "mariadb": 100}  # --max-chunk-ms, 10,000-row chunks
 SAMPLE_S = 0.25  # how often the bench reads the throttle's decision
 
 
