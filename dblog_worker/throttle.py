@@ -218,7 +218,9 @@ class Throttle:
         return self.delay_ms
 
     def describe(self) -> str:
-        """The decision as `dblog show` prints it: ``+800 ms (chunk SELECT 412 ms > 100 ms)``."""
-        if not self.delay_ms:
-            return "none" + (f" ({self.reason})" if self.reason else "")
-        return f"+{self.delay_ms:.0f} ms" + (f" ({self.reason})" if self.reason else "")
+        """The decision as `dblog show` prints it: ``+800 ms (chunk SELECT 412 ms > 100 ms)``;
+        without a delay, what the signals read (``none (chunk SELECT 12 ms)``)."""
+        if self.delay_ms:
+            return f"+{self.delay_ms:.0f} ms" + (f" ({self.reason})" if self.reason else "")
+        seen = self.reason or ", ".join(r.text for r in self.readings)
+        return "none" + (f" ({seen})" if seen else "")

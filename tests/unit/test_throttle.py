@@ -41,7 +41,8 @@ def test_under_the_limit_it_eases_back_to_nothing() -> None:
     for _ in range(30):
         throttle.decide(CHUNK, Signals(chunk_ms=20), window=False)
     assert throttle.delay_ms == 0 and throttle.reason == "" and throttle.over == ()
-    assert throttle.describe() == "none"
+    assert throttle.describe() == "none (chunk SELECT 20 ms)"
+    assert Throttle().describe() == "none"
 
 
 def test_near_the_limit_it_holds() -> None:
