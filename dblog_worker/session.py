@@ -132,6 +132,7 @@ class Session:
         self.paced_at = 0.0  # the throttle's last decision
         self.pressure_at = -math.inf  # the throttle's last reading of the source
         self.pressure: tuple[int | None, float | None] = (None, None)
+        self.log_lag: int | None = None  # the throttle's last reading of the log lag
         self.pressure_failed = ""  # why the last reading failed, logged once
 
     def run(self) -> None:
@@ -326,16 +327,17 @@ class Session:
         window, dump.unpaced, self.paced_at = dump.unpaced, False, now
         if not policy.on and not dump.throttle.delay_ms and not dump.throttle.reason:
             return
-        if policy.reads_source and now - self.pressure_at >= SAMPLE_S:
+        if now - self.pressure_at >= SAMPLE_S:
             self.pressure_at = now
             self.pressure = self._read_pressure(policy.max_active_sessions > 0,
                                                 policy.max_replica_lag_ms > 0)
+            self.log_lag = self.source.lag_bytes() if policy.max_log_lag_mb else None
         sessions, replica_lag = self.pressure
         dump.throttle.decide(policy, Signals(
             chunk_ms=dump.chunk_ms,
             active_sessions=sessions if policy.max_active_sessions else None,
             replica_lag_ms=replica_lag if policy.max_replica_lag_ms else None,
-            log_lag_bytes=self.source.lag_bytes() if policy.max_log_lag_mb else None,
+            log_lag_bytes=self.log_lag if policy.max_log_lag_mb else None,
         ), window=window)
 
     def _read_pressure(self, sessions: bool, replica: bool) -> tuple[int | None, float | None]:

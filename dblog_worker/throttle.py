@@ -18,7 +18,7 @@ durability and the order of events are those of any window.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from dblog_worker.errors import RequestRejected
 
@@ -82,14 +82,6 @@ class ThrottlePolicy:
     @property
     def on(self) -> bool:
         return any(self.limits().values())
-
-    @property
-    def reads_source(self) -> bool:
-        """Whether a signal needs a query (active sessions, replica lag)."""
-        return bool(self.max_active_sessions or self.max_replica_lag_ms)
-
-    def changed(self, changes: Mapping[str, int]) -> ThrottlePolicy:
-        return replace(self, **{name: check_limit(name, v) for name, v in changes.items()})
 
     def to_fields(self) -> dict[str, str]:
         """The limits that are on, as a request's hash holds them (the others read as off)."""
