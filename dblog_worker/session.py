@@ -54,6 +54,7 @@ from dblog_worker.events import (
     Watermark,
 )
 from dblog_worker.output import OutputBuffer, landing_errors
+from dblog_worker.pacing import Pacer
 from dblog_worker.position import Position
 from dblog_worker.requests import (
     KeyTexts,
@@ -63,7 +64,6 @@ from dblog_worker.requests import (
 from dblog_worker.startup import check_landed, refuse_lost_state
 from dblog_worker.state import StateStore
 from dblog_worker.tables import not_ready
-from dblog_worker.throttle import SAMPLE_S, Signals
 from dblog_worker.window import Reconciler, WindowClosed
 
 if TYPE_CHECKING:
@@ -129,11 +129,7 @@ class Session:
         self.encoder = ThreadPoolExecutor(1, thread_name_prefix="dblog-encode")
         self.in_flight: Covered | None = None  # what the write in flight covers
         self.ended = ""  # the dump whose ending write was submitted
-        self.paced_at = 0.0  # the throttle's last decision
-        self.pressure_at = -math.inf  # the throttle's last reading of the source
-        self.pressure: tuple[int | None, float | None] = (None, None)
-        self.log_lag: int | None = None  # the throttle's last reading of the log lag
-        self.pressure_failed = ""  # why the last reading failed, logged once
+        self.pacer = Pacer(self.source)  # the dump's automatic throttle, between windows
 
     def run(self) -> None:
         try:
@@ -241,9 +237,8 @@ class Session:
         if now - self.last_control >= self.config.control_interval_s:
             self._control(now)
         dump = self.dump
-        if dump is not None and dump.runnable and (
-                dump.unpaced or now - self.paced_at >= SAMPLE_S):
-            self._pace(dump, now)
+        if dump is not None and self.pacer.due(dump, now):
+            self.pacer.pace(dump, now)
         if dump is not None and self._may_open(dump, now):
             self._window(dump)
         if self.in_flight is not None and (
@@ -318,49 +313,6 @@ class Session:
         return max(0.0, min(0.2, deadline - now))
 
     # -- dump windows -----------------------------------------------------------
-
-    def _pace(self, dump: ActiveDump, now: float) -> None:
-        """The throttle decides the delay before the next window (after a window closed,
-        and about once a second while it waits), from the signals its policy limits. The
-        source is read outside any window, at most every SAMPLE_S."""
-        policy = dump.request.throttle
-        window, dump.unpaced, self.paced_at = dump.unpaced, False, now
-        if not policy.on and not dump.throttle.delay_ms and not dump.throttle.reason:
-            return
-        if now - self.pressure_at >= SAMPLE_S:
-            self.pressure_at = now
-            self.pressure = self._read_pressure(policy.max_active_sessions > 0,
-                                                policy.max_replica_lag_ms > 0)
-            self.log_lag = self.source.lag_bytes() if policy.max_log_lag_mb else None
-        sessions, replica_lag = self.pressure
-        dump.throttle.decide(policy, Signals(
-            chunk_ms=dump.chunk_ms,
-            active_sessions=sessions if policy.max_active_sessions else None,
-            replica_lag_ms=replica_lag if policy.max_replica_lag_ms else None,
-            log_lag_bytes=self.log_lag if policy.max_log_lag_mb else None,
-        ), window=window)
-
-    def _read_pressure(self, sessions: bool, replica: bool) -> tuple[int | None, float | None]:
-        """Active sessions and replica lag, as asked; None for what cannot be read (a
-        replica unreachable, a privilege missing): that signal is left out, and said once
-        in the log."""
-        values: list[float | None] = []
-        for wanted, read in ((sessions, self.source.active_sessions),
-                             (replica, self.source.replica_lag_ms)):
-            value: float | None = None
-            if wanted:
-                try:
-                    value = read()
-                except TransientError:
-                    raise
-                except Exception as exc:  # the throttle reads, it never stops the dump
-                    if str(exc) != self.pressure_failed:
-                        log.warning("throttle: %s cannot be read, left out: %s",
-                                    read.__name__.replace("_", " "), exc)
-                        self.pressure_failed = str(exc)
-            values.append(value)
-        sessions_value = values[0]
-        return (None if sessions_value is None else int(sessions_value), values[1])
 
     def _window(self, dump: ActiveDump) -> None:
         """Algorithm 1, steps 1-4: LW, chunk SELECT, HW; the log waits only here.

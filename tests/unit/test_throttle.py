@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import math
-from types import SimpleNamespace
-from typing import Any
-
 import pytest
 
 from dblog_worker.dump import ActiveDump
 from dblog_worker.errors import CorruptRequest, RequestRejected, SourceUnavailable
+from dblog_worker.pacing import Pacer
 from dblog_worker.requests import DumpKind, DumpRequest, RequestState
-from dblog_worker.session import Session
 from dblog_worker.throttle import (
     FLOOR_MS,
     MAX_THROTTLE_MS,
@@ -155,7 +151,7 @@ def test_a_bad_limit_in_the_record_is_named(field: str, value: str, reason: str)
     assert "dblog:s:request:dump-1" in str(info.value)
 
 
-# -- the session's reading of the signals ---------------------------------------------
+# -- the session's reading of the signals (pacing.py) ---------------------------------------------
 
 
 class _Source:
@@ -181,14 +177,6 @@ class _Source:
         return 64 * MB
 
 
-def _session(source: _Source) -> Any:
-    fake: Any = SimpleNamespace(paced_at=0.0, pressure_at=-math.inf, pressure=(None, None),
-                                log_lag=None, pressure_failed="", source=source)
-    fake._read_pressure = lambda sessions, replica: Session._read_pressure(
-        fake, sessions, replica)
-    return fake
-
-
 def _dump(policy: ThrottlePolicy) -> ActiveDump:
     request = DumpRequest(id="dump-1", kind=DumpKind.TABLES, tables=("public.t",),
                           chunk_size=500, delay_ms=0, state=RequestState.RUNNING,
@@ -198,40 +186,40 @@ def _dump(policy: ThrottlePolicy) -> ActiveDump:
 
 def test_the_source_is_read_at_most_once_a_second_whatever_the_windows() -> None:
     source = _Source(sessions=37)
-    session, dump = _session(source), _dump(ThrottlePolicy(max_active_sessions=20,
+    pacer, dump = Pacer(source), _dump(ThrottlePolicy(max_active_sessions=20,
                                                            max_log_lag_mb=10))
     for i in range(20):  # 20 windows closing within 0.2 s
         dump.unpaced = True
-        Session._pace(session, dump, 100.0 + i / 100)
+        pacer.pace(dump, 100.0 + i / 100)
     assert (source.queries, source.lag) == (1, 1)
     assert dump.throttle.reason == "log lag 64.0 MiB > 10 MiB"  # the furthest over
     assert dump.throttle.over == ("log_lag", "active_sessions")
     assert dump.throttle.delay_ms == MAX_THROTTLE_MS  # doubled at each window, to the cap
     dump.unpaced = True
-    Session._pace(session, dump, 101.5)
+    pacer.pace(dump, 101.5)
     assert (source.queries, source.lag) == (2, 2)
 
 
 def test_a_signal_that_cannot_be_read_is_left_out() -> None:
     source = _Source(error=RuntimeError("permission denied for pg_stat_activity"))
-    session, dump = _session(source), _dump(ThrottlePolicy(max_active_sessions=20))
+    pacer, dump = Pacer(source), _dump(ThrottlePolicy(max_active_sessions=20))
     dump.unpaced = True
-    Session._pace(session, dump, 100.0)
+    pacer.pace(dump, 100.0)
     assert dump.throttle.delay_ms == 0 and dump.throttle.readings == []
-    assert session.pressure_failed == "permission denied for pg_stat_activity"
+    assert pacer.failed == "permission denied for pg_stat_activity"
 
 
 def test_a_source_gone_ends_the_session() -> None:
     source = _Source(error=SourceUnavailable("the source database is unreachable"))
-    session, dump = _session(source), _dump(ThrottlePolicy(max_active_sessions=20))
+    pacer, dump = Pacer(source), _dump(ThrottlePolicy(max_active_sessions=20))
     dump.unpaced = True
     with pytest.raises(SourceUnavailable):
-        Session._pace(session, dump, 100.0)
+        pacer.pace(dump, 100.0)
 
 
 def test_without_a_policy_nothing_is_read() -> None:
     source = _Source(sessions=99)
-    session, dump = _session(source), _dump(NO_THROTTLE)
+    pacer, dump = Pacer(source), _dump(NO_THROTTLE)
     dump.unpaced = True
-    Session._pace(session, dump, 100.0)
+    pacer.pace(dump, 100.0)
     assert (source.queries, source.lag, dump.unpaced) == (0, 0, False)
