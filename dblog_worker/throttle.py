@@ -165,7 +165,8 @@ def readings(policy: ThrottlePolicy, signals: Signals) -> list[Reading]:
     if policy.max_active_sessions and signals.active_sessions is not None:
         out.append(Reading("active_sessions", signals.active_sessions,
                            policy.max_active_sessions,
-                           f"{signals.active_sessions} active sessions", ""))
+                           f"{signals.active_sessions} active session"
+                           f"{'' if signals.active_sessions == 1 else 's'}", ""))
     if policy.max_replica_lag_ms and signals.replica_lag_ms is not None:
         out.append(Reading("replica_lag_ms", signals.replica_lag_ms, policy.max_replica_lag_ms,
                            f"replica lag {signals.replica_lag_ms:.0f} ms", " ms"))
