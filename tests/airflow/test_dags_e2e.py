@@ -125,7 +125,8 @@ def target_rows(capture: Capture) -> dict[int, tuple[str, int | None]]:
 @pytest.mark.timeout(240)
 def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None:
     run = capture.dags["dblog_dump"].test(run_conf={
-        "scope": "tables", "tables": [TABLE], "chunk_size": 100, "delay_ms": 300})
+        "scope": "tables", "tables": [TABLE], "chunk_size": 100, "delay_ms": 300,
+        "throttle_max_active_sessions": 50})
     logged = log_text()
     assert (run.state, states(run)) == ("success", {
         "check": "success", "submit": "success", "wait": "success", "should_merge": "success",
@@ -134,6 +135,7 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None
     # trigger in-process until its event.
     assert f"following dump-1 of source {SOURCE}" in logged
     assert f"dump-1 completed: 1 table(s), {ROWS} rows" in logged
+    assert "throttle limits active sessions <= 50" in logged  # the form's limit, submitted
     assert len(target_rows(capture)) == ROWS
     assert equal(capture)
 
@@ -145,7 +147,8 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None
     with psycopg.connect(capture.source_dsn, autocommit=True) as source:  # not merged yet
         source.execute("UPDATE public.items SET qty = 99, version = 2 WHERE id = 11")
 
-    run = capture.dags["dblog_repair"].test(run_conf={"table": TABLE, "chunk_size": 2})
+    run = capture.dags["dblog_repair"].test(run_conf={"table": TABLE, "chunk_size": 2,
+                                                      "throttle_max_chunk_ms": 5000})
     logged = log_text()
     assert (run.state, states(run)) == ("success", {
         "compare": "success", "submit": "success", "wait": "success", "merge": "success",
@@ -153,6 +156,7 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None
     plan = xcom(run, "compare")
     assert sorted(json.loads(plan["keys"])) == [5, 7, 11, 90000]
     assert plan["extra"] == [90000]
+    assert "throttle limits chunk SELECT <= 5000 ms" in logged
     assert xcom(run, "remove_extra") == {"removed": [[90000]], "kept": []}
     rows = target_rows(capture)
     assert (len(rows), rows[5], rows[7], rows[11]) == (ROWS, ("item 5", 5), ("item 7", 0),
