@@ -12,8 +12,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from dblog_worker.mysql import pressure as my_pressure
 from dblog_worker.pg import pressure as pg_pressure
 from dblog_worker.state import StateStore
@@ -201,19 +199,36 @@ def test_limits_set_at_runtime_take_effect_and_bad_ones_are_refused(
     assert_converged(backend, t1, t2)
 
 
-@pytest.mark.parametrize("limit", ["--max-log-lag-mb"])
-def test_a_dump_created_with_limits_shows_them(
-        backend: Backend, limit: str, worker_process: Callable[..., WorkerProcess]) -> None:
+def test_a_dump_created_with_limits_shows_them_and_reads_the_log_lag(
+        backend: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
     t1 = backend.t1
-    backend.create(t1, 100)
+    backend.create(t1, 1000)
     config = backend.config_path([t1])
-    worker_process(config)
-    out = cli(config, "dump", "--table", t1, limit, "64", "--json").stdout
-    document = json.loads(out)
-    assert document["throttle"] == {"max_chunk_ms": 0, "max_active_sessions": 0,
-                                    "max_replica_lag_ms": 0, "max_log_lag_mb": 64}
-    state = wait_request(backend.redis_url, SOURCE, document["id"], ["completed", "failed"],
-                         60)
-    assert state["state"] == "completed", state
-    assert "throttle limits: log lag <= 64 MiB" in cli(config, "show", document["id"]).stdout
+    worker = worker_process(config)
+    store = StateStore(backend.redis_url, SOURCE)
+    try:
+        wait_for(lambda: bool(store.status().get("http")), 30, "the worker's first status")
+        base = store.status()["http"]
+        out = cli(config, "dump", "--table", t1, "--max-log-lag-mb", "64", "--chunk-size",
+                  "20", "--delay-ms", "200", "--json").stdout
+        document = json.loads(out)
+        assert document["throttle"] == {"max_chunk_ms": 0, "max_active_sessions": 0,
+                                        "max_replica_lag_ms": 0, "max_log_lag_mb": 64}
+
+        def log_lag_read() -> bool:
+            view = (call(f"{base}/api/v1/status")[1].get("dump") or {}).get("throttle")
+            return view is not None and "log_lag" in view["signals"]
+
+        wait_for(log_lag_read, 30, "the log lag read by the throttle", worker.log)
+        wait_for(lambda: "throttle: none (log lag " in cli(config, "show",
+                                                            document["id"]).stdout,
+                 30, "dblog show with the log lag read")
+        cli(config, "set", document["id"], "--delay-ms", "0")
+        state = wait_request(backend.redis_url, SOURCE, document["id"],
+                             ["completed", "failed"], 60, worker)
+        assert state["state"] == "completed", state
+        shown = cli(config, "show", document["id"]).stdout
+        assert "throttle limits: log lag <= 64 MiB" in shown, shown
+    finally:
+        store.close()
     assert_converged(backend, t1)
