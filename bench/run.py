@@ -23,6 +23,7 @@ from bench import (
     merge_throughput,
     replica_reads,
     takeover,
+    throttle,
     verify_throughput,
 )
 from bench.common import SOURCES, Options, Result, emit, progress
@@ -36,6 +37,7 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
     merge_throughput.NAME: merge_throughput.run,
     replica_reads.NAME: replica_reads.run,
     takeover.NAME: takeover.run,
+    throttle.NAME: throttle.run,
     verify_throughput.NAME: verify_throughput.run,
 }
 # Benchmarks that run for some source kinds only; the others run for every kind.

@@ -109,6 +109,7 @@ with DAG(
         "delay_ms": params.delay_ms_param(DELAY_MS, "Delay outside busy hours"),
         "busy_delay_ms": params.delay_ms_param(BUSY_DELAY_MS, "Delay during busy hours"),
         "parallelism": params.parallelism_param(),
+        **params.throttle_params(),
         "busy_hours": Param(
             BUSY_HOURS, type="string", pattern=BUSY_HOURS_PATTERN,
             title=f"Busy hours: HH-HH in {TIMEZONE}, e.g. 08-18, or empty for none",
@@ -150,6 +151,7 @@ with DAG(
         where="{{ ti.xcom_pull(task_ids='check')['where'] or '' }}",
         from_key="{{ ti.xcom_pull(task_ids='check')['from_key'] or '' }}",
         to_key="{{ ti.xcom_pull(task_ids='check')['to_key'] or '' }}",
+        throttle=params.throttle_templates(),
     )
     wait = wait_for_dump(POLL_INTERVAL_S, days=6)
     pace = DumpPaceSensor(

@@ -61,6 +61,7 @@ with DAG(
         "chunk_size": params.chunk_size_param(),
         "delay_ms": params.delay_ms_param(),
         "parallelism": params.parallelism_param(),
+        **params.throttle_params(),
         "merge": Param(True, type="boolean", title="Merge: run the Spark merge afterwards",
                        section="Afterwards"),
         "verify": Param(True, type="boolean",
@@ -94,6 +95,7 @@ with DAG(
         where="{{ ti.xcom_pull(task_ids='check')['where'] or '' }}",
         from_key="{{ ti.xcom_pull(task_ids='check')['from_key'] or '' }}",
         to_key="{{ ti.xcom_pull(task_ids='check')['to_key'] or '' }}",
+        throttle=params.throttle_templates(),
     )
     wait = wait_for_dump(POLL_INTERVAL_S, days=3)
 

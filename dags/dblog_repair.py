@@ -60,6 +60,7 @@ with DAG(
         "to_key": params.key_param("to"),
         "chunk_size": params.chunk_size_param(),
         "delay_ms": params.delay_ms_param(),
+        **params.throttle_params(),
     },
 ) as dag:
 
@@ -103,6 +104,7 @@ with DAG(
         to_key=plan + "{{ plan['to_key'] or '' }}",
         chunk_size="{{ params.chunk_size }}",
         delay_ms="{{ params.delay_ms }}",
+        throttle=params.throttle_templates(),
     )
     wait = wait_for_dump(POLL_INTERVAL_S, days=1)
     merge = merge_after_dump(SPARK_CONN_ID, tables=["{{ params.table }}"])

@@ -94,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
                       help='the first primary key to dump (included): 100 or [1,"a"]')
     dump.add_argument("--to-key", type=key_argument, metavar="KEY",
                       help="the last primary key to dump (included)")
+    _throttle_options(dump)
     dump.add_argument("--client-token", help="idempotency token: the same token, one request")
     dump.add_argument("--wait", action="store_true", help="show progress until it ends")
     dump.add_argument("--json", action="store_true")
@@ -116,11 +117,15 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(command=name)
 
     knobs = command("set", cli_dumps.set_knobs,
-                    "change chunk size, delay and/or parallelism of a dump that runs")
+                    "change chunk size, delay, parallelism and/or throttle limits of a dump "
+                    "that runs")
     knobs.add_argument("id")
     knobs.add_argument("--chunk-size", type=int)
     knobs.add_argument("--delay-ms", type=int)
     knobs.add_argument("--parallelism", type=int)
+    _throttle_options(knobs)
+    knobs.add_argument("--no-throttle", action="store_true",
+                       help="turn every throttle limit off")
 
     status = command("status", _status, "show what the worker is doing")
     status.add_argument("--json", action="store_true")
@@ -254,9 +259,25 @@ def _status(config: Config, args: argparse.Namespace) -> int:
     print(f"leader pid {status.get('pid')} on {status.get('host')} (token "
           f"{status.get('token') or '-'}), last report {cli_dumps.ago(status.get('updated_at'))}")
     for name in ("http", "checkpoint", "lag_bytes", "window", "windows", "active_request",
-                 "dump_waiting", "events_emitted", "events_replayed"):
+                 "dump_waiting", "dump_throttle", "events_emitted", "events_replayed"):
         print(f"  {name}: {status.get(name) or '-'}")
     return 0
+
+
+def _throttle_options(parser: argparse.ArgumentParser) -> None:
+    """The limits of automatic throttling (docs/operations.md); 0 turns one off."""
+    group = parser.add_argument_group(
+        "automatic throttling", "over a limit, the next chunk waits longer (up to 30 s "
+        "more); 0 turns a limit off")
+    group.add_argument("--max-chunk-ms", type=int, metavar="MS",
+                       help="a chunk SELECT's wall time")
+    group.add_argument("--max-active-sessions", type=int, metavar="N",
+                       help="sessions running a statement on the source (the worker's own "
+                            "left out)")
+    group.add_argument("--max-replica-lag-ms", type=int, metavar="MS",
+                       help="the read replica's replay lag ([source.replica])")
+    group.add_argument("--max-log-lag-mb", type=int, metavar="MIB",
+                       help="the worker's own lag reading the log")
 
 
 def _verify(config: Config, args: argparse.Namespace) -> int:

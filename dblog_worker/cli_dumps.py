@@ -29,6 +29,7 @@ from dblog_worker.requests import (
     TableProgress,
 )
 from dblog_worker.state import StateStore
+from dblog_worker.throttle import LIMITS
 
 
 def state_of(config: Config) -> StateStore:
@@ -53,7 +54,8 @@ def dump(config: Config, args: argparse.Namespace) -> int:
     spec = DumpSpec.of(kind, None if args.all else args.tables, keys,
                        chunk_size=args.chunk_size, delay_ms=args.delay_ms,
                        client_token=args.client_token, parallelism=args.parallelism,
-                       where=args.where, from_key=args.from_key, to_key=args.to_key)
+                       where=args.where, from_key=args.from_key, to_key=args.to_key,
+                       throttle=throttle_limits(args))
     state = state_of(config)
     request = create_dump(config, state, spec)
     if args.json:
@@ -112,11 +114,15 @@ def show(config: Config, args: argparse.Namespace) -> int:
           f"{request.parallelism}")
     if request.row_filter is not None:
         print(f"where: {request.row_filter.describe()}")
+    if request.throttle.on:
+        print(f"throttle limits: {request.throttle.describe()}")
     if request.error:
         print(f"error: {request.error}")
     status = state.status()
     if status.get("active_request") == request.id and status.get("dump_waiting"):
         print(f"waiting: {status['dump_waiting']}")
+    if status.get("active_request") == request.id and status.get("dump_throttle"):
+        print(f"throttle: {status['dump_throttle']}")
     rows = [("TABLE", "STATE", "CHUNKS", "SELECTED", "ROWS", "DROPPED", "MISSING", "LAST KEY")]
     for table in request.tables:
         p = progress.get(table) or TableProgress(table)
@@ -199,11 +205,19 @@ def control(config: Config, args: argparse.Namespace) -> int:
 
 
 def set_knobs(config: Config, args: argparse.Namespace) -> int:
+    throttle = dict.fromkeys(LIMITS, 0) if args.no_throttle else {}
+    throttle.update(throttle_limits(args))
     request = state_of(config).set_knobs(args.id, chunk_size=args.chunk_size,
-                                         delay_ms=args.delay_ms, parallelism=args.parallelism)
+                                         delay_ms=args.delay_ms, parallelism=args.parallelism,
+                                         throttle=throttle)
     print(f"{request.id}: chunk size {request.chunk_size}, delay {request.delay_ms} ms, "
-          f"parallelism {request.parallelism}")
+          f"parallelism {request.parallelism}, throttle limits {request.throttle.describe()}")
     return 0
+
+
+def throttle_limits(args: argparse.Namespace) -> dict[str, int]:
+    """The throttle limits given as options (``--max-chunk-ms`` ...)."""
+    return {name: value for name in LIMITS if (value := getattr(args, name)) is not None}
 
 
 

@@ -14,6 +14,7 @@ it) emits its rows but does not move the progress either.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ from dblog_worker.chunks import (
 )
 from dblog_worker.requests import DumpRequest, KeyTexts, RequestState, TableProgress
 from dblog_worker.source import ChunkReader
+from dblog_worker.throttle import Throttle
 from dblog_worker.window import WindowClosed
 
 # After a chunk to be read again (stale, its table locked, its window discarded), the next
@@ -56,7 +58,11 @@ class ActiveDump:
         self.request = request
         self.planner: Planner = PLANNERS[request.kind]
         self.progress = {t: progress.get(t) or TableProgress(t) for t in request.tables}
-        self.next_window_at = 0.0
+        self.closed_at = -math.inf  # when the last window closed
+        self.retry_at = 0.0  # a chunk to read again waits until then
+        self.throttle = Throttle()  # the delay it adds, decided by the session
+        self.unpaced = False  # a window closed since the throttle last decided
+        self.chunk_ms: float | None = None  # the last window's chunk SELECT wall time
         self.open_reads: deque[WindowRead] = deque()  # windows open, oldest first
         self.failure: str | None = None
         self._unsaved: set[str] = set(request.tables)
@@ -74,6 +80,13 @@ class ActiveDump:
     @property
     def id(self) -> str:
         return self.request.id
+
+    @property
+    def next_window_at(self) -> float:
+        """The request's delay and the throttle's after the last window closed (both as they
+        are now: a knob set at runtime counts at once), or a retry's pause."""
+        pause_ms = self.request.delay_ms + self.throttle.delay_ms
+        return max(self.closed_at + pause_ms / 1000, self.retry_at)
 
     @property
     def runnable(self) -> bool:
@@ -129,7 +142,8 @@ class ActiveDump:
             return
         read = self.open_reads.popleft()
         table = self.progress[read.plan.table]
-        self.next_window_at = now + self.request.delay_ms / 1000
+        self.closed_at = now
+        self.unpaced = True
         if read.stale or closed.retry:
             self._read_again(read.plan.table)
             self.read_later(now)
@@ -151,7 +165,7 @@ class ActiveDump:
         """The next chunk cannot be read now (stale, locked): wait, longer each time."""
         self._again += 1
         pause = min(RETRY_S * 2 ** (self._again - 1), RETRY_MAX_S)
-        self.next_window_at = max(self.next_window_at, now + pause)
+        self.retry_at = max(self.retry_at, now + pause)
 
     def _set(self, table: TableProgress) -> None:
         self.progress[table.table] = table

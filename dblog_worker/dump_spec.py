@@ -10,7 +10,7 @@ token) and raises :class:`~dblog_worker.errors.RequestRejected` with what to do.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dblog_worker.errors import RequestRejected
@@ -25,6 +25,7 @@ from dblog_worker.requests import (
     parse_keys,
 )
 from dblog_worker.row_filter import RowFilter
+from dblog_worker.throttle import NO_THROTTLE, ThrottlePolicy
 
 MAX_CLIENT_TOKEN = 200
 KEYS_EXAMPLE = '[1, 2] or [[1, "a"], [2, "b"]]'
@@ -43,6 +44,7 @@ class DumpSpec:
     client_token: str | None = None
     parallelism: int = 1
     row_filter: RowFilter | None = None
+    throttle: ThrottlePolicy = NO_THROTTLE
 
     def __post_init__(self) -> None:
         check_chunk_size(self.chunk_size)
@@ -62,7 +64,8 @@ class DumpSpec:
            keys: Sequence[object] | None = None, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
            delay_ms: int = 0, client_token: str | None = None,
            parallelism: int = 1, where: object = None, from_key: object = None,
-           to_key: object = None) -> DumpSpec:
+           to_key: object = None,
+           throttle: Mapping[str, object] | None = None) -> DumpSpec:
         """A spec from a front end's values: ``kind`` as text (``all``, ``tables``,
         ``keys``), tables in the order given (duplicates dropped), a filter's conditions
         and key range as :meth:`RowFilter.of` takes them."""
@@ -80,7 +83,8 @@ class DumpSpec:
             raise RequestRejected(f"keys must be a non-empty JSON array such as {KEYS_EXAMPLE}")
         return cls(dump_kind, tuple(dict.fromkeys(tables or ())),
                    None if keys is None else tuple(keys), chunk_size, delay_ms, client_token,
-                   parallelism, RowFilter.of(where, from_key, to_key))
+                   parallelism, RowFilter.of(where, from_key, to_key),
+                   ThrottlePolicy.of(throttle))
 
     def table_names(self, captured: Sequence[str]) -> tuple[str, ...]:
         """The tables to dump: for kind ``all``, the ``captured`` tables."""

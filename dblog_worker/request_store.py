@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import redis
@@ -36,6 +36,7 @@ from dblog_worker.requests import (
     sources_of,
 )
 from dblog_worker.row_filter import RowFilter
+from dblog_worker.throttle import NO_THROTTLE, RECORD_PREFIX, ThrottlePolicy, check_limit
 
 _TRANSITION = """
 if KEYS[3] ~= '' and redis.call('HGET', KEYS[3], 'token') ~= ARGV[5] then return {'fenced', ''} end
@@ -99,6 +100,7 @@ class RequestStore(RedisStore):
         client_token: str | None = None,
         parallelism: int = 1,
         row_filter: RowFilter | None = None,
+        throttle: ThrottlePolicy = NO_THROTTLE,
     ) -> DumpRequest:
         """Queue a request; with a ``client_token`` already used, return that request."""
         check_chunk_size(chunk_size)
@@ -123,6 +125,7 @@ class RequestStore(RedisStore):
                 delay_ms=delay_ms, state=RequestState.QUEUED, created_at=now, updated_at=now,
                 key_count=len(keys), client_token=client_token, parallelism=parallelism,
                 row_filter=row_filter,
+                throttle=throttle,
             )
 
             def fill(pipe: Any) -> None:
@@ -286,9 +289,10 @@ class RequestStore(RedisStore):
 
     def set_knobs(
         self, request_id: str, *, chunk_size: int | None = None, delay_ms: int | None = None,
-        parallelism: int | None = None,
+        parallelism: int | None = None, throttle: Mapping[str, int] | None = None,
     ) -> DumpRequest:
-        """Change chunk size, delay and/or parallelism of a request that is not finished."""
+        """Change chunk size, delay, parallelism and/or throttle limits (only those given)
+        of a request that is not finished."""
         args: list[str] = []
         if chunk_size is not None:
             args += ["chunk_size", str(check_chunk_size(chunk_size))]
@@ -296,8 +300,10 @@ class RequestStore(RedisStore):
             args += ["delay_ms", str(check_delay_ms(delay_ms))]
         if parallelism is not None:
             args += ["parallelism", str(check_parallelism(parallelism))]
+        for name, value in (throttle or {}).items():
+            args += [RECORD_PREFIX + name, str(check_limit(name, value))]
         if not args:
-            raise RequestRejected("give a chunk size, a delay or a parallelism")
+            raise RequestRejected("give a chunk size, a delay, a parallelism or a throttle limit")
         with redis_errors():
             outcome, previous = cast(
                 list[str],

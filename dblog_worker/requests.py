@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from dblog_worker.errors import CorruptRequest, RequestRejected
 from dblog_worker.row_filter import RowFilter
+from dblog_worker.throttle import NO_THROTTLE, ThrottlePolicy
 
 MAX_CHUNK_SIZE = 100_000
 DEFAULT_CHUNK_SIZE = 5_000
@@ -162,6 +163,7 @@ class DumpRequest:
     extra: Mapping[str, str] = field(default_factory=dict)
     parallelism: int = 1
     row_filter: RowFilter | None = None  # a filtered dump's conditions and key range
+    throttle: ThrottlePolicy = NO_THROTTLE
 
     def to_fields(self) -> dict[str, str]:
         fields = {
@@ -175,6 +177,7 @@ class DumpRequest:
             "updated_at": repr(self.updated_at),
             "key_count": str(self.key_count),
             "parallelism": str(self.parallelism),
+            **self.throttle.to_fields(),
         }
         if self.error is not None:
             fields["error"] = self.error
@@ -204,7 +207,7 @@ class DumpRequest:
         if kind is DumpKind.KEYS and key_count == 0:
             raise bad("key_count", "is 0, but a primary-key dump has keys")
         known = {*REQUEST_REQUIRED, "key_count", "error", "client_token", "parallelism",
-                 "filter"}
+                 "filter", *ThrottlePolicy.record_fields()}
         return cls(
             id=fields["id"],
             kind=kind,
@@ -222,6 +225,7 @@ class DumpRequest:
             parallelism=_knob(fields.get("parallelism", "1"), check_parallelism, bad,
                               "parallelism"),
             row_filter=_row_filter(fields.get("filter"), kind, bad),
+            throttle=ThrottlePolicy.from_fields(fields, bad),  # absent limits: off
         )
 
 

@@ -54,6 +54,7 @@ from dblog_worker.events import (
     Watermark,
 )
 from dblog_worker.output import OutputBuffer, landing_errors
+from dblog_worker.pacing import Pacer
 from dblog_worker.position import Position
 from dblog_worker.requests import (
     KeyTexts,
@@ -128,6 +129,7 @@ class Session:
         self.encoder = ThreadPoolExecutor(1, thread_name_prefix="dblog-encode")
         self.in_flight: Covered | None = None  # what the write in flight covers
         self.ended = ""  # the dump whose ending write was submitted
+        self.pacer = Pacer(self.source)  # the dump's automatic throttle, between windows
 
     def run(self) -> None:
         try:
@@ -235,6 +237,8 @@ class Session:
         if now - self.last_control >= self.config.control_interval_s:
             self._control(now)
         dump = self.dump
+        if dump is not None and self.pacer.due(dump, now):
+            self.pacer.pace(dump, now)
         if dump is not None and self._may_open(dump, now):
             self._window(dump)
         if self.in_flight is not None and (
@@ -276,7 +280,8 @@ class Session:
     def _may_open(self, dump: ActiveDump, now: float) -> bool:
         """Without a delay, the next window opens while the last one's watermarks are on
         their way (windows stay apart in the log: the next LW is written after HW)."""
-        most = MAX_OPEN_WINDOWS if dump.request.delay_ms == 0 else 1
+        paused = dump.request.delay_ms or dump.throttle.delay_ms
+        most = 1 if paused else MAX_OPEN_WINDOWS
         return (not self.worker.stopping and dump.runnable and now >= dump.next_window_at
                 and self.reconciler.open_windows < most and len(dump.open_reads) < most
                 and dump.current_table() is not None)
@@ -338,7 +343,9 @@ class Session:
         read = WindowRead(plan, NOTHING_READ)
         try:
             self.source.await_low_watermark()  # a read replica: until it replayed LW
+            started = time.monotonic()
             read = WindowRead(plan, plan.read(self.source, self.encoder.submit))
+            dump.chunk_ms = (time.monotonic() - started) * 1000
             dump.waiting = None
         except ChunkStale as exc:
             read = WindowRead(plan, NOTHING_READ, stale=True)
@@ -462,6 +469,9 @@ class Session:
             "windows": self.windows,
             "active_request": "" if self.dump is None else self.dump.id,
             "dump_waiting": "" if self.dump is None else self.dump.waiting or "",
+            "dump_throttle": "" if self.dump is None or not self.dump.request.throttle.on
+            else self.dump.throttle.describe(),
+            "dump_throttle_ms": 0 if self.dump is None else round(self.dump.throttle.delay_ms),
             "events_emitted": 0 if self.output is None else self.output.emitted,
             "events_replayed": 0 if self.output is None else self.output.replayed,
             "http": self.worker.http_url,

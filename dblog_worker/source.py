@@ -174,5 +174,18 @@ class DumpReader(ChunkReader, Protocol):
         0 is this reader; the others are opened on first use and closed with the source."""
 
 
-class Source(Setup, LogReader, WatermarkWriter, Tables, DumpReader, Protocol):
+class Pressure(Protocol):
+    """What the throttle (:mod:`dblog_worker.throttle`) reads of the source: one light
+    query on the worker's connection, between windows, at most about once a second."""
+
+    def active_sessions(self) -> int:
+        """Sessions running a statement now, the worker's own left out."""
+
+    def replica_lag_ms(self) -> float | None:
+        """How far the read replica's replay is behind, in milliseconds; None without
+        ``[source.replica]`` or when the replica does not say. ReplicaBehind if it cannot
+        be reached."""
+
+
+class Source(Setup, LogReader, WatermarkWriter, Tables, DumpReader, Pressure, Protocol):
     """Everything the worker needs of a database: what its kind's package implements."""

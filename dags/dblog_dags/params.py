@@ -33,6 +33,7 @@ from dblog_worker.requests import (
     MAX_PARALLELISM,
 )
 from dblog_worker.row_filter import MAX_CONDITIONS, Op, RowFilter, key_argument
+from dblog_worker.throttle import LIMITS
 
 __all__ = [
     "SCOPES",
@@ -48,6 +49,8 @@ __all__ = [
     "scope_param",
     "table_param",
     "tables_param",
+    "throttle_params",
+    "throttle_templates",
     "where_param",
 ]
 
@@ -197,6 +200,35 @@ def parallelism_param(default: int = 1) -> Param:
                     "the dump runs (dblog set). A key dump reads one batch at a time.",
         section="Pace",
     )
+
+
+_THROTTLE_TITLES = {
+    "max_chunk_ms": "Throttle: the longest a chunk SELECT may take, ms (0: off)",
+    "max_active_sessions": "Throttle: the most sessions running on the source (0: off)",
+    "max_replica_lag_ms": "Throttle: the read replica's longest replay lag, ms (0: off)",
+    "max_log_lag_mb": "Throttle: the worker's longest lag reading the log, MiB (0: off)",
+}
+
+
+def throttle_params() -> dict[str, Param]:
+    """The limits of automatic throttling, one field each (``throttle_max_chunk_ms``
+    ...): over a limit, the next chunk waits longer, up to 30 s beyond the delay."""
+    return {
+        f"throttle_{name}": Param(
+            0, type="integer", minimum=0, maximum=high,
+            title=_THROTTLE_TITLES[name] + f", up to {high:,}",
+            description=f"Automatic throttling on {what}: over this limit the next chunk "
+                        "waits longer (doubling, up to 30 s beyond the delay), well under it "
+                        "the wait eases back. It can be changed while the dump runs "
+                        "(dblog set).",
+            section="Pace")
+        for name, (high, _unit, what) in LIMITS.items()
+    }
+
+
+def throttle_templates() -> dict[str, str]:
+    """The operator's ``throttle``, rendered from the form's :func:`throttle_params`."""
+    return {name: f"{{{{ params.throttle_{name} }}}}" for name in LIMITS}
 
 
 @dataclass(frozen=True)

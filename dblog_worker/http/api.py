@@ -39,6 +39,7 @@ from dblog_worker.requests import (
 )
 from dblog_worker.state import StateStore
 from dblog_worker.telemetry import Telemetry
+from dblog_worker.throttle import LIMITS, check_limit
 
 JSON = "application/json"
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
@@ -57,8 +58,8 @@ CONTENT_TYPES = {
 }
 STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")  # one file, never a path
 CREATE_FIELDS = ("kind", "tables", "keys", "chunk_size", "delay_ms", "parallelism",
-                 "client_token", "where", "from_key", "to_key")
-KNOB_FIELDS = ("chunk_size", "delay_ms", "parallelism")
+                 "client_token", "where", "from_key", "to_key", "throttle")
+KNOB_FIELDS = ("chunk_size", "delay_ms", "parallelism", "throttle")
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,7 @@ class Api:
                            client_token=client_token,
                            parallelism=_integer(body, "parallelism", 1),
                            where=body.get("where"), from_key=body.get("from_key"),
-                           to_key=body.get("to_key"))
+                           to_key=body.get("to_key"), throttle=_throttle(body))
         known = self._existing(spec.client_token)
         request = create_dump(self.config, self.state, spec)
         created = known is None or known != request.id
@@ -231,7 +232,11 @@ class Api:
     def set_knobs(self, call: Call) -> Response:
         body = _object(call.body, KNOB_FIELDS, required=True)
         if not body:
-            raise ApiError(400, "give chunk_size, delay_ms and/or parallelism")
+            raise ApiError(400, "give chunk_size, delay_ms, parallelism and/or throttle")
+        throttle = _throttle(body)
+        if throttle == {}:
+            raise ApiError(400, "throttle must name at least one limit: "
+                                f"{', '.join(LIMITS)} (0 turns one off)")
         chunk_size = _integer(body, "chunk_size", None)
         delay_ms = _integer(body, "delay_ms", None)
         parallelism = _integer(body, "parallelism", None)
@@ -244,7 +249,7 @@ class Api:
         request = self._request(call)
         try:
             request = self.state.set_knobs(request.id, chunk_size=chunk_size, delay_ms=delay_ms,
-                                           parallelism=parallelism)
+                                           parallelism=parallelism, throttle=throttle)
         except RequestRejected as exc:
             raise ApiError(409, str(exc)) from None
         return json_response(200, show_json(self.state, request))
@@ -345,6 +350,17 @@ def _integer(body: Mapping[str, Any], name: str, default: int | None) -> Any:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ApiError(400, f"{name} must be an integer, got {json.dumps(value)}")
     return value
+
+
+def _throttle(body: Mapping[str, Any]) -> dict[str, int] | None:
+    """The ``throttle`` object of a body: limits by name (each checked), or None."""
+    if "throttle" not in body:
+        return None
+    given = body["throttle"]
+    if not isinstance(given, dict):
+        raise ApiError(400, f"throttle must be an object of limits ({', '.join(LIMITS)}), "
+                            f"got {json.dumps(given)}")
+    return {name: check_limit(name, value) for name, value in given.items()}
 
 
 def _query_integer(query: Mapping[str, str], name: str, default: int, low: int,

@@ -20,6 +20,7 @@ from dblog_worker.requests import (
     RequestState,
 )
 from dblog_worker.row_filter import MAX_CONDITIONS, MAX_VALUES, Op
+from dblog_worker.throttle import LIMITS
 
 Schema = dict[str, Any]
 
@@ -67,6 +68,7 @@ REQUEST_FIELDS: Schema = {
     "chunk_size": {"type": "integer", "minimum": 1, "maximum": MAX_CHUNK_SIZE},
     "delay_ms": {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS},
     "parallelism": {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELISM},
+    "throttle": _ref("Throttle"),
     "key_count": {"type": "integer", "minimum": 0},
     "filter": {"oneOf": [{"type": "null"}, _ref("RowFilter")],
                "description": "a filtered dump's conditions and key range"},
@@ -195,7 +197,7 @@ SCHEMAS: dict[str, Schema] = {
         "type": "object",
         "properties": {"kind": {"const": "all"}, "chunk_size": CHUNK_SIZE,
                        "delay_ms": DELAY_MS, "parallelism": PARALLELISM,
-                       "client_token": _ref("ClientToken")},
+                       "throttle": _ref("Throttle"), "client_token": _ref("ClientToken")},
         "required": ["kind"],
         "additionalProperties": False,
     },
@@ -209,6 +211,7 @@ SCHEMAS: dict[str, Schema] = {
             "chunk_size": CHUNK_SIZE,
             "delay_ms": DELAY_MS,
             "parallelism": PARALLELISM,
+            "throttle": _ref("Throttle"),
             "client_token": _ref("ClientToken"),
             **FILTER_FIELDS,
         },
@@ -231,6 +234,7 @@ SCHEMAS: dict[str, Schema] = {
             "chunk_size": CHUNK_SIZE,
             "delay_ms": DELAY_MS,
             "parallelism": PARALLELISM,
+            "throttle": _ref("Throttle"),
             "client_token": _ref("ClientToken"),
         },
         "required": ["kind", "tables", "keys"],
@@ -241,8 +245,18 @@ SCHEMAS: dict[str, Schema] = {
     "Knobs": {
         "type": "object",
         "properties": {"chunk_size": CHUNK_SIZE, "delay_ms": DELAY_MS,
-                       "parallelism": PARALLELISM},
+                       "parallelism": PARALLELISM, "throttle": _ref("Throttle")},
         "minProperties": 1,
+        "additionalProperties": False,
+    },
+    "Throttle": {
+        "type": "object",
+        "description": "Automatic throttling: over a limit, the next window waits longer (up "
+                       "to 30 s beyond delay_ms); 0 or left out turns a limit off. In a "
+                       "PATCH, only the limits given change.",
+        "properties": {name: {"type": "integer", "minimum": 0, "maximum": high,
+                              "default": 0, "description": f"{what}, {unit}"}
+                       for name, (high, unit, what) in LIMITS.items()},
         "additionalProperties": False,
     },
     "NoBody": {"type": "object", "maxProperties": 0,
@@ -434,7 +448,8 @@ def document(*, auth: bool) -> dict[str, Any]:
                               public=False, errors=(404, 503), parameters=[_id()],
                               auth=auth),
             "patch": _operation(
-                "Change the chunk size and/or delay of a request that has not ended",
+                "Change the chunk size, delay, parallelism and/or throttle limits of a request "
+                "that has not ended",
                 {"200": request_ok}, public=False, errors=with_body, parameters=[_id()],
                 requestBody=_body(_ref("Knobs")), auth=auth),
         },

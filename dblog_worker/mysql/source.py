@@ -24,7 +24,7 @@ import pymysql
 from dblog_worker.config import SourceConfig
 from dblog_worker.errors import ConfigError, LogGone, ReplicaBehind, SourceUnavailable
 from dblog_worker.events import Checkpoint, LogItem
-from dblog_worker.mysql import catalog
+from dblog_worker.mysql import catalog, pressure
 from dblog_worker.mysql.binlog import BinlogReader
 from dblog_worker.mysql.catalog import qualified
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
@@ -357,6 +357,16 @@ class MySqlSource:
 
     def heartbeat(self) -> None:
         self.write_watermark(HEARTBEAT)
+
+    # -- what the throttle reads (mysql/pressure.py) ---------------------------
+
+    def active_sessions(self) -> int:
+        return pressure.active_sessions(self.conn)
+
+    def replica_lag_ms(self) -> float | None:
+        if self._replica is None:
+            return None
+        return pressure.replica_lag_ms(self._replica.connection())
 
     # -- chunks ---------------------------------------------------------------
 

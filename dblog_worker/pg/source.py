@@ -21,7 +21,7 @@ from dblog_worker.config import SourceConfig
 from dblog_worker.errors import ConfigError, DumpFailed, LogGone, SourceUnavailable
 from dblog_worker.events import Checkpoint, LogItem
 from dblog_worker.names import split_table
-from dblog_worker.pg import catalog, cells, queries, replica
+from dblog_worker.pg import catalog, cells, pressure, queries, replica
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.catalog import WATERMARK_DDL
 from dblog_worker.pg.chunks import (
@@ -405,6 +405,16 @@ class PgSource:
     def heartbeat(self) -> None:
         """Write to the log on an idle database, so that the slot can advance."""
         self.write_watermark(HEARTBEAT)
+
+    # -- what the throttle reads (pg/pressure.py) ------------------------------
+
+    def active_sessions(self) -> int:
+        return pressure.active_sessions(self.conn)
+
+    def replica_lag_ms(self) -> float | None:
+        if self._replica is None:
+            return None
+        return pressure.replay_lag_ms(self._replica.connection())
 
     # -- the captured tables and their chunks (pg/chunks.py) -------------------
 

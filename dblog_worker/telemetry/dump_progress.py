@@ -52,7 +52,8 @@ class DumpProgress:
         before = self.view
         self.view = view = self._view(dump, now)
         if before is None or before["tables"] != view["tables"] or \
-                before["state"] != view["state"] or before["waiting"] != view["waiting"]:
+                before["state"] != view["state"] or before["waiting"] != view["waiting"] or \
+                _decision(before["throttle"]) != _decision(view["throttle"]):
             return view
         return None
 
@@ -87,10 +88,18 @@ class DumpProgress:
         eta: Samples = []
         state: Samples = []
         waiting: Samples = []
+        throttle_delay: Samples = []
+        throttle_over: Samples = []
         if self.view is not None:
             request = self.view["request_id"]
             state.append(({"request": request, "state": self.view["state"]}, 1))
             waiting.append(({"request": request}, 1 if self.view["waiting"] else 0))
+            throttle = self.view["throttle"]
+            if throttle is not None:
+                throttle_delay.append(({"request": request}, throttle["delay_ms"] / 1000))
+                for signal in throttle["signals"]:
+                    throttle_over.append(({"request": request, "signal": signal},
+                                          1 if signal in throttle["over"] else 0))
             for table in self.view["tables"]:
                 labels = {"request": request, "table": table["table"]}
                 if table["ratio"] is not None:
@@ -102,6 +111,12 @@ class DumpProgress:
         out.metric("dblog_dump_waiting", "gauge",
                    "1 while the last window of the running dump read nothing (a read replica "
                    "behind, a table locked: the status says why), else 0.", waiting)
+        out.metric("dblog_dump_throttle_delay_seconds", "gauge",
+                   "The running dump's automatic throttle: what it adds to the delay before "
+                   "the next window (its policy on).", throttle_delay)
+        out.metric("dblog_dump_throttle_over_limit", "gauge",
+                   "1 for each throttle signal over its limit at the last decision, else 0 "
+                   "(chunk_ms, active_sessions, replica_lag_ms, log_lag).", throttle_over)
         out.metric("dblog_dump_progress_ratio", "gauge",
                    "Estimated share of a table's dump done (0 to 1).", progress)
         out.metric("dblog_dump_eta_seconds", "gauge",
@@ -141,7 +156,24 @@ class DumpProgress:
         return {"request_id": dump.id, "kind": request.kind.value, "state": request.state.value,
                 "chunk_size": request.chunk_size, "delay_ms": request.delay_ms,
                 "parallelism": request.parallelism, "waiting": dump.waiting,
-                "tables": tables, "eta_s": None if remaining is None else round(remaining, 1)}
+                "throttle": _throttle(dump), "tables": tables,
+                "eta_s": None if remaining is None else round(remaining, 1)}
+
+
+def _throttle(dump: ActiveDump) -> dict[str, Any] | None:
+    """The throttle's policy and last decision; None while its policy is off."""
+    policy, throttle = dump.request.throttle, dump.throttle
+    if not policy.on:
+        return None
+    return {"limits": policy.limits(), "delay_ms": round(throttle.delay_ms),
+            "reason": throttle.reason, "over": list(throttle.over),
+            "signals": {r.signal: round(r.value, 1) for r in throttle.readings},
+            "text": throttle.describe()}
+
+
+def _decision(throttle: dict[str, Any] | None) -> object:
+    """What makes a new feed event: the delay or the signals over their limit changed."""
+    return None if throttle is None else (throttle["delay_ms"], throttle["over"])
 
 
 def _eta(points: deque[tuple[float, float]]) -> float | None:

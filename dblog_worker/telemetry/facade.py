@@ -188,7 +188,8 @@ class Telemetry:
             if view is not None:
                 self._feed.add("dump", state="progress", request_id=dump.id,
                                request_state=view["state"], progress=view["tables"],
-                               eta_s=view["eta_s"], waiting=view["waiting"])
+                               eta_s=view["eta_s"], waiting=view["waiting"],
+                               throttle=view["throttle"])
 
     def dump_ended(self, request_id: str, state: str, error: str | None = None) -> None:
         """The dump completed, failed, or is no longer this worker's (paused elsewhere,

@@ -242,6 +242,11 @@ VALID: list[tuple[str, dict[str, Any]]] = [
         {"column": "id", "op": "<=", "value": 100}], "to_key": "abc"}),
     ("dblog_backfill", {"where": [
         {"column": "updated_at", "op": ">=", "value": "{{ data_interval_start }}"}]}),
+    ("dblog_dump", {"scope": "all", "throttle_max_chunk_ms": 100,
+                    "throttle_max_active_sessions": 20, "throttle_max_replica_lag_ms": 5000,
+                    "throttle_max_log_lag_mb": 64}),
+    ("dblog_repair", {"table": "public.orders", "throttle_max_active_sessions": 8}),
+    ("dblog_backfill", {"throttle_max_chunk_ms": 250}),
 ]
 
 
@@ -276,6 +281,10 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("dblog_backfill", {"busy_hours": "8-18"}, "'8-18' does not match"),
     ("dblog_backfill", {"busy_hours": "08-25"}, "'08-25' does not match"),
     ("dblog_backfill", {"busy_delay_ms": -5}, "less than the minimum"),
+    ("dblog_dump", {"throttle_max_chunk_ms": -1}, "-1 is less than the minimum of 0"),
+    ("dblog_repair", {"table": "public.orders", "throttle_max_active_sessions": "20"},
+     "'20' is not of type 'integer'"),
+    ("dblog_backfill", {"throttle_max_log_lag_mb": 1_048_577}, "greater than the maximum"),
 ]
 
 

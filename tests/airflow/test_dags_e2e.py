@@ -152,7 +152,7 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None
     since = datetime(2026, 11, 16, tzinfo=UTC)
     run = backfill.test(logical_date=since, run_conf={
         "where": [{"column": "name", "op": "!=", "value": "archived {{ data_interval_start }}"}],
-        "chunk_size": 100, "delay_ms": 300, "verify": True})
+        "chunk_size": 100, "delay_ms": 300, "verify": True, "throttle_max_active_sessions": 50})
     logged = log_text()
     assert (run.state, states(run)) == ("success", {
         "check": "success", "submit": "success", "wait": "success", "pace": "success",
@@ -163,6 +163,7 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None
     # trigger in-process until its event.
     assert f"following dump-2 of source {SOURCE}" in logged
     assert f"dump-2 completed: 1 table(s), {ROWS} rows" in logged
+    assert "throttle limits active sessions <= 50" in logged  # the form's limit, submitted
     assert len(target_rows(capture)) == ROWS
     assert equal(capture)
 
@@ -196,13 +197,15 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None
     assert 90000 not in rows
 
     # Without a filter: a key dump of exactly the keys that differ.
-    run = repair.test(run_conf={"table": TABLE, "chunk_size": 2, "to_key": None})
+    run = repair.test(run_conf={"table": TABLE, "chunk_size": 2, "to_key": None,
+                                "throttle_max_chunk_ms": 5000})
     logged = log_text()
     assert (run.state, states(run)) == ("success", {
         "compare": "success", "submit": "success", "wait": "success", "merge": "success",
         "remove_extra": "success", "verify": "success"}), logged[-6000:]
     plan = xcom(run, "compare")
     assert (plan["scope"], json.loads(plan["keys"]), plan["extra"]) == ("keys", [200], [])
+    assert "throttle limits chunk SELECT <= 5000 ms" in logged
     assert xcom(run, "remove_extra") == {"removed": [], "kept": []}
     assert target_rows(capture)[200] == ("item 200", 4)
     assert equal(capture)

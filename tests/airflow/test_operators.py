@@ -18,6 +18,7 @@ from dblog_airflow.operators.dump import DblogDumpOperator
 
 from dblog_worker.requests import DumpKind, RequestState
 from dblog_worker.state import StateStore
+from dblog_worker.throttle import ThrottlePolicy
 from tests.airflow.conftest import DblogConnection
 from tests.services import free_port
 
@@ -33,7 +34,8 @@ def store(redis_url: str, dblog_connection: DblogConnection) -> StateStore:
 
 def test_submit_once_per_task_instance(store: StateStore, task_context: MakeContext) -> None:
     op = DblogDumpOperator(task_id="submit", scope="tables", tables=["public.a"],
-                           chunk_size=100, parallelism="3")
+                           chunk_size=100, parallelism="3",
+                           throttle={"max_chunk_ms": "250", "max_active_sessions": 0})
     context = task_context(dag_id="dblog_dump", run_id="manual__1", task_id="submit")
     first = op.execute(context)
     assert op.execute(context) == first  # a retry: the same request
@@ -41,6 +43,7 @@ def test_submit_once_per_task_instance(store: StateStore, task_context: MakeCont
     assert request.client_token == "airflow:dblog_dump:manual__1:submit:-1"
     assert (request.kind, request.tables, request.chunk_size, request.parallelism) == (
         DumpKind.TABLES, ("public.a",), 100, 3)
+    assert request.throttle == ThrottlePolicy(max_chunk_ms=250)
     mapped = op.execute(task_context(dag_id="dblog_dump", run_id="manual__1",
                                      task_id="submit", map_index=2))
     other_run = op.execute(task_context(dag_id="dblog_dump", run_id="manual__2",
@@ -128,9 +131,12 @@ def test_control_operators_steer_the_request(store: StateStore,
 
     knobs = DblogSetDumpKnobsOperator(task_id="knobs", request_id=request.id,
                                       chunk_size="{{ params.chunk_size }}", delay_ms="",
-                                      parallelism="{{ params.parallelism }}")
-    knobs.render_template_fields(task_context(params={"chunk_size": 2000, "parallelism": 3}))
-    assert knobs.execute(context) == {"chunk_size": 2000, "delay_ms": 0, "parallelism": 3}
+                                      parallelism="{{ params.parallelism }}",
+                                      throttle={"max_active_sessions": "{{ params.sessions }}"})
+    knobs.render_template_fields(task_context(params={"chunk_size": 2000, "parallelism": 3,
+                                                      "sessions": 12}))
+    assert knobs.execute(context) == {"chunk_size": 2000, "delay_ms": 0, "parallelism": 3,
+                                     "throttle": ThrottlePolicy(max_active_sessions=12).limits()}
     assert store.get_request(request.id).chunk_size == 2000
     assert store.get_request(request.id).parallelism == 3
 

@@ -106,6 +106,30 @@ def test_trigger_fires_completed_once_and_logs_progress(
     assert "rows/s since the trigger started; ETA unknown" in logged
 
 
+def test_trigger_logs_when_the_throttle_delays_the_dump(store: StateStore,
+                                                        log_text: Callable[[], str]) -> None:
+    request = new_dump(store, RequestState.RUNNING)
+    decision = "+800 ms (37 active sessions > 20)"
+
+    def drive() -> None:
+        store.publish_status({"active_request": request.id, "dump_throttle": decision,
+                              "dump_throttle_ms": 800})
+        time.sleep(0.2)
+        store.publish_status({"active_request": request.id, "dump_throttle": "+1600 ms (...)",
+                              "dump_throttle_ms": 1600})
+        time.sleep(0.2)
+        store.publish_status({"active_request": request.id, "dump_throttle": "none",
+                              "dump_throttle_ms": 0})
+        time.sleep(0.2)
+        store.transition(request.id, RequestState.COMPLETED)
+
+    follow(trigger_for(request), drive)
+    logged = log_text()
+    assert f"{request.id} is throttled: {decision}" in logged
+    assert "+1600 ms" not in logged  # once when it starts, not at every change
+    assert f"{request.id} is no longer throttled" in logged
+
+
 def test_trigger_logs_why_the_dump_waits(store: StateStore,
                                          log_text: Callable[[], str]) -> None:
     request = new_dump(store, RequestState.RUNNING)

@@ -383,7 +383,7 @@ def test_bad_input_is_refused_and_changes_nothing(api: Api) -> None:
          "GET /api/v1/requests takes no body"),
         # knobs and commands
         ("PATCH", f"/api/v1/requests/{running}", {"body": {}}, 400,
-         "give chunk_size, delay_ms and/or parallelism"),
+         "give chunk_size, delay_ms, parallelism and/or throttle"),
         ("PATCH", f"/api/v1/requests/{running}", {"body": {"chunk_size": 0}}, 400,
          "chunk size must be an integer from 1 to 100000, got 0"),
         ("PATCH", f"/api/v1/requests/{running}", {"body": {"delay": 5}}, 400,

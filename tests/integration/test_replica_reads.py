@@ -5,11 +5,13 @@ MariaDB: a replica by GTID of a primary of this module's own. Every test databas
 the primary appears on the replica. Dumps under a concurrent workload converge with their
 chunk SELECTs on the replica, and the primary's statement log shows that it ran none of
 them. A replica that does not apply holds the dump (visible in the worker's status, the log
-going on) and never gives it an older state; resumed, the dump completes and converges.
+going on) and never gives it an older state; resumed, the dump completes and converges. A
+replica that falls behind throttles a dump with ``max_replica_lag_ms``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -355,3 +357,60 @@ def test_an_unreachable_replica_holds_the_dump_and_the_log_goes_on(
         assert "[source.replica]" in worker.log()  # preflight's problem, logged
     finally:
         store.close()
+
+
+# -- automatic throttling on the replica's lag (max_replica_lag_ms) ----------------------
+
+
+@contextlib.contextmanager
+def replica_behind(replicated: Replicated, table: str) -> Iterator[None]:
+    """The replica stops applying what the primary writes, until the block ends."""
+    backend, replica = replicated.backend, replicated.replica
+    sql = backend.db.sql(table)
+    if isinstance(replica, PostgresStandby):
+        replica.pause_replay()
+        try:
+            backend.execute(f"UPDATE {sql} SET version = {backend.next_version} WHERE id = 10")
+            yield
+        finally:
+            replica.resume_replay()
+        return
+    assert isinstance(replica, MariaDBReplica) and isinstance(backend.db, MariaDatabase)
+    holder = pymysql.connect(**replica.connect_args(backend.db.name))
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute(f"SELECT * FROM {sql} WHERE id = 10 FOR UPDATE")
+        backend.execute(f"UPDATE {sql} SET version = {backend.next_version} WHERE id = 10")
+        yield
+    finally:
+        holder.rollback()
+        holder.close()
+
+
+def test_a_lagging_replica_throttles_the_dump(
+        replicated: Replicated, worker_process: Callable[..., WorkerProcess]) -> None:
+    backend = replicated.backend
+    t1 = backend.t1
+    backend.create(t1, 1500)
+    replicated.caught_up()
+    config = backend.config_path([t1], extra=replicated.section(300))
+    worker = worker_process(config)
+    store = StateStore(backend.redis_url, SOURCE)
+    try:
+        wait_for(lambda: bool(store.status()), 30, "the worker's first status")
+        request_id = dump(config, "--table", t1, "--chunk-size", "20", "--delay-ms", "20",
+                          "--max-replica-lag-ms", "1000")
+        with replica_behind(replicated, t1):
+            wait_for(lambda: "replica lag" in store.status().get("dump_throttle", "")
+                     and int(store.status().get("dump_throttle_ms") or 0) >= 200, 60,
+                     "the throttle on the replica's lag", worker.log)
+            assert "> 1000 ms" in store.status()["dump_throttle"]
+        wait_for(lambda: int(store.status().get("dump_throttle_ms") or 0) == 0, 90,
+                 "the delay easing once the replica caught up", worker.log)
+        state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
+                             120, worker)
+        assert state["state"] == "completed", state
+    finally:
+        store.close()
+    assert_converged(backend, t1)

@@ -347,6 +347,12 @@ class HookedSource:
     def lag_bytes(self) -> int:
         return self.inner.lag_bytes()
 
+    def active_sessions(self) -> int:
+        return self.inner.active_sessions()
+
+    def replica_lag_ms(self) -> float | None:
+        return self.inner.replica_lag_ms()
+
     def await_low_watermark(self) -> None:
         self.inner.await_low_watermark()
 

@@ -244,7 +244,7 @@ def test_error_kept_when_a_later_transition_has_none(store: StateStore) -> None:
         ({"chunk_size": 100_000, "delay_ms": 0}, (100_000, 0)),
     ],
 )
-def test_set_knobs(store: StateStore, knobs: dict[str, int], expected: tuple[int, int]) -> None:
+def test_set_knobs(store: StateStore, knobs: dict[str, Any], expected: tuple[int, int]) -> None:
     tables_dump(store)
     updated = store.set_knobs("dump-1", **knobs)
     assert (updated.chunk_size, updated.delay_ms) == expected
@@ -262,7 +262,7 @@ def test_set_knobs_on_running_and_paused(store: StateStore, state: RequestState)
 @pytest.mark.parametrize(
     ("knobs", "message"),
     [
-        ({}, "give a chunk size, a delay or a parallelism"),
+        ({}, "give a chunk size, a delay, a parallelism or a throttle limit"),
         ({"chunk_size": 0}, "chunk size must be an integer from 1 to 100000, got 0"),
         ({"chunk_size": True}, "chunk size must be an integer from 1 to 100000, got True"),
         ({"chunk_size": 5, "delay_ms": 3_600_001},

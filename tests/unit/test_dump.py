@@ -206,6 +206,17 @@ def test_next_window_at_uses_the_delay(delay_ms: int, now: float, expected: floa
     assert dump.next_window_at == pytest.approx(expected)
 
 
+def test_next_window_at_adds_the_throttle_and_follows_knobs_set_at_runtime() -> None:
+    dump = ActiveDump(request(delay_ms=100), {})
+    set_upper_bound(dump, ("10",))
+    read_and_close(dump, selected=2, last_key=("2",), kept=(1, 2), now=50.0)
+    assert dump.unpaced
+    dump.throttle.delay_ms = 800.0
+    assert dump.next_window_at == pytest.approx(50.9)
+    dump.request = request(delay_ms=0)  # `dblog set --delay-ms 0`: counts at once
+    assert dump.next_window_at == pytest.approx(50.8)
+
+
 def test_failure_recorded_in_the_read() -> None:
     dump = ActiveDump(request(), {})
     set_upper_bound(dump, ("10",))

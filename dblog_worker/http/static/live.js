@@ -216,7 +216,8 @@
     setText("dump-head", view.request_id + " · " + view.state
       + (view.kind ? " · " + view.kind : "")
       + (view.eta_s != null ? " · ETA " + seconds(view.eta_s) : "")
-      + (view.waiting ? " · waiting: " + view.waiting : ""));
+      + (view.waiting ? " · waiting: " + view.waiting : "")
+      + (view.throttle ? " · throttle: " + view.throttle.text : ""));
     var fragment = document.createDocumentFragment();
     view.tables.forEach(function (t) {
       var item = document.createElement("div");

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Connection
 
 __all__ = ["DEFAULT_CONN_ID", "DblogHook", "DblogSettings", "as_int", "as_key", "as_keys",
-           "as_tables", "as_where"]
+           "as_tables", "as_throttle", "as_where"]
 
 DEFAULT_CONN_ID = "dblog_default"
 DEFAULT_REDIS_PORT = 6379
@@ -215,6 +215,15 @@ def as_int(value: object, what: str) -> int:
     return value
 
 
+def as_throttle(limits: Mapping[str, object] | None) -> dict[str, int]:
+    """Throttle limits by name, each an int or its text (a rendered template)."""
+    if limits is None:
+        return {}
+    if not isinstance(limits, Mapping):
+        raise RequestRejected(f"throttle must be a mapping of limits, got {limits!r}")
+    return {name: as_int(value, f"throttle {name}") for name, value in limits.items()}
+
+
 def _literal(text: str, what: str) -> object:
     try:
         return json.loads(text)
@@ -358,6 +367,7 @@ class DblogHook(BaseHook):
         where: object = None,
         from_key: object = None,
         to_key: object = None,
+        throttle: Mapping[str, int | str] | None = None,
     ) -> DumpRequest:
         """Queue a dump, like ``dblog dump``; with a ``client_token`` used before, return
         that request instead (no second dump).
@@ -380,13 +390,17 @@ class DblogHook(BaseHook):
         :param from_key: The first primary key to dump (included), for scope ``"tables"``
             with one table: a value, a list of one value per key column, or their text.
         :param to_key: The last primary key to dump (included), like ``from_key``.
+        :param throttle: Automatic throttling: limits by name (``max_chunk_ms``,
+            ``max_active_sessions``, ``max_replica_lag_ms``, ``max_log_lag_mb``), each an
+            int or its text; 0 or left out: off.
         """
         config = self.load_config() if self.config_path is not None else None
         names = as_tables(tables)
         spec = DumpSpec.of(scope, names, as_keys(keys), chunk_size=as_int(chunk_size, "chunk size"),
                            delay_ms=as_int(delay_ms, "delay"), client_token=client_token,
                            parallelism=as_int(parallelism, "parallelism"), where=as_where(where),
-                           from_key=as_key(from_key, "from_key"), to_key=as_key(to_key, "to_key"))
+                           from_key=as_key(from_key, "from_key"), to_key=as_key(to_key, "to_key"),
+                           throttle=as_throttle(throttle))
         if spec.kind is DumpKind.ALL and config is None:
             raise RequestRejected(
                 'scope "all" needs the captured tables: add the worker\'s configuration to '
@@ -398,15 +412,17 @@ class DblogHook(BaseHook):
         request = self.state().create_request(
             spec.kind, tables_of, chunk_size=spec.chunk_size, delay_ms=spec.delay_ms,
             keys=parsed, client_token=client_token, parallelism=spec.parallelism,
-            row_filter=spec.row_filter)
+            row_filter=spec.row_filter, throttle=spec.throttle)
         again = client_token is not None and request.created_at < started
         self.log.info(
-            "%s %s: %s dump of %s%s%s, chunk size %d, delay %d ms, parallelism %d%s",
+            "%s %s: %s dump of %s%s%s, chunk size %d, delay %d ms, parallelism %d, throttle "
+            "limits %s%s",
             request.id,
             request.state.value, request.kind.value, ", ".join(request.tables),
             f" ({request.key_count} keys: {describe_keys(parsed)})" if parsed else "",
             f" where {request.row_filter.describe()}" if request.row_filter else "",
             request.chunk_size, request.delay_ms, request.parallelism,
+            request.throttle.describe(),
             f"; client token {client_token} was used before: this is that request, no second "
             "dump" if again else "")
         return request
@@ -469,15 +485,19 @@ class DblogHook(BaseHook):
 
     def set_knobs(self, request_id: str, chunk_size: int | str | None = None,
                   delay_ms: int | str | None = None,
-                  parallelism: int | str | None = None) -> DumpRequest:
-        """Change the chunk size, delay and/or parallelism of a dump that has not ended."""
+                  parallelism: int | str | None = None,
+                  throttle: Mapping[str, int | str] | None = None) -> DumpRequest:
+        """Change the chunk size, delay, parallelism and/or throttle limits (those given)
+        of a dump that has not ended."""
         request = self.state().set_knobs(
             request_id,
             chunk_size=None if chunk_size is None else as_int(chunk_size, "chunk size"),
             delay_ms=None if delay_ms is None else as_int(delay_ms, "delay"),
-            parallelism=None if parallelism is None else as_int(parallelism, "parallelism"))
-        self.log.info("%s: chunk size %d, delay %d ms, parallelism %d", request.id,
-                      request.chunk_size, request.delay_ms, request.parallelism)
+            parallelism=None if parallelism is None else as_int(parallelism, "parallelism"),
+            throttle=as_throttle(throttle))
+        self.log.info("%s: chunk size %d, delay %d ms, parallelism %d, throttle limits %s",
+                      request.id, request.chunk_size, request.delay_ms, request.parallelism,
+                      request.throttle.describe())
         return request
 
 

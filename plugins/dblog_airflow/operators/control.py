@@ -7,7 +7,7 @@ retries, with the control plane's message.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
@@ -78,42 +78,48 @@ class DblogCancelDumpOperator(_DumpCommandOperator):
 
 
 class DblogSetDumpKnobsOperator(BaseOperator):
-    """Change the chunk size, the delay between chunks and/or the parallelism of a dump that
-    has not ended; the worker applies them from its next chunk. Returns ``{"chunk_size":
-    ..., "delay_ms": ..., "parallelism": ...}`` as they now are.
+    """Change the chunk size, the delay between chunks, the parallelism and/or the throttle
+    limits of a dump that has not ended; the worker applies them from its next chunk.
+    Returns ``{"chunk_size": ..., "delay_ms": ..., "parallelism": ..., "throttle": {...}}``
+    as they now are.
 
     :param request_id: The dump request, e.g. ``dump-3`` (templated).
     :param chunk_size: Rows per chunk, 1 to 100,000 (templated; None: unchanged).
     :param delay_ms: Pause between chunks in milliseconds (templated; None: unchanged).
     :param parallelism: Chunk SELECTs per window, 1 to 8 (templated; None: unchanged).
+    :param throttle: Throttle limits by name (``max_chunk_ms`` ...; 0: off), only those
+        given change (templated).
     :param dblog_conn_id: The ``dblog`` connection (templated).
     """
 
     template_fields: Sequence[str] = ("request_id", "chunk_size", "delay_ms", "parallelism",
-                                      "dblog_conn_id")
+                                      "throttle", "dblog_conn_id")
     ui_color = "#d6e8f2"
 
     def __init__(self, *, request_id: str, chunk_size: int | str | None = None,
                  delay_ms: int | str | None = None, parallelism: int | str | None = None,
+                 throttle: Mapping[str, int | str] | None = None,
                  dblog_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.request_id = request_id
         self.chunk_size = chunk_size
         self.delay_ms = delay_ms
         self.parallelism = parallelism
+        self.throttle = dict(throttle or {})
         self.dblog_conn_id = dblog_conn_id
 
-    def execute(self, context: Context) -> dict[str, int]:
+    def execute(self, context: Context) -> dict[str, Any]:
         hook = DblogHook(self.dblog_conn_id)
         try:
             with task_errors():
                 request = hook.set_knobs(self.request_id, chunk_size=_optional(self.chunk_size),
                                          delay_ms=_optional(self.delay_ms),
-                                         parallelism=_optional(self.parallelism))
+                                         parallelism=_optional(self.parallelism),
+                                         throttle=self.throttle)
         finally:
             hook.close()
         return {"chunk_size": request.chunk_size, "delay_ms": request.delay_ms,
-                "parallelism": request.parallelism}
+                "parallelism": request.parallelism, "throttle": request.throttle.limits()}
 
 
 def _optional(value: int | str | None) -> int | str | None:

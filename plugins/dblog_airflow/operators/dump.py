@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -66,19 +66,22 @@ class DblogDumpOperator(BaseOperator):
         one value per key column, or their text (JSON, else the text itself). Only for scope
         ``"tables"`` with one table.
     :param to_key: The last primary key to dump, included (templated); like ``from_key``.
+    :param throttle: Automatic throttling: limits by name (``max_chunk_ms``,
+        ``max_active_sessions``, ``max_replica_lag_ms``, ``max_log_lag_mb``), each an int or
+        its text; 0 or left out: off (templated).
     :param dblog_conn_id: The ``dblog`` connection (templated).
     """
 
     template_fields: Sequence[str] = ("scope", "tables", "keys", "chunk_size", "delay_ms",
                                       "parallelism", "where", "from_key", "to_key",
-                                      "dblog_conn_id")
+                                      "throttle", "dblog_conn_id")
     ui_color = "#d6e8f2"
 
     def __init__(self, *, scope: str, tables: str | Sequence[str] = (), keys: object = None,
                  chunk_size: int | str = DEFAULT_CHUNK_SIZE, delay_ms: int | str = 0,
                  parallelism: int | str = 1, where: object = None, from_key: object = None,
-                 to_key: object = None, dblog_conn_id: str = DEFAULT_CONN_ID,
-                 **kwargs: Any) -> None:
+                 to_key: object = None, throttle: Mapping[str, int | str] | None = None,
+                 dblog_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.scope = scope
         self.tables = tables
@@ -89,6 +92,7 @@ class DblogDumpOperator(BaseOperator):
         self.where = where
         self.from_key = from_key
         self.to_key = to_key
+        self.throttle = dict(throttle or {})
         self.dblog_conn_id = dblog_conn_id
 
     def execute(self, context: Context) -> str:
@@ -99,7 +103,8 @@ class DblogDumpOperator(BaseOperator):
                     self.scope, self.tables, self.keys,
                     chunk_size=self.chunk_size, delay_ms=self.delay_ms,
                     client_token=client_token(context), parallelism=self.parallelism,
-                    where=self.where, from_key=self.from_key, to_key=self.to_key)
+                    where=self.where, from_key=self.from_key, to_key=self.to_key,
+                    throttle=self.throttle)
         finally:
             hook.close()
         return request.id

@@ -126,14 +126,17 @@ def dump_event(request: DumpRequest, progress: Progress) -> dict[str, Any]:
             "rows": progress.rows}
 
 
-def _read(state: StateStore, request_id: str) -> tuple[DumpRequest, Progress, str]:
-    """The request, its progress, and why the worker's last window of it read nothing
-    ("" if it read, or if the worker runs another request)."""
+def _read(state: StateStore, request_id: str) -> tuple[DumpRequest, Progress, str, str]:
+    """The request, its progress, why the worker's last window of it read nothing ("" if
+    it read), and its automatic throttle's decision while it delays the dump ("" if not);
+    both "" if the worker runs another request."""
     request = state.get_request(request_id)
     status = state.status()
-    waiting = status.get("dump_waiting", "") if status.get("active_request") == request_id \
-        else ""
-    return request, Progress.of(request, state.progress(request_id)), waiting
+    ours = status.get("active_request") == request_id
+    waiting = status.get("dump_waiting", "") if ours else ""
+    throttled = ours and status.get("dump_throttle_ms", "0") not in ("", "0")
+    throttle = status.get("dump_throttle", "") if throttled else ""
+    return request, Progress.of(request, state.progress(request_id)), waiting, throttle
 
 
 class DblogDumpTrigger(BaseTrigger):
@@ -177,11 +180,12 @@ class DblogDumpTrigger(BaseTrigger):
         started = 0.0
         logged: tuple[object, ...] = ()
         said = ""  # the waiting reason last logged
+        throttled = False  # whether the throttle delayed the dump when last logged
         try:
             while True:
                 try:
-                    request, now, waiting = await asyncio.to_thread(_read, state,
-                                                                    self.request_id)
+                    request, now, waiting, throttle = await asyncio.to_thread(
+                        _read, state, self.request_id)
                 except StateUnavailable as exc:
                     if logged != ("unreachable",):
                         self.log.warning("%s; trying again every %s s", exc, self.poll_interval)
@@ -212,6 +216,12 @@ class DblogDumpTrigger(BaseTrigger):
                     else:
                         self.log.info("%s reads again", self.request_id)
                     said = waiting
+                if bool(throttle) != throttled:  # once when it starts, once when it ends
+                    if throttle:
+                        self.log.warning("%s is throttled: %s", self.request_id, throttle)
+                    else:
+                        self.log.info("%s is no longer throttled", self.request_id)
+                    throttled = bool(throttle)
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:  # anything else: the sensor fails, its retries apply
             yield self._event("error", f"following {self.request_id} failed: "
