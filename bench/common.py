@@ -302,9 +302,10 @@ class Environment:
 
     def worker(self, source: str, tables: Sequence[str], *,
                flush_interval_s: float = FLUSH_INTERVAL_S, instance: str = "",
-               extra_config: str = "") -> WorkerRun:
+               extra_config: str = "", source_config: str = "") -> WorkerRun:
         run = WorkerRun(self, source, tables, flush_interval_s=flush_interval_s,
-                        instance=instance, extra_config=extra_config)
+                        instance=instance, extra_config=extra_config,
+                        source_config=source_config)
         self.workers.append(run)
         return run
 
@@ -418,7 +419,8 @@ class WorkerRun:
     """
 
     def __init__(self, env: Environment, source: str, tables: Sequence[str], *,
-                 flush_interval_s: float, instance: str = "", extra_config: str = "") -> None:
+                 flush_interval_s: float, instance: str = "", extra_config: str = "",
+                 source_config: str = "") -> None:
         self.env = env
         self.source = source
         self.instance = instance
@@ -435,6 +437,7 @@ name = "{source}"
 kind = "{env.kind}"
 dsn = {json.dumps(env.dsn)}
 tables = {json.dumps(self.tables)}
+{source_config}
 
 [redis]
 url = "{env.redis.url}"

@@ -25,6 +25,7 @@ from bench import (
     takeover,
     throttle,
     verify_throughput,
+    watermark_modes,
 )
 from bench.common import SOURCES, Options, Result, emit, progress
 
@@ -39,6 +40,7 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
     takeover.NAME: takeover.run,
     throttle.NAME: throttle.run,
     verify_throughput.NAME: verify_throughput.run,
+    watermark_modes.NAME: watermark_modes.run,
 }
 # Benchmarks that run for some source kinds only; the others run for every kind.
 SOURCE_KINDS: dict[str, tuple[str, ...]] = {

@@ -7,6 +7,8 @@ A position is three unsigned 64-bit numbers compared as numbers:
 * a dump row: the high watermark's position with ``sub`` raised by 1 + its index
   among the surviving chunk rows (:meth:`Position.dump_row`). The high watermark
   is a one-row transaction, so nothing else in the log can sit at those positions.
+  MariaDB's position watermarks (:mod:`dblog_worker.mysql.snapshot`) sit at the end
+  of a transaction, with a ``sub`` of their own far above any event's there.
 
 On the wire (landing output, Redis) a position is 48 lowercase hex digits, so
 that sorting the strings sorts the numbers in any engine and any collation.

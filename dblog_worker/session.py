@@ -467,6 +467,7 @@ class Session:
             "lag_bytes": lag_bytes,
             "window": "" if window is None else window.value,
             "windows": self.windows,
+            "watermarks": str(getattr(self.config.source.options, "watermarks", "table")),
             "active_request": "" if self.dump is None else self.dump.id,
             "dump_waiting": "" if self.dump is None else self.dump.waiting or "",
             "dump_throttle": "" if self.dump is None or not self.dump.request.throttle.on

@@ -41,6 +41,11 @@ from dblog_worker.errors import ProtocolError
 from dblog_worker.events import EVERY_TABLE, ChangeEvent, Op, Unseen, Watermark
 
 
+def is_low_watermark(token: str) -> bool:
+    """Whether a token of :meth:`Reconciler.next_tokens` is a window's low watermark."""
+    return token.endswith(".lw")
+
+
 class WindowState(Enum):
     AWAITING_LOW = "awaiting low watermark"
     IN_WINDOW = "in window"

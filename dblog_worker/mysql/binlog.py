@@ -38,15 +38,18 @@ from pymysqlreplication.row_event import (
 )
 
 from dblog_worker.errors import ConfigError, LogGone, ProtocolError, SourceUnavailable
-from dblog_worker.events import LogItem
-from dblog_worker.mysql.checkpoint import BinlogCheckpoint
+from dblog_worker.events import LogItem, Watermark
+from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.mysql.session import BINLOG_READER_OPTIONS
+from dblog_worker.mysql.snapshot import Marks
 from dblog_worker.mysql.translate import BinlogTranslator
+from dblog_worker.position import Position
 from dblog_worker.tables import WATERMARK_SCHEMA
 
 _QUEUE_BATCHES = 64  # batches of up to _BATCH items between the reader and the loop
 _BATCH = 2000
 _ER_GTID_OR_FILE_GONE = {1236}  # ER_MASTER_FATAL_ERROR_READING_BINLOG
+_TRANSACTION_ENDS = frozenset({XidEvent, QueryEvent, XAPrepareEvent})  # may end one
 
 
 class _Stream(BinLogStreamReader):  # type: ignore[misc]
@@ -103,6 +106,10 @@ class BinlogReader:
         self._is_mariadb = is_mariadb
         self._thread = threading.Thread(target=self._run, name="dblog-binlog", daemon=True)
         self.received = start.position
+        # Every item of the log up to here is in the queue (set by the thread, at the end
+        # of a transaction or on the server's heartbeat): where an idle log's marks go.
+        self.delivered = start.position
+        self._marks = Marks()  # watermarks placed by position (watermarks = "position")
 
     def start(self) -> None:
         self._thread.start()
@@ -115,9 +122,11 @@ class BinlogReader:
                 event = self._stream.fetchone()
                 if event is None:
                     raise SourceUnavailable("the server ended the binary log stream")
-                if type(event) is HeartbeatLogEvent:
+                kind = type(event)
+                if kind is HeartbeatLogEvent:
                     self._put(batch)
                     batch = []
+                    self._delivered(_text(event.ident), event.packet.log_pos)
                     continue
                 translate(event, batch)
                 if self.translator.committing is not None:
@@ -125,6 +134,9 @@ class BinlogReader:
                 if len(batch) >= _BATCH or (batch and not self.translator.in_transaction):
                     self._put(batch)
                     batch = []
+                if not batch and not self.translator.in_transaction \
+                        and kind in _TRANSACTION_ENDS:
+                    self._delivered(self.translator.file, event.packet.log_pos)
         except BaseException as exc:  # handed to the loop, which ends the session
             if not self._stopping.is_set():
                 self._put(_reader_error(exc))
@@ -166,6 +178,16 @@ class BinlogReader:
             self.translator.committed(batch)
         return batch
 
+    def _delivered(self, file: str, pos: int) -> None:
+        if file and pos:
+            self.delivered = max(self.delivered, Position(file_number(file), pos))
+
+    def mark(self, watermark: Watermark) -> None:
+        """Place ``watermark`` among the items where the log passes its position: after
+        every item up to it, before any past it (a window's positions are known only after
+        its SELECTs; the thread may have read past them, the loop has not taken past them)."""
+        self._marks.add(watermark)
+
     def _put(self, item: list[LogItem] | BaseException) -> None:
         while not self._stopping.is_set():
             try:
@@ -176,10 +198,21 @@ class BinlogReader:
 
     def poll(self, timeout: float, out: list[LogItem]) -> None:
         """Append what the thread has read; wait up to ``timeout`` if nothing."""
+        start, marks = len(out), bool(self._marks)
+        delivered = self.delivered  # read before the queue: everything up to it is queued
+        if self._marks.due(delivered):
+            timeout = 0  # a mark goes out now, after what is queued
         try:
             first = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
         except queue.Empty:
-            return
+            if not marks:
+                return
+            delivered = self.delivered  # it may have moved while this waited
+            try:
+                first = self._queue.get_nowait()
+            except queue.Empty:
+                self._marks.place(out, start, delivered)
+                return
         item: list[LogItem] | BaseException | None = first
         while item is not None:
             if isinstance(item, BaseException):
@@ -189,6 +222,8 @@ class BinlogReader:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 item = None
+        if self._marks:
+            self._marks.place(out, start, delivered)
         for last in reversed(out):
             position = getattr(last, "position", None)
             if position is not None:
@@ -200,6 +235,10 @@ class BinlogReader:
         with contextlib.suppress(Exception):  # the connection may be broken already
             self._stream.close()
         self._thread.join(timeout=5)
+
+
+def _text(value: str | bytes | None) -> str:
+    return value.decode() if isinstance(value, bytes) else value or ""
 
 
 def _reader_error(exc: BaseException) -> BaseException:

@@ -3,13 +3,14 @@
 :class:`CapturedTables` keeps each captured table as information_schema describes it (a
 :class:`~dblog_worker.tables.TableCache`), and runs the reads of a dump on the source's
 connection in autocommit: a table's upper bound, a chunk, a batch of keys, each a single
-``SELECT``. After a chunk or a batch of keys, what ``SELECT *`` reads of the table must be
-what it read when the columns were read: a DDL statement in between makes the chunk
-stale, read again later. An error of a read ends the session (the connection is lost),
-fails the dump (the statement was refused), or makes the chunk stale (a column gone, a
-lock). :func:`connection_errors` says which errors of the source's other statements end
-the session.
-"""
+``SELECT`` (with ``watermarks = "position"``, a chunk's or a batch's alone in a read-
+only consistent snapshot whose position is recorded:
+:mod:`dblog_worker.mysql.snapshot`). After a chunk or a batch of keys, what ``SELECT *``
+reads of the table must be what it read when the columns were read: a DDL statement in
+between makes the chunk stale, read again later. An error of a read ends the session
+(the connection is lost), fails the dump (the statement was refused), or makes the chunk
+stale (a column gone, a lock). :func:`connection_errors` says which errors of the
+source's other statements end the session."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from dblog_worker.mysql.columns import (
 )
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.session import dump_connection_options
+from dblog_worker.mysql.snapshot import WindowSnapshots, select_in_snapshot
 from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
 from dblog_worker.requests import KeyTexts
@@ -61,6 +63,7 @@ _NO_TABLE, _NO_COLUMN, DENIED = 1146, 1054, (1044, 1142, 1143, 1227)
 # is the statement's (a timeout, a KILL QUERY, ...) and fails the dump.
 _LOST = frozenset({1040, 1053, 1927, 2002, 2003, 2006, 2013, 2014, 2055, 4031})
 _LOCK_WAIT = 1205  # lock_wait_timeout (a DDL statement's metadata lock) or a row lock
+_TABLE_DEF_CHANGED = 1412  # a snapshot older than the table's definition (a DDL after it)
 Described = tuple[tuple[str, int, int, int], ...]  # (name, type code, length, decimals)
 
 
@@ -166,8 +169,9 @@ class CapturedTables:
                  connection: Callable[[], pymysql.connections.Connection[Any]],
                  schema_version: Callable[[str, dict[str, object]], int],
                  primary: Callable[[], pymysql.connections.Connection[Any]] | None = None,
-                 replica: bool = False) -> None:
+                 replica: bool = False, snapshots: WindowSnapshots | None = None) -> None:
         self._connection = connection
+        self._snapshots = snapshots  # watermarks = "position": chunks in snapshots
         self._primary = primary or connection
         self._replica = replica
         self._catalog_on_replica = replica and primary is None
@@ -278,7 +282,7 @@ class CapturedTables:
         params += catalog.at_most_params(params_of(upper))
         where, filter_params = _where(table, captured, row_filter)
         sql = catalog.chunk_sql(captured.shape, first=after is None, where=where)
-        rows = self._select(table, sql, [*params, *filter_params, limit])
+        rows = self._select(table, sql, [*params, *filter_params, limit], snapshot=True)
         self._check_current(table, captured)
         last = None if not rows else captured.codec.key_texts_from_dump(rows[-1])
         return Chunk(len(rows), last, captured.version,
@@ -303,7 +307,8 @@ class CapturedTables:
         params: list[Any] = []
         for index, key in enumerate(keys):
             params += [index, *_key_params(table, captured, key)]
-        rows = self._select(table, catalog.keys_sql(captured.shape, len(keys)), params)
+        rows = self._select(table, catalog.keys_sql(captured.shape, len(keys)), params,
+                            snapshot=True)
         self._check_current(table, captured)
         first_key = 1 + captured.key_positions[0]
         missing = [keys[int(row[0])] for row in rows if row[first_key] is None]
@@ -324,12 +329,17 @@ class CapturedTables:
                 raise RequestRejected(f"key {list(key)} does not fit {table}: {exc}") from None
 
     def _select(self, table: str, sql: str, params: Sequence[Any],
-                primary: bool = False) -> list[tuple[Any, ...]]:
-        """One SELECT of a dump (on the primary if ``primary``): a lost connection ends the
-        session (a lost replica holds the dump), a refused statement fails the dump, a
-        column gone makes the chunk stale."""
+                primary: bool = False, snapshot: bool = False) -> list[tuple[Any, ...]]:
+        """One SELECT of a dump (on the primary if ``primary``; a chunk's in a consistent
+        snapshot if ``snapshot`` and the watermarks are its positions): a lost connection
+        ends the session (a lost replica holds the dump), a refused statement fails the
+        dump, a column gone makes the chunk stale."""
         try:
             with (self._primary if primary else self._connection)().cursor() as cursor:
+                if snapshot and self._snapshots is not None:
+                    rows, taken = select_in_snapshot(cursor, sql, params)
+                    self._snapshots.taken(taken, len(rows))
+                    return rows
                 cursor.execute(sql, params)
                 return list(cursor.fetchall())
         except pymysql.MySQLError as exc:
@@ -349,6 +359,10 @@ class CapturedTables:
             return DumpFailed(f"table {table} does not exist any more")
         if code in DENIED:
             return DumpFailed(f"the worker may not read {table}: {exc}")
+        if code == _TABLE_DEF_CHANGED:
+            self._cache.forget(table)
+            return ChunkStale(f"{table} was altered after the chunk's snapshot began: the "
+                              "chunk is read again")
         if code == _LOCK_WAIT:
             return ChunkStale(f"{table} is locked (a DDL statement, LOCK TABLES?): the chunk "
                               "is read later")

@@ -13,15 +13,24 @@ from urllib.parse import quote, unquote, urlsplit
 
 from dblog_worker.checks import integer
 from dblog_worker.config import SourceConfig
+from dblog_worker.errors import ConfigError
 
 MYSQL = "mysql"
 _BINLOG_FILE = re.compile(r".+\.[0-9]+")
 NAME_CHARACTERS = 64
+WATERMARK_MODES = ("table", "position")
 
 
 @dataclass(frozen=True)
 class MySqlOptions:
     server_id: int  # the replica id of the binary log connection
+    # "table": upserts of dblog.watermark; "position": each chunk read in a consistent
+    # snapshot whose binary log position is the watermark (MariaDB), no table
+    watermarks: str = "table"
+
+    @property
+    def watermark_table(self) -> bool:
+        return self.watermarks == "table"
 
 
 class MySqlRules:
@@ -29,7 +38,7 @@ class MySqlRules:
     aliases = ("mariadb",)
     title = "MySQL/MariaDB"
     table_form = "database.table"
-    option_names = frozenset({"server_id"})
+    option_names = frozenset({"server_id", "watermarks"})
     checkpoint_form = ('a binlog checkpoint (like {"file": "mariadb-bin.000042", "pos": 4, '
                        '"gtid": ""})')
     checkpoint_hint = ""
@@ -77,8 +86,19 @@ class MySqlRules:
         return f"mysql://{quote(args['user'], safe='')}@{args['host']}:{args['port']}"
 
     def source_options(self, section: Mapping[str, Any], source_name: str) -> MySqlOptions:
+        watermarks = section.get("watermarks", "table")
+        if watermarks not in WATERMARK_MODES:
+            raise ConfigError(f"source.watermarks must be one of {', '.join(WATERMARK_MODES)} "
+                              f"(a watermark table, or the binary log positions of consistent "
+                              f"snapshots), got {watermarks!r}")
+        if watermarks == "position" and "replica" in section:
+            raise ConfigError(
+                'source.watermarks = "position" reads each chunk in a consistent snapshot of '
+                "the source itself, whose binary log position is the watermark: remove "
+                '[source.replica], or set watermarks = "table" to read chunks on the replica')
         return MySqlOptions(server_id=integer(section, "server_id",
-                                              default_server_id(source_name), 1, 2**32 - 1))
+                                              default_server_id(source_name), 1, 2**32 - 1),
+                            watermarks=str(watermarks))
 
 
 def url_args(url: str) -> dict[str, Any]:
@@ -101,11 +121,16 @@ def default_server_id(name: str) -> int:
     return 1_000_000_000 + zlib.crc32(name.encode()) % 1_000_000_000
 
 
-def server_id(config: SourceConfig) -> int:
-    """The replica id of a MySQL/MariaDB source's configuration."""
+def my_options(config: SourceConfig) -> MySqlOptions:
+    """The ``[source]`` options of a MySQL/MariaDB source's configuration."""
     if not isinstance(config.options, MySqlOptions):
         raise TypeError(f"source {config.name} is not a MySQL/MariaDB source")
-    return config.options.server_id
+    return config.options
+
+
+def server_id(config: SourceConfig) -> int:
+    """The replica id of a MySQL/MariaDB source's configuration."""
+    return my_options(config).server_id
 
 
 RULES = MySqlRules()

@@ -1,10 +1,13 @@
 """One MySQL or MariaDB server, as the worker sees it: binlog capture and chunk reads.
 
 Two connections: the binary log (``binlog.BinlogReader``, in its own thread) and one
-PyMySQL connection in autocommit for everything else -- watermark writes, the
-catalog, and chunk SELECTs, each a single statement: non-stale reads, no locks, no
-``FLUSH TABLES``, no ``LOCK TABLES``. The MySQL server keeps no replication state
-for us (no slot): the checkpoint in Redis is the whole of it.
+PyMySQL connection in autocommit for everything else -- watermark writes, the catalog,
+and chunk SELECTs, each a single statement: non-stale reads, no locks, no ``FLUSH
+TABLES``, no ``LOCK TABLES``. With ``watermarks = "position"`` (MariaDB) nothing is
+written: each chunk SELECT runs alone in a consistent snapshot, and the window's
+watermarks are the snapshots' binary log positions (:mod:`dblog_worker.mysql.snapshot`).
+The MySQL server keeps no replication state for us (no slot): the checkpoint in Redis is
+the whole of it.
 
 The captured tables and the chunk and key reads are :class:`chunks.CapturedTables`'s;
 :class:`MySqlSource` keeps setup, the log and the watermarks, and hands those reads on.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -22,19 +26,26 @@ from typing import Any
 import pymysql
 
 from dblog_worker.config import SourceConfig
-from dblog_worker.errors import ConfigError, LogGone, ReplicaBehind, SourceUnavailable
-from dblog_worker.events import Checkpoint, LogItem
+from dblog_worker.errors import (
+    ConfigError,
+    LogGone,
+    ProtocolError,
+    ReplicaBehind,
+    SourceUnavailable,
+)
+from dblog_worker.events import Checkpoint, LogItem, Watermark
 from dblog_worker.mysql import catalog, pressure
 from dblog_worker.mysql.binlog import BinlogReader
 from dblog_worker.mysql.catalog import qualified
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.mysql.chunks import DENIED, CapturedTables, connect, connection_errors
 from dblog_worker.mysql.columns import column_from_binlog, schema_document
-from dblog_worker.mysql.options import server_id, url_args
+from dblog_worker.mysql.options import my_options, server_id, url_args
 from dblog_worker.mysql.replica import MyReplica
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.rowimage import row_images
 from dblog_worker.mysql.rowtext import key_row_reader
+from dblog_worker.mysql.snapshot import WindowSnapshots, select_in_snapshot
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
 from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
@@ -44,10 +55,15 @@ from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion
 from dblog_worker.tables import HEARTBEAT
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
+from dblog_worker.window import is_low_watermark
 
 log = logging.getLogger(__name__)
 
 _PARSE_ERROR = 1064  # SHOW BINARY LOG STATUS on MariaDB or MySQL before 8.2
+_NO_SNAPSHOT_POSITION = (
+    'watermarks = "position" needs MariaDB: MySQL gives no binary log position for a '
+    "consistent snapshot, and positions read around a SELECT are not sound (a transaction "
+    "is in the binary log before its commit is visible)")
 
 
 def _other_server(start: BinlogCheckpoint, here: BinlogCheckpoint) -> str:
@@ -80,10 +96,14 @@ class MySqlSource:
         self._args = url_args(config.dsn)
         self._conn: pymysql.connections.Connection[Any] | None = None
         self._replica = MyReplica(config) if config.replica is not None else None
+        # watermarks = "position": no table; each chunk read in a consistent snapshot
+        self._snapshots = None if my_options(config).watermark_table else WindowSnapshots()
+        self._next_sub = 0  # the next window's watermarks' sub, at least (_place_window)
         self.captured = CapturedTables(
             config.name, config.tables,
             self._replica.connection if self._replica is not None else lambda: self.conn,
-            self._schema_version, primary=lambda: self.conn, replica=self._replica is not None)
+            self._schema_version, primary=lambda: self.conn, replica=self._replica is not None,
+            snapshots=self._snapshots)
         self._reader: BinlogReader | None = None
         self._is_mariadb = False
         self._server = ""  # which server: "server_id=1" (MariaDB), "server_uuid=…" (MySQL)
@@ -144,6 +164,25 @@ class MySqlSource:
                 f"{account} may not read the binary log position (REPLICATION CLIENT; "
                 "MariaDB 10.5+: BINLOG MONITOR)",
                 f"GRANT REPLICATION CLIENT ON *.* TO {account};"))
+        if self._snapshots is None:
+            problems += self._watermark_table_problems(scopes, account)
+        else:
+            problems += self._position_problems()
+        for table in self.config.tables:
+            problems += self._table_problems(table, scopes, account)
+        if self._replica is not None:
+            if self._is_mariadb:
+                problems += self._replica.problems(list(self.config.tables))
+            else:
+                problems.append(Problem(
+                    "[source.replica]: reads on a read replica need MariaDB "
+                    "(MASTER_GTID_WAIT); this source is MySQL",
+                    "remove [source.replica]", capture=False))
+        return problems
+
+    def _watermark_table_problems(self, scopes: dict[str, set[str]],
+                                  account: str) -> list[Problem]:
+        problems = []
         for privilege in ("INSERT", "UPDATE", "SELECT"):
             if not catalog.has_privilege(scopes, privilege, SCHEMA, "watermark"):
                 problems.append(Problem(
@@ -161,16 +200,26 @@ class MySqlSource:
             problems.append(Problem(
                 f"the table {SCHEMA}.watermark does not exist and {account} may not create it",
                 f"GRANT CREATE ON `{SCHEMA}`.* TO {account};"))
+        return problems
+
+    def _position_problems(self) -> list[Problem]:
+        """``watermarks = "position"``: MariaDB, and captured tables that its consistent
+        snapshots cover (a transactional engine)."""
+        if not self._is_mariadb:
+            return [Problem(_NO_SNAPSHOT_POSITION, 'set watermarks = "table" (the default)')]
+        problems = []
         for table in self.config.tables:
-            problems += self._table_problems(table, scopes, account)
-        if self._replica is not None:
-            if self._is_mariadb:
-                problems += self._replica.problems(list(self.config.tables))
-            else:
-                problems.append(Problem(
-                    "[source.replica]: reads on a read replica need MariaDB "
-                    "(MASTER_GTID_WAIT); this source is MySQL",
-                    "remove [source.replica]", capture=False))
+            database, name = split_table(table)
+            for (engine,) in self._rows(
+                    "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                    "AND TABLE_NAME = %s", (database, name)):
+                if str(engine or "").lower() != "innodb":
+                    problems.append(Problem(
+                        f"table {table} uses the {engine} engine, which a consistent snapshot "
+                        'does not cover: with watermarks = "position" its chunks could hold '
+                        "changes logged after the watermark",
+                        f"ALTER TABLE {qualified(table)} ENGINE = InnoDB; or set "
+                        'watermarks = "table"'))
         return problems
 
     def modes(self) -> list[str]:
@@ -181,10 +230,14 @@ class MySqlSource:
             reads = "on the read replica (MariaDB, by GTID; each window waits for LW)"
         else:
             reads = "on the source: [source.replica] needs MariaDB (this server is MySQL)"
+        table = self._snapshots is None
+        position = ("available: no table, no write grant; each chunk SELECT in a consistent "
+                    "snapshot whose binary log position is the watermark" if self._is_mariadb
+                    else f"not available: {_NO_SNAPSHOT_POSITION}")
         return [
-            "watermarks: the watermark table dblog.watermark (binary log positions as "
-            "watermarks are not supported: docs/operations.md#watermarks-without-a-"
-            "watermark-table)",
+            f"watermarks = \"table\"{' (configured)' if table else ''}: upserts of "
+            f"{SCHEMA}.watermark (needs INSERT and UPDATE on it)",
+            f"watermarks = \"position\"{'' if table else ' (configured)'}: {position}",
             f"chunk reads: {reads}",
         ]
 
@@ -211,7 +264,12 @@ class MySqlSource:
         return problems
 
     def prepare(self) -> str | None:
-        """Create the watermark table, and return the log's end now."""
+        """Create the watermark table (unless the watermarks are positions), and return the
+        log's end now."""
+        if self._snapshots is not None:
+            for table in self.config.tables:
+                self.captured.load(table)
+            return self._current().encode()
         try:
             # Only what is missing: CREATE ... IF NOT EXISTS needs the CREATE privilege
             # even when the object exists, and preflight asks for it only when it does not.
@@ -336,9 +394,37 @@ class MySqlSource:
     # -- watermarks -----------------------------------------------------------
 
     def write_watermark(self, token: str) -> None:
-        """Write a watermark; returns once it is committed (an upsert: a lost row comes back)."""
-        with connection_errors("writing a watermark"), self.conn.cursor() as cursor:
-            cursor.execute(catalog.WATERMARK_UPSERT, (self.name, token))
+        """Write a watermark; returns once it is committed (an upsert: a lost row comes back).
+
+        With ``watermarks = "position"`` nothing is written: the low watermark starts the
+        window's snapshots (:mod:`dblog_worker.mysql.snapshot`), and the high watermark
+        places both where the log passes the snapshots' positions, the first and the last."""
+        if self._snapshots is None:
+            with connection_errors("writing a watermark"), self.conn.cursor() as cursor:
+                cursor.execute(catalog.WATERMARK_UPSERT, (self.name, token))
+        elif is_low_watermark(token):
+            self._snapshots.open(token)
+        else:
+            self._place_window(token)
+
+    def _place_window(self, high: str) -> None:
+        """The window's watermarks at its first and last snapshot's positions. Windows of an
+        idle log share a position: ``sub`` (microseconds, and past the rows of the window
+        before) keeps their rows apart, across restarts too, and after any event there."""
+        assert self._snapshots is not None
+        if self._reader is None:
+            raise SourceUnavailable("the binary log is not being read")
+        low, taken, rows = self._snapshots.close()
+        if low is None:
+            raise ProtocolError(f"high watermark {high} without a low watermark")
+        if not taken:  # nothing was read: an empty window where a snapshot is now
+            with connection_errors("taking a snapshot"), self.conn.cursor() as cursor:
+                taken = [select_in_snapshot(cursor, None)[1]]
+        first, last = min(taken), max(taken)
+        sub = max(time.time_ns() // 1000, self._next_sub)
+        self._next_sub = sub + rows + 2
+        self._reader.mark(Watermark(low, first.position._replace(sub=sub), first.at_us))
+        self._reader.mark(Watermark(high, last.position._replace(sub=sub), last.at_us))
 
     def await_low_watermark(self) -> None:
         """On a read replica: until it has applied the binary log up to the low watermark,
@@ -356,7 +442,8 @@ class MySqlSource:
         self._replica.catch_up(position)
 
     def heartbeat(self) -> None:
-        self.write_watermark(HEARTBEAT)
+        if self._snapshots is None:  # positions as watermarks write nothing
+            self.write_watermark(HEARTBEAT)
 
     # -- what the throttle reads (mysql/pressure.py) ---------------------------
 
@@ -398,7 +485,7 @@ class MySqlSource:
             return self
         while len(self._lanes) < index:
             self._lanes.append(_Lane(self.config, self._args, self._schema_version,
-                                     self._replica))
+                                     self._replica, self._snapshots))
         return self._lanes[index - 1].captured
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
@@ -425,13 +512,15 @@ class _Lane:
     with the captured tables as it reads them; on the read replica if there is one."""
 
     def __init__(self, config: SourceConfig, args: dict[str, Any],
-                 schema_version: SchemaVersion, replica_of: MyReplica | None) -> None:
+                 schema_version: SchemaVersion, replica_of: MyReplica | None,
+                 snapshots: WindowSnapshots | None) -> None:
         self._args = args
         self._conn: DumpConnection | None = None
         self._replica = None if replica_of is None \
             else MyReplica(config, replica_of.primary_server)
         self.captured = CapturedTables(config.name, config.tables, self._connection,
-                                       schema_version, replica=self._replica is not None)
+                                       schema_version, replica=self._replica is not None,
+                                       snapshots=snapshots)
 
     def _connection(self) -> pymysql.connections.Connection[Any]:
         if self._replica is not None:

@@ -46,9 +46,11 @@ def write_config(
     extra: str = "",
     kind: str = "postgresql",
     http: str = 'listen = "127.0.0.1:0"',
+    source_extra: str = "",
 ) -> Path:
     """A worker configuration; ``http`` is the body of its [http] section (by default any
-    free port, so that workers of parallel tests do not collide)."""
+    free port, so that workers of parallel tests do not collide); ``source_extra`` lines
+    of [source] (``watermarks = "position"``)."""
     path = directory / f"{name}.toml"
     path.write_text(
         f"""
@@ -57,6 +59,7 @@ name = "{name}"
 kind = "{kind}"
 dsn = {json.dumps(dsn)}
 tables = {toml_list(tables)}
+{source_extra}
 
 [redis]
 url = "{redis_url}"
@@ -638,6 +641,7 @@ class Backend:
     tmp: Path
     restart_source: Callable[[], None]  # a clean restart of the source's server
     config_extra: str = ""  # appended to every configuration (a [source.replica] section)
+    source_extra: str = ""  # lines of every configuration's [source] (its watermarks)
 
     @property
     def kind(self) -> str:
@@ -686,6 +690,7 @@ class Backend:
 
     def config_path(self, tables: list[str], **kwargs: Any) -> Path:
         kwargs["extra"] = kwargs.get("extra", "") + self.config_extra
+        kwargs.setdefault("source_extra", self.source_extra)
         return write_config(self.tmp, self.db.dsn, self.redis_url, tables, name=SOURCE,
                             kind=self.db.kind, **kwargs)
 

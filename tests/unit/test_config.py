@@ -13,7 +13,7 @@ import pytest
 from dblog_worker.config import Config, SourceConfig, load, parse
 from dblog_worker.config_sections import HttpConfig, LeaseConfig
 from dblog_worker.errors import ConfigError
-from dblog_worker.mysql.options import default_server_id, server_id, url_args
+from dblog_worker.mysql.options import default_server_id, my_options, server_id, url_args
 from dblog_worker.pg.options import RULES as PG_RULES
 from dblog_worker.pg.options import PgOptions, pg_options
 
@@ -642,7 +642,14 @@ def test_watermark_modes() -> None:
     with pytest.raises(ConfigError, match=re.escape("source.watermarks must be one of table, "
                                                     "message")):
         parse(data({"source": {"watermarks": "messages"}}), {})
-    with pytest.raises(ConfigError, match=re.escape("source.watermarks is an option of "
-                                                    "PostgreSQL")):
-        parse(data({"source": {"watermarks": "message", "kind": "mariadb",
-                               "dsn": "mysql://db", "tables": ["shop.orders"]}}), {})
+    mariadb = {"kind": "mariadb", "dsn": "mysql://db", "tables": ["shop.orders"]}
+    assert my_options(parse(data({"source": mariadb}), {}).source).watermark_table
+    source = parse(data({"source": {**mariadb, "watermarks": "position"}}), {}).source
+    assert my_options(source).watermarks == "position"
+    with pytest.raises(ConfigError, match=re.escape("source.watermarks must be one of table, "
+                                                    "position")):
+        parse(data({"source": {**mariadb, "watermarks": "message"}}), {})
+    with pytest.raises(ConfigError, match=re.escape('source.watermarks = "position" reads '
+                                                    "each chunk in a consistent snapshot")):
+        parse(data({"source": {**mariadb, "watermarks": "position",
+                               "replica": {"dsn": "mysql://replica"}}}), {})

@@ -1,0 +1,158 @@
+"""Watermarks without a table on MariaDB (``watermarks = "position"``): binary log
+positions of consistent snapshots.
+
+``START TRANSACTION WITH CONSISTENT SNAPSHOT`` on MariaDB reports, in the session status
+``binlog_snapshot_file`` / ``binlog_snapshot_position``, the binary log position that its
+snapshot matches exactly: it sees every transaction logged before that position and none
+after. A chunk read in such a transaction is the table's state at that position. A window's
+chunk SELECTs (one per lane) each run in a snapshot of their own; the window's low
+watermark is the smallest of their positions and its high watermark the largest, so each
+chunk is a state between LW and HW, which is what the paper's rule needs. The watermarks
+are not written anywhere: :class:`Marks` places them among the items read from the binary
+log, where the log passes their positions.
+
+Positions read around a plain SELECT (``SHOW MASTER STATUS`` before and after) would not
+do: a transaction is written to the binary log before the engine commits it, so the log
+can be past a transaction the SELECT does not see yet (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from dblog_worker.errors import ProtocolError
+from dblog_worker.events import LogItem, Watermark
+from dblog_worker.mysql.checkpoint import file_number
+from dblog_worker.position import Position
+
+__all__ = ["Marks", "Snapshot", "WindowSnapshots", "select_in_snapshot"]
+
+# REPEATABLE READ for the transaction: under READ COMMITTED each statement would take a
+# read view of its own, later than the snapshot's position.
+_BEGIN = ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+          "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+_POSITION = "SHOW SESSION STATUS LIKE 'binlog\\_snapshot\\_%'"
+
+
+class Snapshot(NamedTuple):
+    """Where a chunk SELECT's snapshot sits in the binary log, and when it was taken."""
+
+    position: Position  # (file number, end of the last transaction it sees, 0)
+    at_us: int
+
+
+def select_in_snapshot(cursor: Any, sql: str | None, params: Sequence[Any] = ()
+                       ) -> tuple[list[tuple[Any, ...]], Snapshot]:
+    """Run one SELECT (or none) in a read-only consistent snapshot; its rows and the
+    snapshot's binary log position. The transaction ends before this returns, whatever
+    happens."""
+    for statement in _BEGIN:
+        cursor.execute(statement)
+    try:
+        cursor.execute(_POSITION)
+        status = {str(name).lower(): str(value) for name, value in cursor.fetchall()}
+        at_us = time.time_ns() // 1000
+        try:
+            snapshot = Snapshot(Position(file_number(status["binlog_snapshot_file"]),
+                                         int(status["binlog_snapshot_position"])), at_us)
+        except (KeyError, ValueError):
+            raise ProtocolError(
+                f"the server gave no binary log position for its snapshot ({status}): "
+                'watermarks = "position" needs MariaDB with the binary log on; set '
+                'watermarks = "table"') from None
+        rows: list[tuple[Any, ...]] = []
+        if sql is not None:
+            cursor.execute(sql, params)
+            rows = list(cursor.fetchall())
+        cursor.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(Exception):  # the connection may be gone already
+            cursor.execute("ROLLBACK")
+        raise
+    return rows, snapshot
+
+
+class WindowSnapshots:
+    """The snapshots of the open window's chunk SELECTs (several lanes' threads add to it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._taken: list[Snapshot] = []
+        self._rows = 0
+        self.low_token: str | None = None
+
+    def open(self, low_token: str) -> None:
+        with self._lock:
+            self._taken, self._rows = [], 0
+            self.low_token = low_token
+
+    def taken(self, snapshot: Snapshot, rows: int) -> None:
+        with self._lock:
+            if self.low_token is not None:  # a read outside a window needs no watermark
+                self._taken.append(snapshot)
+                self._rows += rows
+
+    def close(self) -> tuple[str | None, list[Snapshot], int]:
+        """The window's low watermark token, its snapshots (in no order) and how many rows
+        they read; then no window is open."""
+        with self._lock:
+            token, taken, rows = self.low_token, self._taken, self._rows
+            self.low_token, self._taken, self._rows = None, [], 0
+            return token, taken, rows
+
+
+class Marks:
+    """Watermarks to place among the binary log's items where the log passes their positions.
+
+    The reader's thread runs ahead of the worker's loop, so by the time a window's
+    positions are known its thread may have read past them; but the loop has not taken any
+    item past them yet (it took nothing while the window's SELECTs ran, and everything it
+    took before was logged before the snapshots). :meth:`place` runs in the loop, on the
+    items it takes.
+    """
+
+    def __init__(self) -> None:
+        self._pending: deque[Watermark] = deque()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def due(self, delivered: Position) -> bool:
+        """Whether the first watermark goes out once what is queued is taken: the reader
+        has handed over every item up to its place in the log."""
+        return bool(self._pending) and _passed(delivered, self._pending[0].position)
+
+    def add(self, watermark: Watermark) -> None:
+        if self._pending and watermark.position < self._pending[-1].position:
+            raise ProtocolError(f"watermark {watermark.token} at {watermark.position} is "
+                                f"before the one pending at {self._pending[-1].position}")
+        self._pending.append(watermark)
+
+    def place(self, out: list[LogItem], start: int, delivered: Position) -> None:
+        """Insert the pending watermarks into ``out[start:]``, the items just taken: each
+        before the first item past its position, or at the end once the reader has handed
+        over every item up to its position (``delivered``: an idle log)."""
+        index = start
+        while self._pending:
+            mark = self._pending[0]
+            at = mark.position
+            while index < len(out):
+                position = getattr(out[index], "position", None)
+                if position is not None and position > at:
+                    break
+                index += 1
+            if index == len(out) and not _passed(delivered, at):
+                return
+            out.insert(index, self._pending.popleft())
+            index += 1
+
+
+def _passed(delivered: Position, mark: Position) -> bool:
+    """Whether the log is handed over up to a watermark's place: the end of a transaction
+    (its ``sub`` orders rows there, not the log)."""
+    return (delivered.major, delivered.minor) >= (mark.major, mark.minor)
