@@ -37,7 +37,7 @@ DEFAULT_LISTEN = "127.0.0.1:8750"
 DEFAULT_TOKEN_ENV = "DBLOG_HTTP_TOKEN"  # noqa: S105 (a variable name, not a token)
 MIN_TOKEN_BYTES = 16  # off loopback
 EXAMPLE_TOKENS = ("change-me-http-token",)  # .env.example's: refused off loopback
-MAKE_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+MAKE_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"  # noqa: S105
 
 
 @dataclass(frozen=True)

@@ -201,7 +201,7 @@ def parse_dblog(argv: list[str]) -> argparse.Namespace:
 
 
 # What a user puts in .env for the example's "change-me" token, which the workers refuse.
-CHANGED_HTTP_TOKEN = "3sTnQ0cYh1v-ZkFz8w4uJg"  # noqa: S105 (a test value)
+CHANGED_HTTP_TOKEN = "3sTnQ0cYh1v-ZkFz8w4uJg"
 
 
 def load_worker_config(service: Service, container_path: str | None = None) -> Config:
