@@ -21,6 +21,7 @@ import logging
 import re
 import socket
 import socketserver
+import sys
 import threading
 import time
 import uuid
@@ -159,6 +160,14 @@ class _Server(ThreadingHTTPServer):
         except BaseException:
             self.clients.leave(request)
             raise
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that broke mid-answer (the client left, or it was closed to make
+        room) is no error of the server's: no traceback on stderr."""
+        if isinstance(sys.exc_info()[1], OSError):
+            log.debug("%s: connection lost while answering", client_address[0])
+            return
+        super().handle_error(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:

@@ -583,6 +583,7 @@ def test_slow_clients_do_not_lock_out_probes(api: Api) -> None:
             conn.close()
     assert probe(host, port, "/healthz")[0] == 200
     assert api.worker.alive()
+    assert "Traceback" not in api.worker.log()
 
 
 # -- the token ----------------------------------------------------------------------------
