@@ -128,10 +128,14 @@ def refusal(exc: BaseException, where: str, tls: MyTls) -> str | None:
         return None
     cause = getattr(exc, "original_exception", None)
     if isinstance(cause, ssl.SSLCertVerificationError):
-        return (f"{where} presents a TLS certificate that sslmode={tls.mode} refuses "
-                f"({cause.verify_message}): sslrootcert must be the certificate authority "
-                "that signed the server's certificate, and with verify-full the DSN's host a "
-                "name the certificate lists (or use verify-ca)")
+        reason = str(cause.verify_message).rstrip(".")
+        if "mismatch" in reason:
+            return (f"{where} presents a TLS certificate for another host ({reason}): "
+                    "sslmode=verify-full needs the DSN's host to be a name or address the "
+                    "certificate lists; use one, or sslmode=verify-ca")
+        return (f"{where} presents a TLS certificate that sslrootcert does not vouch for "
+                f"({reason}): sslrootcert must be the certificate authority that signed the "
+                "server's certificate")
     if isinstance(cause, ssl.SSLError):
         return (f"the TLS handshake with {where} failed ({cause.reason or cause}): check "
                 "the server's ssl-cert and ssl-key, and the DSN's sslcert and sslkey")
