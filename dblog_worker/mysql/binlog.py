@@ -79,8 +79,7 @@ class BinlogReader:
         self.translator = translator
         self._queue: queue.Queue[list[LogItem] | BaseException] = queue.Queue(_QUEUE_BATCHES)
         self._stopping = threading.Event()
-        self._settings = {"host": connect_args["host"], "port": connect_args["port"],
-                          "user": connect_args["user"], "password": connect_args["password"]}
+        self._settings = dict(connect_args)  # the DSN's: host, port, user, password, TLS
         # not the deprecated db=
         self._control = {**self._settings, "database": "information_schema"}
         self._schemas = sorted({*schemas, WATERMARK_SCHEMA})

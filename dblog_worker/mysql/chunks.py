@@ -39,6 +39,7 @@ from dblog_worker.mysql.columns import (
     schema_document,
     select_list,
 )
+from dblog_worker.mysql.options import parse_dsn
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.session import dump_connection_options
 from dblog_worker.mysql.snapshot import WindowSnapshots, select_in_snapshot
@@ -89,12 +90,13 @@ def replica_errors(what: str) -> AbstractContextManager[None]:
     return connection_errors(what, replica=True)
 
 
-def connect(args: dict[str, Any], errors: Callable[[str], Any] = connection_errors
-            ) -> DumpConnection:
-    """A connection in autocommit for the catalog, watermarks and chunk SELECTs."""
-    with errors("connecting"):
-        conn = DumpConnection(**args, **dump_connection_options(), autocommit=True,
-                              connect_timeout=10)
+def connect(dsn: str, errors: Callable[[str], Any] = connection_errors) -> DumpConnection:
+    """A connection in autocommit for the catalog, watermarks and chunk SELECTs; one its
+    TLS fails is a ConfigError (no retry can mend it)."""
+    parsed = parse_dsn(dsn)
+    with errors("connecting"), parsed.tls_errors():
+        conn = DumpConnection(**parsed.connect_args(), **dump_connection_options(),
+                              autocommit=True, connect_timeout=10)
         with conn.cursor() as cursor:
             cursor.execute("SET SESSION lock_wait_timeout = %s, innodb_lock_wait_timeout = %s",
                            (LOCK_WAIT_S, LOCK_WAIT_S))

@@ -7,18 +7,22 @@ import json
 import re
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from dblog_worker.checks import integer
 from dblog_worker.config import SourceConfig
 from dblog_worker.errors import ConfigError
+from dblog_worker.mysql.tls import MyTls, parse_tls, tls_errors
 
 MYSQL = "mysql"
 _BINLOG_FILE = re.compile(r".+\.[0-9]+")
 NAME_CHARACTERS = 64
 WATERMARK_MODES = ("table", "position")
+_FORM = "mysql://user@host:3306"
+_HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+")  # a name, IPv4, IPv6
 
 
 @dataclass(frozen=True)
@@ -69,21 +73,18 @@ class MySqlRules:
 
     def connection_string(self, dsn: str, password: str | None) -> str:
         try:
-            args = url_args(dsn)
+            parsed = parse_dsn(dsn)
         except ValueError as exc:
             raise ValueError(f": {exc}") from None
         if password is not None:
-            args["password"] = password
-        user = quote(args["user"], safe="")
-        secret = f":{quote(args['password'], safe='')}" if args["password"] else ""
-        return f"mysql://{user}{secret}@{args['host']}:{args['port']}"
+            parsed = replace(parsed, password=password)
+        return parsed.url()
 
     def redact(self, dsn: str) -> str:
         try:
-            args = url_args(dsn)
+            return parse_dsn(dsn).url(password=False)
         except ValueError:
             return "<unparseable dsn>"
-        return f"mysql://{quote(args['user'], safe='')}@{args['host']}:{args['port']}"
 
     def source_options(self, section: Mapping[str, Any], source_name: str) -> MySqlOptions:
         watermarks = section.get("watermarks", "table")
@@ -101,19 +102,69 @@ class MySqlRules:
                             watermarks=str(watermarks))
 
 
+@dataclass(frozen=True)
+class MyDsn:
+    """A ``mysql://user:password@host:port?sslmode=...`` DSN, parsed."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    tls: MyTls = field(default_factory=MyTls)
+
+    def connect_args(self) -> dict[str, Any]:
+        """Keyword arguments of ``pymysql.connect``."""
+        return {"host": self.host, "port": self.port, "user": self.user,
+                "password": self.password, **self.tls.connect_args()}
+
+    def tls_errors(self) -> AbstractContextManager[None]:
+        """Around opening a connection: a failure of its TLS is a ConfigError naming the
+        DSN without its password."""
+        return tls_errors(self.url(password=False), self.tls)
+
+    def url(self, password: bool = True) -> str:
+        secret = f":{quote(self.password, safe='')}" if password and self.password else ""
+        return (f"mysql://{quote(self.user, safe='')}{secret}@{self.host}:{self.port}"
+                f"{self.tls.query()}")
+
+
+def parse_dsn(url: str) -> MyDsn:
+    """A DSN's parts. Its messages quote nothing of it: a malformed DSN may hold a part of
+    its password anywhere (``mysql://user:pa/ss@host`` has the host ``user``, the port
+    ``pa`` and the path ``/ss@host``)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # brackets that are no IPv6 address
+        raise ValueError(f"a MySQL DSN is a URL like {_FORM}; a password holding [ or ] is "
+                         "percent-encoded") from None
+    if parts.scheme not in ("mysql", "mariadb") or not host:
+        raise ValueError(f"a MySQL DSN is a URL like {_FORM}")
+    if not _HOST.fullmatch(host):
+        raise ValueError("the host of a MySQL DSN is a name or an IP address; a password "
+                         "holding @ is percent-encoded")
+    try:
+        port = parts.port or 3306
+    except ValueError:
+        raise ValueError(f"the port of a MySQL DSN is a number from 1 to 65535 ({_FORM}); "
+                         "a password holding / ? # @ or : is percent-encoded") from None
+    if parts.path not in ("", "/") or parts.fragment:
+        raise ValueError(f"a MySQL DSN names no database: {_FORM}; a password holding / ? "
+                         "or # is percent-encoded")
+    try:
+        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True) \
+            if parts.query else []
+    except ValueError:
+        raise ValueError(f"the query of a MySQL DSN is name=value pairs joined by & "
+                         f"({_FORM})") from None
+    return MyDsn(host=host, port=port, user=unquote(parts.username or ""),
+                 password=unquote(parts.password or ""), tls=parse_tls(query))
+
+
 def url_args(url: str) -> dict[str, Any]:
-    """``mysql://user:password@host:port/`` to ``pymysql.connect`` keyword arguments."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
-        raise ValueError("a MySQL DSN is a URL like mysql://user@host:3306")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError("a MySQL DSN names no database and takes no options: mysql://user@host:3306")
-    return {
-        "host": parts.hostname,
-        "port": parts.port or 3306,
-        "user": unquote(parts.username or ""),
-        "password": unquote(parts.password or ""),
-    }
+    """``mysql://user:password@host:port?sslmode=...`` to ``pymysql.connect`` keyword
+    arguments."""
+    return parse_dsn(url).connect_args()
 
 
 def default_server_id(name: str) -> int:

@@ -20,7 +20,6 @@ from typing import Any
 from dblog_worker.config import ReplicaConfig, SourceConfig
 from dblog_worker.errors import ReplicaBehind
 from dblog_worker.mysql.chunks import connect, replica_errors
-from dblog_worker.mysql.options import url_args
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.names import split_table
 from dblog_worker.source import Problem
@@ -48,7 +47,7 @@ class MyReplica:
     def connection(self) -> DumpConnection:
         if self._conn is None or not self._conn.open:
             self.close()
-            conn = connect(url_args(self.config.dsn), replica_errors)
+            conn = connect(self.config.dsn, replica_errors)
             try:
                 with replica_errors("checking the read replica"):
                     self._check(conn)

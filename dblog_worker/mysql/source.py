@@ -117,7 +117,7 @@ class MySqlSource:
             return self._registry(table, schema)
 
     def connect(self) -> None:
-        self._conn = connect(self._args)
+        self._conn = connect(self.config.dsn)
         version = str(self._one("SELECT VERSION()")[0])
         self._is_mariadb = "mariadb" in version.lower()
         variable = "server_id" if self._is_mariadb else "server_uuid"
@@ -484,7 +484,7 @@ class MySqlSource:
         if index == 0:
             return self
         while len(self._lanes) < index:
-            self._lanes.append(_Lane(self.config, self._args, self._schema_version,
+            self._lanes.append(_Lane(self.config, self._schema_version,
                                      self._replica, self._snapshots))
         return self._lanes[index - 1].captured
 
@@ -511,10 +511,9 @@ class _Lane:
     """A connection of its own for a window's parallel chunk SELECTs (opened on first use),
     with the captured tables as it reads them; on the read replica if there is one."""
 
-    def __init__(self, config: SourceConfig, args: dict[str, Any],
-                 schema_version: SchemaVersion, replica_of: MyReplica | None,
-                 snapshots: WindowSnapshots | None) -> None:
-        self._args = args
+    def __init__(self, config: SourceConfig, schema_version: SchemaVersion,
+                 replica_of: MyReplica | None, snapshots: WindowSnapshots | None) -> None:
+        self._dsn = config.dsn
         self._conn: DumpConnection | None = None
         self._replica = None if replica_of is None \
             else MyReplica(config, replica_of.primary_server)
@@ -526,7 +525,7 @@ class _Lane:
         if self._replica is not None:
             return self._replica.connection()
         if self._conn is None or not self._conn.open:
-            self._conn = connect(self._args)
+            self._conn = connect(self._dsn)
         return self._conn
 
     def close(self) -> None:

@@ -22,9 +22,9 @@ from typing import Any
 import pymysql
 
 from dblog_worker import names
-from dblog_worker.errors import TargetError, TargetUnavailable
+from dblog_worker.errors import ConfigError, TargetError, TargetUnavailable
 from dblog_worker.mysql.catalog import ident, quote_ident
-from dblog_worker.mysql.options import MYSQL, url_args
+from dblog_worker.mysql.options import MYSQL, parse_dsn
 from dblog_worker.names import split_table
 from dblog_worker.target.base import POSITION_COLUMN, TARGET_GONE, Applied, Target
 from dblog_worker.target.columns import Encoding, SourceColumn
@@ -163,8 +163,9 @@ class MySQLTarget(Target):
     # -- connection ---------------------------------------------------------------------------
 
     def connect(self) -> None:
-        with self._errors("connecting"):
-            self._conn = pymysql.connect(**url_args(self.config.dsn), charset=_TEXT,
+        dsn = parse_dsn(self.config.dsn)
+        with self._errors("connecting"), dsn.tls_errors():
+            self._conn = pymysql.connect(**dsn.connect_args(), charset=_TEXT,
                                          autocommit=True, connect_timeout=10)
             self._run(_SESSION)
 
@@ -325,14 +326,18 @@ class MySQLTarget(Target):
         return f"{self._s}.{ident(stage)}"
 
     def jdbc(self) -> tuple[str, dict[str, str]]:
-        args = url_args(self.config.dsn)
+        dsn = parse_dsn(self.config.dsn)
         # jdbc:mysql: makes Spark use its MySQL dialect (backquoted names); MariaDB's
         # Connector/J 2.x accepts that scheme.
-        url = (f"jdbc:mysql://{args['host']}:{args['port']}/"
+        url = (f"jdbc:mysql://{dsn.host}:{dsn.port}/"
                "?rewriteBatchedStatements=true&useUnicode=true&characterEncoding=UTF-8")
-        properties = {"driver": "org.mariadb.jdbc.Driver", "user": str(args["user"])}
-        if args["password"]:
-            properties["password"] = str(args["password"])
+        properties = {"driver": "org.mariadb.jdbc.Driver", "user": dsn.user}
+        if dsn.password:
+            properties["password"] = dsn.password
+        try:
+            properties.update(dsn.tls.jdbc())
+        except ValueError as exc:
+            raise ConfigError(f"target {self.config.safe_dsn()}: {exc}") from None
         return url, properties
 
     # -- apply ------------------------------------------------------------------------------

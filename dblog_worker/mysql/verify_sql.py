@@ -32,7 +32,7 @@ import pymysql
 from dblog_worker.errors import ConfigError, RequestRejected, SourceUnavailable
 from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL, ident
 from dblog_worker.mysql.columns import Kind, MyColumn, column_from_information_schema
-from dblog_worker.mysql.options import MYSQL, url_args
+from dblog_worker.mysql.options import MYSQL, parse_dsn
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.session import dump_connection_options
 from dblog_worker.verify_sql import (
@@ -113,9 +113,10 @@ _DENIED = (1044, 1045, 1142, 1143, 1227)
 class MySqlConnection:
     def __init__(self, dsn: str, where: str) -> None:
         self._where = where
-        with self._errors():
-            self._conn = DumpConnection(**url_args(dsn), **dump_connection_options(),
-                                          autocommit=True, connect_timeout=10)
+        parsed = parse_dsn(dsn)
+        with self._errors(), parsed.tls_errors():
+            self._conn = DumpConnection(**parsed.connect_args(), **dump_connection_options(),
+                                        autocommit=True, connect_timeout=10)
         self.query("SET SESSION TRANSACTION READ ONLY", [])
 
     @contextmanager

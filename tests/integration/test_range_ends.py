@@ -22,7 +22,7 @@ from dblog_worker.errors import DumpFailed
 from dblog_worker.mysql import catalog as my_catalog
 from dblog_worker.mysql.chunks import CapturedTables
 from dblog_worker.mysql.chunks import connect as my_connect
-from dblog_worker.mysql.options import url_args
+from dblog_worker.mysql.options import parse_dsn
 from dblog_worker.pg import queries as pg_queries
 from dblog_worker.pg.chunks import PgChunkReader
 from dblog_worker.pg.source import _connect as pg_connect
@@ -88,9 +88,9 @@ def _my_readers(backend: Backend, table: str, user: str) -> Iterator[Readers]:
     with backend.connect() as session:  # run: the names' %% read back as %
         session.run(f"CREATE USER '{user}'@'%%' IDENTIFIED BY 'pw'")
         session.run(f"GRANT SELECT ({key}) ON {backend.db.sql(table)} TO '{user}'@'%%'")
-    args = url_args(backend.db.dsn)
-    full = my_connect(args)
-    limited = my_connect({**args, "user": user, "password": "pw"})
+    dsn = parse_dsn(backend.db.dsn)
+    full = my_connect(backend.db.dsn)
+    limited = my_connect(dataclasses.replace(dsn, user=user, password="pw").url())
     conn = [full]
     reader = CapturedTables("src", [table], lambda: conn[0], lambda table, document: 1)
 

@@ -45,12 +45,7 @@ CASES = [
     ("mysql", "source.dsn", f"mysql://u:{SECRET}@[db"),
     ("mysql", "source.dsn", f"http://u:{SECRET}@db"),
     ("mysql", "target.dsn", f"mysql://u:{SECRET}@warehouse:3306/db?x=1"),
-    pytest.param(
-        "mysql", "source.dsn", f"mysql://u:{SECRET}",  # no @host: the password is a port
-        marks=pytest.mark.xfail(strict=True, reason=(
-            "dblog_worker/mysql/options.py url_args passes on urllib's 'Port could not be "
-            "cast to integer value as <password>'; that module is being changed elsewhere")),
-    ),
+    ("mysql", "source.dsn", f"mysql://u:{SECRET}"),  # no @host: the password is a port
 ]
 
 
