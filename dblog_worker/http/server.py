@@ -248,7 +248,8 @@ class _Handler(BaseHTTPRequestHandler):
         query = {} if route.any_query else _query(parts.query, route)
         params = {name: unquote(value) for name, value in found.groupdict().items()}
         handler = getattr(self.server.api, route.handler)
-        response: Response = handler(Call(params=params, query=query, body=body))
+        response: Response = handler(Call(params=params, query=query, body=body,
+                                          accept=self.headers.get("Accept", "")))
         return response
 
     # -- checks -------------------------------------------------------------------------
