@@ -285,6 +285,7 @@ def _verify(config: Config, args: argparse.Namespace) -> int:
     from dblog_worker import verify, verify_report
 
     tables = list(dict.fromkeys(args.tables or config.source.tables))
+    config.source.check_captured(tables)  # before the names make keys file names
     paths = verify_report.keys_paths(args.keys_out, tables) if args.keys_out else {}
     options = verify.VerifyOptions(range_rows=args.range_rows, delay_ms=args.delay_ms,
                                    recheck_s=args.recheck)

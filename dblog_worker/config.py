@@ -60,6 +60,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from dblog_worker import kinds
 from dblog_worker.checks import integer, number, str_value
@@ -131,8 +132,19 @@ class SourceConfig:
         """The DSN with any password removed: the only form that may be logged."""
         return kinds.rules(self.kind).redact(self.dsn)
 
+    def check_table_names(self, tables: Iterable[str], where: str = "table") -> None:
+        """Refuse (:class:`RequestRejected`) a name that is not ``schema.table``
+        (``database.table``) of this source's kind, before anything looks it up."""
+        for table in tables:
+            try:
+                check_table_name(table, self.kind, where)
+            except ConfigError as exc:
+                raise RequestRejected(str(exc)) from None
+
     def check_captured(self, tables: Iterable[str]) -> None:
         """Refuse (:class:`RequestRejected`) a table this source does not capture."""
+        tables = list(tables)
+        self.check_table_names(tables)
         for table in tables:
             if table not in self.tables:
                 raise RequestRejected(f"table {table} is not captured by source {self.name}; "
@@ -278,7 +290,7 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             options=options,
             replica=_replica(source, kind, env),
         ),
-        redis_url=_secret(redis_section, "url", env, "redis.url"),
+        redis_url=_redis_url(redis_section, env),
         landing_path=Path(str_value(landing, "landing.path")),
         landing_format=_landing_format(landing),
         flush_interval_s=number(landing, "flush_interval_s", 1.0, 0.01, 60),
@@ -341,16 +353,45 @@ def _kind(section: Mapping[str, Any], dotted: str) -> str:
 def _database_dsn(section: Mapping[str, Any], kind: str, env: Mapping[str, str],
                   name: str) -> str:
     dsn = _secret(section, "dsn", env, f"{name}.dsn")
-    password_env = section.get("password_env")
     password = None
-    if password_env is not None:
-        if password_env not in env:
-            raise ConfigError(f"{name}.password_env names {password_env}, which is not set")
-        password = env[password_env]
+    if "password_env" in section:
+        password = env[_env_name(section, "password_env", env, f"{name}.password_env")]
     try:
         return kinds.rules(kind).connection_string(dsn, password)
     except ValueError as exc:
-        raise ConfigError(f"{name}.dsn{exc}") from None
+        raise ConfigError(f"{_secret_label(section, 'dsn', name)}{exc} ({name}.kind is "
+                          f'"{kind}")') from None
+
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _redis_url(section: Mapping[str, Any], env: Mapping[str, str]) -> str:
+    """``redis.url`` (or ``url_env``), checked here so that a bad one is a ConfigError
+    that never quotes it: it may hold a password."""
+    url = _secret(section, "url", env, "redis.url")
+    label = _secret_label(section, "url", "redis")
+    form = 'like "redis://[:password@]host:6379/0", "rediss://..." or "unix:///path/redis.sock"'
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"{label} is not a valid URL (a port from 0 to 65535?): "
+                          f"{form}") from None
+    if parts.scheme not in REDIS_SCHEMES:
+        raise ConfigError(f"{label} must be a Redis URL {form}; its scheme is not one of "
+                          + ", ".join(f"{s}://" for s in REDIS_SCHEMES))
+    if parts.scheme == "unix" and not parts.path:
+        raise ConfigError(f"{label}: a unix:// URL needs the socket's path: {form}")
+    del port  # parsed only to check it
+    return url
+
+
+def _secret_label(section: Mapping[str, Any], key: str, name: str) -> str:
+    """How an error names a secret option: ``source.dsn``, or ``source.dsn_env: SHOP_DSN``
+    when the value came from the environment."""
+    env_name = section.get(f"{key}_env")
+    return f"{name}.{key}" if env_name is None else f"{name}.{key}_env: {env_name}"
 
 
 def _target(data: Mapping[str, Any], env: Mapping[str, str],
@@ -378,7 +419,7 @@ def _target(data: Mapping[str, Any], env: Mapping[str, str],
 
 def _landing_format(landing: Mapping[str, Any]) -> str:
     value = landing.get("format", DEFAULT_FORMAT)
-    if value not in FORMATS:
+    if not isinstance(value, str) or value not in FORMATS:
         raise ConfigError(f"landing.format must be one of {', '.join(sorted(FORMATS))}, got "
                           f"{value!r}")
     return str(value)
@@ -400,9 +441,18 @@ def _table(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 
 def _secret(section: Mapping[str, Any], key: str, env: Mapping[str, str], dotted: str) -> str:
     """``key`` in the file, or ``key_env`` naming an environment variable that holds it."""
-    env_name = section.get(f"{key}_env")
-    if env_name is not None:
-        if env_name not in env:
-            raise ConfigError(f"{dotted}_env names {env_name}, which is not set")
-        return env[env_name]
+    if f"{key}_env" in section:
+        return env[_env_name(section, f"{key}_env", env, f"{dotted}_env")]
     return str_value(section, dotted)
+
+
+def _env_name(section: Mapping[str, Any], key: str, env: Mapping[str, str],
+              dotted: str) -> str:
+    """The environment variable ``key`` names: set, or ConfigError."""
+    name = section[key]
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{dotted} must name an environment variable, like "
+                          f'"SHOP_DB_PASSWORD", got {name!r}')
+    if name not in env:
+        raise ConfigError(f"{dotted} names {name}, which is not set")
+    return name

@@ -35,6 +35,9 @@ class MergeConfig:
 
 DEFAULT_LISTEN = "127.0.0.1:8750"
 DEFAULT_TOKEN_ENV = "DBLOG_HTTP_TOKEN"  # noqa: S105 (a variable name, not a token)
+MIN_TOKEN_BYTES = 16  # off loopback
+EXAMPLE_TOKENS = ("change-me-http-token",)  # .env.example's: refused off loopback
+MAKE_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"  # noqa: S105
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,25 @@ def http_section(data: Mapping[str, Any], env: Mapping[str, str]) -> HttpConfig:
             f"token: set {token_env} (e.g. to the output of `openssl rand -hex 32`), or "
             'listen on "127.0.0.1:8750", or set http.enabled = false'
         )
+    if token is not None and not is_loopback(host):
+        check_token_strength(token, token_env, listen)
     return HttpConfig(enabled=enabled, host=host, port=port, token=token, token_env=token_env)
+
+
+def check_token_strength(token: str, token_env: str, listen: str) -> None:
+    """Off loopback, whoever reaches the port can guess: no short token, no example's."""
+    if token in EXAMPLE_TOKENS:
+        weak = "is the example's token (.env.example), which anyone can read"
+    elif len(token) < MIN_TOKEN_BYTES:
+        weak = f"is {len(token)} bytes long, shorter than {MIN_TOKEN_BYTES}"
+    else:
+        return
+    raise ConfigError(
+        f"http.listen {listen!r} is not a loopback address and the token in {token_env} "
+        f"{weak}: anyone who can reach the port could guess it. Set {token_env} to a random "
+        f"token of at least {MIN_TOKEN_BYTES} bytes, e.g. the output of `{MAKE_TOKEN}`, "
+        'or listen on "127.0.0.1:8750"'
+    )
 
 
 def parse_listen(listen: object) -> tuple[str, int]:

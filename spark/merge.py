@@ -25,7 +25,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from dblog_worker import config as config_module
-from dblog_worker.errors import ConfigError, SegmentCorrupt, TargetError, TransientError
+from dblog_worker.errors import (
+    ConfigError,
+    RequestRejected,
+    SegmentCorrupt,
+    TargetError,
+    TransientError,
+)
 from dblog_worker.landing.sink import LandedReader
 from dblog_worker.target.base import Target
 from dblog_worker.target.merge import MergeReport, Stager, merge_source
@@ -113,6 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         config.require_target()
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        config.source.check_table_names(args.tables)
+    except RequestRejected as exc:
+        print(f"refused: {exc}", file=sys.stderr)
         return 2
     from pyspark.sql import SparkSession
 

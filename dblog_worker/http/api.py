@@ -59,6 +59,8 @@ STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")  # one file, neve
 CREATE_FIELDS = ("kind", "tables", "keys", "chunk_size", "delay_ms", "parallelism",
                  "client_token", "where", "from_key", "to_key", "throttle")
 KNOB_FIELDS = ("chunk_size", "delay_ms", "parallelism", "throttle")
+NOT_READY = ("not ready (connecting, standing by, or failed); /readyz with the token, or "
+             "GET /api/v1/status, says why")
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class Call:
     params: Mapping[str, str] = field(default_factory=dict)
     query: Mapping[str, str] = field(default_factory=dict)
     body: object = NO_BODY  # the parsed JSON body
+    token_given: bool = False  # the request carries the configured token
     accept: str = ""  # the Accept header (/metrics negotiates its format)
 
 
@@ -153,18 +156,23 @@ class Api:
         return json_response(200, {"status": "ok"})
 
     def readyz(self, call: Call) -> Response:
+        """Ready or not; why not only with the token (the reason names hosts, users,
+        the leader: not for whoever can reach the port)."""
         snapshot = self.telemetry.snapshot()
         if snapshot.get("connected"):
-            return json_response(200, {"status": "ready"})
-        if snapshot.get("role") == "standby":
+            return json_response(200, {"ready": True})
+        if not call.token_given:
+            why = NOT_READY
+        elif snapshot.get("role") == "standby":
             leader = snapshot.get("leader") or {}
-            raise ApiError(503, f"this worker stands by for source {self.config.source.name}: "
-                                f"the lease is held by {leader.get('holder', '?')} (token "
-                                f"{leader.get('token', '?')}, HTTP {leader.get('http') or '-'})",
-                           (("Retry-After", "1"),))
-        why = snapshot.get("last_error") or "it is connecting"
-        raise ApiError(503, f"the worker is not streaming the log of source "
-                            f"{self.config.source.name}: {why}", (("Retry-After", "1"),))
+            why = (f"this worker stands by for source {self.config.source.name}: the lease is "
+                   f"held by {leader.get('holder', '?')} (token {leader.get('token', '?')}, "
+                   f"HTTP {leader.get('http') or '-'})")
+        else:
+            reason = snapshot.get("last_error") or "it is connecting"
+            why = (f"the worker is not streaming the log of source "
+                   f"{self.config.source.name}: {reason}")
+        return json_response(503, {"ready": False, "error": why}, (("Retry-After", "1"),))
 
     def status(self, call: Call) -> Response:
         document: dict[str, Any] = self.telemetry.snapshot()

@@ -122,8 +122,19 @@ SCHEMAS: dict[str, Schema] = {
     },
     "Health": {"type": "object", "properties": {"status": {"const": "ok"}},
                "required": ["status"]},
-    "Ready": {"type": "object", "properties": {"status": {"const": "ready"}},
-              "required": ["status"]},
+    "Ready": {"type": "object", "properties": {"ready": {"const": True}},
+              "required": ["ready"], "additionalProperties": False},
+    "NotReady": {
+        "type": "object",
+        "properties": {
+            "ready": {"const": False},
+            "error": {"type": "string", "description": (
+                "why not, with the token: connecting, the failure, or the leader a standby "
+                "waits for; without it only that the worker is not ready")},
+        },
+        "required": ["ready", "error"],
+        "additionalProperties": False,
+    },
     "TableProgress": TABLE_PROGRESS,
     "RowFilter": {
         "type": "object",
@@ -412,8 +423,12 @@ def document(*, auth: bool) -> dict[str, Any]:
         "/readyz": {"get": _operation(
             "Readiness: the worker streams the source's log",
             {"200": _json(_ref("Ready"), "Streaming"),
-             "503": _json(_ref("Error"), "Not streaming (connecting, or a failure)")},
-            public=True, auth=auth)},
+             "503": _json(_ref("NotReady"), "Not streaming (connecting, standing by, or a "
+                                            "failure); why only with the token")},
+            public=True, auth=auth,
+            description="Public: without the token it says ready or not and nothing "
+                        "else. With the token (when one is configured), a 503 says why: "
+                        "the failure, or the leader a standby waits for.")},
         "/api/v1/status": {"get": _operation(
             "What the worker is doing, and what Redis holds",
             {"200": _json(_ref("Status"), "The status")}, public=False, auth=auth)},

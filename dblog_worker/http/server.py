@@ -5,7 +5,8 @@ made), the route, the bearer token (all routes but the public ones, when a token
 configured), the browser checks (cross-origin writes; without a token, a Host that is
 not a loopback name: DNS rebinding), the method (405 with ``Allow``), the query, the
 body (size 413, type 415, JSON 400), then the handler (``api.py``). Every answer but a
-static file or the metrics is JSON; every error is ``{"error": "..."}``.
+static file or the metrics is JSON; every error is ``{"error": "..."}``. How many
+connections it keeps and how long it waits for a request: ``connections.py``.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import hmac
+import io
 import ipaddress
 import json
 import logging
 import re
 import socket
 import socketserver
+import sys
 import threading
 import time
 import uuid
@@ -44,20 +47,29 @@ from dblog_worker.http.api import (
     Route,
     json_response,
 )
+from dblog_worker.http.connections import (
+    IDLE_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    Clients,
+    Connection,
+    DeadlineReader,
+)
 from dblog_worker.http.openapi import MAX_BODY_BYTES
 from dblog_worker.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
-MAX_CONNECTIONS = 64  # more at once are answered 503 and closed
-IDLE_TIMEOUT_S = 10.0  # a connection that sends nothing for this long is closed
 MAX_QUERY_FIELDS = 20
 DISCARD_MAX_BYTES = 65536  # a refused request's body up to this size is read, to keep alive
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
-BUSY_BODY = b'{"error": "too many connections at once; try again later"}'
+BUSY_BODY = b'{"error": "too many requests at once; try again later"}'
 BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s"
         % (len(BUSY_BODY), BUSY_BODY))
+TOO_SLOW_BODY = b'{"error": "the request was not sent in time; send it at once"}'
+TOO_SLOW = (b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+            % (len(TOO_SLOW_BODY), TOO_SLOW_BODY))
 READ_METHODS = ("GET", "HEAD")
 
 
@@ -128,7 +140,7 @@ class _Server(ThreadingHTTPServer):
         self.address_family = family
         self.api = api
         self.token = token
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.clients = Clients()
         super().__init__(address, _Handler)
 
     def server_bind(self) -> None:
@@ -138,7 +150,7 @@ class _Server(ThreadingHTTPServer):
         self.server_name, self.server_port = str(host), int(port)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
+        if self.clients.admit(request, str(client_address[0])) is None:
             with contextlib.suppress(OSError):
                 request.sendall(BUSY)
             self.shutdown_request(request)
@@ -146,14 +158,22 @@ class _Server(ThreadingHTTPServer):
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self.slots.release()
+            self.clients.leave(request)
             raise
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that broke mid-answer (the client left, or it was closed to make
+        room) is no error of the server's: no traceback on stderr."""
+        if isinstance(sys.exc_info()[1], OSError):
+            log.debug("%s: connection lost while answering", client_address[0])
+            return
+        super().handle_error(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            self.clients.leave(request)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -164,6 +184,27 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = IDLE_TIMEOUT_S
     request_id = ""
     body_read = False  # the request's body was read (or it had none)
+    connection_entry: Connection | None = None
+    reader: DeadlineReader
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection_entry = self.server.clients.get(self.connection)
+        self.reader = DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self.reader)
+
+    def handle_one_request(self) -> None:
+        """One request, read against its deadline; one sent too slowly is answered 408."""
+        self.reader.next_request()
+        if self.connection_entry is not None:
+            self.server.clients.waiting(self.connection_entry)
+        super().handle_one_request()
+        if self.reader.expired:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.sendall(TOO_SLOW)
+            log.debug("%s: request not sent within its deadline; closed",
+                      self.client_address[0])
 
     def do_GET(self) -> None:
         self._handle()
@@ -247,20 +288,28 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body(route)
         query = {} if route.any_query else _query(parts.query, route)
         params = {name: unquote(value) for name, value in found.groupdict().items()}
+        entry = self.connection_entry
+        if entry is not None and not self.server.clients.handling(entry):
+            raise _ClientGone()  # closed to make room while it was sent
         handler = getattr(self.server.api, route.handler)
         response: Response = handler(Call(params=params, query=query, body=body,
+                                          token_given=self._token_given(),
                                           accept=self.headers.get("Accept", "")))
         return response
 
     # -- checks -------------------------------------------------------------------------
 
-    def _check_token(self) -> None:
+    def _token_given(self) -> bool:
+        """The request carries the configured token (False when none is configured)."""
         token = self.server.token
         if token is None:
-            return
+            return False
         scheme, _, given = self.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-                given.strip().encode("utf-8", "replace"), token.encode()):
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode("utf-8", "replace"), token.encode())
+
+    def _check_token(self) -> None:
+        if self.server.token is not None and not self._token_given():
             self._discard_body()
             raise ApiError(401, "missing or wrong token: send the header Authorization: "
                                 "Bearer <token> (the token is in the environment variable "

@@ -1,6 +1,9 @@
 """Files published atomically: written under a temporary name, fsynced, renamed into
 place, the directory fsynced. A reader that lists names and ignores ``.tmp-*`` never sees
-a partial file."""
+a partial file.
+
+Landed rows are the source's data: every file is created ``0600`` and every directory
+``0700`` (owner only), whatever the process umask."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 TMP_PREFIX = ".tmp-"
+FILE_MODE = 0o600
+DIR_MODE = 0o700
 
 
 def fsync_dir(path: Path) -> None:
@@ -27,12 +32,34 @@ def ensure_dir(path: Path) -> None:
         return
     ensure_dir(path.parent)
     try:
-        path.mkdir()
+        make_dir(path)
     except FileExistsError:
         if not path.is_dir():
             raise
         return
     fsync_dir(path.parent)
+
+
+def make_dir(path: Path) -> None:
+    """Create the directory ``path``, ``0700`` (FileExistsError if it exists)."""
+    path.mkdir(mode=DIR_MODE)
+    os.chmod(path, DIR_MODE)  # mkdir's mode is masked by the umask; this is exact
+
+
+def create_file(path: Path) -> None:
+    """Create the empty file ``path``, ``0600``, unless it exists."""
+    os.close(_open_new(path, exclusive=False))
+
+
+def _open_new(path: Path, *, exclusive: bool = True) -> int:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_EXCL if exclusive else 0)
+    fd = os.open(path, flags, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def publish(
@@ -44,7 +71,7 @@ def publish(
     tmp = (staging or directory) / f"{TMP_PREFIX}{uuid.uuid4().hex}"
     final = directory / final_name
     try:
-        with open(tmp, "xb") as f:
+        with os.fdopen(_open_new(tmp), "wb") as f:
             data_writer(f)
             f.flush()
             os.fsync(f.fileno())

@@ -42,7 +42,14 @@ import pyarrow.parquet as pq
 
 from dblog_worker.errors import LeaseLost
 from dblog_worker.landing.arrow import Item, first_position, last_position, segment_table
-from dblog_worker.landing.files import TMP_PREFIX, ensure_dir, fsync_dir, publish
+from dblog_worker.landing.files import (
+    TMP_PREFIX,
+    create_file,
+    ensure_dir,
+    fsync_dir,
+    make_dir,
+    publish,
+)
 from dblog_worker.landing.names import parse_table_dir_name, table_dir_name
 from dblog_worker.landing.parquet_files import (
     SCHEMA_RE,
@@ -122,7 +129,7 @@ class LandingZone:
         marker = self.source_dir / CAPTURE_MARKER
         if not marker.exists():
             ensure_dir(self.source_dir)
-            marker.touch()
+            create_file(marker)
             fsync_dir(self.source_dir)
 
     def writer_tokens(self) -> list[int]:
@@ -149,7 +156,7 @@ class LandingZone:
         ensure_dir(self.source_dir)
         own = self.source_dir / f"{WRITER_PREFIX}{token:012d}"
         try:
-            own.mkdir()
+            make_dir(own)
         except FileExistsError:  # a session before this one, same lease
             for name in os.listdir(own):
                 (own / name).unlink(missing_ok=True)

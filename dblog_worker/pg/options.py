@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dblog_worker.config import SourceConfig
@@ -56,12 +57,13 @@ class PgRules:
         return None
 
     def connection_string(self, dsn: str, password: str | None) -> str:
-        if password is not None:
-            dsn = make_conninfo(dsn, password=password)
         try:
+            if password is not None:
+                dsn = make_conninfo(dsn, password=password)
             conninfo_to_dict(dsn)
         except Exception as exc:
-            raise ValueError(f" is not a valid libpq connection string: {exc}") from None
+            raise ValueError(" is not a valid libpq connection string: "
+                             + _without_values(str(exc).strip())) from None
         return dsn
 
     def redact(self, dsn: str) -> str:
@@ -80,6 +82,17 @@ class PgRules:
         return PgOptions(slot=_identifier(section, "slot", f"dblog_{source_name}"),
                          publication=_identifier(section, "publication", f"dblog_{source_name}"),
                          watermarks=str(watermarks))
+
+
+def _without_values(message: str) -> str:
+    """libpq's complaint about a connection string, each piece of the string it quotes
+    hidden (it may be part of the password: ``password=se cret`` gives ``missing "=" after
+    "cret"``) unless it is ``=`` or an option's name."""
+    keywords = {"="} | {o.keyword.decode() for o in pq.Conninfo.get_defaults()}
+    hidden = re.sub(r'"([^"]*)"', lambda m: m[0] if m[1] in keywords else '"…"', message)
+    if hidden == message:
+        return message
+    return f"{hidden} (the quoted parts of the string are hidden: they may hold a password)"
 
 
 def pg_options(config: SourceConfig) -> PgOptions:

@@ -75,6 +75,7 @@ def merge_source(config: Config, stage: Stager, tables: Sequence[str] = ()) -> M
     went away) stops the whole run: nothing of the batch in flight was applied.
     """
     target_config = config.require_target()
+    config.source.check_table_names(tables)
     reader = open_reader(config.landing_path, config.source.name, config.landing_format)
     chosen = list(tables) or sorted(set(reader.tables()) | set(config.source.tables))
     target = open_target(target_config)

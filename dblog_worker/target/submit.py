@@ -66,6 +66,7 @@ def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequenc
               as_json: bool = False) -> MergeJob:
     """The merge job of ``config`` on ``master``: a pure function of its arguments."""
     config.require_target()
+    config.source.check_table_names(tables)
     merge = config.merge
     conf = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
             "spark.log.level": "WARN", **merge.spark_conf}

@@ -8,12 +8,15 @@ with ``{"error": ...}`` while Redis stays exactly as it was.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import re
+import select
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +30,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from dblog_worker.http.api import CONTENT_TYPES, STATIC
+from dblog_worker.http.api import CONTENT_TYPES, NOT_READY, STATIC
 from tests.integration.harness import (
     WorkerProcess,
     Workers,
@@ -37,7 +40,7 @@ from tests.integration.harness import (
     wait_for,
     write_config,
 )
-from tests.services import RedisServer
+from tests.services import RedisServer, free_port
 
 SOURCE = "src"
 OBSERVABILITY = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
@@ -186,7 +189,7 @@ def test_health_status_and_dumps_over_http(api: Api) -> None:
     assert (health.status, health.json()) == (200, {"status": "ok"})
     assert health.headers["x-request-id"] == "probe-1"
     assert len(api.get("/healthz").headers["x-request-id"]) == 32  # made when not given
-    assert api.get("/readyz").json() == {"status": "ready"}
+    assert api.get("/readyz").json() == {"ready": True}
 
     status = api.get("/api/v1/status").json()
     assert (status["source"], status["connected"], status["http"]) == (SOURCE, True, api.url)
@@ -456,7 +459,7 @@ def test_bad_input_is_refused_and_changes_nothing(api: Api) -> None:
 
 def test_http_layer(api: Api) -> None:
     """Errors of the HTTP layer itself (before any route) are JSON too; a connection
-    serves several requests; more than 64 connections at once are turned away."""
+    serves several requests."""
     host, port = api.url.removeprefix("http://").rsplit(":", 1)
     for request, status in [
         (b"BREW /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 405),
@@ -500,21 +503,97 @@ def test_http_layer(api: Api) -> None:
     finally:
         connection.close()
 
-    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(64)]
+
+def read_to_end(conn: socket.socket) -> bytes:
+    data = b""
+    while chunk := conn.recv(65536):
+        data += chunk
+    return data
+
+
+def probe(host: str, port: int, path: str) -> tuple[int, dict[str, Any], float]:
+    """GET path on a new connection: (status, JSON body, seconds it took)."""
+    started = time.monotonic()
+    with socket.create_connection((host, port), timeout=10) as conn:
+        conn.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+                     .encode())
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), json.loads(body), time.monotonic() - started
+
+
+def test_slow_clients_do_not_lock_out_probes(api: Api) -> None:
+    """64 sockets that send a request a byte now and then (slowloris, all from 127.0.0.1
+    as the probes): /healthz and /readyz still answer at once; the server keeps at most 16
+    of them (the per-address limit, the longest waiting closed first) and answers those
+    408 at the request deadline, 10 s after their first byte. A keep-alive connection gets
+    a fresh deadline per request."""
+    host, port_text = api.url.removeprefix("http://").rsplit(":", 1)
+    port = int(port_text)
+    slow = []
+    for _ in range(64):
+        conn = socket.create_connection((host, port), timeout=10)
+        conn.sendall(b"GET /api/v1/status HTTP/1.1\r\nHost: localhost\r\n")
+        slow.append(conn)
+    first_byte = time.monotonic()
+    keep_alive = http.client.HTTPConnection(host, port, timeout=10)
     try:
-        with socket.create_connection((host, int(port)), timeout=10) as extra:
-            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            data = b""
-            while chunk := extra.recv(65536):
-                data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 503 "), data
-        assert f"Content-Length: {len(body)}".encode() in head, data
-        assert json.loads(body) == {"error": "too many connections at once; try again later"}
+        for path, answer in (("/healthz", {"status": "ok"}), ("/readyz", {"ready": True})):
+            status, body, took = probe(host, port, path)
+            assert (status, body) == (200, answer)
+            assert took < 3, took
+
+        def closed(conn: socket.socket) -> bool:
+            readable, _, _ = select.select([conn], [], [], 0)
+            if not readable:
+                return False
+            conn.setblocking(False)
+            try:
+                return conn.recv(65536, socket.MSG_PEEK) == b""
+            except ConnectionResetError:
+                return True
+            finally:
+                conn.setblocking(True)
+
+        keep_alive.request("GET", "/healthz")  # connected before the count: it takes a place
+        assert keep_alive.getresponse().read() == b'{"status": "ok"}'
+        keep_alive_socket = keep_alive.sock
+        wait_for(lambda: sum(map(closed, slow)) >= 48, 10, "the server to close 48 of them")
+        held = [conn for conn in slow if not closed(conn)]
+        assert 1 <= len(held) <= 16, len(held)
+
+        answers: dict[socket.socket, bytes] = {}
+        deadline = time.monotonic() + 25
+        while len(answers) < len(held) and time.monotonic() < deadline:
+            for conn in held:  # one byte of a header that never ends, every second
+                if conn not in answers:
+                    with contextlib.suppress(OSError):
+                        conn.sendall(b"X")
+            keep_alive.request("GET", "/healthz")  # a request a second on one connection
+            response = keep_alive.getresponse()
+            assert (response.status, response.read()) == (200, b'{"status": "ok"}')
+            assert keep_alive.sock is keep_alive_socket
+            readable, _, _ = select.select([c for c in held if c not in answers], [], [], 1)
+            for conn in readable:
+                answers[conn] = read_to_end(conn)
+        waited = time.monotonic() - first_byte
+        assert len(answers) == len(held), f"{len(answers)} of {len(held)} after {waited:.1f}s"
+        assert 9 < waited < 25, waited  # the deadline: 10 s from their first byte
+        for data in answers.values():
+            head, _, rest = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408 "), data
+            assert b"Connection: close" in head, data
+            assert json.loads(rest) == {
+                "error": "the request was not sent in time; send it at once"}
     finally:
-        for conn in idle:
+        keep_alive.close()
+        for conn in slow:
             conn.close()
-    wait_for(lambda: api.get("/healthz").status == 200, 10, "a free connection")
+    assert probe(host, port, "/healthz")[0] == 200
+    assert api.worker.alive()
+    assert "Traceback" not in api.worker.log()
 
 
 def documented_metrics() -> dict[str, tuple[str, set[str]]]:
@@ -641,6 +720,47 @@ def test_token_guards_everything_but_health_and_the_page(
         assert api.wait_state(created["id"], ("completed", "failed"))["state"] == "completed"
         assert cli(api.config, "show", created["id"]).returncode == 0
         assert TOKEN not in api.worker.log()
+
+
+def test_readyz_says_why_only_with_the_token(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers whose source is unreachable: /readyz is 503 for everyone, but only a caller
+    with the token learns why (the reason names the source's port and user); without a
+    token configured, nobody does there (GET /api/v1/status has it)."""
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    check_unready(tmp_path, redis_url, "guarded", TOKEN)
+    check_unready(tmp_path, redis_url, "open", None)
+
+
+def check_unready(tmp_path: Path, redis_url: str, name: str, token: str | None) -> None:
+    port = free_port()
+    unreachable = f"host=127.0.0.1 port={port} dbname=shop user=dblog_probe_user"
+    http = 'listen = "127.0.0.1:0"'
+    if token is not None:
+        http += f'\ntoken_env = "{TOKEN_ENV}"'
+    config = write_config(tmp_path, unreachable, redis_url, [ITEMS], name=name, http=http)
+    with Workers(tmp_path / f"{name}.log") as workers:
+        worker = workers.start(config, streaming=False)
+        wait_for(lambda: "HTTP API on" in worker.log(), 30, "the HTTP API", worker.log)
+        found = re.search(r"HTTP API on (http://127\.0\.0\.1:\d+)", worker.log())
+        assert found is not None, worker.log()
+        api = Api(found.group(1), config, redis_url, worker, token)
+        wait_for(lambda: str(port) in str(api.get("/api/v1/status").json().get("last_error")),
+                 30, "the source's failure", worker.log)
+        if token is not None:
+            detailed = api.get("/readyz")
+            assert (detailed.status, detailed.json()["ready"]) == (503, False), detailed
+            assert detailed.json()["error"].startswith(
+                f"the worker is not streaming the log of source {name}: "), detailed
+            assert str(port) in detailed.json()["error"]
+        for sent in (None, "wrong") if token is not None else (None, TOKEN):
+            public = api.get("/readyz", token=sent)
+            assert (public.status, public.headers["retry-after"]) == (503, "1"), public
+            assert public.json() == {"ready": False, "error": NOT_READY}, public
+            assert str(port) not in public.body.decode()
+            assert "dblog_probe_user" not in public.body.decode()
+        assert worker.alive()
 
 
 # -- starting, stopping ---------------------------------------------------------------------

@@ -200,9 +200,14 @@ def parse_dblog(argv: list[str]) -> argparse.Namespace:
             os.environ["DBLOG_CONFIG"] = saved
 
 
+# What a user puts in .env for the example's "change-me" token, which the workers refuse.
+CHANGED_HTTP_TOKEN = "3sTnQ0cYh1v-ZkFz8w4uJg"
+
+
 def load_worker_config(service: Service, container_path: str | None = None) -> Config:
     path = host_path(service, container_path or worker_config_path(service))
-    return config_module.load(path, environment(service))
+    return config_module.load(path, {**environment(service),
+                                     "DBLOG_HTTP_TOKEN": CHANGED_HTTP_TOKEN})
 
 
 # -- the Dockerfile ---------------------------------------------------------------------------
@@ -388,6 +393,18 @@ def test_worker_configs_load_with_their_services_environment(
         with pytest.raises(ConfigError, match=secret):
             config_module.load(host_path(service, worker_config_path(service)), without)
     assert names == {"shop_pg", "shop_mysql"}
+
+
+def test_workers_refuse_the_example_http_token(services: dict[str, Service]) -> None:
+    """.env.example's token, copied unchanged, stops each worker (it listens off loopback)
+    with the way to make one."""
+    assert dotenv(ENV_EXAMPLE)["DBLOG_HTTP_TOKEN"] in config_sections.EXAMPLE_TOKENS
+    for name, service in workers(services).items():
+        assert environment(service)["DBLOG_HTTP_TOKEN"] in config_sections.EXAMPLE_TOKENS
+        with pytest.raises(ConfigError, match="is the example's token") as info:
+            config_module.load(host_path(service, worker_config_path(service)),
+                               environment(service))
+        assert "secrets.token_urlsafe(32)" in str(info.value), name
 
 
 def test_worker_configs_point_at_the_compose_services(services: dict[str, Service]) -> None:
@@ -629,7 +646,8 @@ def test_airflow_connections_parse_into_what_the_hook_expects(
     for conn_id in dblog_ids:
         settings = DblogHook(conn_id).settings
         assert settings.config_path is not None
-        config = config_module.load(host_path(scheduler, settings.config_path), env)
+        config = config_module.load(host_path(scheduler, settings.config_path),
+                                    {**env, "DBLOG_HTTP_TOKEN": CHANGED_HTTP_TOKEN})
         assert settings.source == config.source.name
         assert settings.redis_url == config.redis_url == configs[config.source.name].redis_url
         assert "***" in settings.safe_redis_url

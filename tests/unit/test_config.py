@@ -226,11 +226,11 @@ def test_good_source_names(name: str) -> None:
                      "source.kind 'oracle' is not supported; use one of \"postgresql\", "
                      "\"mysql\", \"mariadb\"", id="kind"),
         pytest.param({"source": {"kind": "mysql", "dsn": "host=db user=x"}}, {},
-                     "source.dsn: a MySQL DSN is a URL like mysql://user@host:3306",
-                     id="mysql-libpq-dsn"),
+                     'source.dsn: a MySQL DSN is a URL like mysql://user@host:3306 '
+                     '(source.kind is "mysql")', id="mysql-libpq-dsn"),
         pytest.param({"source": {"kind": "mysql", "dsn": "mysql://u@db:3306/shop"}}, {},
                      "source.dsn: a MySQL DSN names no database and takes no options: "
-                     "mysql://user@host:3306",
+                     'mysql://user@host:3306 (source.kind is "mysql")',
                      id="mysql-database-in-dsn"),
         pytest.param({"source": {"kind": "mysql", "dsn": "mysql://dblog@db", "server_id": 0}},
                      {}, "server_id must be an integer from 1 to 4294967295, got 0",
@@ -543,6 +543,48 @@ def test_http_errors(section: dict[str, Any], env: dict[str, str], message: str)
     with pytest.raises(ConfigError) as info:
         parse(data({"http": section}), env)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("listen", "token", "weak"),
+    [
+        (f"{ANY_ADDRESS}:8750", "change-me-http-token",
+         "is the example's token (.env.example), which anyone can read"),
+        ("10.1.2.3:8750", "x" * 15, "is 15 bytes long, shorter than 16"),
+        ("dblog.internal:8750", "abc", "is 3 bytes long, shorter than 16"),
+        ("[2001:db8::1]:8750", " short-token-14\n", "is 14 bytes long, shorter than 16"),
+    ],
+)
+def test_a_weak_token_is_refused_off_loopback(listen: str, token: str, weak: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(data({"http": {"listen": listen}}), {"DBLOG_HTTP_TOKEN": token})
+    message = str(info.value)
+    assert message == (
+        f"http.listen {listen!r} is not a loopback address and the token in DBLOG_HTTP_TOKEN "
+        f"{weak}: anyone who can reach the port could guess it. Set DBLOG_HTTP_TOKEN to a "
+        "random token of at least 16 bytes, e.g. the output of `python3 -c 'import secrets; "
+        "print(secrets.token_urlsafe(32))'`, or listen on \"127.0.0.1:8750\"")
+    assert token.strip() not in message.replace("DBLOG_HTTP_TOKEN", "")
+
+
+@pytest.mark.parametrize(
+    ("listen", "token"),
+    [
+        ("127.0.0.1:8750", "abc"),  # loopback: only this machine can try
+        ("[::1]:8750", "change-me-http-token"),
+        ("localhost:8750", "x"),
+        (f"{ANY_ADDRESS}:8750", "x" * 16),  # 16 bytes: the shortest taken
+    ],
+)
+def test_token_strength_rules_apply_off_loopback_only(listen: str, token: str) -> None:
+    assert parse(data({"http": {"listen": listen}}), {"DBLOG_HTTP_TOKEN": token}).http.token \
+        == token
+
+
+def test_a_disabled_api_takes_any_token() -> None:
+    http = parse(data({"http": {"listen": f"{ANY_ADDRESS}:8750", "enabled": False}}),
+                 {"DBLOG_HTTP_TOKEN": "abc"}).http
+    assert not http.enabled
 
 
 def test_http_token_is_not_in_repr() -> None:

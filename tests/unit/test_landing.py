@@ -643,3 +643,37 @@ def test_segment_columns_are_each_events_values(
         table = segment_table(run, "src1", TABLE, None)
         table.validate(full=True)
         assert table.to_pylist() == [expected_row(e) for e in run]
+
+
+def _modes(root: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """Every directory and file under ``root`` (itself included) with its permission bits."""
+    dirs, files = {str(root): root.stat().st_mode & 0o7777}, {}
+    for parent, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            dirs[os.path.join(parent, name)] = os.stat(os.path.join(parent, name)).st_mode & 0o7777
+        for name in filenames:
+            files[os.path.join(parent, name)] = os.stat(os.path.join(parent, name)).st_mode & 0o7777
+    return dirs, files
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000, 0o077, 0o277])
+def test_landing_files_are_owner_only_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    root = tmp_path / "landing" / "below"  # the worker creates missing parents too
+    old = os.umask(umask)
+    try:
+        zone = LandingZone(root, "src1")
+        zone.mark_capture_started()
+        zone.fence(3)
+        zone.write_schema(TABLE, 1, {"columns": []})
+        zone.commit_segment(TABLE, [event(1), event(2)])
+        zone.commit_segment("other.t", [event(3, table="other.t")])
+        zone.fence(4)  # a new writer directory; the old one moved away
+        zone.commit_segment(TABLE, [event(4)])
+    finally:
+        os.umask(old)
+    dirs, files = _modes(tmp_path / "landing")
+    assert len(files) == 5 and len(dirs) == 6, (dirs, files)
+    assert {path: 0o700 for path in dirs} == dirs
+    assert {path: 0o600 for path in files} == files
+    assert [e["position"] for e in read_events(zone, TABLE)] == [
+        Position(n, 0, 0).encode() for n in (1, 2, 4)]
