@@ -21,6 +21,7 @@ from bench import (
     log_capture,
     memory,
     merge_throughput,
+    metrics_exposition,
     replica_reads,
     takeover,
     throttle,
@@ -36,6 +37,7 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
     live_latency.NAME: live_latency.run,
     memory.NAME: memory.run,
     merge_throughput.NAME: merge_throughput.run,
+    metrics_exposition.NAME: metrics_exposition.run,
     replica_reads.NAME: replica_reads.run,
     takeover.NAME: takeover.run,
     throttle.NAME: throttle.run,
@@ -45,6 +47,7 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
 # Benchmarks that run for some source kinds only; the others run for every kind.
 SOURCE_KINDS: dict[str, tuple[str, ...]] = {
     merge_throughput.NAME: merge_throughput.SOURCE_KINDS,
+    metrics_exposition.NAME: metrics_exposition.SOURCE_KINDS,
     verify_throughput.NAME: verify_throughput.SOURCE_KINDS,
 }
 

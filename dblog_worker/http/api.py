@@ -42,7 +42,6 @@ from dblog_worker.telemetry import Telemetry
 from dblog_worker.throttle import LIMITS, check_limit
 
 JSON = "application/json"
-PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 STATIC = Path(__file__).parent / "static"
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -97,6 +96,7 @@ class Call:
     query: Mapping[str, str] = field(default_factory=dict)
     body: object = NO_BODY  # the parsed JSON body
     token_given: bool = False  # the request carries the configured token
+    accept: str = ""  # the Accept header (/metrics negotiates its format)
 
 
 Handler = Callable[[Call], Response]
@@ -312,7 +312,8 @@ class Api:
         return json_response(200, self.telemetry.feed(after, limit))
 
     def metrics(self, call: Call) -> Response:
-        return Response(200, self.telemetry.prometheus().encode(), PROMETHEUS)
+        body, content_type = self.telemetry.exposition(call.accept)
+        return Response(200, body, content_type)
 
     def openapi(self, call: Call) -> Response:
         return Response(200, self._openapi, JSON)

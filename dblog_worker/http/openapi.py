@@ -483,9 +483,12 @@ def document(*, auth: bool) -> dict[str, Any]:
                  "schema": {"type": "integer", "minimum": 1, "maximum": FEED_LIMIT,
                             "default": FEED_LIMIT}}], auth=auth)},
         "/metrics": {"get": _operation(
-            "Prometheus metrics (text exposition format 0.0.4)",
+            "Prometheus metrics: the text format 0.0.4, or OpenMetrics 1.0 when the Accept "
+            "header asks for application/openmetrics-text",
             {"200": {"description": "The metrics", "headers": _headers(),
-                     "content": {"text/plain": {"schema": {"type": "string"}}}}},
+                     "content": {"text/plain": {"schema": {"type": "string"}},
+                                 "application/openmetrics-text": {
+                                     "schema": {"type": "string"}}}}},
             public=False, auth=auth)},
         "/api/v1/openapi.json": {"get": _operation(
             "This document", {"200": _json({"type": "object"}, "OpenAPI 3.1")},

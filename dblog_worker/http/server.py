@@ -293,7 +293,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise _ClientGone()  # closed to make room while it was sent
         handler = getattr(self.server.api, route.handler)
         response: Response = handler(Call(params=params, query=query, body=body,
-                                          token_given=self._token_given()))
+                                          token_given=self._token_given(),
+                                          accept=self.headers.get("Accept", "")))
         return response
 
     # -- checks -------------------------------------------------------------------------

@@ -5,7 +5,8 @@ per window and per flush, never per event (the log runs at >100k events/s). HTTP
 read:
 
 * :meth:`Telemetry.snapshot`: the runtime status as JSON-ready values;
-* :meth:`Telemetry.prometheus`: the metrics in the Prometheus text format 0.0.4
+* :meth:`Telemetry.exposition`: the metrics through prometheus_client, in the Prometheus
+  text format 0.0.4 or OpenMetrics as the scraper asks
   (every name, type and label is in ``docs/observability.md``);
 * :meth:`Telemetry.feed`: a bounded, ordered ring of what happened (log batches,
   windows opening and closing, durable writes, dumps, sessions), each entry with a
@@ -24,7 +25,8 @@ them locked or clocked by itself:
 * :mod:`.windows`: the watermark windows and their chunk rows;
 * :mod:`.dump_progress` (with :mod:`.key_ratio`): the running dump, its ratios and ETAs;
 * :mod:`.feed` and :mod:`.log_lines`: the feed, and its lines of log events read;
-* :mod:`.exposition`: the Prometheus text; :mod:`.positions`: a position as text.
+* :mod:`.exposition`: the metric families and their collector; :mod:`.positions`: a
+  position as text.
 """
 
 from dblog_worker.telemetry.facade import Telemetry

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dblog_worker.telemetry.exposition import Exposition
+from dblog_worker.telemetry.exposition import MetricWriter
 
 QUIET_CHECKPOINT_S = 10.0  # an idle log's checkpoint moves: say so in the feed this often
 
@@ -29,10 +29,11 @@ class CheckpointStatus:
             return True
         return False
 
-    def metrics(self, out: Exposition, now: float) -> None:
+    def metrics(self, out: MetricWriter, now: float) -> None:
         out.metric("dblog_checkpoint_age_seconds", "gauge",
                    "Time since the saved checkpoint last moved.",
-                   [] if self.saved_at is None else [({}, now - self.saved_at)])
+                   [] if self.saved_at is None else [({}, now - self.saved_at)],
+                   unit="seconds")
         out.metric("dblog_checkpoint_saved_timestamp_seconds", "gauge",
                    "When the saved checkpoint last moved, in seconds since the Unix epoch.",
-                   [] if self.saved_at is None else [({}, self.saved_at)])
+                   [] if self.saved_at is None else [({}, self.saved_at)], unit="seconds")

@@ -11,7 +11,7 @@ from typing import Any
 from dblog_worker.dump import ActiveDump
 from dblog_worker.events import Encoded
 from dblog_worker.requests import DumpKind
-from dblog_worker.telemetry.exposition import Exposition, Samples
+from dblog_worker.telemetry.exposition import MetricWriter, Samples
 from dblog_worker.telemetry.key_ratio import key_ratio, scalar
 
 PROGRESS_POINTS = 20  # progress samples per table for its ETA
@@ -83,7 +83,7 @@ class DumpProgress:
                 entry = self._tables.setdefault((dump_id, table), _TableDump())
                 entry.low = scalar(first[0])
 
-    def metrics(self, out: Exposition) -> None:
+    def metrics(self, out: MetricWriter) -> None:
         progress: Samples = []
         eta: Samples = []
         state: Samples = []
@@ -113,14 +113,14 @@ class DumpProgress:
                    "behind, a table locked: the status says why), else 0.", waiting)
         out.metric("dblog_dump_throttle_delay_seconds", "gauge",
                    "The running dump's automatic throttle: what it adds to the delay before "
-                   "the next window (its policy on).", throttle_delay)
+                   "the next window (its policy on).", throttle_delay, unit="seconds")
         out.metric("dblog_dump_throttle_over_limit", "gauge",
                    "1 for each throttle signal over its limit at the last decision, else 0 "
                    "(chunk_ms, active_sessions, replica_lag_ms, log_lag).", throttle_over)
         out.metric("dblog_dump_progress_ratio", "gauge",
-                   "Estimated share of a table's dump done (0 to 1).", progress)
+                   "Estimated share of a table's dump done (0 to 1).", progress, unit="ratio")
         out.metric("dblog_dump_eta_seconds", "gauge",
-                   "Estimated seconds until a table's dump is done.", eta)
+                   "Estimated seconds until a table's dump is done.", eta, unit="seconds")
 
     def _view(self, dump: ActiveDump, now: float) -> dict[str, Any]:
         request = dump.request

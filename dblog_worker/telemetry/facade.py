@@ -12,13 +12,15 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from prometheus_client import CollectorRegistry, generate_latest
+
 from dblog_worker import __version__
 from dblog_worker.dump import ActiveDump
 from dblog_worker.events import Encoded, LogItem
 from dblog_worker.kinds import DEFAULT
 from dblog_worker.telemetry.checkpoint import CheckpointStatus
 from dblog_worker.telemetry.dump_progress import DumpProgress
-from dblog_worker.telemetry.exposition import Exposition
+from dblog_worker.telemetry.exposition import MetricWriter, TelemetryCollector, render
 from dblog_worker.telemetry.feed import FEED_SIZE, Feed
 from dblog_worker.telemetry.lag import LAG_POINTS, Lag
 from dblog_worker.telemetry.landed import Landed
@@ -52,6 +54,8 @@ class Telemetry:
         self._landed = Landed(lag_points)
         self._windows = Windows()
         self._dump = DumpProgress()
+        self.registry = CollectorRegistry()  # the worker's own, not prometheus_client's global
+        self.registry.register(TelemetryCollector(source, self.write_metrics))
 
     # -- hooks: called by the worker thread ----------------------------------------------
 
@@ -250,18 +254,24 @@ class Telemetry:
 
     def prometheus(self) -> str:
         """The metrics in the Prometheus text format 0.0.4 (docs/observability.md)."""
+        return generate_latest(self.registry).decode()
+
+    def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        """The metrics in the format an HTTP ``Accept`` header asks for (OpenMetrics or
+        the text format 0.0.4), and its content type."""
+        return render(self.registry, accept)
+
+    def write_metrics(self, out: MetricWriter) -> None:
+        """Every metric's current values, all read under the lock (one scrape)."""
         with self._lock:
             now = self._clock()
-            out = Exposition(self.source)
-            out.metric("dblog_build_info", "gauge", "The worker's version.",
-                       [({"version": __version__}, 1)])
+            out.info("dblog_build_info", "The worker's version.", {"version": __version__})
             out.metric("dblog_start_time_seconds", "gauge",
                        "When the worker started, in seconds since the Unix epoch.",
-                       [({}, self._started)])
+                       [({}, self._started)], unit="seconds")
             self._life.metrics(out)
             self._landed.metrics(out)
             self._lag.metrics(out)
             self._checkpoint.metrics(out, now)
             self._windows.metrics(out)
             self._dump.metrics(out)
-            return out.text()

@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from dblog_worker.events import ChangeEvent, LogItem, Watermark
-from dblog_worker.telemetry.exposition import Exposition
+from dblog_worker.telemetry.exposition import MetricWriter
 
 LAG_POINTS = 300  # durable writes kept for the charts (5 minutes at one a second)
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -24,7 +24,6 @@ class Lag:
         self._submitted_commit_us = 0  # of the last event in the write in flight
         self._buckets = [0] * (len(LAG_BUCKETS) + 1)
         self._sum = 0.0
-        self._count = 0
 
     def read(self, items: Sequence[LogItem]) -> None:
         """A poll read ``items`` (not empty)."""
@@ -49,7 +48,6 @@ class Lag:
         self.last_s = lag
         self.history.append((round(now, 3), round(lag, 3)))
         self._sum += lag
-        self._count += 1
         for i, bound in enumerate(LAG_BUCKETS):
             if lag <= bound:
                 self._buckets[i] += 1
@@ -57,15 +55,15 @@ class Lag:
         self._buckets[-1] += 1
         return lag
 
-    def metrics(self, out: Exposition) -> None:
+    def metrics(self, out: MetricWriter) -> None:
         out.metric("dblog_last_batch_lag_seconds", "gauge",
                    "Source commit of the newest event of the last durable write to the "
                    "write being durable.",
-                   [] if self.last_s is None else [({}, self.last_s)])
+                   [] if self.last_s is None else [({}, self.last_s)], unit="seconds")
         out.histogram("dblog_end_to_end_lag_seconds",
                       "Source commit of the newest event of a write to the write being "
                       "durable, one observation per durable write.",
-                      LAG_BUCKETS, self._buckets, self._sum, self._count)
+                      LAG_BUCKETS, self._buckets, self._sum, unit="seconds")
         out.metric("dblog_log_lag_bytes", "gauge",
                    "Log the server has written that the worker has not read yet.",
-                   [] if self.log_bytes is None else [({}, self.log_bytes)])
+                   [] if self.log_bytes is None else [({}, self.log_bytes)], unit="bytes")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from dblog_worker.telemetry.exposition import Exposition
+from dblog_worker.telemetry.exposition import MetricWriter
 from dblog_worker.telemetry.lag import LAG_POINTS
 
 RATE_WINDOW_S = 10.0
@@ -45,7 +45,7 @@ class Landed:
             return 0.0
         return (self.total - since[1]) / max(now - since[0], 1.0)
 
-    def metrics(self, out: Exposition) -> None:
+    def metrics(self, out: MetricWriter) -> None:
         out.metric("dblog_events_total", "counter",
                    "Events made durable in the landing zone, by table and origin "
                    "(log: change events; dump: chunk rows).",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from dblog_worker.telemetry.exposition import Exposition
+from dblog_worker.telemetry.exposition import MetricWriter
 
 
 class Lifecycle:
@@ -48,7 +48,7 @@ class Lifecycle:
         self.last_error, self.last_error_at = f"{kind}: {message}", now
         return self.last_error
 
-    def metrics(self, out: Exposition) -> None:
+    def metrics(self, out: MetricWriter) -> None:
         out.metric("dblog_connected", "gauge",
                    "1 while a session streams the log, else 0.",
                    [({}, int(self.connected))])

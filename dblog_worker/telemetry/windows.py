@@ -7,7 +7,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from dblog_worker.events import Encoded
-from dblog_worker.telemetry.exposition import Exposition, by_table
+from dblog_worker.telemetry.exposition import MetricWriter, by_table
 from dblog_worker.window import WindowClosed
 
 
@@ -48,7 +48,7 @@ class Windows:
         """The session ended: its open windows never close."""
         self.open.clear()
 
-    def metrics(self, out: Exposition) -> None:
+    def metrics(self, out: MetricWriter) -> None:
         out.metric("dblog_windows_opened_total", "counter",
                    "Watermark windows opened (LW written, chunk selected, HW written).",
                    by_table(self._opened))

@@ -25,6 +25,10 @@ from typing import Any
 import psycopg
 import pytest
 import redis
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
 
 from dblog_worker.http.api import CONTENT_TYPES, NOT_READY, STATIC
 from tests.integration.harness import (
@@ -39,6 +43,12 @@ from tests.integration.harness import (
 from tests.services import RedisServer, free_port
 
 SOURCE = "src"
+OBSERVABILITY = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
+# What Prometheus 3 sends when it scrapes (scrape_protocols' default order).
+PROMETHEUS_3_ACCEPT = ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+                       "application/openmetrics-text;version=0.0.1;q=0.5,text/plain;"
+                       "version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;"
+                       "q=0.3,*/*;q=0.2")
 ITEMS, SLOW, PAIRS = "public.items", "public.slow", "public.pairs"
 TOKEN = "t0ken-for-the-http-test-7f3a"
 TOKEN_ENV = "DBLOG_TEST_HTTP_TOKEN"
@@ -584,6 +594,78 @@ def test_slow_clients_do_not_lock_out_probes(api: Api) -> None:
     assert probe(host, port, "/healthz")[0] == 200
     assert api.worker.alive()
     assert "Traceback" not in api.worker.log()
+
+
+def documented_metrics() -> dict[str, tuple[str, set[str]]]:
+    """The metrics table of docs/observability.md: name -> (type, label names)."""
+    found = {}
+    for line in OBSERVABILITY.read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if line.startswith("| `dblog_") and len(cells) >= 4:
+            found[cells[0].strip("`")] = (cells[1], set(re.findall(r"`(\w+)`", cells[2])))
+    assert len(found) >= 28, found
+    return found
+
+
+def test_metrics_parse_with_prometheus_client_as_documented(api: Api) -> None:
+    """/metrics of a worker that ran a dump and runs another, read by prometheus_client's
+    own parsers: every documented family with its type and labels, nothing else; and
+    OpenMetrics when the scraper asks for it, as Prometheus 3 does."""
+    done = api.create({"kind": "tables", "tables": [ITEMS], "chunk_size": 7})
+    assert api.wait_state(done["id"], ("completed", "failed"))["state"] == "completed"
+    running = api.create({"kind": "tables", "tables": [SLOW], "chunk_size": 1,
+                          "delay_ms": 3_600_000})
+    wait_for(lambda: api.request(running["id"])["progress"].get(SLOW, {}).get("chunks", 0) > 0,
+             30, "the slow dump's first chunk", lambda: api.worker.log()[-3000:])
+
+    reply = api.get("/metrics")
+    assert (reply.status, reply.headers["content-type"]) == (
+        200, "text/plain; version=0.0.4; charset=utf-8")
+    families = {f.name: f for f in text_string_to_metric_families(reply.body.decode())}
+    documented = documented_metrics()
+    names = {name.removesuffix("_total") if kind == "counter" else name
+             for name, (kind, _) in documented.items()}
+    assert set(families) == names
+    for name, (kind, labels) in documented.items():
+        family = families[name.removesuffix("_total") if kind == "counter" else name]
+        assert (family.type, bool(family.documentation)) == (kind, True), name
+        for sample in family.samples:
+            assert sample.labels["source"] == SOURCE, sample
+            assert set(sample.labels) - {"source"} <= labels, (name, sample)
+            assert sample.name == name or kind == "histogram", (name, sample)
+
+    def value(family: str, **labels: str) -> float:
+        found = [s.value for s in families[family].samples
+                 if s.labels == {"source": SOURCE, **labels}]
+        assert len(found) == 1, (family, labels, families[family].samples)
+        return float(found[0])
+
+    assert value("dblog_events", table=ITEMS, origin="dump") == 20
+    assert value("dblog_dump_state", request=running["id"], state="running") == 1
+    assert value("dblog_connected") == 1 and value("dblog_leader") == 1
+    assert value("dblog_chunk_rows_selected", table=SLOW) >= 1
+    assert {s.labels["version"] for s in families["dblog_build_info"].samples} == {
+        api.get("/api/v1/status").json()["version"]}
+
+    for accept in ("application/openmetrics-text; version=1.0.0", PROMETHEUS_3_ACCEPT):
+        reply = api.get("/metrics", headers={"Accept": accept})
+        assert reply.status == 200
+        assert reply.headers["content-type"].startswith(
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"), reply.headers
+        text = reply.body.decode()
+        assert text.endswith("# EOF\n")
+        strict = {f.name: f for f in openmetrics_families(text)}
+        assert set(strict) == names - {"dblog_build_info"} | {"dblog_build"}
+        assert strict["dblog_build"].type == "info"
+        assert strict["dblog_events"].type == "counter"
+        assert {s.name for s in strict["dblog_events"].samples} == {"dblog_events_total"}
+        assert (strict["dblog_end_to_end_lag_seconds"].type,
+                strict["dblog_end_to_end_lag_seconds"].unit) == ("histogram", "seconds")
+        assert strict["dblog_log_lag_bytes"].unit == "bytes"
+        assert strict["dblog_dump_progress_ratio"].unit == "ratio"
+    plain = api.get("/metrics", headers={"Accept": "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"})
+    assert plain.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert "# EOF" not in plain.body.decode()
 
 
 # -- the token ----------------------------------------------------------------------------

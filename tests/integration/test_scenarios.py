@@ -842,14 +842,14 @@ def test_sigterm_hands_the_lease_to_the_standby_at_once(
         ready = _get(member["http"] + "/readyz")
         metrics = _get(member["http"] + "/metrics")[1]
         if member["role"] == "leader":
-            assert ready[0] == 200 and f'dblog_leader{{source="{SOURCE}"}} 1' in metrics
-            assert f'dblog_lease_token{{source="{SOURCE}"}} 1' in metrics
+            assert ready[0] == 200 and f'dblog_leader{{source="{SOURCE}"}} 1.0' in metrics
+            assert f'dblog_lease_token{{source="{SOURCE}"}} 1.0' in metrics
         else:
             assert ready[0] == 503 and json.loads(ready[1])["ready"] is False, ready
             assert "stands by" not in ready[1]  # why: only with a token, or in the status
             status = json.loads(_get(member["http"] + "/api/v1/status")[1])
             assert status["role"] == "standby" and status["leader"]["holder"], status
-            assert f'dblog_leader{{source="{SOURCE}"}} 0' in metrics
+            assert f'dblog_leader{{source="{SOURCE}"}} 0.0' in metrics
     backend.execute(f"INSERT INTO {t1} VALUES (5001, {v}, 'before the stop')")
     stopped_at = time.monotonic()
     assert leader.stop() == 0

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from dblog_worker.mysql import pressure as my_pressure
 from dblog_worker.pg import pressure as pg_pressure
 from dblog_worker.state import StateStore
@@ -126,10 +128,13 @@ def test_active_sessions_throttle_the_dump_until_the_load_stops(
             assert view["limits"]["max_active_sessions"] == 3, view
             assert view["delay_ms"] >= 400 and "signals" in view, view
             code, metrics = call(f"{base}/metrics")
-            labels = f'source="{SOURCE}",request="{request_id}"'
-            assert f'dblog_dump_throttle_over_limit{{{labels},signal="active_sessions"}} 1' \
-                in metrics, metrics
-            assert f"dblog_dump_throttle_delay_seconds{{{labels}}}" in metrics
+            samples = {(sample.name, frozenset(sample.labels.items())): sample.value
+                       for family in text_string_to_metric_families(metrics)
+                       for sample in family.samples}
+            labels = {"source": SOURCE, "request": request_id}
+            assert samples[("dblog_dump_throttle_over_limit", frozenset(
+                {**labels, "signal": "active_sessions"}.items()))] == 1, metrics
+            assert ("dblog_dump_throttle_delay_seconds", frozenset(labels.items())) in samples
             # throttled: few windows while the sessions run
             before = chunks(backend, request_id)
             time.sleep(3.0)

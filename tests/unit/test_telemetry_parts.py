@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+from prometheus_client import CollectorRegistry
+
 from dblog_worker.events import ChangeEvent, Checkpoint, Op, Origin, Watermark
 from dblog_worker.position import Position
 from dblog_worker.telemetry.checkpoint import QUIET_CHECKPOINT_S, CheckpointStatus
-from dblog_worker.telemetry.exposition import Exposition
+from dblog_worker.telemetry.exposition import (
+    Families,
+    MetricWriter,
+    TelemetryCollector,
+    render,
+)
 from dblog_worker.telemetry.feed import Feed
 from dblog_worker.telemetry.lag import Lag
 from dblog_worker.telemetry.landed import Landed
@@ -36,23 +46,55 @@ def test_feed_numbers_entries_and_pages_by_sequence() -> None:
     assert feed.after(5, 10) == {"next": 5, "events": []}
 
 
+def exposition(write: Callable[[MetricWriter], None], source: str = "s",
+               accept: str = "") -> str:
+    """What a registry with only ``write``'s metrics serves to a scraper sending ``accept``."""
+    registry = CollectorRegistry()
+    registry.register(TelemetryCollector(source, write))
+    body, _ = render(registry, accept)
+    return body.decode()
+
+
 def test_exposition_writes_help_type_samples_and_a_cumulative_histogram() -> None:
-    out = Exposition('s"x')
-    out.metric("dblog_a_total", "counter", "A\nb.", [({"table": "t\\1"}, 2), ({}, 0.5)])
-    out.histogram("dblog_h_seconds", "H.", (0.5, 1.0), [1, 0, 2], 3.25, 3)
-    assert out.text() == "\n".join([
+    def write(out: MetricWriter) -> None:
+        out.info("dblog_v_info", "V.", {"version": "1"})
+        out.metric("dblog_a_total", "counter", "A\nb.", [({"table": "t\\1"}, 2),
+                                                         ({"table": "u"}, 0.5)])
+        out.metric("dblog_g_bytes", "gauge", "G.", [], unit="bytes")
+        out.histogram("dblog_h_seconds", "H.", (0.5, 1.0), [1, 0, 2], 3.25, unit="seconds")
+
+    assert exposition(write, 's"x') == "\n".join([
+        "# HELP dblog_v_info V.",
+        "# TYPE dblog_v_info gauge",
+        'dblog_v_info{source="s\\"x",version="1"} 1.0',
         "# HELP dblog_a_total A\\nb.",
         "# TYPE dblog_a_total counter",
-        'dblog_a_total{source="s\\"x",table="t\\\\1"} 2',
-        'dblog_a_total{source="s\\"x"} 0.5',
+        'dblog_a_total{source="s\\"x",table="t\\\\1"} 2.0',
+        'dblog_a_total{source="s\\"x",table="u"} 0.5',
+        "# HELP dblog_g_bytes G.",
+        "# TYPE dblog_g_bytes gauge",
         "# HELP dblog_h_seconds H.",
         "# TYPE dblog_h_seconds histogram",
-        'dblog_h_seconds_bucket{source="s\\"x",le="0.5"} 1',
-        'dblog_h_seconds_bucket{source="s\\"x",le="1.0"} 1',
-        'dblog_h_seconds_bucket{source="s\\"x",le="+Inf"} 3',
+        'dblog_h_seconds_bucket{le="0.5",source="s\\"x"} 1.0',
+        'dblog_h_seconds_bucket{le="1.0",source="s\\"x"} 1.0',
+        'dblog_h_seconds_bucket{le="+Inf",source="s\\"x"} 3.0',
+        'dblog_h_seconds_count{source="s\\"x"} 3.0',
         'dblog_h_seconds_sum{source="s\\"x"} 3.25',
-        'dblog_h_seconds_count{source="s\\"x"} 3',
     ]) + "\n"
+    openmetrics = exposition(write, accept="application/openmetrics-text; version=1.0.0")
+    for line in ("# TYPE dblog_v info", "# TYPE dblog_a counter", "# UNIT dblog_g_bytes bytes",
+                 "# UNIT dblog_h_seconds seconds", 'dblog_a_total{source="s",table="u"} 0.5'):
+        assert line + "\n" in openmetrics, line
+    assert openmetrics.endswith("# EOF\n")
+
+
+def test_a_family_keeps_one_label_set_and_one_of_two_kinds() -> None:
+    out = Families("s")
+    with pytest.raises(ValueError, match=r"dblog_x_total: labels \['kind'\] where the family "
+                                         r"has \['table'\]"):
+        out.metric("dblog_x_total", "counter", "X.", [({"table": "t"}, 1), ({"kind": "k"}, 1)])
+    with pytest.raises(ValueError, match="a counter or a gauge, not 'summary'"):
+        out.metric("dblog_y", "summary", "Y.", [])
 
 
 def test_lifecycle_counts_taking_and_losing_the_lease() -> None:
@@ -61,10 +103,9 @@ def test_lifecycle_counts_taking_and_losing_the_lease() -> None:
     assert not life.change_role("standby", None, None) and life.leader == {}
     assert life.change_role("leader", 4, None)
     assert life.change_role("stopped", None, None)
-    text = Exposition("s")
-    life.metrics(text)
-    assert 'dblog_lease_acquired_total{source="s"} 1' in text.text()
-    assert 'dblog_lease_lost_total{source="s"} 1' in text.text()
+    text = exposition(life.metrics)
+    assert 'dblog_lease_acquired_total{source="s"} 1.0' in text
+    assert 'dblog_lease_lost_total{source="s"} 1.0' in text
     life.session_started("r1")
     life.session_started("r2")
     assert (life.sessions, life.reconnects, life.run_id) == (2, 1, "r2")
@@ -100,11 +141,10 @@ def test_landed_counts_by_origin_and_rates() -> None:
     assert landed.add(NOW + 2, {T: (4, 0)}) == 4
     assert landed.total == 9 and landed.per_s(NOW + 2) == 2.0
     assert landed.per_s(NOW + 60) == 0.0
-    out = Exposition("s")
-    landed.metrics(out)
-    assert [line for line in out.text().splitlines() if not line.startswith("#")] == [
-        'dblog_events_total{source="s",table="public.orders",origin="dump"} 2',
-        'dblog_events_total{source="s",table="public.orders",origin="log"} 7',
+    assert [line for line in exposition(landed.metrics).splitlines()
+            if not line.startswith("#")] == [
+        'dblog_events_total{origin="dump",source="s",table="public.orders"} 2.0',
+        'dblog_events_total{origin="log",source="s",table="public.orders"} 7.0',
     ]
 
 
@@ -130,12 +170,10 @@ def test_windows_close_oldest_first_and_count_chunk_rows() -> None:
     assert first is not None and first.low == "run.1.lw" and len(windows.open) == 1
     windows.clear()
     assert windows.closed(WindowClosed(T, "d1", high, (), 4, 1)) is None
-    out = Exposition("s")
-    windows.metrics(out)
-    text = out.text()
-    for sample in ('dblog_windows_opened_total{source="s",table="public.orders"} 2',
-                   'dblog_windows_closed_total{source="s",table="public.orders"} 2',
-                   'dblog_windows_open{source="s"} 0',
-                   'dblog_chunk_rows_dropped_total{source="s",table="public.orders"} 6',
-                   'dblog_chunk_rows_emitted_total{source="s",table="public.orders"} 2'):
+    text = exposition(windows.metrics)
+    for sample in ('dblog_windows_opened_total{source="s",table="public.orders"} 2.0',
+                   'dblog_windows_closed_total{source="s",table="public.orders"} 2.0',
+                   'dblog_windows_open{source="s"} 0.0',
+                   'dblog_chunk_rows_dropped_total{source="s",table="public.orders"} 6.0',
+                   'dblog_chunk_rows_emitted_total{source="s",table="public.orders"} 2.0'):
         assert sample in text, sample
