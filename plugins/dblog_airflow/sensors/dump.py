@@ -6,12 +6,14 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook
 from dblog_airflow.triggers.dump import DblogDumpTrigger, Progress, describe_progress, dump_event
+from dblog_worker.errors import DblogError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -29,6 +31,10 @@ class DblogDumpSensor(BaseSensorOperator):
     ``deferrable=False`` it is a classic sensor (``mode="poke"`` or ``"reschedule"``,
     ``poke_interval`` = ``poll_interval``).
 
+    Marking the task failed or success, or clearing it, while it waits cancels the dump:
+    :meth:`on_kill` when it waits in a worker slot, the trigger's ``on_kill`` (Airflow 3.3+)
+    when it is deferred.
+
     The task's return value (XCom) is the event of the completed dump:
     ``{"status": "completed", "request_id": ..., "message": ..., "rows": ...}``.
 
@@ -36,7 +42,8 @@ class DblogDumpSensor(BaseSensorOperator):
         :class:`~dblog_airflow.operators.dump.DblogDumpOperator` (templated).
     :param dblog_conn_id: The ``dblog`` connection (templated).
     :param poll_interval: Seconds between two reads of the request.
-    :param deferrable: Wait in the triggerer (default) instead of a worker slot.
+    :param deferrable: Wait in the triggerer instead of a worker slot; default: Airflow's
+        ``[operators] default_deferrable``, like the core providers' operators.
     :param timeout: Seconds to wait at most (BaseSensorOperator's), deferred or not.
     """
 
@@ -44,7 +51,10 @@ class DblogDumpSensor(BaseSensorOperator):
     ui_color = "#d6e8f2"
 
     def __init__(self, *, request_id: str, dblog_conn_id: str = DEFAULT_CONN_ID,
-                 poll_interval: float = 10.0, deferrable: bool = True, **kwargs: Any) -> None:
+                 poll_interval: float = 10.0,
+                 deferrable: bool = conf.getboolean("operators", "default_deferrable",
+                                                    fallback=False),
+                 **kwargs: Any) -> None:
         kwargs.setdefault("poke_interval", poll_interval)
         super().__init__(**kwargs)
         self.request_id = request_id
@@ -76,6 +86,19 @@ class DblogDumpSensor(BaseSensorOperator):
         if event is None:
             raise AirflowException(f"the trigger following {self.request_id} fired no event")
         return self._decide(event)
+
+    def on_kill(self) -> None:
+        """The task was stopped while it waited in a worker slot: cancel the dump."""
+        hook = DblogHook(self.dblog_conn_id)
+        try:
+            previous = hook.cancel(self.request_id)
+        except (DblogError, AirflowException) as exc:
+            self.log.error("cannot cancel %s: %s", self.request_id, exc)
+        else:
+            self.log.warning("the task was stopped: %s cancelled (it was %s)",
+                             self.request_id, previous.value)
+        finally:
+            hook.close()
 
     def _read(self) -> dict[str, Any] | None:
         """The request's event if it has ended, else None (its progress is logged)."""
