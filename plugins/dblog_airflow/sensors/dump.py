@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook
+from dblog_airflow.links import DblogLiveViewLink
 from dblog_airflow.triggers.dump import DblogDumpTrigger, Progress, describe_progress, dump_event
 from dblog_worker.errors import DblogError
 
@@ -49,6 +50,7 @@ class DblogDumpSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("request_id", "dblog_conn_id")
     ui_color = "#d6e8f2"
+    operator_extra_links = (DblogLiveViewLink(),)
 
     def __init__(self, *, request_id: str, dblog_conn_id: str = DEFAULT_CONN_ID,
                  poll_interval: float = 10.0,
@@ -65,7 +67,7 @@ class DblogDumpSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        event = self._read()
+        event = self._read(context)
         if event is not None:
             return self._decide(event)
         self.defer(
@@ -77,7 +79,7 @@ class DblogDumpSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
-        event = self._read()
+        event = self._read(context)
         return False if event is None else PokeReturnValue(True, self._decide(event))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None
@@ -100,13 +102,15 @@ class DblogDumpSensor(BaseSensorOperator):
         finally:
             hook.close()
 
-    def _read(self) -> dict[str, Any] | None:
+    def _read(self, context: Context) -> dict[str, Any] | None:
         """The request's event if it has ended, else None (its progress is logged)."""
         hook = DblogHook(self.dblog_conn_id)
         try:
             with task_errors():
                 request = hook.get_request(self.request_id)
                 progress = Progress.of(request, hook.progress(self.request_id))
+            if not request.state.terminal:
+                DblogLiveViewLink.persist(context, hook)
         finally:
             hook.close()
         if request.state.terminal:
