@@ -93,6 +93,9 @@ def test_trigger_fires_completed_once_and_logs_progress(
     request = new_dump(store, RequestState.RUNNING)
 
     def drive() -> None:
+        deadline = time.monotonic() + 10  # the first read is logged before any progress
+        while "rate and ETA not known yet" not in log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
         save(store, request.id, TableProgress(A, done=True, chunks=3, rows=300),
              TableProgress(B, started=True, chunks=1, rows=50))
         time.sleep(0.2)
