@@ -14,6 +14,11 @@ Redis is malformed: the worker fails such a request; the message names the key a
 wrong); ``error`` means the trigger could not follow the request (no such request, a
 connection that needs a change). While Redis is
 unreachable it logs a warning and keeps polling: the sensor's timeout bounds the wait.
+It reads Redis with ``redis.asyncio`` in the triggerer's event loop (no thread).
+
+When a user marks the deferred task failed or success, or clears it, the triggerer
+(Airflow 3.3+) calls :meth:`DblogDumpTrigger.on_kill`: the dump is cancelled. A triggerer
+that restarts, or hands the trigger to another, leaves it running.
 """
 
 from __future__ import annotations
