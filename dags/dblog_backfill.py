@@ -23,7 +23,9 @@ dumps the rows updated since its interval began (a value may use ``data_interval
 - **verify**: ``dblog verify`` of the dumped tables when the form's *Verify* is on.
 
 Configuration (environment variables, read at parse time; they are the defaults of the
-form, which a scheduled run uses)::
+form, which a scheduled run uses), options of the ``[dblog]`` section of Airflow's
+configuration (``backfill_schedule`` or ``AIRFLOW__DBLOG__BACKFILL_SCHEDULE``; the older
+variable names below are read when an option is not set)::
 
     DBLOG_BACKFILL_SCHEDULE       cron or preset, default @weekly
     DBLOG_BACKFILL_TABLES         comma-separated tables; empty: all captured tables

@@ -20,8 +20,9 @@ key*, *To key*). Tasks::
   when the form's *Verify* is off). It compares whole tables: after a filtered dump, rows
   outside the filter that differ fail it too (its message says so).
 
-Settings (environment variables, read at parse time): ``DBLOG_CONN_ID``, ``DBLOG_CONFIG``
-(the table list of the form), ``DBLOG_SPARK_CONN_ID``, ``DBLOG_POLL_INTERVAL_S``.
+Settings (the ``[dblog]`` options of Airflow's configuration, read at parse time; see
+dblog_dags/settings.py): ``conn_id``, ``config`` (the table list of the form),
+``spark_conn_id``, ``poll_interval_s``.
 See docs/airflow.md.
 """
 

@@ -1,14 +1,15 @@
 """dblog_merge: the periodic merge of the live stream into the target tables.
 
-Runs on ``$DBLOG_MERGE_SCHEDULE`` (default every 15 minutes), one run at a time. One task
-per connection of ``$DBLOG_MERGE_CONNECTIONS`` (comma-separated; default
-``$DBLOG_CONN_ID``, i.e. ``dblog_default``): ``merge_<connection>``, the Spark job of
+Runs on ``[dblog] merge_schedule`` (default every 15 minutes), one run at a time. One task
+per connection of ``[dblog] merge_connections`` (comma-separated; default
+``[dblog] conn_id``, i.e. ``dblog_default``): ``merge_<connection>``, the Spark job of
 ``dblog merge`` over every table of that worker's configuration. Each run merges what
 landed since the last one, exactly once; a run with nothing new is quick (Spark start-up).
 A task fails when a table was not merged (the job's report in the log says which and why);
 the other tables were merged.
 
-Also: ``DBLOG_SPARK_CONN_ID`` (default ``spark_default``), the Spark master.
+Also: ``[dblog] spark_conn_id`` (default ``spark_default``), the Spark master. Each option
+is also read from its older variable (``DBLOG_MERGE_SCHEDULE``, ...) when it is not set.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ may name a slice of it to re-dump instead of the differing keys. Tasks::
   It compares the whole table: after a filtered repair, differences outside the slice fail
   it too, and its message says the dump was filtered.
 
-Settings: ``DBLOG_CONN_ID``, ``DBLOG_CONFIG`` (the table pick list), ``DBLOG_SPARK_CONN_ID``,
-``DBLOG_POLL_INTERVAL_S``. See docs/airflow.md and docs/runbooks/.
+Settings (``[dblog]`` options, see dblog_dags/settings.py): ``conn_id``, ``config`` (the table
+pick list), ``spark_conn_id``, ``poll_interval_s``. See docs/airflow.md and docs/runbooks/.
 """
 
 from __future__ import annotations

@@ -80,6 +80,41 @@ return {'ok', state}
 
 
 
+def parse_request(key: str, request_id: str, reply: Any, *, listed: bool
+                  ) -> DumpRequest | None:
+    """The request of an ``HGETALL`` reply read with NEVER_DECODE (a reply that is an error:
+    the key is no hash); None if there is no hash (:class:`CorruptRequest` if ``listed``:
+    the id is in a list of requests)."""
+    if isinstance(reply, redis.ResponseError):
+        raise CorruptRequest(request_id, key, "", f"is not a hash ({reply})")
+    if not reply:
+        if listed:
+            raise CorruptRequest(request_id, key, "", "is listed as a request, but the "
+                                 "key does not exist")
+        return None
+    fields = decode_hash(reply, lambda field, reason: CorruptRequest(
+        request_id, key, field, reason))
+    return DumpRequest.from_fields(fields, key=key, request_id=request_id)
+
+
+def parse_progress(key: str, request_id: str, raw: Mapping[Any, Any]
+                   ) -> dict[str, TableProgress]:
+    """The progress of each table of a request, from its progress hash (NEVER_DECODE)."""
+    fields = decode_hash(raw, lambda field, reason: CorruptRequest(
+        request_id, key, field, reason))
+    return {table: TableProgress.from_json(text, key=key, request_id=request_id,
+                                           table=table)
+            for table, text in fields.items()}
+
+
+def transition_args(target: RequestState, error: str | None, fence: int | None,
+                    only_from: frozenset[RequestState] | None) -> list[str]:
+    """The arguments of the transition script (its keys: the request, active, lease)."""
+    sources = sources_of(target) if only_from is None else sources_of(target) & only_from
+    return [target.value, repr(time.time()), error or "", "1" if target.terminal else "0",
+            str(fence or ""), *sorted(state.value for state in sources)]
+
+
 class RequestStore(RedisStore):
     """The dump requests of one source."""
 
@@ -217,19 +252,8 @@ class RequestStore(RedisStore):
 
     def _parse_request(self, request_id: str, reply: Any, *, listed: bool
                        ) -> DumpRequest | None:
-        """The request of a reply of :meth:`_request_replies`; None if there is no hash
-        (:class:`CorruptRequest` if ``listed``: the id is in a list of requests)."""
-        key = self.key("request", request_id)
-        if isinstance(reply, redis.ResponseError):
-            raise CorruptRequest(request_id, key, "", f"is not a hash ({reply})")
-        if not reply:
-            if listed:
-                raise CorruptRequest(request_id, key, "", "is listed as a request, but the "
-                                     "key does not exist")
-            return None
-        fields = decode_hash(reply, lambda field, reason: CorruptRequest(
-            request_id, key, field, reason))
-        return DumpRequest.from_fields(fields, key=key, request_id=request_id)
+        return parse_request(self.key("request", request_id), request_id, reply,
+                             listed=listed)
 
     def _record(self, request_id: str, reply: Any, *, listed: bool
                 ) -> DumpRequest | MalformedRequest:
@@ -263,14 +287,13 @@ class RequestStore(RedisStore):
         only_from: frozenset[RequestState] | None = None,
     ) -> RequestState:
         """Move a request to ``target`` if its current state allows it; return the old state."""
-        sources = sources_of(target) if only_from is None else sources_of(target) & only_from
-        allowed = sorted(state.value for state in sources)
+        args = transition_args(target, error, self._fence, only_from)
+        allowed = args[5:]
         with redis_errors():
             result = self._transition(
                 keys=[self.key("request", request_id), self.key("active"),
                       "" if self._fence is None else self.key("lease")],
-                args=[target.value, repr(time.time()), error or "",
-                      "1" if target.terminal else "0", str(self._fence or ""), *allowed],
+                args=args,
             )
         outcome, previous = cast(list[str], result)
         if outcome == "fenced":
@@ -354,8 +377,4 @@ class RequestStore(RedisStore):
             raw = self._raw("HGETALL", key)
         except redis.ResponseError as exc:
             raise CorruptRequest(request_id, key, "", f"is not a hash ({exc})") from None
-        fields = decode_hash(raw, lambda field, reason: CorruptRequest(
-            request_id, key, field, reason))
-        return {table: TableProgress.from_json(text, key=key, request_id=request_id,
-                                               table=table)
-                for table, text in fields.items()}
+        return parse_progress(key, request_id, raw)

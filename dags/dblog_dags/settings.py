@@ -1,23 +1,26 @@
-"""The DAGs' settings, read when Airflow parses the DAG files: environment variables only.
+"""The DAGs' settings, read when Airflow parses the DAG files: the options of the ``[dblog]``
+section of Airflow's configuration (the provider declares them: ``airflow config list
+--section dblog``), set in ``airflow.cfg`` or as ``AIRFLOW__DBLOG__<OPTION>``; the older
+``DBLOG_<OPTION>`` variables are read when the option is not set.
 
-=============================  =================  ===============================================
-variable                       default            meaning
-=============================  =================  ===============================================
-``DBLOG_CONN_ID``              ``dblog_default``  the ``dblog`` connection the forms propose
-``DBLOG_CONFIG``               (none)             a worker configuration: its ``source.tables``
-                                                  are the forms' table pick list
-``DBLOG_SPARK_CONN_ID``        ``spark_default``  the Spark connection of the merge tasks
-``DBLOG_POLL_INTERVAL_S``      ``10``             seconds between two reads of a dump's state
-``DBLOG_TASK_RETRIES``         ``2``              retries of a task that failed for a passing
-                                                  reason (a refusal or a failed dump: none)
-``DBLOG_TASK_RETRY_DELAY_S``   ``30``             seconds before such a retry
-``DBLOG_MERGE_SCHEDULE``       ``*/15 * * * *``   when ``dblog_merge`` runs
-``DBLOG_MERGE_CONNECTIONS``    ``DBLOG_CONN_ID``  the connections ``dblog_merge`` merges, comma
-                                                  separated (one task each)
-``DBLOG_BACKFILL_*``           see dblog_backfill  the backfill's schedule, tables and pace
-=============================  =================  ===============================================
+=======================  =================  =====================================================
+``[dblog]`` option       default            meaning
+=======================  =================  =====================================================
+``conn_id``              ``dblog_default``  the ``dblog`` connection the forms propose
+``config``               (none)             a worker configuration: its ``source.tables`` are
+                                            the forms' table pick list
+``spark_conn_id``        ``spark_default``  the Spark connection of the merge tasks
+``poll_interval_s``      ``10``             seconds between two reads of a dump's state
+``task_retries``         ``2``              retries of a task that failed for a passing reason
+                                            (a refusal or a failed dump: none)
+``task_retry_delay_s``   ``30``             seconds before such a retry
+``merge_schedule``       ``*/15 * * * *``   when ``dblog_merge`` runs
+``merge_connections``    ``conn_id``        the connections ``dblog_merge`` merges, comma
+                                            separated (one task each)
+``backfill_*``           see dblog_backfill  the backfill's schedule, tables and pace
+=======================  =================  =====================================================
 
-A value that is not valid stops the DAG file with a message naming the variable (an import
+A value that is not valid stops the DAG file with a message naming the setting (an import
 error in Airflow's UI), rather than a DAG that does something else than configured.
 """
 
@@ -34,7 +37,7 @@ from typing import Any
 
 __all__ = [
     "TABLE_PATTERN", "captured_tables", "conn_ids", "default_args", "env_int", "env_str",
-    "env_tables", "env_where",
+    "env_tables", "env_where", "option_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -45,10 +48,26 @@ TABLE_PATTERN = r"^[^.]+\.[\s\S]+$"
 name has no dot, the table's may have any character (names are quoted wherever they go)."""
 
 
+def option_of(name: str) -> str:
+    """The option of Airflow's ``[dblog]`` section for a setting: ``DBLOG_CONN_ID`` ->
+    ``conn_id``."""
+    return name.removeprefix("DBLOG_").lower()
+
+
 def env_str(name: str, default: str, environ: Mapping[str, str] | None = None) -> str:
-    """The variable's value, stripped; the default when it is unset or empty."""
-    value = (os.environ if environ is None else environ).get(name, "").strip()
-    return value or default
+    """The setting ``[dblog] <option>`` of Airflow's configuration (``airflow.cfg``, or the
+    variable ``AIRFLOW__DBLOG__<OPTION>``), else the older variable ``name``; stripped; the
+    default when neither is set or both are empty. With ``environ``, only its variables
+    are read (``AIRFLOW__DBLOG__<OPTION>``, then ``name``)."""
+    option = option_of(name)
+    if environ is None:
+        from airflow.configuration import conf
+
+        value = str(conf.get("dblog", option, fallback="") or "").strip()
+        environ = os.environ
+    else:
+        value = environ.get(f"AIRFLOW__DBLOG__{option.upper()}", "").strip()
+    return value or environ.get(name, "").strip() or default
 
 
 def env_int(name: str, default: int, low: int, high: int,

@@ -24,6 +24,7 @@ def wait_for_dump(poll_interval_s: int, days: int) -> DblogDumpSensor:
         dblog_conn_id="{{ params.conn_id }}",
         poll_interval=poll_interval_s,
         timeout=timedelta(days=days).total_seconds(),
+        deferrable=True,  # days in the triggerer, not in a worker slot
     )
 
 

@@ -34,6 +34,50 @@ __all__ = ["__version__", "get_provider_info"]
 _INTEGRATION = "dblog"
 
 
+# The [dblog] options (AIRFLOW__DBLOG__<OPTION>): what each means, and an example value.
+_OPTIONS: dict[str, tuple[str, str]] = {
+    "conn_id": ("The dblog connection the forms propose. Default: dblog_default.",
+                "dblog_default"),
+    "config": ("A worker configuration file: its source.tables are the forms' table pick "
+               "list. Default: none (the forms take any schema.table).",
+               "/etc/dblog/shop.toml"),
+    "spark_conn_id": ("The Spark connection of the merge tasks. Default: spark_default.",
+                      "spark_default"),
+    "poll_interval_s": ("Seconds between two reads of a dump's state (1 to 3600). "
+                        "Default: 10.", "10"),
+    "task_retries": ("Retries of a task that failed for a passing reason (0 to 20). "
+                     "Default: 2.", "2"),
+    "task_retry_delay_s": ("Seconds before such a retry (1 to 3600). Default: 30.", "30"),
+    "merge_schedule": ("When dblog_merge runs (cron or preset). Default: */15 * * * *.",
+                       "*/15 * * * *"),
+    "merge_connections": ("The connections dblog_merge merges, comma separated. "
+                          "Default: conn_id.", "dblog_shop,dblog_billing"),
+    "backfill_schedule": ("When dblog_backfill runs. Default: @weekly.", "@weekly"),
+    "backfill_tables": ("The backfill's tables, comma separated. Default: every captured "
+                        "table.", "public.orders,public.customers"),
+    "backfill_chunk_size": ("The backfill's rows per chunk. Default: 5000.", "5000"),
+    "backfill_delay_ms": ("The backfill's pause between chunks outside busy hours. "
+                          "Default: 0.", "0"),
+    "backfill_busy_delay_ms": ("The pause during busy hours. Default: 500.", "500"),
+    "backfill_busy_hours": ("Busy hours, HH-HH. Default: none.", "08-18"),
+    "backfill_timezone": ("The busy hours' time zone. Default: UTC.", "Europe/Paris"),
+    "backfill_verify": ("true or false: the backfill's verify task. Default: false.",
+                        "true"),
+    "backfill_where": ("The backfill's filter: a JSON array of conditions, values may be "
+                       "templates of the run's dates. Default: none.",
+                       '[{"column": "updated_at", "op": ">=", '
+                       '"value": "{{ data_interval_start }}"}]'),
+    "backfill_from_key": ("The first primary key the backfill dumps (one table only). "
+                          "Default: none.", "1000"),
+    "backfill_to_key": ("The last primary key the backfill dumps. Default: none.", "2000"),
+}
+
+
+def _option(description: str, example: str) -> dict[str, Any]:
+    return {"description": description, "version_added": "0.1.0", "type": "string",
+            "example": example, "default": None}
+
+
 def get_provider_info() -> dict[str, Any]:
     """What Airflow's providers manager reads: the connection type and the modules."""
     return {
@@ -53,6 +97,14 @@ def get_provider_info() -> dict[str, Any]:
                      "python-modules": ["dblog_airflow.sensors.dump"]}],
         "triggers": [{"integration-name": _INTEGRATION,
                       "python-modules": ["dblog_airflow.triggers.dump"]}],
+        "extra-links": ["dblog_airflow.links.DblogLiveViewLink"],
+        "config": {"dblog": {
+            "description": "The dblog DAGs' settings (dags/), read when Airflow parses the "
+                           "DAG files. Unset: the older DBLOG_<OPTION> environment variable, "
+                           "else the default the description gives.",
+            "options": {name: _option(text, example)
+                        for name, (text, example) in _OPTIONS.items()},
+        }},
         "connection-types": [{
             "connection-type": "dblog",
             "hook-class-name": "dblog_airflow.hooks.dblog.DblogHook",

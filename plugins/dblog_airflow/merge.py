@@ -21,6 +21,8 @@ line: the job reads the configuration file and the environment of the Airflow wo
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,9 +65,11 @@ class DblogMergeOperator(SparkSubmitOperator):
         kwargs.setdefault("application", str(job_path()))
         kwargs.setdefault("jars", ",".join(default_jars()))
         kwargs.setdefault("name", "dblog-merge")
+        kwargs.setdefault("conn_id", "spark_default")
         super().__init__(**kwargs)
         self._explicit = explicit  # what the DAG gave: the configuration does not override it
         self.dblog_conn_id = dblog_conn_id
+        self.spark_conn_id: str = kwargs["conn_id"]
         self.tables = tables
 
     def execute(self, context: Context) -> None:
@@ -75,24 +79,31 @@ class DblogMergeOperator(SparkSubmitOperator):
             config.require_target()
             check_jars(config)
             self.prepare(config, Path(str(hook.config_path)), self.spark_master())
+            path = self._search_path()
+        saved = os.environ.get("PATH")
+        os.environ["PATH"] = path
         try:
             super().execute(context)
         finally:
-            self._close_pipe()
+            if saved is None:
+                del os.environ["PATH"]
+            else:
+                os.environ["PATH"] = saved
 
-    def _close_pipe(self) -> None:
-        """SparkSubmitHook leaves spark-submit's stdout pipe open: a file descriptor lost
-        per merge in a long-lived Airflow worker."""
-        process = getattr(getattr(self, "_hook", None), "_submit_sp", None)
-        stdout = getattr(process, "stdout", None)
-        if stdout is not None:
-            stdout.close()
+    def _search_path(self) -> str:
+        """PATH with the directory of ``spark-submit`` in it: Spark's hook runs the binary
+        by name (``spark-submit`` unless the DAG gives ``spark_binary``), and a worker that
+        has PySpark in its venv, or Spark in ``$SPARK_HOME``, may not have it on PATH."""
+        path = os.environ.get("PATH", os.defpath)
+        if "spark_binary" in self._explicit or shutil.which("spark-submit", path=path):
+            return path
+        return os.pathsep.join((str(Path(spark_submit()).parent), path))
 
     def spark_master(self) -> str:
         """The host of the Spark connection, e.g. ``local[2]`` for a local master ("yarn"
         when there is no connection, as Spark's hook assumes)."""
         try:
-            conn = BaseHook.get_connection(self._conn_id)
+            conn = BaseHook.get_connection(self.spark_conn_id)
         except AirflowNotFoundException:
             return "yarn"
         return conn.host or "yarn"
@@ -108,8 +119,6 @@ class DblogMergeOperator(SparkSubmitOperator):
             self.name = job.name
         self.conf = job.conf | (self.conf or {})
         self.env_vars = (job.env | self.env_vars) if self.env_vars else (job.env or None)
-        if "spark_binary" not in self._explicit:
-            self._spark_binary = spark_submit()  # on PATH, in $SPARK_HOME/bin, or beside Python
 
 
 def merge_operator(task_id: str, dblog_conn_id: str = DEFAULT_CONN_ID,

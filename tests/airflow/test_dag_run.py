@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 from airflow.sdk import DAG
+from airflow.serialization.definitions.operatorlink import XComOperatorLink
+from airflow.serialization.serialized_objects import OperatorSerialization
 
 from dblog_worker.errors import RequestRejected
+from dblog_worker.lease import Lease
 from dblog_worker.requests import RequestState, TableProgress
 from dblog_worker.state import StateStore
 from tests.airflow.conftest import DblogConnection
@@ -53,6 +56,8 @@ def store(redis_url: str, dblog_connection: DblogConnection) -> Iterator[StateSt
 
 DAG_FILE = """
 from airflow.sdk import DAG
+from airflow.serialization.definitions.operatorlink import XComOperatorLink
+from airflow.serialization.serialized_objects import OperatorSerialization
 from dblog_airflow.operators.dump import DblogDumpOperator
 from dblog_airflow.sensors.dump import DblogDumpSensor
 
@@ -61,7 +66,7 @@ with DAG("dblog_provider_test", schedule=None,
     submit = DblogDumpOperator(task_id="submit", scope="tables",
                                tables="{{ params.tables }}", chunk_size=100)
     wait = DblogDumpSensor(task_id="wait", request_id=submit.output, poll_interval=0.1,
-                           timeout=60)
+                           timeout=60, deferrable=True)
     submit >> wait
 """
 
@@ -84,8 +89,10 @@ def dump_dag(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize("error", [None, "table public.b was dropped"])
-def test_dump_and_deferred_wait_in_a_dag_run(airflow_db: Path, store: StateStore,
+def test_dump_and_deferred_wait_in_a_dag_run(airflow_db: Path, store: StateStore, redis_url: str,
                                              dump_dag: DAG, error: str | None) -> None:
+    lease = Lease(redis_url, SOURCE, ttl_s=60)  # a leader with its HTTP API, as a worker
+    assert lease.acquire(http="http://127.0.0.1:8470") is not None
     stop = threading.Event()
     worker = threading.Thread(target=play_worker, args=(store, stop, error))
     worker.start()
@@ -94,10 +101,21 @@ def test_dump_and_deferred_wait_in_a_dag_run(airflow_db: Path, store: StateStore
     finally:
         stop.set()
         worker.join(10)
+        lease.release()
     [request] = store.list_requests()
     assert request.tables == ("public.a", "public.b")
     assert request.client_token == f"airflow:{run.dag_id}:{run.run_id}:submit:-1"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    # The extra link as the API server resolves it: the serialized task names the link and
+    # its XCom key; the URL is what the task stored there.
+    for task_id in ("submit", "wait"):
+        task = OperatorSerialization.serialize_operator(dump_dag.get_task(task_id))
+        assert task["_operator_extra_links"] == {"dblog live view": "_link_DblogLiveViewLink"}
+        ti = run.get_task_instance(task_id)
+        assert ti is not None
+        op = OperatorSerialization.deserialize_operator(task)
+        link = XComOperatorLink(name="dblog live view", xcom_key="_link_DblogLiveViewLink")
+        assert link.get_link(op, ti_key=ti.key) == "http://127.0.0.1:8470/"
     if error is None:
         assert (run.state, states) == ("success", {"submit": "success", "wait": "success"})
         assert request.state is RequestState.COMPLETED

@@ -596,6 +596,21 @@ def test_settings() -> None:
     assert settings.env_tables("T", {"T": "public.a, shop.b,public.a"}) == ["public.a", "shop.b"]
 
 
+def test_settings_come_from_the_dblog_section_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    environ = {"AIRFLOW__DBLOG__POLL_INTERVAL_S": "5", "DBLOG_POLL_INTERVAL_S": "7"}
+    assert settings.env_int("DBLOG_POLL_INTERVAL_S", 10, 1, 3600, environ) == 5
+    assert settings.env_int("DBLOG_POLL_INTERVAL_S", 10, 1, 3600,
+                            {"DBLOG_POLL_INTERVAL_S": "7"}) == 7  # the older name
+    # through Airflow's configuration itself (airflow.cfg or AIRFLOW__DBLOG__*)
+    monkeypatch.setenv("AIRFLOW__DBLOG__SPARK_CONN_ID", "spark_cluster")
+    monkeypatch.setenv("DBLOG_SPARK_CONN_ID", "spark_old")
+    assert settings.env_str("DBLOG_SPARK_CONN_ID", "spark_default") == "spark_cluster"
+    monkeypatch.delenv("AIRFLOW__DBLOG__SPARK_CONN_ID")
+    assert settings.env_str("DBLOG_SPARK_CONN_ID", "spark_default") == "spark_old"
+    monkeypatch.delenv("DBLOG_SPARK_CONN_ID")
+    assert settings.env_str("DBLOG_SPARK_CONN_ID", "spark_default") == "spark_default"
+
+
 def test_captured_tables(tmp_path: Path) -> None:
     config = tmp_path / "w.toml"
     config.write_text('[source]\ntables = ["public.a", 3, "db.b"]\n[redis]\nurl = "x"\n')

@@ -3,11 +3,13 @@ type, and a plugins folder scan that leaves the package alone."""
 
 from __future__ import annotations
 
+import re
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import dblog_airflow
+from airflow.providers_manager import ProvidersManager
 from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
 from dblog_airflow.hooks.dblog import DblogHook
 
@@ -50,3 +52,16 @@ def test_plugins_folder_scan_leaves_the_package_alone() -> None:
         module = sys.modules.get(name)
         assert module is None or "dblog_airflow" not in str(getattr(module, "__file__", ""))
     assert str(ROOT / "plugins") in sys.path
+
+
+def test_airflow_knows_the_extra_link_and_the_config_section() -> None:
+    manager = ProvidersManager()  # type: ignore[no-untyped-call]  # unannotated
+    assert "dblog_airflow.links.DblogLiveViewLink" in manager.extra_links_class_names
+    configs = dict(manager.provider_configs)
+    options = configs["dblog"]["dblog"]["options"]  # by provider, then by section
+    assert {"conn_id", "config", "spark_conn_id", "poll_interval_s", "task_retries",
+            "merge_schedule", "backfill_where"} <= set(options)
+    # every DBLOG_* setting the DAGs read is an option of the section
+    read = set(re.findall(r'"DBLOG_([A-Z_]+)"', "".join(
+        path.read_text() for path in (ROOT / "dags").rglob("*.py"))))
+    assert {name.lower() for name in read} <= set(options)

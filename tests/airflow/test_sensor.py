@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import threading
 import time
 from collections.abc import Callable
 
 import pytest
+from airflow.configuration import conf
+from airflow.jobs.triggerer_job_runner import TriggerRunner
 from airflow.sdk import Context, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from airflow.triggers.base import TriggerEvent
@@ -90,6 +93,9 @@ def test_trigger_fires_completed_once_and_logs_progress(
     request = new_dump(store, RequestState.RUNNING)
 
     def drive() -> None:
+        deadline = time.monotonic() + 10  # the first read is logged before any progress
+        while "rate and ETA not known yet" not in log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
         save(store, request.id, TableProgress(A, done=True, chunks=3, rows=300),
              TableProgress(B, started=True, chunks=1, rows=50))
         time.sleep(0.2)
@@ -209,7 +215,77 @@ def test_progress_of_a_table_dump_has_an_eta_from_its_numeric_key() -> None:
         request, text_key, start, 10.0)
 
 
+def test_a_deferred_task_stopped_by_hand_cancels_the_dump(
+        store: StateStore, log_text: Callable[[], str]) -> None:
+    """Mark failed / success or clear while deferred: the scheduler drops the trigger, and
+    the triggerer cancels its task with the user-action message (TriggerRunner.to_cancel),
+    which calls the trigger's on_kill."""
+    request = new_dump(store, RequestState.RUNNING)
+    trigger = trigger_for(request)
+    runner = TriggerRunner()
+
+    async def main() -> None:
+        task = asyncio.create_task(runner.run_trigger(1, trigger))
+        runner.triggers[1] = {"task": task, "is_watcher": False, "name": "wait", "events": 0}
+        for _ in range(200):
+            if f"{request.id} running" in log_text():
+                break
+            await asyncio.sleep(0.05)
+        runner.to_cancel.append(1)  # what the triggerer's supervisor sends for a user action
+        await runner.cancel_triggers()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 30)
+        assert not runner.events
+
+    asyncio.run(main())
+    assert store.get_request(request.id).state is RequestState.CANCELLED
+    assert f"the task was stopped by hand: {request.id} cancelled (it was running)" in log_text()
+
+
+def test_a_triggerer_restart_leaves_the_dump_running(store: StateStore) -> None:
+    """A triggerer that stops (restart, rolling deploy) cancels its tasks without the
+    user-action message: the dump goes on, another triggerer follows it."""
+    request = new_dump(store, RequestState.RUNNING)
+    trigger = trigger_for(request)
+    runner = TriggerRunner()
+
+    async def main() -> None:
+        task = asyncio.create_task(runner.run_trigger(1, trigger))
+        runner.triggers[1] = {"task": task, "is_watcher": False, "name": "wait", "events": 0}
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 30)
+
+    asyncio.run(main())
+    assert store.get_request(request.id).state is RequestState.RUNNING
+
+
+def test_on_kill_of_an_ended_dump_changes_nothing(store: StateStore,
+                                                  log_text: Callable[[], str]) -> None:
+    request = new_dump(store, RequestState.RUNNING, RequestState.COMPLETED)
+    asyncio.run(trigger_for(request).on_kill())
+    assert store.get_request(request.id).state is RequestState.COMPLETED
+    assert f"{request.id} had ended: nothing to cancel" in log_text()
+
+
 # -- the sensor --------------------------------------------------------------------------
+
+
+def test_deferrable_follows_airflows_default_deferrable() -> None:
+    default = inspect.signature(DblogDumpSensor.__init__).parameters["deferrable"].default
+    assert default is conf.getboolean("operators", "default_deferrable", fallback=False)
+    assert sensor("dump-1").deferrable is default
+
+
+def test_a_waiting_sensor_stopped_by_hand_cancels_the_dump(
+        store: StateStore, log_text: Callable[[], str]) -> None:
+    request = new_dump(store)
+    sensor(request.id, deferrable=False).on_kill()
+    assert store.get_request(request.id).state is RequestState.CANCELLED
+    assert f"{request.id} cancelled (it was queued)" in log_text()
+    sensor("dump-404", deferrable=False).on_kill()  # logged, never raised
+    assert "cannot cancel dump-404: no dump request 'dump-404'" in log_text()
 
 
 def sensor(request_id: str, **kwargs: object) -> DblogDumpSensor:
@@ -243,7 +319,8 @@ def test_failed_or_cancelled_dump_fails_the_sensor(
 def test_running_dump_defers_to_the_trigger(store: StateStore,
                                             task_context: MakeContext) -> None:
     request = new_dump(store, RequestState.RUNNING)
-    wait = sensor("{{ params.id }}", dblog_conn_id="{{ params.conn_id }}", timeout=600)
+    wait = sensor("{{ params.id }}", dblog_conn_id="{{ params.conn_id }}", timeout=600,
+                  deferrable=True)
     context = task_context(params={"id": request.id, "conn_id": "dblog_default"})
     wait.render_template_fields(context)
     with pytest.raises(TaskDeferred) as deferred:

@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator
 
 from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook
+from dblog_airflow.links import DblogLiveViewLink
 from dblog_worker.requests import DEFAULT_CHUNK_SIZE
 
 if TYPE_CHECKING:
@@ -31,7 +32,8 @@ class DblogDumpOperator(BaseOperator):
     The worker runs it in chunks interleaved with the change log, in watermark windows.
     The request carries a client token made of the DAG, run, task and map index: a retry
     (or a cleared and re-run task) gets the same request back instead of a second dump.
-    Wait for it with :class:`~dblog_airflow.sensors.dump.DblogDumpSensor`.
+    Wait for it with :class:`~dblog_airflow.sensors.dump.DblogDumpSensor`. The task's
+    extra link "dblog live view" opens the leading worker's live view.
 
     A refused request (an unknown scope, no tables, keys that do not fit the primary key, a
     table the worker does not capture, a filter on a column the table does not have) fails
@@ -76,6 +78,7 @@ class DblogDumpOperator(BaseOperator):
                                       "parallelism", "where", "from_key", "to_key",
                                       "throttle", "dblog_conn_id")
     ui_color = "#d6e8f2"
+    operator_extra_links = (DblogLiveViewLink(),)
 
     def __init__(self, *, scope: str, tables: str | Sequence[str] = (), keys: object = None,
                  chunk_size: int | str = DEFAULT_CHUNK_SIZE, delay_ms: int | str = 0,
@@ -105,6 +108,7 @@ class DblogDumpOperator(BaseOperator):
                     client_token=client_token(context), parallelism=self.parallelism,
                     where=self.where, from_key=self.from_key, to_key=self.to_key,
                     throttle=self.throttle)
+            DblogLiveViewLink.persist(context, hook)
         finally:
             hook.close()
         return request.id

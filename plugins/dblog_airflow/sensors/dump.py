@@ -6,12 +6,15 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook
+from dblog_airflow.links import DblogLiveViewLink
 from dblog_airflow.triggers.dump import DblogDumpTrigger, Progress, describe_progress, dump_event
+from dblog_worker.errors import DblogError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -29,6 +32,10 @@ class DblogDumpSensor(BaseSensorOperator):
     ``deferrable=False`` it is a classic sensor (``mode="poke"`` or ``"reschedule"``,
     ``poke_interval`` = ``poll_interval``).
 
+    Marking the task failed or success, or clearing it, while it waits cancels the dump:
+    :meth:`on_kill` when it waits in a worker slot, the trigger's ``on_kill`` (Airflow 3.3+)
+    when it is deferred.
+
     The task's return value (XCom) is the event of the completed dump:
     ``{"status": "completed", "request_id": ..., "message": ..., "rows": ...}``.
 
@@ -36,15 +43,20 @@ class DblogDumpSensor(BaseSensorOperator):
         :class:`~dblog_airflow.operators.dump.DblogDumpOperator` (templated).
     :param dblog_conn_id: The ``dblog`` connection (templated).
     :param poll_interval: Seconds between two reads of the request.
-    :param deferrable: Wait in the triggerer (default) instead of a worker slot.
+    :param deferrable: Wait in the triggerer instead of a worker slot; default: Airflow's
+        ``[operators] default_deferrable``, like the core providers' operators.
     :param timeout: Seconds to wait at most (BaseSensorOperator's), deferred or not.
     """
 
     template_fields: Sequence[str] = ("request_id", "dblog_conn_id")
     ui_color = "#d6e8f2"
+    operator_extra_links = (DblogLiveViewLink(),)
 
     def __init__(self, *, request_id: str, dblog_conn_id: str = DEFAULT_CONN_ID,
-                 poll_interval: float = 10.0, deferrable: bool = True, **kwargs: Any) -> None:
+                 poll_interval: float = 10.0,
+                 deferrable: bool = conf.getboolean("operators", "default_deferrable",
+                                                    fallback=False),
+                 **kwargs: Any) -> None:
         kwargs.setdefault("poke_interval", poll_interval)
         super().__init__(**kwargs)
         self.request_id = request_id
@@ -55,7 +67,7 @@ class DblogDumpSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        event = self._read()
+        event = self._read(context)
         if event is not None:
             return self._decide(event)
         self.defer(
@@ -67,7 +79,7 @@ class DblogDumpSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
-        event = self._read()
+        event = self._read(context)
         return False if event is None else PokeReturnValue(True, self._decide(event))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None
@@ -77,13 +89,28 @@ class DblogDumpSensor(BaseSensorOperator):
             raise AirflowException(f"the trigger following {self.request_id} fired no event")
         return self._decide(event)
 
-    def _read(self) -> dict[str, Any] | None:
+    def on_kill(self) -> None:
+        """The task was stopped while it waited in a worker slot: cancel the dump."""
+        hook = DblogHook(self.dblog_conn_id)
+        try:
+            previous = hook.cancel(self.request_id)
+        except (DblogError, AirflowException) as exc:
+            self.log.error("cannot cancel %s: %s", self.request_id, exc)
+        else:
+            self.log.warning("the task was stopped: %s cancelled (it was %s)",
+                             self.request_id, previous.value)
+        finally:
+            hook.close()
+
+    def _read(self, context: Context) -> dict[str, Any] | None:
         """The request's event if it has ended, else None (its progress is logged)."""
         hook = DblogHook(self.dblog_conn_id)
         try:
             with task_errors():
                 request = hook.get_request(self.request_id)
                 progress = Progress.of(request, hook.progress(self.request_id))
+            if not request.state.terminal:
+                DblogLiveViewLink.persist(context, hook)
         finally:
             hook.close()
         if request.state.terminal:

@@ -14,6 +14,11 @@ Redis is malformed: the worker fails such a request; the message names the key a
 wrong); ``error`` means the trigger could not follow the request (no such request, a
 connection that needs a change). While Redis is
 unreachable it logs a warning and keeps polling: the sensor's timeout bounds the wait.
+It reads Redis with ``redis.asyncio`` in the triggerer's event loop (no thread).
+
+When a user marks the deferred task failed or success, or clears it, the triggerer
+(Airflow 3.3+) calls :meth:`DblogDumpTrigger.on_kill`: the dump is cancelled. A triggerer
+that restarts, or hands the trigger to another, leaves it running.
 """
 
 from __future__ import annotations
@@ -27,9 +32,9 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook
+from dblog_worker.async_requests import AsyncRequests
 from dblog_worker.errors import CorruptRequest, DblogError, StateUnavailable
 from dblog_worker.requests import DumpKind, DumpRequest, RequestState, TableProgress
-from dblog_worker.state import StateStore
 
 __all__ = ["DblogDumpTrigger", "Progress", "describe_progress", "dump_event"]
 
@@ -126,17 +131,18 @@ def dump_event(request: DumpRequest, progress: Progress) -> dict[str, Any]:
             "rows": progress.rows}
 
 
-def _read(state: StateStore, request_id: str) -> tuple[DumpRequest, Progress, str, str]:
+async def _read(requests: AsyncRequests, request_id: str
+                ) -> tuple[DumpRequest, Progress, str, str]:
     """The request, its progress, why the worker's last window of it read nothing ("" if
     it read), and its automatic throttle's decision while it delays the dump ("" if not);
     both "" if the worker runs another request."""
-    request = state.get_request(request_id)
-    status = state.status()
+    request = await requests.get_request(request_id)
+    status = await requests.status()
     ours = status.get("active_request") == request_id
     waiting = status.get("dump_waiting", "") if ours else ""
     throttled = ours and status.get("dump_throttle_ms", "0") not in ("", "0")
     throttle = status.get("dump_throttle", "") if throttled else ""
-    return request, Progress.of(request, state.progress(request_id)), waiting, throttle
+    return request, Progress.of(request, await requests.progress(request_id)), waiting, throttle
 
 
 class DblogDumpTrigger(BaseTrigger):
@@ -170,7 +176,7 @@ class DblogDumpTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             settings = await DblogHook.aget_settings(self.dblog_conn_id)
-            state = StateStore(settings.redis_url, settings.source)
+            requests = AsyncRequests(settings.redis_url, settings.source)
         except Exception as exc:  # no such connection, or one that needs a change
             yield self._event("error", f"cannot follow {self.request_id}: {exc}")
             return
@@ -184,8 +190,7 @@ class DblogDumpTrigger(BaseTrigger):
         try:
             while True:
                 try:
-                    request, now, waiting, throttle = await asyncio.to_thread(
-                        _read, state, self.request_id)
+                    request, now, waiting, throttle = await _read(requests, self.request_id)
                 except StateUnavailable as exc:
                     if logged != ("unreachable",):
                         self.log.warning("%s; trying again every %s s", exc, self.poll_interval)
@@ -227,4 +232,26 @@ class DblogDumpTrigger(BaseTrigger):
             yield self._event("error", f"following {self.request_id} failed: "
                                        f"{type(exc).__name__}: {exc}")
         finally:
-            await asyncio.to_thread(state.close)
+            await requests.close()
+
+    async def on_kill(self) -> None:
+        """The task was marked failed or success, or cleared, while deferred: cancel the
+        dump (Airflow 3.3+ calls this; a triggerer restart or a timeout does not)."""
+        try:
+            settings = await DblogHook.aget_settings(self.dblog_conn_id)
+        except Exception as exc:
+            self.log.error("cannot cancel %s: %s", self.request_id, exc)
+            return
+        requests = AsyncRequests(settings.redis_url, settings.source)
+        try:
+            previous = await requests.cancel(self.request_id)
+        except DblogError as exc:
+            self.log.error("cannot cancel %s: %s", self.request_id, exc)
+        else:
+            if previous is None:
+                self.log.info("%s had ended: nothing to cancel", self.request_id)
+            else:
+                self.log.warning("the task was stopped by hand: %s cancelled (it was %s)",
+                                 self.request_id, previous.value)
+        finally:
+            await requests.close()
