@@ -129,6 +129,7 @@ def merge_source(config: Config, stage: Stager, tables: Sequence[str] = ()) -> M
                 target = open_target(target_config)
                 target.connect()
                 try:
+                    target.ensure_state()  # exists by now; sets the session up (MySQL: USE)
                     _merge_table(reader, config, target, stage, result)
                 finally:
                     target.close()
