@@ -230,7 +230,7 @@ KNOWN: Mapping[str, frozenset[str]] = {
     "lease": frozenset({"ttl_s", "renew_interval_s", "standby_poll_s"}),
     "target": frozenset({"kind", "dsn", "dsn_env", "password_env", "state_schema", "tables"}),
     "merge": frozenset({"master", "jars", "batch_max_events", "tombstone_retention_h",
-                        "spark_conf"}),
+                        "parallel_tables", "spark_conf"}),
     "http": frozenset({"listen", "enabled", "token_env"}),
     "logging": frozenset({"format", "level"}),
 }

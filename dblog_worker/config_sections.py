@@ -30,6 +30,7 @@ class MergeConfig:
     jars: tuple[str, ...] = field(default_factory=default_jars)
     batch_max_events: int = 5_000_000  # landed events per table and transaction
     tombstone_retention_h: float = 168.0
+    parallel_tables: int = 4  # tables merged at once, each its own Spark jobs and connection
     spark_conf: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -99,6 +100,7 @@ def merge_section(data: Mapping[str, Any]) -> MergeConfig:
         jars=tuple(jars),
         batch_max_events=integer(merge, "batch_max_events", 5_000_000, 1, 1_000_000_000),
         tombstone_retention_h=number(merge, "tombstone_retention_h", 168.0, 0, 87_600),
+        parallel_tables=integer(merge, "parallel_tables", 4, 1, 64),
         spark_conf={k: str(v) for k, v in spark_conf.items()},
     )
 

@@ -6,7 +6,8 @@
 
 Per table and batch of segments, Spark reads the segments, drops what a truncate
 in the batch cleared, keeps the latest event per key (greatest position), and
-writes those rows into the batch's staging table in the target over JDBC. The
+writes those rows into the batch's staging table in the target over JDBC; up to
+``merge.parallel_tables`` tables at once, each on its own driver thread. The
 driver then applies the staging table in one transaction with the merge log
 (``dblog_worker/target``). No Python runs on the executors.
 
@@ -50,6 +51,12 @@ def spark_stager(spark: SparkSession) -> Stager:
     from pyspark.sql import functions as F
 
     def stage(batch: Batch, target: Target, reader: LandedReader) -> None:
+        # Each table merges on its own thread: its jobs share the executors fairly
+        # (spark.scheduler.mode=FAIR, one pool per table) and are named after its batch.
+        context = spark.sparkContext
+        context.setLocalProperty("spark.scheduler.pool", batch.stage)
+        context.setJobDescription(f"dblog merge: segments {batch.segments[0].seq}-"
+                                  f"{batch.last_segment} into {batch.stage}")
         url, properties = target.jdbc()
         events = (spark.read.format(batch.format).load(batch.locations)
                   .select("position", "op", "key", "after"))

@@ -22,6 +22,8 @@ from dblog_worker.position import Position
 from dblog_worker.requests import MAX_CHUNK_SIZE
 
 FORMAT_VERSION = "1"
+TRUNCATE_AT_KEY = "dblog.truncate_at"
+SCHEMA_VERSIONS_KEY = "dblog.schema_versions"
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 SEGMENT_SCHEMA = pa.schema(
     [
@@ -147,10 +149,23 @@ def segment_table(items: Sequence[Item], source: str, table: str, writer: int | 
     for field, column in zip(SEGMENT_SCHEMA, columns, strict=True):
         if not field.nullable and column.null_count:
             raise ValueError(f"events for {table!r} have a null {field.name}")
-    metadata = {"dblog.format": FORMAT_VERSION, "dblog.source": source, "dblog.table": table}
+    metadata = {"dblog.format": FORMAT_VERSION, "dblog.source": source, "dblog.table": table,
+                **plan_metadata(columns)}
     if writer is not None:
         metadata["dblog.writer"] = str(writer)
     return pa.Table.from_arrays(columns, schema=SEGMENT_SCHEMA.with_metadata(metadata))
+
+
+def plan_metadata(columns: Sequence[pa.ChunkedArray]) -> dict[str, str]:
+    """What the merge planner needs of a segment, kept in its footer: the position of its
+    last truncate (or "") and its schema versions (``1,3``)."""
+    names = SEGMENT_SCHEMA.names
+    op, position = columns[names.index("op")], columns[names.index("position")]
+    truncates = pc.filter(position, pc.equal(op, "t"))
+    versions = pc.unique(columns[names.index("schema_version")]).to_pylist()
+    last_truncate = pc.max(truncates).as_py() if len(truncates) else None
+    return {TRUNCATE_AT_KEY: last_truncate or "",
+            SCHEMA_VERSIONS_KEY: ",".join(str(v) for v in sorted(versions))}
 
 
 def first_position(item: Item) -> Position:

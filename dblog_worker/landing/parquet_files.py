@@ -16,7 +16,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dblog_worker.errors import SegmentCorrupt
-from dblog_worker.landing.arrow import FORMAT_VERSION, SEGMENT_SCHEMA
+from dblog_worker.landing.arrow import (
+    FORMAT_VERSION,
+    SCHEMA_VERSIONS_KEY,
+    SEGMENT_SCHEMA,
+    TRUNCATE_AT_KEY,
+)
 from dblog_worker.landing.sink import SegmentSummary
 from dblog_worker.position import Position
 
@@ -77,7 +82,11 @@ def read_segment(path: Path | str) -> pa.Table:
 
 
 def summarize(segment: FileSegment, source: str) -> SegmentSummary:
-    """Read a segment's footer and small columns; SegmentCorrupt unless it is whole."""
+    """Check a segment from its footer alone (no data page is read); SegmentCorrupt unless
+    it is a complete file of this source and table whose positions match its name.
+
+    Segments written before the footer carried the plan (``dblog.truncate_at``,
+    ``dblog.schema_versions``) are summarized from their small columns instead."""
     path = segment.path
     try:
         with pq.ParquetFile(path) as parquet:
@@ -90,19 +99,49 @@ def summarize(segment: FileSegment, source: str) -> SegmentSummary:
                 raise SegmentCorrupt(f"{path} belongs to another table or source")
             if not parquet.schema_arrow.equals(SEGMENT_SCHEMA, check_metadata=False):
                 raise SegmentCorrupt(f"{path} does not have the columns of a dblog segment")
-            small = parquet.read(columns=["position", "op", "schema_version"])
+            footer = _from_footer(parquet.metadata, metadata)
+            if footer is not None:
+                rows, ends, truncate_at, versions = footer
+            else:
+                small = parquet.read(columns=["position", "op", "schema_version"])
+                rows, ends, truncate_at, versions = _from_columns(small)
     except FileNotFoundError:
         raise SegmentCorrupt(f"{path} disappeared while the merge read it") from None
     except (pa.ArrowException, OSError) as exc:
         raise SegmentCorrupt(f"{path} is truncated or damaged: {exc}") from None
-    positions = small.column("position")
-    if (
-        small.num_rows == 0
-        or positions[0].as_py() != segment.first.encode()
-        or positions[-1].as_py() != segment.last.encode()
-    ):
+    if rows == 0 or ends != (segment.first.encode(), segment.last.encode()):
         raise SegmentCorrupt(f"{path}: the positions in the file do not match its name")
+    return SegmentSummary(rows, truncate_at, versions)
+
+
+_Plan = tuple[int, tuple[str, str], str, frozenset[int]]
+
+
+def _from_footer(footer: pq.FileMetaData, metadata: dict[bytes, bytes]) -> _Plan | None:
+    """Rows, (first, last) position, last truncate and schema versions from the footer:
+    its key/value metadata and the position column's min/max statistics."""
+    truncate_at = metadata.get(TRUNCATE_AT_KEY.encode())
+    versions = metadata.get(SCHEMA_VERSIONS_KEY.encode())
+    if truncate_at is None or versions is None or footer.num_row_groups == 0:
+        return None
+    column = SEGMENT_SCHEMA.names.index("position")
+    first = footer.row_group(0).column(column).statistics
+    last = footer.row_group(footer.num_row_groups - 1).column(column).statistics
+    if first is None or last is None or not (first.has_min_max and last.has_min_max):
+        return None
+    try:
+        parsed = frozenset(int(v) for v in versions.decode().split(","))
+    except ValueError:
+        return None
+    return (footer.num_rows, (str(first.min), str(last.max)), truncate_at.decode(), parsed)
+
+
+def _from_columns(small: pa.Table) -> _Plan:
+    positions = small.column("position")
+    if small.num_rows == 0:
+        return 0, ("", ""), "", frozenset()
     truncates = small.filter(pc.equal(small.column("op"), "t")).column("position")
     last_truncate = pc.max(truncates).as_py() if len(truncates) else None
     versions = pc.unique(small.column("schema_version")).to_pylist()
-    return SegmentSummary(small.num_rows, last_truncate or "", frozenset(versions))
+    ends = (positions[0].as_py(), positions[-1].as_py())
+    return small.num_rows, ends, last_truncate or "", frozenset(versions)

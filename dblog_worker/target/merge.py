@@ -7,14 +7,21 @@ connection to the target: the plan, the target table's DDL, and the apply
 transaction that also records the batch in the merge log. A job killed at any
 instant leaves the merge log at the last applied batch; the next run stages that
 batch again and applies it once.
+
+Tables merge concurrently, at most ``merge.parallel_tables`` at a time, each on its own
+thread and its own connection to the target (its session lock, its transactions); the
+Spark jobs of the tables in flight run at once in the one Spark application. A table's
+batches stay in order on its thread, so what each table records is unchanged.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from dblog_worker.config import Config, TargetConfig
@@ -48,6 +55,8 @@ class TableReport:
     deleted: int = 0
     truncated: bool = False
     seconds: float = 0.0
+    started_at: float = 0.0  # wall clock (epoch seconds) when the table's merge began
+    finished_at: float = 0.0
     merged_to: str = ""  # the last position merged, after this run
     error: str = ""
 
@@ -58,13 +67,37 @@ class TableReport:
 @dataclass
 class MergeReport:
     tables: list[TableReport] = field(default_factory=list)
+    parallel_tables: int = 1  # the bound
+    most_tables_in_flight: int = 0  # how many tables merged at once, at most
 
     @property
     def ok(self) -> bool:
         return not any(t.error for t in self.tables)
 
     def as_dict(self) -> dict[str, object]:
-        return {"ok": self.ok, "tables": [t.as_dict() for t in self.tables]}
+        return {"ok": self.ok, "parallel_tables": self.parallel_tables,
+                "most_tables_in_flight": self.most_tables_in_flight,
+                "tables": [t.as_dict() for t in self.tables]}
+
+
+class _InFlight:
+    """Counts the tables being merged; remembers the most at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+
+    @contextlib.contextmanager
+    def one(self) -> Iterator[None]:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.now -= 1
 
 
 def merge_source(config: Config, stage: Stager, tables: Sequence[str] = ()) -> MergeReport:
@@ -78,24 +111,45 @@ def merge_source(config: Config, stage: Stager, tables: Sequence[str] = ()) -> M
     config.source.check_table_names(tables)
     reader = open_reader(config.landing_path, config.source.name, config.landing_format)
     chosen = list(tables) or sorted(set(reader.tables()) | set(config.source.tables))
-    target = open_target(target_config)
-    target.connect()
-    report = MergeReport()
+    report = MergeReport(parallel_tables=config.merge.parallel_tables)
+    report.tables = [TableReport(table=t, target_table=target_config.table(t)) for t in chosen]
+    setup = open_target(target_config)
+    setup.connect()
     try:
-        target.ensure_state()
-        for table in chosen:
-            result = TableReport(table=table, target_table=target_config.table(table))
-            report.tables.append(result)
+        setup.ensure_state()
+    finally:
+        setup.close()
+    in_flight = _InFlight()
+
+    def merge_one(result: TableReport) -> None:
+        with in_flight.one():
+            result.started_at = time.time()
             started = time.monotonic()
             try:
-                _merge_table(reader, config, target, stage, result)
+                target = open_target(target_config)
+                target.connect()
+                try:
+                    target.ensure_state()  # exists by now; sets the session up (MySQL: USE)
+                    _merge_table(reader, config, target, stage, result)
+                finally:
+                    target.close()
             except (SegmentCorrupt, TargetError) as exc:
                 result.error = str(exc)
-                log.error("%s: not merged: %s", table, exc)
+                log.error("%s: not merged: %s", result.table, exc)
             finally:
                 result.seconds = round(time.monotonic() - started, 3)
-    finally:
-        target.close()
+                result.finished_at = time.time()
+
+    with ThreadPoolExecutor(max_workers=config.merge.parallel_tables,
+                            thread_name_prefix="merge") as pool:
+        futures = [pool.submit(merge_one, result) for result in report.tables]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for future in futures:
+            future.cancel()  # after a TargetUnavailable, tables not begun are not begun
+        for future in futures:
+            if not future.cancelled():
+                future.result()  # re-raises TargetUnavailable (the first one)
+    report.most_tables_in_flight = in_flight.most
     return report
 
 

@@ -69,7 +69,7 @@ def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequenc
     config.source.check_table_names(tables)
     merge = config.merge
     conf = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
-            "spark.log.level": "WARN", **merge.spark_conf}
+            "spark.log.level": "WARN", "spark.scheduler.mode": "FAIR", **merge.spark_conf}
     env = {}
     if master.startswith("local"):
         conf.setdefault("spark.driver.host", _LOOPBACK)

@@ -527,3 +527,40 @@ def test_postgresql_source_values_land_in_either_target(bed: Bed, spark: SparkSe
                     '{"a": [1, 2]}', "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "x'y\\z")
     [found] = bed.query(f"SELECT {select} FROM {bed.q(bed.target_table)}")
     assert found == expected
+
+
+# -- tables in parallel ------------------------------------------------------------------------
+
+
+def test_tables_merge_in_parallel_within_the_bound(pg_bed: Bed, spark: SparkSession) -> None:
+    bed = pg_bed
+    tables = [TABLE, "public.more", "public.most"]
+    renames = {t: t for t in tables}
+    for n, table in enumerate(tables):
+        bed.zone.write_schema(table, 1, schema())
+        bed.land(*(ev("c", i, i, row(i, f"{table}{i}"), table=table) for i in range(1, 201)),
+                 table=table)
+        bed.land(*(ev("u", 200 + i, i, row(i, "u", n), table=table) for i in range(1, 51)),
+                 table=table)
+        bed.land(ev("d", 300, 7, table=table), table=table)
+    config = config_module.parse({
+        "source": {"name": "src", "dsn": "host=127.0.0.1", "tables": tables},
+        "redis": {"url": "redis://127.0.0.1:1"}, "landing": {"path": str(bed.root)},
+        "target": {"kind": "postgresql", "dsn": bed.dsn, "tables": renames},
+        "merge": {"parallel_tables": 2, "batch_max_events": 200},
+    }, {})
+    report = merge_source(config, spark_stager(spark))
+    assert report.ok, report
+    assert [t.table for t in report.tables] == tables, "reported in order"
+    assert [t.batches for t in report.tables] == [2, 2, 2]
+    assert report.parallel_tables == 2 and report.most_tables_in_flight == 2
+    spans = [(t.started_at, t.finished_at) for t in report.tables]
+    for instant, _ in spans:  # never three at once
+        assert sum(start <= instant < end for start, end in spans) <= 2, spans
+    for n, table in enumerate(tables):
+        got = {r[0]: r[1:] for r in bed.query(
+            f"SELECT id, name, n FROM {bed.q(table)} ORDER BY id")}
+        assert got == {i: ("u", n) if i <= 50 else (f"{table}{i}", None)
+                       for i in range(1, 201) if i != 7}, table
+    again = merge_source(config, spark_stager(spark))
+    assert [t.batches for t in again.tables] == [0, 0, 0]

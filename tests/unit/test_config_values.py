@@ -43,6 +43,7 @@ master = "local[2]"
 jars = ["/usr/share/java/postgresql.jar"]
 batch_max_events = 1000
 tombstone_retention_h = 24.0
+parallel_tables = 2
 spark_conf = { "spark.driver.memory" = "1g" }
 
 [http]

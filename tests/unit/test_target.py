@@ -247,6 +247,43 @@ def test_every_pending_segment_is_checked_before_the_first_batch(tmp_path: Path)
     assert len(pending_segments(zone, "public.t", MergeLogEntry(2))) == 0
 
 
+def test_the_planner_reads_footers_only(tmp_path: Path) -> None:
+    """Every data page of a segment zeroed, its footer intact: planned as before (rows,
+    truncate, schema versions, positions checked against the name), yet unreadable whole.
+    A segment written before footers carried the plan is planned from its small columns."""
+    zone = _zone(tmp_path)
+    zone.write_schema("public.t", 3, {"columns": [{"name": "id", "type": "int4",
+                                                   "type_oid": 23}], "key": ["id"]})
+    segment = zone.commit_segment("public.t", [_event(1), _event(2, "t"), _event(3, "u", 3),
+                                               _event(4, "d")])
+    plan = pending_segments(zone, "public.t", MergeLogEntry())
+    data = bytearray(segment.path.read_bytes())
+    footer_start = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    data[4:footer_start] = bytes(footer_start - 4)
+    segment.path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="not a complete dblog segment"):
+        zone.read(segment)
+    (pending,) = pending_segments(zone, "public.t", MergeLogEntry())
+    assert pending == plan[0]
+    assert (pending.rows, pending.truncate_at, pending.versions) == (
+        4, Position(2, 0, 0).encode(), frozenset({1, 3}))
+    renamed = segment.path.with_name(segment.path.name.replace(
+        Position(4, 0, 0).encode(), Position(5, 0, 0).encode()))
+    segment.path.rename(renamed)
+    with pytest.raises(SegmentCorrupt, match="positions in the file do not match its name"):
+        pending_segments(zone, "public.t", MergeLogEntry())
+    renamed.unlink()
+
+    older = zone.commit_segment("public.t", [_event(6), _event(7, "t")])
+    table = pq.read_table(older.path)
+    kept = {k: v for k, v in (table.schema.metadata or {}).items()
+            if k not in (b"dblog.truncate_at", b"dblog.schema_versions")}
+    pq.write_table(table.replace_schema_metadata(kept), older.path)
+    (pending,) = pending_segments(zone, "public.t", MergeLogEntry(1))
+    assert (pending.rows, pending.truncate_at, pending.versions) == (
+        2, Position(7, 0, 0).encode(), frozenset({1}))
+
+
 def test_a_missing_schema_file_is_named(tmp_path: Path) -> None:
     zone = _zone(tmp_path)
     zone.commit_segment("public.t", [_event(1, version=2)])
