@@ -7,7 +7,9 @@ may name a slice of it to re-dump instead of the differing keys. Tasks::
 
 - **compare**: checks the form's filter, then ``dblog verify`` of the table. Equal: the run
   ends here, green (the other tasks are skipped). Otherwise its XCom lists the keys that are
-  missing in the target, changed, or extra (in the target only), and the dump to submit.
+  missing in the target, changed, or extra (in the target only), and the dump to submit;
+  more keys than ``[dblog] keys_in_xcom`` go to a file in ``[dblog] keys_dir`` instead, and
+  XCom names it (``dblog_dags/key_files.py``).
   With the form's *Dry run* on, it logs what the repair would dump (the keys, or the slice)
   and which target rows it would delete (the extra keys the source still lacks then), puts
   that in its XCom ``dry_run``, and ends the run there: nothing is queued or changed.
@@ -38,6 +40,7 @@ docs/airflow.md and docs/runbooks/.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -86,7 +89,8 @@ with DAG(
         """Check the filter and verify the table: nothing to repair ends the run (the rest is
         skipped); otherwise what to dump."""
         from dblog_airflow.verify import run_verify
-        from dblog_dags.differences import describe, keys_json
+        from dblog_dags import key_files
+        from dblog_dags.differences import KINDS, describe
 
         form = context["params"]
         table = form["table"]
@@ -110,8 +114,13 @@ with DAG(
             report = dry_run_report(table, entry, sliced.row_filter)
             context["ti"].xcom_push(key="dry_run", value=report)
             return {}
-        return {**sliced.as_xcom(), "scope": "tables" if sliced.row_filter else "keys",
-                "keys": keys_json(entry), "extra": entry.get("extra") or []}
+        plan = {**sliced.as_xcom(), "scope": "tables" if sliced.row_filter else "keys"}
+        keys = [k for kind in KINDS for k in entry.get(kind) or []]
+        extra = entry.get("extra") or []
+        filed = key_files.save(table, keys, extra, context)  # many keys: a file, not XCom
+        if filed is not None:
+            return {**plan, "keys": "", "extra": [], **filed}
+        return {**plan, "keys": json.dumps(keys, ensure_ascii=False), "extra": extra}
 
     def dry_run_report(table: str, entry: dict[str, Any], row_filter: Any) -> dict[str, Any]:
         """What the repair would dump and delete, logged; nothing is queued or changed."""
@@ -139,6 +148,7 @@ with DAG(
         scope=plan + "{{ plan['scope'] }}",
         tables=["{{ params.table }}"],
         keys=plan + "{{ plan['keys'] if plan['scope'] == 'keys' else '' }}",
+        keys_file=plan + "{{ plan.get('keys_file', '') if plan['scope'] == 'keys' else '' }}",
         where=plan + "{{ plan['where'] or '' }}",
         from_key=plan + "{{ plan['from_key'] or '' }}",
         to_key=plan + "{{ plan['to_key'] or '' }}",
@@ -154,9 +164,13 @@ with DAG(
     def remove_extra(**context: Any) -> dict[str, Any]:
         """Delete the target rows of extra keys the source does not have."""
         from dblog_airflow.hooks.dblog import DblogHook
+        from dblog_dags import key_files
         from dblog_dags.extras import remove_extra as remove
 
-        extra = context["ti"].xcom_pull(task_ids="compare")["extra"]
+        compared = context["ti"].xcom_pull(task_ids="compare")
+        extra = compared["extra"]
+        if compared.get("keys_file"):
+            extra = key_files.load(compared["keys_file"])["extra"]
         if not extra:
             log.info("no extra keys in the target")
             return {"removed": [], "kept": []}

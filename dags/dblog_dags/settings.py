@@ -22,6 +22,8 @@ section of Airflow's configuration (the provider declares them: ``airflow config
 =======================  =================  =====================================================
 
 ``repair_max_active_runs`` (default ``8``, 1 to 64): how many ``dblog_repair`` runs at once.
+``keys_dir`` and ``keys_in_xcom`` (default none and ``10000``): where ``dblog_repair`` writes
+more differing keys than ``keys_in_xcom`` (``key_files.py``), read when its tasks run.
 
 A value that is not valid stops the DAG file with a message naming the setting (an import
 error in Airflow's UI), rather than a DAG that does something else than configured.

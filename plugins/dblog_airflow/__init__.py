@@ -52,6 +52,12 @@ _OPTIONS: dict[str, tuple[str, str]] = {
                        "*/15 * * * *"),
     "merge_connections": ("The connections dblog_merge merges, comma separated. "
                           "Default: conn_id.", "dblog_shop,dblog_billing"),
+    "keys_dir": ("A folder every Airflow worker reads (a path, or an object-storage URL such "
+                 "as s3://bucket/dblog-keys) where dblog_repair writes key sets larger than "
+                 "keys_in_xcom. Default: none (the keys go through XCom).",
+                 "file:///srv/dblog-keys"),
+    "keys_in_xcom": ("How many keys a repair passes through XCom at most before it writes "
+                     "them to keys_dir. Default: 10000.", "10000"),
     "repair_max_active_runs": ("How many dblog_repair runs may run at once (repairs of "
                                "different tables do not wait for each other). Default: 8.",
                                "8"),

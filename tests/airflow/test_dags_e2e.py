@@ -153,7 +153,8 @@ def target_rows(capture: Capture) -> dict[int, tuple[str, int | None]]:
 
 
 @pytest.mark.timeout(360)
-def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None:
+def test_dump_then_repair(capture: Capture, log_text: Callable[[], str], tmp_path: Path,
+                          monkeypatch: pytest.MonkeyPatch) -> None:
     # A filtered dump: only the rows that meet the conditions and lie in the key range.
     # (dag.test() leaves a run's values on the tasks' params for the next run of the same
     # DAG object: the later runs give every field they rely on.)
@@ -240,7 +241,14 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None
         ROWS, ("item 5", 5), ("item 7", 0), ("item 11", 99), ("damaged", 4))
     assert 90000 not in rows
 
-    # Without a filter: a key dump of exactly the keys that differ.
+    # Without a filter: a key dump of exactly the keys that differ; more keys than
+    # keys_in_xcom travel as a file in keys_dir, not through XCom.
+    with psycopg.connect(capture.target_dsn, autocommit=True) as target:
+        target.execute("DELETE FROM public.items WHERE id = 300")
+        target.execute("INSERT INTO public.items (id, name, qty, version)"
+                       " VALUES (90001, 'not in the source', 1, 1)")
+    monkeypatch.setenv("AIRFLOW__DBLOG__KEYS_IN_XCOM", "2")
+    monkeypatch.setenv("AIRFLOW__DBLOG__KEYS_DIR", (tmp_path / "keys").as_uri())
     run = repair.test(run_conf={"table": TABLE, "chunk_size": 2, "to_key": None,
                                 "throttle_max_chunk_ms": 5000})
     logged = log_text()
@@ -248,10 +256,17 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None
         "compare": "success", "submit": "success", "wait": "success", "merge": "success",
         "remove_extra": "success", "verify": "success"}), logged[-6000:]
     plan = xcom(run, "compare")
-    assert (plan["scope"], json.loads(plan["keys"]), plan["extra"]) == ("keys", [200], [])
+    assert (plan["scope"], plan["keys"], plan["extra"], plan["keys_count"],
+            plan["extra_count"]) == ("keys", "", [], 3, 1)
+    [keys_file] = (tmp_path / "keys").rglob("*.json")
+    assert plan["keys_file"].startswith((tmp_path / "keys").as_uri() + "/dblog_repair/")
+    assert plan["keys_file"].endswith(f"/1-{TABLE}.json")
+    assert json.loads(keys_file.read_text()) == {"keys": [300, 200, 90001], "extra": [90001]}
+    assert f"3 key(s) read from {plan['keys_file']}" in logged
     assert "throttle limits chunk SELECT <= 5000 ms" in logged
-    assert xcom(run, "remove_extra") == {"removed": [], "kept": []}
-    assert target_rows(capture)[200] == ("item 200", 4)
+    assert xcom(run, "remove_extra") == {"removed": [[90001]], "kept": []}
+    rows = target_rows(capture)
+    assert (rows[200], rows[300], 90001 in rows) == (("item 200", 4), ("item 300", 6), False)
     assert equal(capture)
 
     again = repair.test(run_conf={"table": TABLE, "chunk_size": 5000})

@@ -4,6 +4,7 @@ instance, templated values, the state changes and the refusals."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -122,6 +123,32 @@ def test_refused_dump_fails_without_retry(store: StateStore, task_context: MakeC
     with pytest.raises(AirflowFailException, match=r"a key range .* got 2 tables"):
         ranged.execute(task_context())
     assert store.list_requests() == []
+
+
+def test_keys_from_a_file(store: StateStore, task_context: MakeContext,
+                          tmp_path: Path) -> None:
+    """Large key sets travel as a file: a list, or an object with "keys"; a file that holds
+    none is refused without retries, one that cannot be read fails with retries."""
+    listed, wrapped = tmp_path / "keys.json", tmp_path / "plan.json"
+    listed.write_text("[1, 2, 3]")
+    wrapped.write_text('{"keys": [[4, "a"]], "extra": []}')
+    op = DblogDumpOperator(task_id="listed", scope="keys", tables=["public.a"],
+                           keys_file=listed.as_uri())
+    request = store.get_request(op.execute(task_context(task_id="listed")))
+    assert (request.kind, request.key_count) == (DumpKind.KEYS, 3)
+    op = DblogDumpOperator(task_id="wrapped", scope="keys", tables=["public.b"],
+                           keys_file=str(wrapped))
+    assert store.get_request(op.execute(task_context(task_id="wrapped"))).key_count == 1
+    for text, message in (("{not json", "is not JSON"), ('{"extra": []}', "holds no list")):
+        wrapped.write_text(text)
+        with pytest.raises(AirflowFailException, match=message):
+            op.execute(task_context(task_id="bad"))
+    gone = DblogDumpOperator(task_id="gone", scope="keys", tables=["public.a"],
+                             keys_file=str(tmp_path / "missing.json"))
+    with pytest.raises(AirflowException, match="cannot be read") as failed:
+        gone.execute(task_context(task_id="gone"))
+    assert not isinstance(failed.value, AirflowFailException)
+    assert len(store.list_requests()) == 2
 
 
 def test_unreachable_redis_fails_with_retries(dblog_connection: DblogConnection,

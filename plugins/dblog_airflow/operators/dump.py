@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
 
 from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook
 from dblog_airflow.links import DblogLiveViewLink
+from dblog_worker.errors import RequestRejected
 from dblog_worker.requests import DEFAULT_CHUNK_SIZE
 
 if TYPE_CHECKING:
@@ -63,6 +66,10 @@ class DblogDumpOperator(BaseOperator):
     :param tables: Table names, a list or its JSON text (templated).
     :param keys: For scope ``"keys"``: primary keys of the one table, a list or its JSON
         text, ``[1, 2]`` or ``[[1, "a"], [2, "b"]]`` (templated).
+    :param keys_file: For scope ``"keys"``, instead of ``keys``: a JSON file holding them (a
+        list, or an object with a ``"keys"`` list), as a path or an object-storage URL that
+        ``ObjectStoragePath`` reads (``s3://…``; templated; empty: ``keys`` is used). Large
+        key sets travel so, not through XCom.
     :param chunk_size: Rows per chunk (1 to 100,000; templated).
     :param delay_ms: Pause between chunks in milliseconds (templated).
     :param parallelism: Chunk SELECTs per window of a table dump, each on a source
@@ -85,14 +92,16 @@ class DblogDumpOperator(BaseOperator):
     :param dblog_conn_id: The ``dblog`` connection (templated).
     """
 
-    template_fields: Sequence[str] = ("scope", "tables", "keys", "chunk_size", "delay_ms",
+    template_fields: Sequence[str] = ("scope", "tables", "keys", "keys_file", "chunk_size",
+                                      "delay_ms",
                                       "parallelism", "where", "from_key", "to_key",
                                       "throttle", "dblog_conn_id")
     ui_color = "#d6e8f2"
     operator_extra_links = (DblogLiveViewLink(),)
 
     def __init__(self, *, scope: str, tables: str | Sequence[str] = (), keys: object = None,
-                 chunk_size: int | str = DEFAULT_CHUNK_SIZE, delay_ms: int | str = 0,
+                 keys_file: str = "", chunk_size: int | str = DEFAULT_CHUNK_SIZE,
+                 delay_ms: int | str = 0,
                  parallelism: int | str = 1, where: object = None, from_key: object = None,
                  to_key: object = None, throttle: Mapping[str, int | str] | None = None,
                  dblog_conn_id: str = DEFAULT_CONN_ID, new_request_on_clear: bool = False,
@@ -102,6 +111,7 @@ class DblogDumpOperator(BaseOperator):
         self.scope = scope
         self.tables = tables
         self.keys = keys
+        self.keys_file = keys_file
         self.chunk_size = chunk_size
         self.delay_ms = delay_ms
         self.parallelism = parallelism
@@ -115,8 +125,9 @@ class DblogDumpOperator(BaseOperator):
         hook = DblogHook(self.dblog_conn_id)
         try:
             with task_errors():
+                keys = self._keys_from_file() if self.keys_file else self.keys
                 request = hook.submit_dump(
-                    self.scope, self.tables, self.keys,
+                    self.scope, self.tables, keys,
                     chunk_size=self.chunk_size, delay_ms=self.delay_ms,
                     client_token=client_token(context, self.new_request_on_clear),
                     parallelism=self.parallelism,
@@ -126,3 +137,25 @@ class DblogDumpOperator(BaseOperator):
         finally:
             hook.close()
         return request.id
+
+    def _keys_from_file(self) -> object:
+        """The keys of ``keys_file``: a JSON list, or an object with a ``"keys"`` list. A file
+        that cannot be read fails the task with retries; one that holds no keys, without."""
+        from airflow.sdk import ObjectStoragePath
+
+        try:
+            text = ObjectStoragePath(self.keys_file).read_text()
+        except OSError as exc:
+            raise AirflowException(f"the keys file {self.keys_file} cannot be read: {exc}") \
+                from None
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise RequestRejected(f"the keys file {self.keys_file} is not JSON: {exc}") \
+                from None
+        keys = data.get("keys") if isinstance(data, dict) else data
+        if not isinstance(keys, list):
+            raise RequestRejected(f"the keys file {self.keys_file} holds no list of keys (a "
+                                  'JSON list, or an object with a "keys" list)')
+        self.log.info("%d key(s) read from %s", len(keys), self.keys_file)
+        return keys
