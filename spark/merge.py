@@ -139,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     spark = SparkSession.builder.appName(f"dblog-merge-{config.source.name}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    application = {"application_id": spark.sparkContext.applicationId,
+                   "master": spark.sparkContext.master}
     try:
         report = merge_source(config, spark_stager(spark), args.tables)
     except TransientError as exc:
@@ -148,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark.stop()
     print_report(report, args.json)
     if args.report:
-        Path(args.report).write_text(json.dumps(report.as_dict()), encoding="utf-8")
+        Path(args.report).write_text(json.dumps({**report.as_dict(), "spark": application}),
+                                     encoding="utf-8")
     return 0 if report.ok else 1
 
 

@@ -52,6 +52,10 @@ _OPTIONS: dict[str, tuple[str, str]] = {
                        "*/15 * * * *"),
     "merge_connections": ("The connections dblog_merge merges, comma separated. "
                           "Default: conn_id.", "dblog_shop,dblog_billing"),
+    "spark_ui_url": ("The merge tasks' link to Spark's UI of their job: a URL with "
+                     "{application_id}, on a Spark UI that outlives the job (a history server, "
+                     "a standalone master's application page, YARN's proxy). Default: none "
+                     "(no link).", "http://spark-history:18080/history/{application_id}/jobs/"),
     "keys_dir": ("A folder every Airflow worker reads (a path, or an object-storage URL such "
                  "as s3://bucket/dblog-keys) where dblog_repair writes key sets larger than "
                  "keys_in_xcom. Default: none (the keys go through XCom).",
@@ -106,7 +110,8 @@ def get_provider_info() -> dict[str, Any]:
                      "python-modules": ["dblog_airflow.sensors.dump"]}],
         "triggers": [{"integration-name": _INTEGRATION,
                       "python-modules": ["dblog_airflow.triggers.dump"]}],
-        "extra-links": ["dblog_airflow.links.DblogLiveViewLink"],
+        "extra-links": ["dblog_airflow.links.DblogLiveViewLink",
+                        "dblog_airflow.links.SparkUiLink"],
         "config": {"dblog": {
             "description": "The dblog DAGs' settings (dags/), read when Airflow parses the "
                            "DAG files. Unset: the older DBLOG_<OPTION> environment variable, "

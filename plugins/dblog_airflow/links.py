@@ -1,4 +1,4 @@
-"""Extra links of the dump tasks: the worker's live view.
+"""Extra links: the worker's live view (dump tasks), Spark's UI of the job (merge tasks).
 
 Airflow 3 shows an operator's extra link from the XCom named by the link's ``xcom_key``: the
 task stores the URL there when it runs (:meth:`DblogLiveViewLink.persist`), as the core
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
     from airflow.sdk.types import TaskInstanceKey
 
-__all__ = ["DblogLiveViewLink", "live_view_url"]
+__all__ = ["DblogLiveViewLink", "SparkUiLink", "live_view_url", "spark_ui_url"]
 
 
 def live_view_url(http: str) -> str:
@@ -50,5 +50,34 @@ class DblogLiveViewLink(BaseOperatorLink):
         if not http:
             return ""
         url = live_view_url(http)
+        context["ti"].xcom_push(key=cls().xcom_key, value=url)
+        return url
+
+
+def spark_ui_url(template: str, application_id: str) -> str:
+    """``[dblog] spark_ui_url`` with the job's application id in place of
+    ``{application_id}``: a Spark history server (``http://history:18080/history/
+    {application_id}/jobs/``), a standalone master's page (``http://master:8080/app/?appId=
+    {application_id}``), YARN's proxy."""
+    return template.replace("{application_id}", application_id)
+
+
+class SparkUiLink(BaseOperatorLink):
+    """Spark's UI of the merge job the task ran, where one outlives it: the URL template of
+    ``[dblog] spark_ui_url`` filled with the job's application id (no link without it)."""
+
+    name = "Spark UI"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        url: Any = XCom.get_value(key=self.xcom_key, ti_key=ti_key)
+        return url if isinstance(url, str) else ""
+
+    @classmethod
+    def persist(cls, context: Context, template: str, application_id: str) -> str:
+        """Store the job's Spark UI URL for the task's link; "" without a template or an
+        application id."""
+        if not template or not application_id:
+            return ""
+        url = spark_ui_url(template, application_id)
         context["ti"].xcom_push(key=cls().xcom_key, value=url)
         return url

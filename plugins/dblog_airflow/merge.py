@@ -37,12 +37,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow.configuration import conf
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, AssetAlias, BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook, as_tables
+from dblog_airflow.links import SparkUiLink
 from dblog_worker.config import Config
 from dblog_worker.config_sections import default_jars
 from dblog_worker.target.submit import check_jars, job_path, merge_job, spark_submit
@@ -85,10 +87,15 @@ class DblogMergeOperator(SparkSubmitOperator):
         (templated).
     :param tables: Source tables to merge, a list (each entry templated) or its JSON text
         (templated); default: every captured table.
+
+    Its extra link "Spark UI" opens the job's page in a Spark UI that outlives it, when
+    ``[dblog] spark_ui_url`` gives one: a URL with ``{application_id}`` (a history server,
+    a standalone master's application page, YARN's proxy).
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "tables",
                                       "dblog_conn_id")
+    operator_extra_links = (SparkUiLink(),)
 
     def __init__(self, *, dblog_conn_id: str = DEFAULT_CONN_ID,
                  tables: str | Sequence[str] | None = None, **kwargs: Any) -> None:
@@ -130,6 +137,8 @@ class DblogMergeOperator(SparkSubmitOperator):
                                  "writes it there): no XCom report, no asset events")
                 return None
             report: dict[str, Any] = json.loads(report_file.read_text(encoding="utf-8"))
+        SparkUiLink.persist(context, conf.get("dblog", "spark_ui_url", fallback="") or "",
+                            str((report.get("spark") or {}).get("application_id") or ""))
         self.emit_assets(context, config.source.name, report)
         return report
 

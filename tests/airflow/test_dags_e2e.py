@@ -36,6 +36,8 @@ import psycopg
 import pytest
 from airflow.models.dagrun import DagRun
 from airflow.sdk import DAG
+from airflow.serialization.definitions.operatorlink import XComOperatorLink
+from airflow.serialization.serialized_objects import OperatorSerialization
 
 from dblog_worker import config as config_module
 from dblog_worker.state import StateStore
@@ -279,7 +281,7 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str], tmp_pat
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("captured", [[TABLE, QUIET]])
 def test_merge_returns_its_report_and_emits_an_asset_per_changed_table(
-        capture: Capture, log_text: Callable[[], str]) -> None:
+        capture: Capture, log_text: Callable[[], str], monkeypatch: pytest.MonkeyPatch) -> None:
     with psycopg.connect(capture.source_dsn, autocommit=True) as source:
         source.execute("INSERT INTO public.items (id, name, qty) VALUES"
                        " (1001, 'new', 1), (1002, 'new', 2)")
@@ -288,6 +290,8 @@ def test_merge_returns_its_report_and_emits_an_asset_per_changed_table(
     wait_for(lambda: len(replay(landing, SOURCE, TABLE).events) >= 3, 30,
              "the changes to land", lambda: capture.worker.log()[-3000:])
 
+    monkeypatch.setenv("AIRFLOW__DBLOG__SPARK_UI_URL",
+                       "http://spark-history:18080/history/{application_id}/jobs/")
     run = capture.dags["dblog_merge"].test()
     logged = log_text()
     assert (run.state, states(run)) == ("success", {"sources": "success", "merge": "success"}), \
@@ -300,6 +304,17 @@ def test_merge_returns_its_report_and_emits_an_asset_per_changed_table(
         "events": 3, "upserted": 2, "deleted": 0, "error": ""}
     assert (tables[QUIET]["batches"], tables[QUIET]["upserted"]) == (0, 0)
     assert target_rows(capture)[1001] == ("new", 50)
+    # the task's "Spark UI" link as the API server resolves it: the job's application id
+    # in [dblog] spark_ui_url
+    application = report["spark"]["application_id"]
+    assert application.startswith(("local-", "app-")), report["spark"]
+    merge = capture.dags["dblog_merge"].get_task("merge")
+    task = OperatorSerialization.serialize_operator(merge)
+    assert task["_operator_extra_links"] == {"Spark UI": "_link_SparkUiLink"}
+    [ti] = [ti for ti in run.get_task_instances() if ti.task_id == "merge"]
+    link = XComOperatorLink(name="Spark UI", xcom_key="_link_SparkUiLink")
+    assert link.get_link(OperatorSerialization.deserialize_operator(task), ti_key=ti.key) == \
+        f"http://spark-history:18080/history/{application}/jobs/"
 
     # one event, the changed table's (the quiet one emits none), its counts as the extra
     events = asset_events(run)
