@@ -118,6 +118,20 @@ class LiveAirflow:
         with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
             return json.load(response)
 
+    def wait_run(self, dag_id: str, timeout: float = 300) -> dict[str, Any]:
+        """The DAG's one run, once it ended (success or failed), read every second."""
+        deadline = time.monotonic() + timeout
+        runs: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            runs = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]
+            assert len(runs) <= 1, f"{dag_id} has {len(runs)} runs, not one: {runs}"
+            if runs and runs[0]["state"] in ("success", "failed"):
+                return runs[0]
+            time.sleep(1)
+        details = self.task_logs(dag_id, runs[0]["dag_run_id"]) if runs else "no run"
+        raise AssertionError(f"the run of {dag_id} did not end within {timeout} s: {runs}\n"
+                             f"{details}\n{self.logs()}")
+
     def log(self, name: str) -> str:
         path = self.home / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""

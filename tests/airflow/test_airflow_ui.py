@@ -150,30 +150,23 @@ def test_repair_from_the_trigger_form(airflow: tuple[LiveAirflow, Path], pg_targ
             browser.screenshot(screenshot)
             browser.click("document.querySelector('[data-testid=trigger-dag-submit]')",
                           "the form's Trigger button")
+            browser.wait_for("!document.querySelector('[data-testid=trigger-dag-submit]')",
+                             "the form to close (Airflow took the run)")
         except AssertionError:
             browser.screenshot(tmp_path / "failure.png")
+            print(f"the page when the test failed: {tmp_path / 'failure.png'}")
             raise
     assert png_size(screenshot) == (1280, 900)
 
-    def runs() -> list[dict[str, object]]:
-        found: list[dict[str, object]] = live.api(
-            "GET", "/api/v2/dags/dblog_repair/dagRuns")["dag_runs"]
-        return found
-
-    wait_for(lambda: len(runs()) == 1, 60, "the run the form triggered",
-             lambda: json.dumps(runs()) + live.logs())
-    [run] = runs()
-    assert run["conf"] == {**run["conf"], "table": TABLE}  # type: ignore[dict-item]
+    run = live.wait_run("dblog_repair")
     run_id = str(run["dag_run_id"])
-    wait_for(lambda: live.api("GET", f"/api/v2/dags/dblog_repair/dagRuns/{run_id}")["state"]
-             in ("success", "failed"), 300, f"run {run_id} to end",
-             lambda: live.task_logs("dblog_repair", run_id) + live.logs())
+    assert run["conf"]["table"] == TABLE, run
     tasks = live.api("GET", f"/api/v2/dags/dblog_repair/dagRuns/{run_id}/taskInstances")
     states = {ti["task_id"]: ti["state"] for ti in tasks["task_instances"]}
     assert states == dict.fromkeys(
         ["compare", "submit", "wait", "merge", "remove_extra", "verify"], "success"), \
         live.task_logs("dblog_repair", run_id)[-12000:]
-    assert live.api("GET", f"/api/v2/dags/dblog_repair/dagRuns/{run_id}")["state"] == "success"
+    assert run["state"] == "success"
     rows = target_rows(pg_target)
     assert (len(rows), rows[5], rows[7], rows[200]) == (
         ROWS, ("item 5", 5), ("item 7", 0), ("item 200", 4))
