@@ -8,11 +8,16 @@ may name a slice of it to re-dump instead of the differing keys. Tasks::
 - **compare**: checks the form's filter, then ``dblog verify`` of the table. Equal: the run
   ends here, green (the other tasks are skipped). Otherwise its XCom lists the keys that are
   missing in the target, changed, or extra (in the target only), and the dump to submit.
-- **submit**: without a filter, a primary-key dump of exactly those keys (``dblog dump
-  --keys``): the worker reads the missing and changed rows again inside watermark windows;
-  the extra keys it does not find, and reports them missing. With a filter, a filtered
-  dump of the table (``dblog dump --table T --where ... --from-key ... --to-key ...``): every
-  row of that slice, whatever the compare found.
+  With the form's *Dry run* on, it logs what the repair would dump (the keys, or the slice)
+  and which target rows it would delete (the extra keys the source still lacks then), puts
+  that in its XCom ``dry_run``, and ends the run there: nothing is queued or changed.
+- **submit**: a new request per run; an automatic retry re-attaches to it, a re-run after
+  clearing the DAG run (say the dump failed) queues a new one. Without a filter, a
+  primary-key dump of exactly those keys (``dblog dump --keys``): the worker reads the
+  missing and changed rows again inside watermark windows; the extra keys it does not find,
+  and reports them missing. With a filter, a filtered dump of the table (``dblog dump
+  --table T --where ... --from-key ... --to-key ...``): every row of that slice, whatever the
+  compare found.
 - **wait**: follows the dump (deferrable); fails with the worker's error.
 - **merge**: the Spark merge of the table (``dblog merge --table``).
 - **remove_extra**: deletes the target rows of the extra keys the source still does not
@@ -22,8 +27,13 @@ may name a slice of it to re-dump instead of the differing keys. Tasks::
   It compares the whole table: after a filtered repair, differences outside the slice fail
   it too, and its message says the dump was filtered.
 
+Up to ``[dblog] repair_max_active_runs`` (default 8) runs at once: a repair of one table does
+not wait for a repair of another in Airflow (the worker runs one dump at a time per source,
+in the order they were queued).
+
 Settings (``[dblog]`` options, see dblog_dags/settings.py): ``conn_id``, ``config`` (the table
-pick list), ``spark_conn_id``, ``poll_interval_s``. See docs/airflow.md and docs/runbooks/.
+pick list), ``spark_conn_id``, ``poll_interval_s``, ``repair_max_active_runs``. See
+docs/airflow.md and docs/runbooks/.
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 from dblog_airflow.operators.dump import DblogDumpOperator
 from dblog_dags import params, settings
@@ -41,6 +51,7 @@ CONN_ID = settings.env_str("DBLOG_CONN_ID", "dblog_default")
 SPARK_CONN_ID = settings.env_str("DBLOG_SPARK_CONN_ID", "spark_default")
 POLL_INTERVAL_S = settings.env_int("DBLOG_POLL_INTERVAL_S", 10, 1, 3600)
 TABLES = settings.captured_tables()
+MAX_ACTIVE_RUNS = settings.env_int("DBLOG_REPAIR_MAX_ACTIVE_RUNS", 8, 1, 64)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +62,7 @@ with DAG(
                 "merge, verify again",
     doc_md=__doc__,
     schedule=None,
-    **settings.dag_defaults(max_active_runs=1),
+    **settings.dag_defaults(max_active_runs=MAX_ACTIVE_RUNS),
     params={
         "conn_id": params.conn_id_param(CONN_ID),
         "table": params.table_param(TABLES),
@@ -61,6 +72,12 @@ with DAG(
         "chunk_size": params.chunk_size_param(),
         "delay_ms": params.delay_ms_param(),
         **params.throttle_params(),
+        "dry_run": Param(False, type="boolean",
+                         title="Dry run: only report what the repair would dump and delete",
+                         description="Compares the table, logs the keys (or the slice) it "
+                                     "would dump and the target rows it would delete, and "
+                                     "stops: nothing is queued, merged or deleted.",
+                         section="Afterwards"),
     },
 ) as dag:
 
@@ -89,8 +106,31 @@ with DAG(
         if sliced.row_filter is not None:
             log.info("the repair dumps the rows of %s where %s (not only the keys above)",
                      table, sliced.row_filter.describe())
+        if form.get("dry_run"):
+            report = dry_run_report(table, entry, sliced.row_filter)
+            context["ti"].xcom_push(key="dry_run", value=report)
+            return {}
         return {**sliced.as_xcom(), "scope": "tables" if sliced.row_filter else "keys",
                 "keys": keys_json(entry), "extra": entry.get("extra") or []}
+
+    def dry_run_report(table: str, entry: dict[str, Any], row_filter: Any) -> dict[str, Any]:
+        """What the repair would dump and delete, logged; nothing is queued or changed."""
+        from dblog_dags.differences import KINDS
+
+        if row_filter is not None:
+            dump: dict[str, Any] = {"scope": "tables", "filter": row_filter.describe(),
+                                    **row_filter.to_json()}
+            log.info("dry run: would dump the rows of %s where %s", table, dump["filter"])
+        else:
+            keys = [k for kind in KINDS for k in entry.get(kind) or []]
+            dump = {"scope": "keys", "keys": keys}
+            log.info("dry run: would dump %d key(s) of %s: %s", len(keys), table, keys[:100])
+        delete = entry.get("extra") or []  # remove_extra deletes those the source still lacks
+        log.info("dry run: would delete %d target row(s) of %s (extra keys the source does "
+                 "not have): %s", len(delete), table, delete[:100])
+        log.info("dry run: nothing was queued, merged or deleted")
+        return {"table": table, "dump": dump, "delete": delete,
+                **{kind: entry.get(kind) or [] for kind in KINDS}}
 
     plan = "{% set plan = ti.xcom_pull(task_ids='compare') %}"
     submit = DblogDumpOperator(
@@ -103,6 +143,7 @@ with DAG(
         from_key=plan + "{{ plan['from_key'] or '' }}",
         to_key=plan + "{{ plan['to_key'] or '' }}",
         chunk_size="{{ params.chunk_size }}",
+        new_request_on_clear=True,
         delay_ms="{{ params.delay_ms }}",
         throttle=params.throttle_templates(),
     )

@@ -354,11 +354,12 @@ class Quickstart:
                 env.get("PYTHONPATH")])]),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "PYTHONUNBUFFERED": "1",
-            # The DAGs' settings (docs/airflow.md#settings-of-the-dag-files).
-            "DBLOG_CONN_ID": conn_ids[0],
-            "DBLOG_CONFIG": str(self.run_dir / f"{sources[0].source}.toml"),
-            "DBLOG_MERGE_CONNECTIONS": ",".join(conn_ids),
-            "DBLOG_POLL_INTERVAL_S": "2",
+            # The DAGs' settings, the provider's [dblog] section
+            # (docs/airflow.md#settings-of-the-dag-files).
+            "AIRFLOW__DBLOG__CONN_ID": conn_ids[0],
+            "AIRFLOW__DBLOG__CONFIG": str(self.run_dir / f"{sources[0].source}.toml"),
+            "AIRFLOW__DBLOG__MERGE_CONNECTIONS": ",".join(conn_ids),
+            "AIRFLOW__DBLOG__POLL_INTERVAL_S": "2",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark",
                                                       "host": SPARK_MASTER}),
         })

@@ -345,6 +345,9 @@ class LocalAirflow:
         run = self.run(result.dag_id, result.run_id)
         for ti in self.task_instances(result.dag_id, result.run_id):
             task, state = str(ti["task_id"]), str(ti["state"] or "none")
+            index = ti.get("map_index")
+            if index is not None and index >= 0:  # a mapped instance: dblog_merge's merge[conn]
+                task += f"[{ti.get('rendered_map_index') or index}]"
             if result.tasks.get(task) != state and state in SHOWN:
                 took = f" ({seconds(float(ti['duration']))})" if ti.get("duration") else ""
                 say(f"   {result.label}: {result.dag_id}.{task}: {state}{took}")

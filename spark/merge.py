@@ -2,7 +2,7 @@
 
     spark-submit --master 'local[*]' \\
         --jars /usr/share/java/postgresql.jar,/usr/share/java/mariadb-java-client.jar \\
-        spark/merge.py --config worker.toml [--table schema.table ...] [--json]
+        spark/merge.py --config worker.toml [--table schema.table ...] [--json] [--report FILE]
 
 Per table and batch of segments, Spark reads the segments, drops what a truncate
 in the batch cleared, keeps the latest event per key (greatest position), and
@@ -23,6 +23,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dblog_worker import config as config_module
@@ -99,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--table", "-t", action="append", dest="tables", default=[],
                         metavar="SCHEMA.TABLE", help="merge only this source table (repeat)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--report", metavar="FILE",
+                        help="also write the report as JSON to this file (the driver's)")
     return parser
 
 
@@ -144,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         spark.stop()
     print_report(report, args.json)
+    if args.report:
+        Path(args.report).write_text(json.dumps(report.as_dict()), encoding="utf-8")
     return 0 if report.ok else 1
 
 

@@ -16,9 +16,12 @@ section of Airflow's configuration (the provider declares them: ``airflow config
 ``task_retry_delay_s``   ``30``             seconds before such a retry
 ``merge_schedule``       ``*/15 * * * *``   when ``dblog_merge`` runs
 ``merge_connections``    ``conn_id``        the connections ``dblog_merge`` merges, comma
-                                            separated (one task each)
+                                            separated (read when a run starts: one
+                                            mapped merge each)
 ``backfill_*``           see dblog_backfill  the backfill's schedule, tables and pace
 =======================  =================  =====================================================
+
+``repair_max_active_runs`` (default ``8``, 1 to 64): how many ``dblog_repair`` runs at once.
 
 A value that is not valid stops the DAG file with a message naming the setting (an import
 error in Airflow's UI), rather than a DAG that does something else than configured.
@@ -37,7 +40,7 @@ from typing import Any
 
 __all__ = [
     "TABLE_PATTERN", "captured_tables", "conn_ids", "default_args", "env_int", "env_str",
-    "env_tables", "env_where", "option_of",
+    "env_tables", "env_where", "merge_connections", "option_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -118,6 +121,13 @@ def conn_ids(name: str, default: str, environ: Mapping[str, str] | None = None) 
             raise ValueError(f"{name}: {conn_id!r} is not a connection id (letters, digits, "
                              "_ . - only)")
     return list(dict.fromkeys(ids))
+
+
+def merge_connections(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The connections ``dblog_merge`` merges: ``[dblog] merge_connections``, default
+    ``[dblog] conn_id``."""
+    return conn_ids("DBLOG_MERGE_CONNECTIONS",
+                    env_str("DBLOG_CONN_ID", "dblog_default", environ), environ)
 
 
 def env_tables(name: str, environ: Mapping[str, str] | None = None) -> list[str]:

@@ -52,6 +52,9 @@ _OPTIONS: dict[str, tuple[str, str]] = {
                        "*/15 * * * *"),
     "merge_connections": ("The connections dblog_merge merges, comma separated. "
                           "Default: conn_id.", "dblog_shop,dblog_billing"),
+    "repair_max_active_runs": ("How many dblog_repair runs may run at once (repairs of "
+                               "different tables do not wait for each other). Default: 8.",
+                               "8"),
     "backfill_schedule": ("When dblog_backfill runs. Default: @weekly.", "@weekly"),
     "backfill_tables": ("The backfill's tables, comma separated. Default: every captured "
                         "table.", "public.orders,public.customers"),

@@ -11,6 +11,14 @@ options, the worker's configuration taken from the ``dblog`` connection::
         --jars <merge.jars> --name dblog-merge-<source>
         .../dblog_spark/merge.py --config <the connection's config> [--table=T ...]
 
+The task returns the job's report (``--report``, the JSON of ``dblog merge --json``) as its
+XCom, and emits an Asset event for each target table the merge changed (rows upserted or
+deleted, or a truncate): the asset ``dblog://<source>/<target table>`` (:func:`table_asset`),
+through the alias :data:`MERGED` in the task's outlets, the table's counts in the event's
+extra. A table with nothing new emits none. The report file is written by the Spark driver:
+with a driver on another machine (``--deploy-mode cluster``) the task finds none, logs so,
+and returns ``None`` (no events).
+
 The Spark master comes from the Spark connection (``spark_default``: e.g.
 ``{"conn_type": "spark", "host": "local[2]"}``), not from the configuration's
 ``merge.master``. Everything that needs the connection or the configuration is resolved
@@ -21,14 +29,16 @@ line: the job reads the configuration file and the environment of the Airflow wo
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import BaseHook
+from airflow.sdk import Asset, AssetAlias, BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from dblog_airflow._errors import task_errors
@@ -40,7 +50,28 @@ from dblog_worker.target.submit import check_jars, job_path, merge_job, spark_su
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-__all__ = ["DblogMergeOperator", "merge_operator"]
+__all__ = ["MERGED", "DblogMergeOperator", "changed_tables", "merge_operator", "table_asset"]
+
+MERGED = AssetAlias(name="dblog-merged")
+"""The alias every merge task lists in its outlets; its events go to the changed tables'
+assets (:func:`table_asset`)."""
+
+COUNTS = ("events", "batches", "upserted", "deleted", "truncated", "merged_to", "seconds")
+
+
+def table_asset(source: str, target_table: str) -> Asset:
+    """The asset of a target table: ``dblog://<source>/<target table>``, e.g.
+    ``dblog://shop/public.orders`` (its name is the URI too)."""
+    uri = f"dblog://{source}/{target_table}"
+    return Asset(name=uri, uri=uri)
+
+
+def changed_tables(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tables of a merge report whose target changed: rows upserted or deleted, or a
+    truncate; not a table with an error or nothing new."""
+    return [t for t in report.get("tables", [])
+            if not t.get("error") and (t.get("upserted") or t.get("deleted")
+                                       or t.get("truncated"))]
 
 class DblogMergeOperator(SparkSubmitOperator):
     """Merge the landing zone into the target tables with Spark, as ``dblog merge`` does.
@@ -62,6 +93,7 @@ class DblogMergeOperator(SparkSubmitOperator):
     def __init__(self, *, dblog_conn_id: str = DEFAULT_CONN_ID,
                  tables: str | Sequence[str] | None = None, **kwargs: Any) -> None:
         explicit = {name for name in ("jars", "spark_binary", "name") if name in kwargs}
+        kwargs["outlets"] = [*(kwargs.get("outlets") or []), MERGED]
         kwargs.setdefault("application", str(job_path()))
         kwargs.setdefault("jars", ",".join(default_jars()))
         kwargs.setdefault("name", "dblog-merge")
@@ -72,7 +104,7 @@ class DblogMergeOperator(SparkSubmitOperator):
         self.spark_conn_id: str = kwargs["conn_id"]
         self.tables = tables
 
-    def execute(self, context: Context) -> None:
+    def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]
         hook = DblogHook(self.dblog_conn_id)
         with task_errors():
             config = hook.load_config()
@@ -80,15 +112,35 @@ class DblogMergeOperator(SparkSubmitOperator):
             check_jars(config)
             self.prepare(config, Path(str(hook.config_path)), self.spark_master())
             path = self._search_path()
-        saved = os.environ.get("PATH")
-        os.environ["PATH"] = path
-        try:
-            super().execute(context)
-        finally:
-            if saved is None:
-                del os.environ["PATH"]
-            else:
-                os.environ["PATH"] = saved
+        with tempfile.TemporaryDirectory(prefix="dblog-merge-") as folder:
+            report_file = Path(folder) / "report.json"
+            self.application_args = [*(self.application_args or []),
+                                     f"--report={report_file}"]
+            saved = os.environ.get("PATH")
+            os.environ["PATH"] = path
+            try:
+                super().execute(context)
+            finally:
+                if saved is None:
+                    del os.environ["PATH"]
+                else:
+                    os.environ["PATH"] = saved
+            if not report_file.is_file():
+                self.log.warning("the merge job wrote no report (a driver on another machine "
+                                 "writes it there): no XCom report, no asset events")
+                return None
+            report: dict[str, Any] = json.loads(report_file.read_text(encoding="utf-8"))
+        self.emit_assets(context, config.source.name, report)
+        return report
+
+    def emit_assets(self, context: Context, source: str, report: dict[str, Any]) -> None:
+        """An asset event per changed target table, its counts as the extra."""
+        events = context["outlet_events"][MERGED]
+        for table in changed_tables(report):
+            asset = table_asset(source, table["target_table"])
+            extra = {"source_table": table["table"], **{k: table.get(k) for k in COUNTS}}
+            events.add(asset, extra=extra)
+            self.log.info("asset event %s: %s", asset.uri, extra)
 
     def _search_path(self) -> str:
         """PATH with the directory of ``spark-submit`` in it: Spark's hook runs the binary

@@ -98,7 +98,7 @@ def test_dag_files_import_without_database_network_or_connections(tmp_path: Path
     assert parsed["dags"] == {
         "dblog_backfill": ["check", "merge", "pace", "submit", "verify", "wait"],
         "dblog_dump": ["check", "merge", "should_merge", "submit", "verify", "wait"],
-        "dblog_merge": ["merge_dblog_default"],
+        "dblog_merge": ["merge", "sources"],
         "dblog_repair": ["compare", "merge", "remove_extra", "submit", "verify", "wait"],
     }
 
@@ -135,7 +135,13 @@ def test_schedules_and_defaults_come_from_the_environment(dags: dict[str, DAG]) 
     })
     merge = configured["dblog_merge"]
     assert merge.schedule == "@hourly"
-    assert sorted(merge.task_ids) == ["merge_billing", "merge_shop"]
+    # one task mapped over the connections the run reads from the setting, not one per name
+    assert sorted(merge.task_ids) == ["merge", "sources"]
+    assert merge.task_dict["sources"].downstream_task_ids == {"merge"}
+    assert type(merge.task_dict["merge"]).__name__ == "MappedOperator"
+    assert settings.merge_connections({"DBLOG_MERGE_CONNECTIONS": "shop, billing,shop"}) == [
+        "shop", "billing"]
+    assert settings.merge_connections({"AIRFLOW__DBLOG__CONN_ID": "shop"}) == ["shop"]
     backfill = configured["dblog_backfill"]
     assert backfill.schedule == "0 2 * * 6"
     assert {k: backfill.params[k] for k in ("conn_id", "scope", "tables", "chunk_size",

@@ -37,14 +37,16 @@ from airflow.models.dagrun import DagRun
 from airflow.sdk import DAG
 
 from dblog_worker import config as config_module
+from dblog_worker.state import StateStore
 from dblog_worker.verify import verify
 from tests.airflow.conftest import DblogConnection
 from tests.airflow.dag_files import load_dags
-from tests.integration.harness import WorkerProcess, wait_for, write_config
+from tests.integration.harness import WorkerProcess, replay, wait_for, write_config
 from tests.spark_local import jdbc_jars
 
 SOURCE = "src"
 TABLE = "public.items"
+QUIET = "public.quiet"  # captured, never changed
 ROWS = 300
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
@@ -62,15 +64,22 @@ class Capture:
 
 
 @pytest.fixture
+def captured() -> list[str]:
+    """The tables the worker captures (a test parametrizes it to capture more)."""
+    return [TABLE]
+
+
+@pytest.fixture
 def capture(pg_dsn: str, pg_target: str, redis_url: str, tmp_path: Path, airflow_db: Path,
-            dblog_connection: DblogConnection, spark_connection: str,
+            dblog_connection: DblogConnection, spark_connection: str, captured: list[str],
             monkeypatch: pytest.MonkeyPatch) -> Iterator[Capture]:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE public.items (id bigint PRIMARY KEY, name text NOT NULL,"
-                     " qty integer, version integer NOT NULL DEFAULT 1)")
-        conn.execute("ALTER TABLE public.items REPLICA IDENTITY FULL")
-        conn.execute("INSERT INTO public.items (id, name, qty)"
-                     " SELECT i, 'item ' || i, i %% 7 FROM generate_series(1, %s) AS i", (ROWS,))
+        for table in captured:
+            conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text NOT NULL,"
+                         " qty integer, version integer NOT NULL DEFAULT 1)")
+            conn.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
+            conn.execute(f"INSERT INTO {table} (id, name, qty) SELECT i, 'item ' || i,"
+                         " i %% 7 FROM generate_series(1, %s) AS i", (ROWS,))
     extra = f"""
 [target]
 kind = "postgresql"
@@ -84,7 +93,7 @@ jars = {json.dumps([str(j) for j in jdbc_jars()])}
 "spark.sql.shuffle.partitions" = "4"
 "spark.driver.extraJavaOptions" = "{FAST_JVM}"
 """
-    config = write_config(tmp_path, pg_dsn, redis_url, [TABLE], name=SOURCE, extra=extra)
+    config = write_config(tmp_path, pg_dsn, redis_url, captured, name=SOURCE, extra=extra)
     dblog_connection(redis_url, SOURCE, config)
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("DBLOG_POLL_INTERVAL_S", "1")
@@ -102,9 +111,25 @@ def states(run: DagRun) -> dict[str, str | None]:
     return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
-def xcom(run: DagRun, task_id: str) -> Any:
-    [ti] = [ti for ti in run.get_task_instances() if ti.task_id == task_id]
-    return ti.xcom_pull(task_ids=task_id)
+def xcom(run: DagRun, task_id: str, map_index: int = -1) -> Any:
+    [ti] = [ti for ti in run.get_task_instances()
+            if ti.task_id == task_id and ti.map_index == map_index]
+    return ti.xcom_pull(task_ids=task_id, map_indexes=map_index)
+
+
+def asset_events(run: DagRun) -> dict[str, dict[str, Any]]:
+    """The asset events the run's tasks emitted (metadata DB): URI -> extra."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetModel.uri, AssetEvent.extra)
+            .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+            .where(AssetEvent.source_dag_id == run.dag_id,
+                   AssetEvent.source_run_id == run.run_id)).all()
+    return {uri: extra for uri, extra in rows}
 
 
 def equal(capture: Capture) -> bool:
@@ -165,10 +190,27 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None
     with psycopg.connect(capture.source_dsn, autocommit=True) as source:  # not merged yet
         source.execute("UPDATE public.items SET qty = 99, version = 2 WHERE id = 11")
 
+    # A dry run reports what a repair would dump and delete, and queues or changes nothing.
+    repair = capture.dags["dblog_repair"]
+    store = StateStore(capture.redis_url, SOURCE)
+    requests, before = len(store.list_requests()), target_rows(capture)
+    run = repair.test(run_conf={"table": TABLE, "dry_run": True})
+    logged = log_text()
+    assert (run.state, states(run)) == ("success", {
+        "compare": "success", "submit": "skipped", "wait": "skipped", "merge": "skipped",
+        "remove_extra": "skipped", "verify": "skipped"}), logged[-6000:]
+    [compare] = [ti for ti in run.get_task_instances() if ti.task_id == "compare"]
+    report = compare.xcom_pull(task_ids="compare", key="dry_run")
+    assert (report["dump"]["scope"], sorted(report["dump"]["keys"]), report["delete"]) == (
+        "keys", [5, 7, 11, 200, 90000], [90000])
+    assert "dry run: would delete 1 target row(s) of public.items" in logged
+    assert len(store.list_requests()) == requests and target_rows(capture) == before
+    assert asset_events(run) == {}
+
     # A filtered repair re-dumps the slice (keys up to 100), not the keys that differ; the
     # verify of the whole table then finds key 200, outside it, and says the dump was filtered.
-    repair = capture.dags["dblog_repair"]
-    run = repair.test(run_conf={"table": TABLE, "chunk_size": 30, "to_key": "100"})
+    run = repair.test(run_conf={"table": TABLE, "chunk_size": 30, "to_key": "100",
+                                "dry_run": False})
     logged = log_text()
     assert (run.state, states(run)) == ("failed", {
         "compare": "success", "submit": "success", "wait": "success", "merge": "success",
@@ -178,6 +220,8 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None
     assert (plan["scope"], plan["extra"], plan["to_key"]) == ("tables", [90000], '["100"]')
     assert "dump-3 completed: 1 table(s), 100 rows" in logged
     assert xcom(run, "remove_extra") == {"removed": [[90000]], "kept": []}
+    # the repair's merge changed the table: the same asset event as dblog_merge emits
+    assert list(asset_events(run)) == [f"dblog://{SOURCE}/{TABLE}"]
     assert ('the target differs from the source: public.items: 0 missing, 1 changed, 0 extra: '
             'changed 200 (dump-3 dumped only the rows where key <= ["100"]: the verify '
             "compares whole tables, and differences outside those rows remain)") in logged
@@ -204,6 +248,41 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str]) -> None
     assert (again.state, states(again)) == ("success", {
         "compare": "success", "submit": "skipped", "wait": "skipped", "merge": "skipped",
         "remove_extra": "skipped", "verify": "skipped"})
+    assert asset_events(again) == {}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("captured", [[TABLE, QUIET]])
+def test_merge_returns_its_report_and_emits_an_asset_per_changed_table(
+        capture: Capture, log_text: Callable[[], str]) -> None:
+    with psycopg.connect(capture.source_dsn, autocommit=True) as source:
+        source.execute("INSERT INTO public.items (id, name, qty) VALUES"
+                       " (1001, 'new', 1), (1002, 'new', 2)")
+        source.execute("UPDATE public.items SET qty = 50, version = 2 WHERE id = 1001")
+    landing = capture.config.parent / "landing"
+    wait_for(lambda: len(replay(landing, SOURCE, TABLE).events) >= 3, 30,
+             "the changes to land", lambda: capture.worker.log()[-3000:])
+
+    run = capture.dags["dblog_merge"].test()
+    logged = log_text()
+    assert (run.state, states(run)) == ("success", {"sources": "success", "merge": "success"}), \
+        logged[-6000:]
+    assert xcom(run, "sources") == ["dblog_default"]
+    report = xcom(run, "merge", map_index=0)
+    tables = {t["table"]: t for t in report["tables"]}
+    assert report["ok"] is True and set(tables) == {TABLE, QUIET}
+    assert {k: tables[TABLE][k] for k in ("events", "upserted", "deleted", "error")} == {
+        "events": 3, "upserted": 2, "deleted": 0, "error": ""}
+    assert (tables[QUIET]["batches"], tables[QUIET]["upserted"]) == (0, 0)
+    assert target_rows(capture)[1001] == ("new", 50)
+
+    # one event, the changed table's (the quiet one emits none), its counts as the extra
+    events = asset_events(run)
+    assert list(events) == [f"dblog://{SOURCE}/{TABLE}"]
+    extra = events[f"dblog://{SOURCE}/{TABLE}"]
+    assert {k: extra[k] for k in ("source_table", "events", "upserted", "deleted",
+                                  "truncated")} == {
+        "source_table": TABLE, "events": 3, "upserted": 2, "deleted": 0, "truncated": False}
 
 
 def test_dump_of_a_table_not_captured_fails(capture: Capture,

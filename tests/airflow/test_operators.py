@@ -4,6 +4,7 @@ instance, templated values, the state changes and the refusals."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 from airflow.sdk import Context
@@ -50,6 +51,24 @@ def test_submit_once_per_task_instance(store: StateStore, task_context: MakeCont
                                         task_id="submit"))
     assert len({first, mapped, other_run}) == 3
     assert len(store.list_requests()) == 3
+
+
+def test_a_cleared_run_gets_a_new_request_when_asked(store: StateStore,
+                                                     task_context: MakeContext) -> None:
+    op = DblogDumpOperator(task_id="submit", scope="tables", tables=["public.a"],
+                           new_request_on_clear=True)
+    context = task_context(dag_id="dblog_repair", run_id="manual__1", task_id="submit")
+    first = op.execute(context)  # a run never cleared: the plain token
+    assert store.get_request(first).client_token == "airflow:dblog_repair:manual__1:submit:-1"
+    context["dag_run"] = SimpleNamespace(clear_number=1)
+    again = op.execute(context)  # the run cleared and re-run: a new request
+    assert op.execute(context) == again != first  # its automatic retry re-attaches
+    assert store.get_request(again).client_token == (
+        "airflow:dblog_repair:manual__1:submit:-1:clear1")
+    # without the option a cleared run re-attaches, as before
+    plain = DblogDumpOperator(task_id="submit", scope="tables", tables=["public.a"])
+    assert plain.execute(context) == first
+    assert len(store.list_requests()) == 2
 
 
 def test_templated_params_render_to_a_request(

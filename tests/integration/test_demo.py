@@ -57,8 +57,9 @@ def test_quickstart_dumps_merges_and_repairs_through_airflow(tmp_path: Path) -> 
     for source in SOURCES:
         assert re.search(rf"^\s+dblog_dump\s+quickstart-dump-{source}\s+success\s.*dump-1: "
                          r"2 tables, [\d,]+ rows in \d+ windows", summary, re.M), summary
-    assert re.search(r"^\s+dblog_merge\s+\S+\s+success\s.*merge_dblog_shop_pg success, "
-                     r"merge_dblog_shop_mariadb success$", summary, re.M), summary
+    assert re.search(r"^\s+dblog_merge\s+\S+\s+success\s.*sources success, "
+                     r"merge\[dblog_shop_pg\] success, merge\[dblog_shop_mariadb\] success$",
+                     summary, re.M), summary
     for source, (customers, _) in SOURCES.items():
         # The damage the quickstart did, as it said it: which keys it changed and deleted.
         damage = re.search(rf"^\s+{source}\s+{re.escape(customers)}: name of (\d+) changed, "

@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlsplit
 import jsonschema
 import pytest
 import yaml
+from dblog_airflow import get_provider_info
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from psycopg.conninfo import conninfo_to_dict
@@ -570,7 +571,7 @@ def test_airflow_mounts_the_dags_and_plugins_over_the_installed_sources(
         assert ("./plugins", env["AIRFLOW__CORE__PLUGINS_FOLDER"], "ro") in mounts(service)
         assert env["AIRFLOW__CORE__DAGS_FOLDER"] == "/opt/dblog/dags"
         assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == "/opt/dblog/plugins"
-        assert host_path(service, env["DBLOG_CONFIG"]).is_file()
+        assert host_path(service, env["AIRFLOW__DBLOG__CONFIG"]).is_file()
         assert service["build"]["target"] == "airflow"
     assert (ROOT / "dags" / "dblog_dump.py").is_file()
     assert (ROOT / "plugins" / "dblog_airflow" / "hooks" / "dblog.py").is_file()
@@ -583,7 +584,9 @@ def test_airflow_options_are_airflow_options(services: dict[str, Service]) -> No
     options = yaml.safe_load((template / "config.yml").read_text())
     known = {(section, option) for section, body in options.items()
              for option in body.get("options", {})}
-    assert ("core", "executor") in known
+    known |= {(section, option) for section, body in get_provider_info()["config"].items()
+              for option in body["options"]}  # the provider's [dblog] section
+    assert ("core", "executor") in known and ("dblog", "merge_connections") in known
     for name, service in airflow_services(services).items():
         for key in environment(service):
             match = re.fullmatch(r"AIRFLOW__([A-Z_]+?)__([A-Z_]+)", key)
@@ -642,7 +645,7 @@ def test_airflow_connections_parse_into_what_the_hook_expects(
                (load_worker_config(s) for s in workers(services).values())}
     dblog_ids = [c for c in connections if json.loads(connections[c])["conn_type"] == "dblog"]
     assert "dblog_default" in dblog_ids
-    assert set(env["DBLOG_MERGE_CONNECTIONS"].split(",")) == set(dblog_ids)
+    assert set(env["AIRFLOW__DBLOG__MERGE_CONNECTIONS"].split(",")) == set(dblog_ids)
     seen = set()
     for conn_id in dblog_ids:
         settings = DblogHook(conn_id).settings

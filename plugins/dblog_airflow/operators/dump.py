@@ -18,12 +18,19 @@ if TYPE_CHECKING:
 __all__ = ["DblogDumpOperator", "client_token"]
 
 
-def client_token(context: Context) -> str:
+def client_token(context: Context, new_on_clear: bool = False) -> str:
     """``airflow:<dag_id>:<run_id>:<task_id>:<map_index>``: the same for every try of a task
-    instance, so that a retried or re-run submit gets the first request back."""
+    instance, so that a retried or re-run submit gets the first request back.
+
+    With ``new_on_clear``, ``:clear<N>`` is added once the DAG run has been cleared N times
+    (``dag_run.clear_number``): an automatic retry (a crash, Redis away) keeps the token and
+    re-attaches to the request its try queued; clearing the run, or tasks of it, to re-run
+    it gives a new token, so a new request."""
     ti = context["ti"]
     map_index = -1 if ti.map_index is None else ti.map_index
-    return f"airflow:{ti.dag_id}:{ti.run_id}:{ti.task_id}:{map_index}"
+    token = f"airflow:{ti.dag_id}:{ti.run_id}:{ti.task_id}:{map_index}"
+    clears = getattr(context.get("dag_run"), "clear_number", 0) or 0
+    return f"{token}:clear{clears}" if new_on_clear and clears else token
 
 
 class DblogDumpOperator(BaseOperator):
@@ -31,9 +38,11 @@ class DblogDumpOperator(BaseOperator):
 
     The worker runs it in chunks interleaved with the change log, in watermark windows.
     The request carries a client token made of the DAG, run, task and map index: a retry
-    (or a cleared and re-run task) gets the same request back instead of a second dump.
-    Wait for it with :class:`~dblog_airflow.sensors.dump.DblogDumpSensor`. The task's
-    extra link "dblog live view" opens the leading worker's live view.
+    (or a cleared and re-run task) gets the same request back instead of a second dump;
+    with ``new_request_on_clear`` a re-run after clearing the DAG run queues a new request
+    (:func:`client_token`). Wait for it with
+    :class:`~dblog_airflow.sensors.dump.DblogDumpSensor`. The task's extra link "dblog live
+    view" opens the leading worker's live view.
 
     A refused request (an unknown scope, no tables, keys that do not fit the primary key, a
     table the worker does not capture, a filter on a column the table does not have) fails
@@ -71,6 +80,8 @@ class DblogDumpOperator(BaseOperator):
     :param throttle: Automatic throttling: limits by name (``max_chunk_ms``,
         ``max_active_sessions``, ``max_replica_lag_ms``, ``max_log_lag_mb``), each an int or
         its text; 0 or left out: off (templated).
+    :param new_request_on_clear: A re-run after the DAG run was cleared queues a new request
+        instead of re-attaching to the first (automatic retries still re-attach).
     :param dblog_conn_id: The ``dblog`` connection (templated).
     """
 
@@ -84,8 +95,10 @@ class DblogDumpOperator(BaseOperator):
                  chunk_size: int | str = DEFAULT_CHUNK_SIZE, delay_ms: int | str = 0,
                  parallelism: int | str = 1, where: object = None, from_key: object = None,
                  to_key: object = None, throttle: Mapping[str, int | str] | None = None,
-                 dblog_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+                 dblog_conn_id: str = DEFAULT_CONN_ID, new_request_on_clear: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.new_request_on_clear = new_request_on_clear
         self.scope = scope
         self.tables = tables
         self.keys = keys
@@ -105,7 +118,8 @@ class DblogDumpOperator(BaseOperator):
                 request = hook.submit_dump(
                     self.scope, self.tables, self.keys,
                     chunk_size=self.chunk_size, delay_ms=self.delay_ms,
-                    client_token=client_token(context), parallelism=self.parallelism,
+                    client_token=client_token(context, self.new_request_on_clear),
+                    parallelism=self.parallelism,
                     where=self.where, from_key=self.from_key, to_key=self.to_key,
                     throttle=self.throttle)
             DblogLiveViewLink.persist(context, hook)
