@@ -30,6 +30,9 @@ Fixtures (the Redis, PostgreSQL and Spark ones of tests/conftest.py apply too):
     records (``caplog``, from DEBUG) and what Airflow's structlog loggers printed (the
     ``self.log`` of hooks, operators, sensors and triggers writes to stdout, not to
     ``logging``).
+``pg_target`` (function)
+    The DSN of another fresh database of the session PostgreSQL (a merge target), dropped
+    after the test.
 ``task_context`` (function)
     A factory: ``task_context(dag_id="dag", run_id="run", task_id="task", map_index=-1)``
     gives the part of an Airflow task context that the provider's operators read (``ti``
@@ -47,13 +50,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import urlsplit
 
 import pytest
+
+from tests.services import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,6 +147,13 @@ def log_text(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
         return caplog.text + "".join(printed)
 
     return text
+
+
+@pytest.fixture
+def pg_target(postgres_server: PostgresServer) -> Iterator[str]:
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    yield postgres_server.create_database(name)
+    postgres_server.drop_database(name)
 
 
 @pytest.fixture

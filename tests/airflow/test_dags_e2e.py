@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,7 +44,6 @@ from dblog_worker.verify import verify
 from tests.airflow.conftest import DblogConnection
 from tests.airflow.dag_files import load_dags
 from tests.integration.harness import WorkerProcess, replay, wait_for, write_config
-from tests.services import PostgresServer
 from tests.spark_local import jdbc_jars
 
 SOURCE = "src"
@@ -65,14 +63,6 @@ class Capture:
     redis_url: str
     worker: WorkerProcess
     dags: dict[str, DAG]
-
-
-@pytest.fixture
-def pg_target(postgres_server: PostgresServer) -> Iterator[str]:
-    """DSN of another fresh database, the target, dropped after the test."""
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    yield postgres_server.create_database(name)
-    postgres_server.drop_database(name)
 
 
 @pytest.fixture
