@@ -57,7 +57,7 @@ def test_the_environment_of_airflow(tmp_path: Path) -> None:
     assert env["AIRFLOW_HOME"] == str(workdir / "airflow")
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == str(ROOT / "dags")
     assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == str(ROOT / "plugins")
-    assert env["DBLOG_CONFIG"] == config
+    assert env["AIRFLOW__DBLOG__CONFIG"] == config
     assert json.loads(env["AIRFLOW_CONN_DBLOG_DEFAULT"]) == {
         "conn_type": "dblog", "host": "127.0.0.1", "port": 6390, "schema": "2",
         "password": "s3cret", "extra": {"source": "shop", "config": config}}
