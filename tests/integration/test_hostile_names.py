@@ -465,8 +465,10 @@ def airflow_dump_and_forms(case: Case, worker: WorkerProcess,
     operator = DblogDumpOperator(task_id="submit", scope="keys", tables=[composite.name],
                                  keys=json.dumps([[row[k] for k in composite.key]]),
                                  chunk_size=3, dblog_conn_id=CONN_ID)
+    pushed: dict[str, object] = {}  # the task's XCom: the live view link's URL
     ti = SimpleNamespace(dag_id="dblog_dump", run_id="hostile", task_id="submit",
-                         map_index=-1, try_number=1)
+                         map_index=-1, try_number=1,
+                         xcom_push=lambda key, value: pushed.__setitem__(key, value))
     request_id = operator.execute(cast("Context", {"ti": ti, "run_id": "hostile"}))
     wait_completed(case, request_id, worker)
     checked = DblogDumpOperator(task_id="submit2", scope=form.scope, tables=form.tables,
