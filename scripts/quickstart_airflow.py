@@ -343,6 +343,8 @@ class LocalAirflow:
 
     def _update(self, result: RunResult) -> None:
         run = self.run(result.dag_id, result.run_id)
+        tasks: dict[str, str] = {}  # as the run has them now: a mapped task's instances
+        # replace it once expanded, and get their names (merge[conn]) once rendered
         for ti in self.task_instances(result.dag_id, result.run_id):
             task, state = str(ti["task_id"]), str(ti["state"] or "none")
             index = ti.get("map_index")
@@ -351,7 +353,8 @@ class LocalAirflow:
             if result.tasks.get(task) != state and state in SHOWN:
                 took = f" ({seconds(float(ti['duration']))})" if ti.get("duration") else ""
                 say(f"   {result.label}: {result.dag_id}.{task}: {state}{took}")
-            result.tasks[task] = state
+            tasks[task] = state
+        result.tasks = tasks
         result.state = str(run["state"])
         result.duration = float(run.get("duration") or 0.0)
 
