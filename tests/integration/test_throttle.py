@@ -156,8 +156,8 @@ def test_active_sessions_throttle_the_dump_until_the_load_stops(
 def test_limits_set_at_runtime_take_effect_and_bad_ones_are_refused(
         backend: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
     t1, t2 = backend.t1, backend.t2
-    backend.create(t1, 40_000)
-    backend.create(t2, 0)
+    backend.create(t1, 100_000)  # 100 windows 300 ms apart: the limit set comes in time
+    backend.create(t2, 0)        # even when the first window shows late (a loaded machine)
     config = backend.config_path([t1, t2])
     worker = worker_process(config)
     store = StateStore(backend.redis_url, SOURCE)

@@ -109,8 +109,7 @@ class DblogDumpSensor(BaseSensorOperator):
             with task_errors():
                 request = hook.get_request(self.request_id)
                 progress = Progress.of(request, hook.progress(self.request_id))
-            if not request.state.terminal:
-                DblogLiveViewLink.persist(context, hook)
+            DblogLiveViewLink.persist(context, hook)  # also for a dump that has ended
         finally:
             hook.close()
         if request.state.terminal:
