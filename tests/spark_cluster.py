@@ -144,8 +144,8 @@ class SparkStandalone:
             try:
                 if ready(self.state()):
                     return
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                self.last_error = exc  # the master's UI not up yet: asked again
             time.sleep(0.2)
         raise ServiceError(f"timed out waiting for {what}; master log:\n{self.log('master')}"
                            f"\nworker log:\n{self.log('worker')}")

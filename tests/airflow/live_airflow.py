@@ -83,8 +83,8 @@ class LiveAirflow:
                 # test triggers
                 self.api("PATCH", "/api/v2/dags/dblog_repair", {"is_paused": False})
                 return self
-            except (urllib.error.URLError, OSError):  # not up, or the DAG not parsed yet
-                pass
+            except (urllib.error.URLError, OSError) as exc:  # not up, or not parsed yet
+                self.last_error = exc  # asked again below, until the deadline
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
                     raise AssertionError(f"airflow {name} exited {proc.returncode}:\n"
