@@ -229,7 +229,21 @@ class PostgresTarget(Target):
 
     # -- state ------------------------------------------------------------------------------
 
+    def _schema_lock(self, schema: str) -> None:
+        """Serialize creating ``schema`` and its tables among concurrent merges.
+
+        ``CREATE ... IF NOT EXISTS`` is not safe against itself: two sessions that both
+        find the name free both insert it and one fails on the catalog's unique index.
+        """
+        self.conn.execute(b"SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                          (f"dblog create schema {schema}",))
+
     def ensure_state(self) -> None:
+        with self._errors("creating the merge state"), self.conn.transaction():
+            self._schema_lock(self.state)
+            self._create_state()
+
+    def _create_state(self) -> None:
         s = self._s
         self._run(f"CREATE SCHEMA IF NOT EXISTS {s}")
         self._run(
@@ -295,6 +309,7 @@ class PostgresTarget(Target):
         described = ", ".join(f"{ident(n)} {sql_text(t)}" for n, t in columns)
         primary = ", ".join(ident(k) for k in key)
         with self._errors("creating the target table"), self.conn.transaction():
+            self._schema_lock(schema)
             self._ddl(table, f"CREATE SCHEMA IF NOT EXISTS {ident(schema)}")
             self._ddl(table, f"CREATE TABLE IF NOT EXISTS {qualified(table)}"
                              f" ({described}, PRIMARY KEY ({primary}))")

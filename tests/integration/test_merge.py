@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -564,3 +566,39 @@ def test_tables_merge_in_parallel_within_the_bound(pg_bed: Bed, spark: SparkSess
                        for i in range(1, 201) if i != 7}, table
     again = merge_source(config, spark_stager(spark))
     assert [t.batches for t in again.tables] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_concurrent_merges_create_one_schema_without_tripping(pg_bed: Bed, round_: int) -> None:
+    """Two merges (two tables of one job, or two jobs) meeting a new schema at once."""
+    fresh = f"fresh_{os.getpid()}_{round_}"
+    target_config = config_module.parse({
+        "source": {"name": "src", "dsn": "host=127.0.0.1", "tables": [TABLE]},
+        "redis": {"url": "redis://127.0.0.1:1"}, "landing": {"path": str(pg_bed.root)},
+        "target": {"kind": "postgresql", "dsn": pg_bed.dsn, "state_schema": f"{fresh}_state"},
+    }, {}).require_target()
+    sessions = 6
+    barrier = threading.Barrier(sessions)
+
+    def prepare(n: int) -> None:
+        target = PostgresTarget(target_config)
+        target.connect()
+        try:
+            barrier.wait(timeout=60)
+            target.ensure_state()
+            barrier.wait(timeout=60)
+            target.create_table(f"{fresh}.t{n % 2}", [("id", "int4")], ["id"])
+        except BaseException:
+            barrier.abort()  # the others stop waiting for this one
+            raise
+        finally:
+            target.close()
+
+    with ThreadPoolExecutor(max_workers=sessions) as pool:
+        for future in [pool.submit(prepare, n) for n in range(sessions)]:
+            future.result()  # raises what a session hit
+    found = pg_bed.query("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n"
+                         " ON n.oid = c.relnamespace WHERE n.nspname LIKE %s AND c.relkind = 'r'"
+                         " ORDER BY 1, 2", (f"{fresh}%",))
+    assert found == [(fresh, "t0"), (fresh, "t1"), (f"{fresh}_state", "merge_log"),
+                     (f"{fresh}_state", "tombstones")]
