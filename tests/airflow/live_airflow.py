@@ -118,19 +118,32 @@ class LiveAirflow:
         with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
             return json.load(response)
 
-    def wait_run(self, dag_id: str, timeout: float = 300) -> dict[str, Any]:
-        """The DAG's one run, once it ended (success or failed), read every second."""
+    def trigger(self, dag_id: str, run_id: str, conf: Mapping[str, Any]) -> None:
+        self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns",
+                 {"dag_run_id": run_id, "logical_date": None, "conf": dict(conf)})
+
+    def run_ids(self, dag_id: str) -> set[str]:
+        return {str(run["dag_run_id"]) for run in
+                self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]}
+
+    def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        return dict(self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"))
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        found = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return {ti["task_id"]: ti["state"] for ti in found["task_instances"]}
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 300) -> dict[str, Any]:
+        """The run, once it ended (success or failed), read every second."""
         deadline = time.monotonic() + timeout
-        runs: list[dict[str, Any]] = []
+        run: dict[str, Any] = {}
         while time.monotonic() < deadline:
-            runs = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]
-            assert len(runs) <= 1, f"{dag_id} has {len(runs)} runs, not one: {runs}"
-            if runs and runs[0]["state"] in ("success", "failed"):
-                return runs[0]
+            run = self.run(dag_id, run_id)
+            if run["state"] in ("success", "failed"):
+                return run
             time.sleep(1)
-        details = self.task_logs(dag_id, runs[0]["dag_run_id"]) if runs else "no run"
-        raise AssertionError(f"the run of {dag_id} did not end within {timeout} s: {runs}\n"
-                             f"{details}\n{self.logs()}")
+        raise AssertionError(f"the run {run_id} of {dag_id} did not end within {timeout} s: "
+                             f"{run}\n{self.task_logs(dag_id, run_id)}\n{self.logs()}")
 
     def log(self, name: str) -> str:
         path = self.home / f"{name}.log"

@@ -1,10 +1,14 @@
-"""``dblog_repair`` from Airflow's UI, as an operator runs it: a real Airflow (api-server with
-the UI, scheduler, DAG processor, triggerer; tests/airflow/live_airflow.py), a real ``dblog
-run`` over a throwaway PostgreSQL source and Redis, and a PostgreSQL target that was a copy
-of the source until the test damaged it (rows changed, one deleted, one extra). Headless
-Chromium (tests/browser.py) opens the DAG, clicks *Trigger*, fills the *Table* field of the
-form, triggers; the test follows the run through the REST API until it ends, and checks
-that every task succeeded and that the target equals the source again.
+"""``dblog_repair`` in a real Airflow, as an operator runs it: api-server with the UI,
+scheduler, DAG processor and triggerer (tests/airflow/live_airflow.py), started once for the
+module, a real ``dblog run`` over a throwaway PostgreSQL source and Redis, and a PostgreSQL
+target that was a copy of the source until each test damages it.
+
+- From the UI: headless Chromium (tests/browser.py) opens the DAG, clicks *Trigger*, fills
+  the *Table* field of the form, triggers; the test follows the run through the REST API
+  until it ends, and checks that every task succeeded and that the target equals the
+  source again.
+- By hand, through the REST API the UI's buttons call: the deferred *wait* task marked
+  failed cancels the dump; *Clear* of the failed run queues a new request, which repairs.
 
 The screenshot of the filled form is docs/airflow-repair-form.png: with
 ``DBLOG_UPDATE_SCREENSHOTS=1`` the test writes it there, otherwise under its tmp_path.
@@ -15,21 +19,29 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+import redis
 
 from dblog_worker import config as config_module
+from dblog_worker.requests import DumpRequest, RequestState
+from dblog_worker.state import StateStore
 from dblog_worker.verify import verify
 from tests.airflow.conftest import ROOT
 from tests.airflow.live_airflow import LiveAirflow
 from tests.airflow.test_dags_e2e import FAST_JVM
 from tests.browser import CHROMIUM, Browser, BrowserError
 from tests.integration.harness import WorkerProcess, wait_for, write_config
+from tests.services import PostgresServer, RedisServer
 from tests.spark_local import jdbc_jars
 
 SOURCE = "src"
@@ -42,16 +54,41 @@ FILL = ("INSERT INTO public.items (id, name, qty)"
         " SELECT i, 'item ' || i, i % 7 FROM generate_series(1, 300) AS i")
 
 
-@pytest.fixture
-def airflow(pg_dsn: str, pg_target: str, redis_url: str, tmp_path: Path
-            ) -> Iterator[tuple[LiveAirflow, Path]]:
-    """Airflow with a dblog connection to a streaming worker; the configuration's path."""
+@dataclass
+class Rig:
+    """Airflow with a dblog connection to a streaming worker over a source and a target."""
+
+    live: LiveAirflow
+    config: Path
+    source: str
+    target: str
+    redis_url: str
+
+    def equal(self) -> bool:
+        return verify(config_module.load(self.config), [TABLE]).equal
+
+
+@pytest.fixture(scope="module")
+def rig(postgres_server: PostgresServer, redis_server: RedisServer,
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    """One Airflow for the module's tests (it takes a minute to start): each test damages
+    the target its own way and repairs it, whatever ran before."""
+    if not postgres_server.running:  # a previous test stopped it
+        postgres_server.restart()
+    if not redis_server.running:
+        redis_server.restart()
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.flushall()
+    tmp_path = tmp_path_factory.mktemp("airflow_ui")
+    names = [f"t_{uuid.uuid4().hex[:16]}" for _ in range(2)]
+    pg_dsn, pg_target = (postgres_server.create_database(name) for name in names)
     for dsn in (pg_dsn, pg_target):  # the target starts as a copy of the source
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(DDL)
             conn.execute(FILL)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE public.items REPLICA IDENTITY FULL")
+    redis_url = redis_server.url
     config = write_config(tmp_path, pg_dsn, redis_url, [TABLE], name=SOURCE, extra=f"""
 [target]
 kind = "postgresql"
@@ -65,9 +102,9 @@ jars = {json.dumps([str(j) for j in jdbc_jars()])}
 "spark.sql.shuffle.partitions" = "4"
 "spark.driver.extraJavaOptions" = "{FAST_JVM}"
 """)
-    redis = urlsplit(redis_url)
-    connection = {"conn_type": "dblog", "host": redis.hostname, "port": redis.port,
-                  "schema": redis.path.strip("/") or "0",
+    redis_address = urlsplit(redis_url)
+    connection = {"conn_type": "dblog", "host": redis_address.hostname,
+                  "port": redis_address.port, "schema": redis_address.path.strip("/") or "0",
                   "extra": {"source": SOURCE, "config": str(config)}}
     home = tmp_path / "airflow"
     home.mkdir()
@@ -79,12 +116,14 @@ jars = {json.dumps([str(j) for j in jdbc_jars()])}
             "AIRFLOW_CONN_DBLOG_DEFAULT": json.dumps(connection),
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark",
                                                       "host": "local[2]"}),
-            "DBLOG_CONFIG": str(config),
-            "DBLOG_POLL_INTERVAL_S": "1",
+            "AIRFLOW__DBLOG__CONFIG": str(config),
+            "AIRFLOW__DBLOG__POLL_INTERVAL_S": "1",
         }) as live:
-            yield live, config
+            yield Rig(live, config, pg_dsn, pg_target, redis_url)
     finally:
         worker.stop()
+        for name in names:
+            postgres_server.drop_database(name)
 
 
 def target_rows(dsn: str) -> dict[int, tuple[str, int | None]]:
@@ -117,20 +156,20 @@ def open_section(browser: Browser, name: str) -> None:
 
 
 @pytest.mark.timeout(420)
-def test_repair_from_the_trigger_form(airflow: tuple[LiveAirflow, Path], pg_target: str,
-                                      tmp_path: Path) -> None:
+def test_repair_from_the_trigger_form(rig: Rig, tmp_path: Path) -> None:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: ./scripts/install installs it "
                     "(apt-get install chromium)")
-    live, config = airflow
-    with psycopg.connect(pg_target, autocommit=True) as target:
+    live = rig.live
+    with psycopg.connect(rig.target, autocommit=True) as target:
         target.execute("UPDATE public.items SET name = 'damaged' WHERE id IN (5, 200)")
         target.execute("DELETE FROM public.items WHERE id = 7")
         target.execute("INSERT INTO public.items (id, name, qty) VALUES (90000, 'extra', 1)")
-    assert not verify(config_module.load(config), [TABLE]).equal
+    assert not rig.equal()
 
     screenshot = SCREENSHOT if os.environ.get("DBLOG_UPDATE_SCREENSHOTS") == "1" \
         else tmp_path / SCREENSHOT.name
+    before = live.run_ids("dblog_repair")
     with Browser(1280, 900) as browser:
         try:
             browser.goto(f"{live.url}/dags/dblog_repair")
@@ -158,16 +197,80 @@ def test_repair_from_the_trigger_form(airflow: tuple[LiveAirflow, Path], pg_targ
             raise
     assert png_size(screenshot) == (1280, 900)
 
-    run = live.wait_run("dblog_repair")
-    run_id = str(run["dag_run_id"])
+    [run_id] = live.run_ids("dblog_repair") - before
+    run = live.wait_run("dblog_repair", run_id)
     assert run["conf"]["table"] == TABLE, run
-    tasks = live.api("GET", f"/api/v2/dags/dblog_repair/dagRuns/{run_id}/taskInstances")
-    states = {ti["task_id"]: ti["state"] for ti in tasks["task_instances"]}
-    assert states == dict.fromkeys(
+    assert live.task_states("dblog_repair", run_id) == dict.fromkeys(
         ["compare", "submit", "wait", "merge", "remove_extra", "verify"], "success"), \
         live.task_logs("dblog_repair", run_id)[-12000:]
     assert run["state"] == "success"
-    rows = target_rows(pg_target)
+    rows = target_rows(rig.target)
     assert (len(rows), rows[5], rows[7], rows[200]) == (
         ROWS, ("item 5", 5), ("item 7", 0), ("item 200", 4))
-    assert verify(config_module.load(config), [TABLE]).equal
+    assert rig.equal()
+
+
+def request_of(rig: Rig, client_token: str) -> DumpRequest | None:
+    store = StateStore(rig.redis_url, SOURCE)
+    try:
+        request_id = store.token_request(client_token)
+        return None if request_id is None else store.get_request(request_id)
+    finally:
+        store.redis.close()
+
+
+def wait_request(rig: Rig, client_token: str, states: set[RequestState], what: str,
+                 run_id: str) -> DumpRequest:
+    found: list[DumpRequest] = []
+
+    def reached() -> bool:
+        request = request_of(rig, client_token)
+        found[:] = [request] if request else []
+        return request is not None and request.state in states
+
+    wait_for(reached, 120, what, lambda: f"{found}\n"
+             + rig.live.task_logs("dblog_repair", run_id)[-6000:] + rig.live.logs())
+    return found[0]
+
+
+@pytest.mark.timeout(420)
+def test_a_repair_stopped_by_hand_then_cleared_dumps_anew(rig: Rig) -> None:
+    """What an operator does from the grid view, through the REST API the UI calls: mark the
+    deferred *wait* task failed (the dump is cancelled, not left running), then *Clear* the
+    failed run (the re-run queues a new request instead of re-attaching to the cancelled
+    one) and watch it repair the table."""
+    live = rig.live
+    with psycopg.connect(rig.target, autocommit=True) as target:
+        target.execute("UPDATE public.items SET name = 'stale' WHERE id IN (10, 11, 12, 13)")
+    assert not rig.equal()
+    run_id = f"stopped_by_hand_{uuid.uuid4().hex[:8]}"
+    token = f"airflow:dblog_repair:{run_id}:submit:-1"
+    # one key per window and an hour between windows: the dump is still running when the
+    # task is stopped
+    live.trigger("dblog_repair", run_id, {"table": TABLE, "chunk_size": 1,
+                                          "delay_ms": 3_600_000})
+    first = wait_request(rig, token, {RequestState.RUNNING}, "the repair's dump to run", run_id)
+    wait_for(lambda: live.task_states("dblog_repair", run_id).get("wait") == "deferred", 60,
+             "the wait task to defer", lambda: str(live.task_states("dblog_repair", run_id)))
+
+    live.api("PATCH", f"/api/v2/dags/dblog_repair/dagRuns/{run_id}/taskInstances/wait",
+             {"new_state": "failed"})
+    cancelled = wait_request(rig, token, {RequestState.CANCELLED, RequestState.COMPLETED},
+                             "the dump to be cancelled", run_id)
+    assert cancelled.state is RequestState.CANCELLED, cancelled
+    assert live.wait_run("dblog_repair", run_id)["state"] == "failed"
+    assert "stopped by hand" in live.log("triggerer") + live.task_logs("dblog_repair", run_id)
+    assert not rig.equal()
+
+    live.api("POST", f"/api/v2/dags/dblog_repair/dagRuns/{run_id}/clear", {"dry_run": False})
+    again = wait_request(rig, f"{token}:clear1", {RequestState.RUNNING, RequestState.COMPLETED},
+                         "the cleared run's new dump", run_id)
+    assert again.id != first.id
+    assert request_of(rig, token) == cancelled, "the cancelled request stays as it was"
+    subprocess.run([sys.executable, "-m", "dblog_worker", "set", "--config", str(rig.config),
+                    again.id, "--delay-ms", "0"], check=True, capture_output=True, timeout=60)
+    run = live.wait_run("dblog_repair", run_id)
+    assert (run["state"], live.task_states("dblog_repair", run_id)) == ("success", dict.fromkeys(
+        ["compare", "submit", "wait", "merge", "remove_extra", "verify"], "success")), \
+        live.task_logs("dblog_repair", run_id)[-12000:]
+    assert rig.equal()
