@@ -100,17 +100,21 @@ class RedisStore:
                 fill(pipe)
                 return pipe.execute()
             lease = self.key("lease")
-            with self.redis.pipeline(transaction=True) as pipe:
-                pipe.watch(lease)  # type: ignore[no-untyped-call]
-                holder = pipe.hget(lease, "token")
-                if holder != str(self._fence):
-                    raise LeaseLost(self._fenced_out(holder))
-                pipe.multi()
-                fill(pipe)
-                try:
+            try:
+                with self.redis.pipeline(transaction=True) as pipe:
+                    pipe.watch(lease)  # type: ignore[no-untyped-call]
+                    holder = pipe.hget(lease, "token")
+                    if holder != str(self._fence):
+                        raise LeaseLost(self._fenced_out(holder))
+                    pipe.multi()
+                    fill(pipe)
                     return pipe.execute()
-                except redis.WatchError:
-                    raise LeaseLost(self._fenced_out(None)) from None
+            except redis.WatchError as exc:
+                # redis-py raises WatchError also when the connection drops while watching
+                lost = exc.__context__
+                if isinstance(lost, (redis.ConnectionError, redis.TimeoutError)):
+                    raise StateUnavailable(f"Redis is unreachable: {lost}") from exc
+                raise LeaseLost(self._fenced_out(None)) from None
 
     def _fenced_out(self, holder: object) -> str:
         now = "nobody holds it" if holder is None else f"token {holder} holds it"

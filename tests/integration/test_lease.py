@@ -162,3 +162,29 @@ def test_a_read_only_replica_is_unavailable_not_an_error(redis_url: str,
         admin.close()
         store.close()
     assert lease.acquire() == 1  # the primary again: the lease is taken as usual
+
+
+def test_a_connection_cut_inside_a_fenced_write_is_unavailable_not_lost(
+    redis_url: str, leases: tuple[Lease, Lease]
+) -> None:
+    """redis-py reports a connection dropped while watching as a WatchError, as it does a
+    lease that changed: the store tells them apart (Redis away is retried; the lease is
+    still held)."""
+    a, _ = leases
+    store = StateStore(redis_url, SOURCE)
+    try:
+        store.fence(a.acquire() or 0)
+        store.publish_status({"run_id": "before"})
+
+        def cut(pipe: redis.client.Pipeline) -> None:
+            pipe.hset(store.key("worker"), mapping={"run_id": "cut"})
+            with redis.Redis.from_url(redis_url) as other:  # the store's connection dies
+                other.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+
+        with pytest.raises(StateUnavailable, match="Redis is unreachable"):
+            store._write(cut)
+        assert store.status()["run_id"] == "before", "nothing of the cut write is there"
+        store.publish_status({"run_id": "after"})  # the lease holds: the next write goes in
+        assert store.status()["run_id"] == "after"
+    finally:
+        store.close()
