@@ -149,6 +149,29 @@ def log_text(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
     return text
 
 
+FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def target_sections(target_dsn: str) -> str:
+    """The [target] and [merge] sections of a worker configuration whose merge runs on the
+    venv's Spark (local, with the JDBC jars) into the PostgreSQL ``target_dsn``."""
+    from tests.spark_local import jdbc_jars
+
+    return f"""
+[target]
+kind = "postgresql"
+dsn = {json.dumps(target_dsn)}
+
+[merge]
+jars = {json.dumps([str(j) for j in jdbc_jars()])}
+
+[merge.spark_conf]
+"spark.ui.enabled" = "false"
+"spark.sql.shuffle.partitions" = "4"
+"spark.driver.extraJavaOptions" = "{FAST_JVM}"
+"""
+
+
 @pytest.fixture
 def pg_target(postgres_server: PostgresServer) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex[:16]}"

@@ -153,6 +153,13 @@ class LiveAirflow:
         return "\n".join(f"--- airflow {name} ---\n{self.log(name)[-tail:]}"
                          for name in COMPONENTS)
 
+    def trigger_log(self, dag_id: str, run_id: str, task_id: str) -> str:
+        """What the task's triggers logged (the triggerer writes beside the task's log)."""
+        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / \
+            f"task_id={task_id}"
+        return "".join(path.read_text(errors="replace")
+                       for path in sorted(folder.glob("attempt=*.log.trigger.*.log")))
+
     def task_logs(self, dag_id: str, run_id: str) -> str:
         """What each task of a run logged (the files under the home's logs/)."""
         folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"

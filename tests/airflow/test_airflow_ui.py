@@ -36,13 +36,11 @@ from dblog_worker import config as config_module
 from dblog_worker.requests import DumpRequest, RequestState
 from dblog_worker.state import StateStore
 from dblog_worker.verify import verify
-from tests.airflow.conftest import ROOT
+from tests.airflow.conftest import ROOT, target_sections
 from tests.airflow.live_airflow import LiveAirflow
-from tests.airflow.test_dags_e2e import FAST_JVM
 from tests.browser import CHROMIUM, Browser, BrowserError
 from tests.integration.harness import WorkerProcess, wait_for, write_config
 from tests.services import PostgresServer, RedisServer
-from tests.spark_local import jdbc_jars
 
 SOURCE = "src"
 TABLE = "public.items"
@@ -89,19 +87,8 @@ def rig(postgres_server: PostgresServer, redis_server: RedisServer,
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE public.items REPLICA IDENTITY FULL")
     redis_url = redis_server.url
-    config = write_config(tmp_path, pg_dsn, redis_url, [TABLE], name=SOURCE, extra=f"""
-[target]
-kind = "postgresql"
-dsn = {json.dumps(pg_target)}
-
-[merge]
-jars = {json.dumps([str(j) for j in jdbc_jars()])}
-
-[merge.spark_conf]
-"spark.ui.enabled" = "false"
-"spark.sql.shuffle.partitions" = "4"
-"spark.driver.extraJavaOptions" = "{FAST_JVM}"
-""")
+    config = write_config(tmp_path, pg_dsn, redis_url, [TABLE], name=SOURCE,
+                          extra=target_sections(pg_target))
     redis_address = urlsplit(redis_url)
     connection = {"conn_type": "dblog", "host": redis_address.hostname,
                   "port": redis_address.port, "schema": redis_address.path.strip("/") or "0",
@@ -250,8 +237,12 @@ def test_a_repair_stopped_by_hand_then_cleared_dumps_anew(rig: Rig) -> None:
     live.trigger("dblog_repair", run_id, {"table": TABLE, "chunk_size": 1,
                                           "delay_ms": 3_600_000})
     first = wait_request(rig, token, {RequestState.RUNNING}, "the repair's dump to run", run_id)
-    wait_for(lambda: live.task_states("dblog_repair", run_id).get("wait") == "deferred", 60,
-             "the wait task to defer", lambda: str(live.task_states("dblog_repair", run_id)))
+    # the triggerer runs the trigger (its first line logged): a task marked failed before
+    # that cannot cancel (docs/airflow.md, "Stopping a dump task by hand")
+    wait_for(lambda: f"following {first.id} " in live.trigger_log("dblog_repair", run_id, "wait"),
+             60, "the triggerer to follow the dump",
+             lambda: f"{live.task_states('dblog_repair', run_id)}\n{live.log('triggerer')}")
+    assert live.task_states("dblog_repair", run_id)["wait"] == "deferred"
 
     live.api("PATCH", f"/api/v2/dags/dblog_repair/dagRuns/{run_id}/taskInstances/wait",
              {"new_state": "failed"})
@@ -259,7 +250,8 @@ def test_a_repair_stopped_by_hand_then_cleared_dumps_anew(rig: Rig) -> None:
                              "the dump to be cancelled", run_id)
     assert cancelled.state is RequestState.CANCELLED, cancelled
     assert live.wait_run("dblog_repair", run_id)["state"] == "failed"
-    assert "stopped by hand" in live.log("triggerer") + live.task_logs("dblog_repair", run_id)
+    assert f"the task was stopped by hand: {first.id} cancelled (it was running)" in \
+        live.trigger_log("dblog_repair", run_id, "wait")
     assert not rig.equal()
 
     live.api("POST", f"/api/v2/dags/dblog_repair/dagRuns/{run_id}/clear", {"dry_run": False})

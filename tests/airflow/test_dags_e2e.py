@@ -41,16 +41,14 @@ from airflow.serialization.serialized_objects import OperatorSerialization
 from dblog_worker import config as config_module
 from dblog_worker.state import StateStore
 from dblog_worker.verify import verify
-from tests.airflow.conftest import DblogConnection
+from tests.airflow.conftest import DblogConnection, target_sections
 from tests.airflow.dag_files import load_dags
 from tests.integration.harness import WorkerProcess, replay, wait_for, write_config
-from tests.spark_local import jdbc_jars
 
 SOURCE = "src"
 TABLE = "public.items"
 QUIET = "public.quiet"  # captured, never changed
 ROWS = 300
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 @dataclass
@@ -82,19 +80,7 @@ def capture(pg_dsn: str, pg_target: str, redis_url: str, tmp_path: Path, airflow
             conn.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
             conn.execute(f"INSERT INTO {table} (id, name, qty) SELECT i, 'item ' || i,"
                          " i %% 7 FROM generate_series(1, %s) AS i", (ROWS,))
-    extra = f"""
-[target]
-kind = "postgresql"
-dsn = {json.dumps(pg_target)}
-
-[merge]
-jars = {json.dumps([str(j) for j in jdbc_jars()])}
-
-[merge.spark_conf]
-"spark.ui.enabled" = "false"
-"spark.sql.shuffle.partitions" = "4"
-"spark.driver.extraJavaOptions" = "{FAST_JVM}"
-"""
+    extra = target_sections(pg_target)
     config = write_config(tmp_path, pg_dsn, redis_url, captured, name=SOURCE, extra=extra)
     dblog_connection(redis_url, SOURCE, config)
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
