@@ -33,7 +33,7 @@ from dblog_worker.pg.target import PostgresTarget
 from dblog_worker.pg.values import libpq_options
 from dblog_worker.position import Position
 from dblog_worker.target.base import Target
-from dblog_worker.target.merge import MergeReport, merge_source
+from dblog_worker.target.merge import MergeReport, merge_source, open_target
 from dblog_worker.target.plan import Batch, stage_name
 from dblog_worker.target.submit import submit_command
 from spark import merge as merge_job
@@ -569,36 +569,43 @@ def test_tables_merge_in_parallel_within_the_bound(pg_bed: Bed, spark: SparkSess
 
 
 @pytest.mark.parametrize("round_", range(3))
-def test_concurrent_merges_create_one_schema_without_tripping(pg_bed: Bed, round_: int) -> None:
+def test_concurrent_merges_create_one_schema_without_tripping(bed: Bed, round_: int) -> None:
     """Two merges (two tables of one job, or two jobs) meeting a new schema at once."""
     fresh = f"fresh_{os.getpid()}_{round_}"
     target_config = config_module.parse({
         "source": {"name": "src", "dsn": "host=127.0.0.1", "tables": [TABLE]},
-        "redis": {"url": "redis://127.0.0.1:1"}, "landing": {"path": str(pg_bed.root)},
-        "target": {"kind": "postgresql", "dsn": pg_bed.dsn, "state_schema": f"{fresh}_state"},
+        "redis": {"url": "redis://127.0.0.1:1"}, "landing": {"path": str(bed.root)},
+        "target": {"kind": bed.kind, "dsn": bed.dsn, "state_schema": f"{fresh}_state"},
     }, {}).require_target()
     sessions = 6
     barrier = threading.Barrier(sessions)
 
     def prepare(n: int) -> None:
-        target = PostgresTarget(target_config)
+        target = open_target(target_config)
         target.connect()
         try:
             barrier.wait(timeout=60)
             target.ensure_state()
             barrier.wait(timeout=60)
-            target.create_table(f"{fresh}.t{n % 2}", [("id", "int4")], ["id"])
+            target.create_table(f"{fresh}.t{n % 2}", [("id", "int4" if bed.kind ==
+                                                      "postgresql" else "int")], ["id"])
         except BaseException:
             barrier.abort()  # the others stop waiting for this one
             raise
         finally:
             target.close()
 
-    with ThreadPoolExecutor(max_workers=sessions) as pool:
-        for future in [pool.submit(prepare, n) for n in range(sessions)]:
-            future.result()  # raises what a session hit
-    found = pg_bed.query("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n"
-                         " ON n.oid = c.relnamespace WHERE n.nspname LIKE %s AND c.relkind = 'r'"
-                         " ORDER BY 1, 2", (f"{fresh}%",))
-    assert found == [(fresh, "t0"), (fresh, "t1"), (f"{fresh}_state", "merge_log"),
-                     (f"{fresh}_state", "tombstones")]
+    try:
+        with ThreadPoolExecutor(max_workers=sessions) as pool:
+            for future in [pool.submit(prepare, n) for n in range(sessions)]:
+                future.result()  # raises what a session hit
+        found = bed.query("SELECT table_schema, table_name FROM information_schema.tables"
+                          " WHERE table_schema LIKE %s AND table_type = 'BASE TABLE'"
+                          " ORDER BY 1, 2", (f"{fresh}%",))
+        assert [tuple(r) for r in found] == [
+            (fresh, "t0"), (fresh, "t1"), (f"{fresh}_state", "merge_log"),
+            (f"{fresh}_state", "tombstones")]
+    finally:
+        if bed.kind == "mysql":  # a database of the session's server, not of the test's
+            for name in (fresh, f"{fresh}_state"):
+                bed.query(f"DROP DATABASE IF EXISTS `{name}`")
