@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from dblog_dags import settings
@@ -28,8 +30,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
 def _name(text: str) -> str:
-    """A path part from a run id or a table name: safe characters, the rest percent-coded."""
-    return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), text)
+    """A path part from a run id or a table name: safe characters, the rest percent-coded,
+    and a leading dot too (a run id ``..`` names no folder above)."""
+    coded = _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), text)
+    return "%2E" + coded[1:] if coded.startswith(".") else coded or "%00"
 
 
 def save(table: str, keys: Sequence[Any], extra: Sequence[Any],
@@ -52,7 +56,14 @@ def save(table: str, keys: Sequence[Any], extra: Sequence[Any],
     path = (ObjectStoragePath(folder) / _name(ti.dag_id) / _name(ti.run_id)
             / f"{ti.try_number}-{_name(table)}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"keys": list(keys), "extra": list(extra)}, ensure_ascii=False))
+    text = json.dumps({"keys": list(keys), "extra": list(extra)}, ensure_ascii=False)
+    if path.protocol in ("", "file", "local"):  # key values are row data: the owner's only
+        local = Path(path.path)
+        with os.fdopen(os.open(local, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+                       "w", encoding="utf-8") as out:
+            out.write(text)
+    else:  # an object store: its access is its bucket policy's
+        path.write_text(text)
     log.info("%d key(s) to dump and %d extra key(s) written to %s", len(keys), len(extra), path)
     return {"keys_file": str(path), "keys_count": len(keys), "extra_count": len(extra)}
 
