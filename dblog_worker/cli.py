@@ -258,7 +258,7 @@ def _status(config: Config, args: argparse.Namespace) -> int:
         return 0
     print(f"leader pid {status.get('pid')} on {status.get('host')} (token "
           f"{status.get('token') or '-'}), last report {cli_dumps.ago(status.get('updated_at'))}")
-    for name in ("http", "checkpoint", "lag_bytes", "watermarks", "window", "windows",
+    for name in ("http", "checkpoint", "lag_bytes", "watermarks", "readers", "window", "windows",
                  "active_request", "dump_waiting", "dump_throttle", "events_emitted",
                  "events_replayed"):
         print(f"  {name}: {status.get(name) or '-'}")

@@ -130,6 +130,7 @@ class Session:
         self.in_flight: Covered | None = None  # what the write in flight covers
         self.ended = ""  # the dump whose ending write was submitted
         self.pacer = Pacer(self.source)  # the dump's automatic throttle, between windows
+        self.readers: dict[str, str] = {}  # which implementation reads what (Setup.readers)
 
     def run(self) -> None:
         try:
@@ -175,7 +176,8 @@ class Session:
         self.output = OutputBuffer(self.worker.sink, landed)
         log.info("session %s streaming %s from %s (lease token %d)", self.run_id,
                  self.config.source.safe_dsn(), self.checkpoint, self.token)
-        self.worker.telemetry.session_started(self.run_id, self.checkpoint)
+        self.readers = self.source.readers()
+        self.worker.telemetry.session_started(self.run_id, self.checkpoint, self.readers)
         self._renew(time.monotonic())
         self._publish_status()  # at once: the new token, for whoever waits for a takeover
         self.last_status = time.monotonic()
@@ -468,6 +470,7 @@ class Session:
             "window": "" if window is None else window.value,
             "windows": self.windows,
             "watermarks": str(getattr(self.config.source.options, "watermarks", "table")),
+            "readers": ", ".join(f"{part}={how}" for part, how in sorted(self.readers.items())),
             "active_request": "" if self.dump is None else self.dump.id,
             "dump_waiting": "" if self.dump is None else self.dump.waiting or "",
             "dump_throttle": "" if self.dump is None or not self.dump.request.throttle.on

@@ -78,6 +78,11 @@ class Setup(Protocol):
     def capture_exists(self) -> bool:
         """Whether the database already keeps a log position for us (a slot)."""
 
+    def readers(self) -> dict[str, str]:
+        """Which implementation reads each part of this source, as ``dblog status`` and the
+        metrics show it (PostgreSQL: ``{"chunk_cells": "c"}``, or ``"python"`` where the C
+        reader is not built or psycopg's libpq is not found)."""
+
     def prepare(self) -> str | None:
         """Create what capture needs (its preflight passed); the first checkpoint if
         capture begins now."""

@@ -298,6 +298,9 @@ class MySqlSource:
             "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
             "AND TABLE_NAME = 'watermark'", (SCHEMA,)))
 
+    def readers(self) -> dict[str, str]:
+        return {}  # one implementation of each part: nothing to choose between
+
     def capture_exists(self) -> bool:
         return False  # the server keeps no position for its binlog readers
 

@@ -43,6 +43,15 @@ def _loaded_libpq_paths() -> list[str]:
     return sorted(p for p in paths if Path(p).name.startswith("libpq") and ".so" in p)
 
 
+def _resolved(path: Path) -> Path:
+    """``path`` with every symbolic link resolved, as /proc/self/maps names files (a
+    virtual environment reached through a link, such as ``current/`` -> a release)."""
+    try:
+        return path.resolve()
+    except OSError:
+        return path
+
+
 @functools.cache
 def libpq_functions() -> LibpqFunctions | None:
     """The addresses of the libpq functions the C reader calls, from the libpq psycopg
@@ -53,8 +62,8 @@ def libpq_functions() -> LibpqFunctions | None:
     if psycopg.pq.__impl__ == "binary":  # its own copy, beside the psycopg_binary package
         import psycopg_binary
 
-        bundled = Path(psycopg_binary.__file__).parent.parent / "psycopg_binary.libs"
-        candidates = [p for p in candidates if Path(p).parent == bundled]
+        bundled = _resolved(Path(psycopg_binary.__file__).parent.parent / "psycopg_binary.libs")
+        candidates = [p for p in candidates if _resolved(Path(p)).parent == bundled]
     if len(candidates) != 1:
         return None
     try:

@@ -177,6 +177,9 @@ class PgSource:
             (self.name,),
         )
 
+    def readers(self) -> dict[str, str]:
+        return {"chunk_cells": cells.READER}
+
     def capture_exists(self) -> bool:
         with connection_errors("reading the slot"):
             return self.conn.execute(

@@ -70,10 +70,11 @@ class Telemetry:
     def is_leader(self) -> bool:
         return self._life.role == "leader"
 
-    def session_started(self, run_id: str, checkpoint: str | None) -> None:
+    def session_started(self, run_id: str, checkpoint: str | None,
+                        readers: Mapping[str, str] | None = None) -> None:
         with self._lock:
             now = self._clock()
-            self._life.session_started(run_id)
+            self._life.session_started(run_id, readers or {})
             self._windows.clear()
             self._lag.restart()
             self._log_lines.restart()
@@ -221,6 +222,7 @@ class Telemetry:
                 "lease_token": life.token,
                 "leader": None if life.role == "leader" else dict(life.leader) or None,
                 "run_id": life.run_id,
+                "readers": dict(life.readers),
                 "last_error": life.last_error,
                 "last_error_at": life.last_error_at,
                 "position": checkpoint.position,

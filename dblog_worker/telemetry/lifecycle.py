@@ -19,6 +19,7 @@ class Lifecycle:
         self.errors: dict[str, int] = {}
         self.last_error: str | None = None
         self.last_error_at: float | None = None
+        self.readers: dict[str, str] = {}  # which implementation reads what (Setup.readers)
         self._acquired = 0
         self._lost = 0
 
@@ -35,12 +36,13 @@ class Lifecycle:
         self.leader = dict(leader or {})
         return changed
 
-    def session_started(self, run_id: str) -> None:
+    def session_started(self, run_id: str, readers: Mapping[str, str]) -> None:
         if self.sessions:
             self.reconnects += 1
         self.sessions += 1
         self.connected = True
         self.run_id = run_id
+        self.readers = dict(readers)
 
     def failed(self, kind: str, message: str, now: float) -> str:
         """Count a failure of ``kind``; returns how the status shows it."""
@@ -64,6 +66,10 @@ class Lifecycle:
         out.metric("dblog_lease_lost_total", "counter",
                    "Times this worker stopped leading (lease lost, or released at a stop).",
                    [({}, self._lost)])
+        if self.readers:
+            out.info("dblog_reader_info",
+                     "Which implementation reads each part of the source (a label per part).",
+                     self.readers)
         out.metric("dblog_sessions_total", "counter", "Sessions started.",
                    [({}, self.sessions)])
         out.metric("dblog_reconnects_total", "counter",

@@ -193,11 +193,13 @@ def test_health_status_and_dumps_over_http(api: Api) -> None:
 
     status = api.get("/api/v1/status").json()
     assert (status["source"], status["connected"], status["http"]) == (SOURCE, True, api.url)
+    assert status["readers"] == {"chunk_cells": "c"}  # the C reader is built (scripts/install)
     assert status["redis"]["error"] is None
     wait_for(lambda: api.get("/api/v1/status").json()["redis"]["worker"] is not None, 10,
              "the worker's first report")
     report = api.get("/api/v1/status").json()["redis"]["worker"]
     assert report["http"] == api.url  # the address in Redis, for `dblog status`
+    assert report["readers"] == "chunk_cells=c"
     assert f"  http: {api.url}" in cli(api.config, "status").stdout.splitlines()
 
     created = api.create({"kind": "tables", "tables": [ITEMS], "chunk_size": 7,
@@ -646,6 +648,7 @@ def test_metrics_parse_with_prometheus_client_as_documented(api: Api) -> None:
     assert value("dblog_chunk_rows_selected", table=SLOW) >= 1
     assert {s.labels["version"] for s in families["dblog_build_info"].samples} == {
         api.get("/api/v1/status").json()["version"]}
+    assert value("dblog_reader_info", chunk_cells="c") == 1
 
     for accept in ("application/openmetrics-text; version=1.0.0", PROMETHEUS_3_ACCEPT):
         reply = api.get("/metrics", headers={"Accept": accept})
@@ -655,7 +658,8 @@ def test_metrics_parse_with_prometheus_client_as_documented(api: Api) -> None:
         text = reply.body.decode()
         assert text.endswith("# EOF\n")
         strict = {f.name: f for f in openmetrics_families(text)}
-        assert set(strict) == names - {"dblog_build_info"} | {"dblog_build"}
+        assert set(strict) == names - {"dblog_build_info", "dblog_reader_info"} | {
+            "dblog_build", "dblog_reader"}
         assert strict["dblog_build"].type == "info"
         assert strict["dblog_events"].type == "counter"
         assert {s.name for s in strict["dblog_events"].samples} == {"dblog_events_total"}

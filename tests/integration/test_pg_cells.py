@@ -9,7 +9,10 @@ no rows at all.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -100,3 +103,18 @@ def test_bad_fields_and_a_cleared_result_are_refused(conn: Connection) -> None:
     result.clear()
     with pytest.raises(ValueError, match="cleared"):
         cells.c_result_columns(result, [0])
+
+
+def test_the_c_reader_is_found_through_a_linked_virtual_environment(tmp_path: Path) -> None:
+    """Deployments point a link (``current/``) at a release's virtual environment: the
+    libpq psycopg maps is named by its real path in /proc/self/maps, the package's path by
+    the link; the C reader must be chosen all the same."""
+    link = tmp_path / "current"
+    link.symlink_to(Path(sys.prefix), target_is_directory=True)
+    python = link / "bin" / "python"
+    result = subprocess.run(
+        [str(python), "-c", "import sys; from dblog_worker.pg import cells; "
+         "print(sys.prefix, cells.READER)"],
+        capture_output=True, text=True, check=True, cwd=tmp_path)
+    prefix, reader = result.stdout.split()
+    assert (prefix, reader) == (str(link), "c"), result.stderr

@@ -323,6 +323,9 @@ class HookedSource:
     def modes(self) -> list[str]:
         return self.inner.modes()
 
+    def readers(self) -> dict[str, str]:
+        return self.inner.readers()
+
     def capture_exists(self) -> bool:
         return self.inner.capture_exists()
 

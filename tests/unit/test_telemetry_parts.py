@@ -106,9 +106,11 @@ def test_lifecycle_counts_taking_and_losing_the_lease() -> None:
     text = exposition(life.metrics)
     assert 'dblog_lease_acquired_total{source="s"} 1.0' in text
     assert 'dblog_lease_lost_total{source="s"} 1.0' in text
-    life.session_started("r1")
-    life.session_started("r2")
+    life.session_started("r1", {})
+    assert "dblog_reader_info" not in exposition(life.metrics)  # MySQL: nothing to choose
+    life.session_started("r2", {"chunk_cells": "python"})
     assert (life.sessions, life.reconnects, life.run_id) == (2, 1, "r2")
+    assert 'dblog_reader_info{chunk_cells="python",source="s"} 1.0' in exposition(life.metrics)
     assert life.failed("E", "boom", NOW) == "E: boom" and life.errors == {"E": 1}
 
 
