@@ -108,7 +108,7 @@ def raw_select_mariadb(env: Environment, table: str,
         with conn.cursor() as cursor:
             cursor.execute(my_catalog.upper_bound_sql(shape))
             upper = my_catalog.at_most_params(codec.key_params(
-                codec.key_texts_from_dump(cursor.fetchone())))
+                codec.key_texts_from_key_cells(cursor.fetchone())))
             params: list[Any] = [*upper, chunk_size]
             sql = first
             rows = 0

@@ -2,25 +2,76 @@
 and a local Spark with the JDBC drivers (tests/spark_local.py).
 
 Servers start lazily, on the first test that asks for them, once per session.
+
+Every test is marked by what it uses (:func:`pytest_collection_modifyitems`): ``pg``,
+``mariadb``, ``redis``, ``spark``, ``airflow``, ``browser``, from the fixtures it asks for
+(directly or through others), the source kinds of its parameters and the server classes its
+module names; ``slow`` by hand. ``scripts/test --fast`` runs the tests with none of them.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
 from hypothesis import settings
-from pyspark.sql import SparkSession
 
 from tests.services import MariaDBServer, PostgresServer, RedisServer
-from tests.spark_local import local_spark
+
+if TYPE_CHECKING:  # pyspark only for the tests that use Spark
+    from pyspark.sql import SparkSession
 
 # No per-example deadline: the machines are shared and noisy, and speed is measured by the
 # benchmarks (bench/), not by tests; a slow example is not a wrong one.
 settings.register_profile("dblog", deadline=None)
-settings.load_profile("dblog")
+# scripts/test --fast: the same properties, fewer examples (the full run tries the usual 100).
+settings.register_profile("fast", deadline=None, max_examples=15)
+settings.load_profile(os.environ.get("DBLOG_HYPOTHESIS", "dblog"))
+
+TESTS = Path(__file__).parent
+# What a test uses -> its marker: the fixtures it asks for, directly or through others ...
+FIXTURE_MARKERS = {
+    "postgres_server": "pg", "mariadb_server": "mariadb", "redis_server": "redis",
+    "chaos_redis": "redis", "spark": "spark", "airflow_home": "airflow",
+}
+# ... the source kind of its parameters (the ``backend`` fixture's, for one) ...
+KIND_MARKERS = {"postgresql": "pg", "mariadb": "mariadb", "mysql": "mariadb"}
+# ... and what its module names: the servers and Spark it starts itself.
+MODULE_MARKERS = {
+    "PostgresServer": "pg", "PostgresStandby": "pg", "SynchronousStandby": "pg",
+    "MariaDBServer": "mariadb", "MariaDBReplica": "mariadb", "RedisServer": "redis",
+    "SparkSession": "spark", "local_spark": "spark", "SparkStandalone": "spark",
+    "CHROMIUM": "browser", "Browser": "browser",
+}
+FOLDER_MARKERS = {"airflow": "airflow", "chaos": "slow"}
+
+
+def markers_of(item: pytest.Item) -> set[str]:
+    """The resource markers of a test, from what it uses."""
+    found = {FIXTURE_MARKERS[name] for name in getattr(item, "fixturenames", ())
+             if name in FIXTURE_MARKERS}
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        found |= {KIND_MARKERS[value] for value in callspec.params.values()
+                  if isinstance(value, str) and value in KIND_MARKERS}
+    module = getattr(item, "module", None)
+    if module is not None:
+        found |= {marker for name, marker in MODULE_MARKERS.items() if hasattr(module, name)}
+    folder = Path(str(item.path)).relative_to(TESTS).parts[0]
+    if folder in FOLDER_MARKERS:
+        found.add(FOLDER_MARKERS[folder])
+    return found
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in sorted(markers_of(item)):
+            item.add_marker(marker)
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +95,8 @@ def redis_server() -> Iterator[RedisServer]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One local[2] SparkSession for the whole run (its JVM takes seconds to start)."""
+    from tests.spark_local import local_spark
+
     with local_spark() as session:
         yield session
 

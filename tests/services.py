@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 HOST = "127.0.0.1"
+NO_SERVERS_ENV = "DBLOG_TEST_NO_SERVERS"  # set by scripts/test --fast
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
 PG_OS_USER = "postgres"
@@ -144,6 +145,15 @@ def _stop_process(proc: subprocess.Popen[bytes], signals: Sequence[signal.Signal
     proc.wait()
 
 
+def refuse_in_fast_runs(what: str) -> None:
+    """``scripts/test --fast`` runs only tests that start no server: one that does was not
+    marked by what it uses (tests/conftest.py derives the markers), which is a bug there."""
+    if os.environ.get(NO_SERVERS_ENV):
+        raise ServiceError(
+            f"a test selected by scripts/test --fast starts {what}: tests/conftest.py did not "
+            "derive its marker (pg, mariadb, redis, spark, airflow, browser) from what it uses")
+
+
 class _Server:
     """Common lifecycle: private temp dir, child process, atexit safety net."""
 
@@ -151,6 +161,7 @@ class _Server:
     _base: Path | None
 
     def __init__(self, port: int | None) -> None:
+        refuse_in_fast_runs(type(self).__name__)
         self._port = port
         self._proc = None
         self._base = None

@@ -37,6 +37,7 @@ from tests.services import (
     _stop_process,
     _tail,
     free_port,
+    refuse_in_fast_runs,
 )
 
 __all__ = ["SparkStandalone"]
@@ -49,6 +50,7 @@ class SparkStandalone:
     """A master and one worker (``cores`` cores, ``memory`` of executor memory)."""
 
     def __init__(self, cores: int = 2, memory: str = "1g") -> None:
+        refuse_in_fast_runs("a Spark standalone cluster")
         self.cores = cores
         self.memory = memory
         self.base: Path | None = None

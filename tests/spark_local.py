@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from tests.services import HOST, ServiceError
+from tests.services import HOST, ServiceError, refuse_in_fast_runs
 
 __all__ = ["jdbc_jars", "local_spark"]
 
@@ -42,6 +42,7 @@ def jdbc_jars() -> list[Path]:
 @contextmanager
 def local_spark(app: str = "dblog-tests") -> Iterator[SparkSession]:
     """A ``local[2]`` SparkSession with the JDBC drivers, stopped at the end."""
+    refuse_in_fast_runs("a local Spark")
     os.environ["SPARK_LOCAL_IP"] = HOST
     # py4j logs "Closing down clientserver connection" from __del__, at interpreter exit
     # too, when pytest has closed the stream: a "--- Logging error ---" after the summary.

@@ -37,6 +37,10 @@ def processes_of(run_dir: Path) -> list[str]:
     return found
 
 
+# The quickstart starts everything itself (in its own process): every server, Spark, Airflow.
+pytestmark = [pytest.mark.pg, pytest.mark.mariadb, pytest.mark.redis, pytest.mark.spark,
+              pytest.mark.airflow, pytest.mark.slow]
+
 @pytest.mark.timeout(1500)
 def test_quickstart_dumps_merges_and_repairs_through_airflow(tmp_path: Path) -> None:
     result = subprocess.run(
