@@ -15,8 +15,8 @@ import json
 import random
 import string
 import uuid
-from decimal import Decimal
 from collections.abc import Iterator, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
