@@ -56,7 +56,7 @@ import difflib
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,6 +127,12 @@ class SourceConfig:
     tables: tuple[str, ...]
     options: object  # the kind's own [source] options (kinds.Rules.source_options)
     replica: ReplicaConfig | None = None  # [source.replica]: where chunk SELECTs run
+    # [source] keys: the key columns of tables without a primary key, as their owners know
+    keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def key_of(self, table: str) -> tuple[str, ...] | None:
+        """The key columns ``source.keys`` names for ``table``, if any."""
+        return self.keys.get(table)
 
     def safe_dsn(self) -> str:
         """The DSN with any password removed: the only form that may be logged."""
@@ -222,7 +228,7 @@ def load(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
 
 KNOWN: Mapping[str, frozenset[str]] = {
     "source": frozenset({"name", "kind", "dsn", "dsn_env", "password_env", "tables",
-                         "replica"}),
+                         "replica", "keys"}),
     "redis": frozenset({"url", "url_env"}),
     "landing": frozenset({"path", "format", "flush_interval_s", "flush_max_events"}),
     "worker": frozenset({"heartbeat_interval_s", "status_interval_s", "control_interval_s",
@@ -250,6 +256,27 @@ def _check_names(data: Mapping[str, Any]) -> None:
                     raise ConfigError(
                         f"unknown option {section}.{option}{_did_you_mean(option, known)}"
                     )
+
+
+def _keys(source: Mapping[str, Any], tables: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """``source.keys``: captured table -> its key columns, for tables without a primary
+    key (``keys = { "public.events" = ["tenant", "id"] }``)."""
+    keys = source.get("keys", {})
+    example = 'source.keys must be a table like { "public.events" = ["tenant", "id"] }'
+    if not isinstance(keys, dict):
+        raise ConfigError(example)
+    found: dict[str, tuple[str, ...]] = {}
+    for table, columns in keys.items():
+        if table not in tables:
+            raise ConfigError(f"source.keys names {table!r}, which is not in source.tables")
+        if (not isinstance(columns, list) or not columns
+                or not all(isinstance(c, str) and c for c in columns)):
+            raise ConfigError(f"source.keys of {table} must be a non-empty list of column "
+                              f'names; {example}')
+        if len(set(columns)) != len(columns):
+            raise ConfigError(f"source.keys of {table} names a column twice")
+        found[str(table)] = tuple(columns)
+    return found
 
 
 def _did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -289,6 +316,7 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             tables=tuple(dict.fromkeys(tables)),
             options=options,
             replica=_replica(source, kind, env),
+            keys=_keys(source, tables),
         ),
         redis_url=_redis_url(redis_section, env),
         landing_path=Path(str_value(landing, "landing.path")),

@@ -15,7 +15,7 @@ source's other statements end the session."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -171,8 +171,10 @@ class CapturedTables:
                  connection: Callable[[], pymysql.connections.Connection[Any]],
                  schema_version: Callable[[str, dict[str, object]], int],
                  primary: Callable[[], pymysql.connections.Connection[Any]] | None = None,
-                 replica: bool = False, snapshots: WindowSnapshots | None = None) -> None:
+                 replica: bool = False, snapshots: WindowSnapshots | None = None,
+                 keys: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self._connection = connection
+        self._keys = keys or {}  # source.keys
         self._snapshots = snapshots  # watermarks = "position": chunks in snapshots
         self._primary = primary or connection
         self._replica = replica
@@ -193,10 +195,12 @@ class CapturedTables:
         for _ in range(3):
             before = self._describe_table(table, catalog_side=True)
             rows = self._rows(COLUMNS_SQL, (database, name))
-            key = tuple(str(r[0]) for r in self._rows(catalog.KEY_COLUMNS_SQL, (database, name)))
+            key, _ = catalog.table_key(self._rows(catalog.UNIQUE_INDEXES_SQL, (database, name)),
+                                       self._keys.get(table))
             if not rows or not key:
-                raise DumpFailed(f"table {table} " + ("does not exist any more" if not rows
-                                                      else "has no primary key"))
+                raise DumpFailed(f"table {table} " + (
+                    "does not exist any more" if not rows else "has no primary key nor unique "
+                    "index on NOT NULL columns (name its key in source.keys)"))
             if self._describe_table(table, catalog_side=True) == before:
                 break
         else:

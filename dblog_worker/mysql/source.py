@@ -103,7 +103,7 @@ class MySqlSource:
             config.name, config.tables,
             self._replica.connection if self._replica is not None else lambda: self.conn,
             self._schema_version, primary=lambda: self.conn, replica=self._replica is not None,
-            snapshots=self._snapshots)
+            snapshots=self._snapshots, keys=config.keys)
         self._reader: BinlogReader | None = None
         self._is_mariadb = False
         self._server = ""  # which server: "server_id=1" (MariaDB), "server_uuid=…" (MySQL)
@@ -234,10 +234,18 @@ class MySqlSource:
         position = ("available: no table, no write grant; each chunk SELECT in a consistent "
                     "snapshot whose binary log position is the watermark" if self._is_mariadb
                     else f"not available: {_NO_SNAPSHOT_POSITION}")
+        keys = []
+        for name in self.config.tables:
+            key, chosen = catalog.table_key(
+                self._rows(catalog.UNIQUE_INDEXES_SQL, split_table(name)),
+                self.config.key_of(name))
+            if key:
+                keys.append(f"table {name}: key ({', '.join(key)}) from {chosen}")
         return [
             f"watermarks = \"table\"{' (configured)' if table else ''}: upserts of "
             f"{SCHEMA}.watermark (needs INSERT and UPDATE on it)",
             f"watermarks = \"position\"{'' if table else ' (configured)'}: {position}",
+            *keys,
             f"chunk reads: {reads}",
         ]
 
@@ -254,14 +262,39 @@ class MySqlSource:
             return [Problem(f"{account} may not SELECT from {table} (or it does not exist)",
                             f"GRANT SELECT ON {qualified(table)} TO {account};")]
         problems = []
-        if not self._rows(catalog.KEY_COLUMNS_SQL, (database, name)):
+        configured = self.config.key_of(table)
+        key, _ = catalog.table_key(self._rows(catalog.UNIQUE_INDEXES_SQL, (database, name)),
+                                   configured)
+        if not key:
             problems.append(Problem(
-                f"table {table} has no primary key: its rows cannot be told apart",
-                f"ALTER TABLE {qualified(table)} ADD PRIMARY KEY (...);"))
+                f"table {table} has no primary key and no unique index on NOT NULL columns: "
+                "its rows cannot be told apart",
+                f"ALTER TABLE {qualified(table)} ADD PRIMARY KEY (...); -- or name its key "
+                f'columns: [source] keys = {{ "{table}" = ["<column>", ...] }}'))
+        elif configured:
+            problems += self._configured_key_problems(table, configured)
         if not may_select:
             problems.append(Problem(f"{account} may not SELECT from {table}",
                                     f"GRANT SELECT ON {qualified(table)} TO {account};"))
         return problems
+
+    def _configured_key_problems(self, table: str, key: Sequence[str]) -> list[Problem]:
+        database, name = split_table(table)
+        columns = {str(r[0]) for r in self._rows(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s", (database, name))}
+        unknown = [c for c in key if c not in columns]
+        if unknown:
+            return [Problem(f"source.keys names column(s) {', '.join(unknown)} of {table}, "
+                            "which it does not have", f"fix source.keys for {table}")]
+        nullable = {str(r[0]) for r in self._rows(catalog.NULLABLE_SQL, (database, name))}
+        if any(c in nullable for c in key):
+            null = [c for c in key if c in nullable]
+            return [Problem(
+                f"key column(s) {', '.join(null)} of {table} (source.keys) may be NULL: a row "
+                "with a NULL key would never be dumped",
+                f"ALTER TABLE {qualified(table)} MODIFY ... NOT NULL; -- for {', '.join(null)}")]
+        return []
 
     def prepare(self) -> str | None:
         """Create the watermark table (unless the watermarks are positions), and return the
@@ -384,11 +417,15 @@ class MySqlSource:
         columns = [column_from_binlog(c) for c in event.columns]
         key = event.primary_key  # in column order, which need not be the key's order
         key_columns = [key] if isinstance(key, str) else list(key or ())
-        if not key_columns:
-            raise SourceUnavailable(f"the binary log carries no primary key of {table}")
         known = self.captured.known_key(table)
-        if known is not None and set(known) == set(key_columns):
-            key_columns = list(known)
+        configured = self.config.key_of(table)
+        if configured:  # source.keys: the table's key, primary key or not
+            key_columns = list(configured)
+        elif known is not None and (not key_columns or set(known) == set(key_columns)):
+            key_columns = list(known)  # in key order; a unique index's when no primary key
+        if not key_columns:
+            raise SourceUnavailable(f"the binary log carries no primary key of {table}, and "
+                                    "its key was not read yet")
         version = self._schema_version(table, schema_document(columns, key_columns))
         codec = MyRowCodec(columns, key_columns)
         return TableView(table, codec, version,
@@ -522,7 +559,7 @@ class _Lane:
             else MyReplica(config, replica_of.primary_server)
         self.captured = CapturedTables(config.name, config.tables, self._connection,
                                        schema_version, replica=self._replica is not None,
-                                       snapshots=snapshots)
+                                       snapshots=snapshots, keys=config.keys)
 
     def _connection(self) -> pymysql.connections.Connection[Any]:
         if self._replica is not None:

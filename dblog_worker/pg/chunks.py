@@ -36,7 +36,7 @@ from dblog_worker.pg import catalog, queries
 from dblog_worker.pg.catalog import TableInfo
 from dblog_worker.pg.cells import result_columns
 from dblog_worker.pg.columns import ColumnCodec, text_columns
-from dblog_worker.pg.encoders import PgType
+from dblog_worker.pg.encoders import BUILTIN_TYPES, PgType
 from dblog_worker.pg.values import RowCodec
 from dblog_worker.requests import KeyTexts
 from dblog_worker.row_filter import RowFilter
@@ -133,16 +133,47 @@ class _Table:
 
 
 def schema_document(info_columns: Sequence[tuple[str, int]], key: Sequence[str],
-                    types: Mapping[int, PgType]) -> dict[str, object]:
-    """The schema of one table version, as the landing zone records it."""
-    return {
+                    types: Mapping[int, PgType],
+                    generated: Sequence[tuple[str, str, str]] = ()) -> dict[str, object]:
+    """The schema of one table version, as the landing zone records it: each column's
+    type (a type of this database also says what it is: :func:`user_type`), the key, and
+    the STORED generated columns, which the rows do not carry (name, type, expression)."""
+    document: dict[str, object] = {
         "columns": [
             {"name": name, "type": types[oid].name if oid in types else str(oid),
-             "type_oid": oid}
+             "type_oid": oid, **user_type(oid, types)}
             for name, oid in info_columns
         ],
         "key": list(key),
     }
+    if generated:
+        document["generated"] = [{"name": n, "type": t, "expression": e}
+                                 for n, t, e in generated]
+    return document
+
+
+def user_type(oid: int, types: Mapping[int, PgType]) -> dict[str, object]:
+    """What a merge needs of a type this database defined (nothing for a builtin type):
+    ``array`` for an array; under domains (resolved to their base), an enum's qualified
+    name and labels (``enum``, ``labels``) or the builtin base type (``base``)."""
+    found: dict[str, object] = {}
+    t = types.get(oid)
+    if t is None or t.oid in BUILTIN_TYPES:
+        return found
+    for _ in range(32):  # domains over domains, arrays of domains
+        if t.base_oid and t.base_oid in types:
+            t = types[t.base_oid]
+        elif t.category == "A" and t.element_oid in types and "array" not in found:
+            found["array"] = True
+            t = types[t.element_oid]
+        else:
+            break
+    if t.labels or t.category == "E":
+        found["enum"] = f"{t.namespace}.{t.name}"
+        found["labels"] = list(t.labels)
+    elif t.oid in BUILTIN_TYPES:
+        found["base"] = t.name
+    return found
 
 
 class PgChunkReader:
@@ -165,6 +196,7 @@ class PgChunkReader:
         self._catalog_errors = replica_errors if replica and reads is None \
             else connection_errors
         self._schema_version = schema_version
+        self._keys = config.keys
         self._types: dict[int, PgType] = catalog.builtin_types()
         self.captured = TableCache(config.name, config.tables, self.load)
         self._cursor: psycopg.Cursor[TextRow] | None = None
@@ -182,11 +214,12 @@ class PgChunkReader:
     def load(self, table: str) -> _Table:
         """Describe ``table`` from the catalog (DumpFailed if it is gone or has no key)."""
         with self._catalog_errors("reading the catalog"):
-            info = catalog.load_table(self.conn, table)
+            info = catalog.load_table(self.conn, table, self._keys.get(table))
             if info is None or not info.key_columns:
                 raise DumpFailed(
-                    f"table {table} " + ("does not exist any more" if info is None
-                                         else "has no primary key")
+                    f"table {table} " + ("does not exist any more" if info is None else
+                                         "has no primary key nor unique index on NOT NULL "
+                                         "columns (name its key in source.keys)")
                 )
             self._types = catalog.load_types(self.conn, info.star_oids, self._types)
         codec = RowCodec(info.columns, info.type_oids, info.key_columns, self._types)
@@ -194,21 +227,23 @@ class PgChunkReader:
         version = self._schema_version(
             table,
             schema_document(list(zip(info.columns, info.type_oids, strict=True)),
-                            info.key_columns, self._types),
+                            info.key_columns, self._types, info.generated),
         )
         loaded = _Table(info, codec, columns, version, self._types)
         self.captured.put(table, loaded)
         return loaded
 
     def codec(self, table: str, names: Sequence[str], oids: Sequence[int],
-              key: Sequence[str]) -> tuple[RowCodec, int]:
-        """The codec and schema version of a table as the log describes it."""
+              key: Sequence[str], generated: Sequence[tuple[str, str, str]] = ()
+              ) -> tuple[RowCodec, int]:
+        """The codec and schema version of a table as the log describes it (``generated``:
+        its generated columns, as the catalog describes them)."""
         with connection_errors("reading the catalog"):
             self._types = catalog.load_types(self.conn, oids, self._types)
         codec = RowCodec(names, oids, key, self._types)
         version = self._schema_version(
-            table, schema_document(list(zip(names, oids, strict=True)), key, self._types)
-        )
+            table, schema_document(list(zip(names, oids, strict=True)), key, self._types,
+                                   generated))
         return codec, version
 
     def refresh(self, table: str) -> None:
@@ -383,7 +418,17 @@ class PgChunkReader:
         replica = self._replica and not on_primary
         cursor = text_cursor(self.conn) if on_primary else self._text_cursor()
         try:
-            cursor.execute(sql.encode(), params)
+            try:
+                cursor.execute(sql.encode(), params)
+            except psycopg.errors.FeatureNotSupported:
+                # psycopg prepared the SELECT (after 5 runs) and its table changed since:
+                # "cached plan must not change result type". Forget the prepared ones and
+                # run it once more, now planned anew: the result describes the new columns
+                # (_check_read makes the chunk stale) or the error was another one.
+                if cursor.connection.broken or cursor.connection.closed:
+                    raise
+                cursor.connection.execute(b"DEALLOCATE ALL")
+                cursor.execute(sql.encode(), params)
             return cursor
         except psycopg.Error as exc:
             if cursor.connection.broken or cursor.connection.closed:

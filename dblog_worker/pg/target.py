@@ -173,6 +173,20 @@ def delete_sql(batch: Batch, types: Mapping[str, str], state: str) -> str:
     )
 
 
+def literal(text: str) -> str:
+    """A string literal (standard_conforming_strings is on)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _enums(batch: Batch) -> list[tuple[str, tuple[str, ...]]]:
+    """The enum types of a batch's columns, each with its labels (the newest found)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for column in batch.columns:
+        if column.enum:
+            found[column.enum] = column.members
+    return list(found.items())
+
+
 class PostgresTarget(Target):
     kind = POSTGRESQL
     position_type = 'varchar(48) COLLATE "C"'
@@ -367,9 +381,87 @@ class PostgresTarget(Target):
             properties["password"] = str(params["password"])
         return url, properties
 
+    # -- types of the source's database, generated columns ----------------------------------
+
+    def prepare_table(self, batch: Batch) -> dict[str, str]:
+        """The enum types the batch's columns need first; after the table, its generated
+        columns (computed by the target with the source's expression)."""
+        for enum, labels in _enums(batch):
+            self._ensure_enum(batch, enum, labels)
+        found = super().prepare_table(batch)
+        missing = [g for g in batch.generated if g.name not in found]
+        if missing:
+            added = ", ".join(
+                f"ADD COLUMN IF NOT EXISTS {ident(g.name)} {sql_text(g.type)}"
+                f" GENERATED ALWAYS AS ({sql_text(g.expression)}) STORED" for g in missing)
+            with self._errors("adding generated columns"), self.conn.transaction():
+                self._ddl(batch.target_table, f"ALTER TABLE {qualified(batch.target_table)}"
+                                              f" {added}")
+            found = self.table_columns(batch.target_table) or found
+        return found
+
+    def _ensure_enum(self, batch: Batch, enum: str, labels: Sequence[str]) -> None:
+        """Create the enum type ``enum`` (schema.name) with ``labels`` in their order, or
+        append to it the labels it lacks; TargetError if the name is another kind of type."""
+        schema, name = split_table(enum)
+        sql = f"{ident(schema)}.{ident(name)}"
+        with self._errors("creating an enum type"), self.conn.transaction():
+            self._schema_lock(schema)
+            found = self._rows(
+                "SELECT t.typtype, ARRAY(SELECT e.enumlabel FROM pg_enum e WHERE e.enumtypid ="
+                " t.oid ORDER BY e.enumsortorder) FROM pg_type t JOIN pg_namespace n"
+                " ON n.oid = t.typnamespace WHERE n.nspname = %s AND t.typname = %s",
+                (schema, name))
+            if not found:
+                self._ddl(batch.target_table, f"CREATE SCHEMA IF NOT EXISTS {ident(schema)}")
+                self._ddl(batch.target_table, f"CREATE TYPE {sql} AS ENUM ("
+                          + ", ".join(sql_text(literal(x)) for x in labels) + ")")
+                return
+            if found[0][0] != "e":
+                raise TargetError(
+                    f"{batch.source_table}: the target has a type {enum} that is not an enum;"
+                    f" the merge creates {enum} as the source's enum: drop or rename it")
+        self._add_labels(batch, enum, [x for x in labels if x not in found[0][1]])
+
+    def _add_labels(self, batch: Batch, enum: str, labels: Sequence[str]) -> None:
+        """Append ``labels`` to the enum (each committed before a batch uses it)."""
+        schema, name = split_table(enum)
+        for label in labels:
+            with self._errors("adding an enum label"), self.conn.transaction():
+                self._ddl(batch.target_table,
+                          f"ALTER TYPE {ident(schema)}.{ident(name)} ADD VALUE IF NOT EXISTS "
+                          + sql_text(literal(label)))
+
+    def _staged_labels(self, batch: Batch) -> None:
+        """Labels of the staged rows that the target's enums lack (a label added at the
+        source after the worker read the type): appended before the batch applies."""
+        stage = f"{self._s}.{ident(batch.stage)}"
+        for column in batch.columns:
+            if not column.enum:
+                continue
+            name_sql = sql_text(literal(column.name))
+            if column.element:  # one-dimensional arrays of the enum
+                value = f"(s.after_json::json -> {name_sql})"
+                values = (f"SELECT DISTINCT e.v #>> '{{}}' FROM {stage} s CROSS JOIN LATERAL"
+                          f" json_array_elements(CASE WHEN json_typeof({value}) = 'array'"
+                          f" THEN {value} END) e(v) WHERE s.op <> 'd'"
+                          " AND json_typeof(e.v) = 'string'")
+            else:
+                values = (f"SELECT DISTINCT s.after_json::json ->> {name_sql}"
+                          f" FROM {stage} s WHERE s.op <> 'd'")
+            schema, name = split_table(column.enum)
+            known = self._rows(
+                "SELECT e.enumlabel FROM pg_enum e JOIN pg_type t ON t.oid = e.enumtypid"
+                " JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = %s"
+                " AND t.typname = %s", (schema, name))
+            have = {str(r[0]) for r in known}
+            new = sorted({str(r[0]) for r in self._rows(values) if r[0] is not None} - have)
+            self._add_labels(batch, column.enum, new)
+
     # -- apply ------------------------------------------------------------------------------
 
     def apply(self, batch: Batch, types: Mapping[str, str], retention_h: float) -> Applied:
+        self._staged_labels(batch)
         s = self._s
         stage = f"{s}.{ident(batch.stage)}"
         target = qualified(batch.target_table)

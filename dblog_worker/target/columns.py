@@ -25,7 +25,8 @@ from typing import Protocol, cast
 from dblog_worker import kinds
 from dblog_worker.errors import TargetError
 
-__all__ = ["ColumnTypes", "Encoding", "Logical", "SourceColumn", "columns_of", "target_type"]
+__all__ = ["ColumnTypes", "Encoding", "GeneratedColumn", "Logical", "SourceColumn", "columns_of",
+           "generated_of", "target_type"]
 
 
 class Encoding(StrEnum):
@@ -50,9 +51,29 @@ class SourceColumn:
     length: int = 0
     members: tuple[str, ...] = ()
     element: str = ""  # PostgreSQL arrays: the element's typname
+    enum: str = ""  # PostgreSQL enums (and arrays of them): the type's schema.name
 
     def describe(self) -> str:
         return f"{self.element}[]" if self.element else self.type
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedColumn:
+    """A generated column of a source table, which row images do not carry: a target of the
+    source's kind computes it with the same expression (``schema-<n>.json``'s
+    ``generated``)."""
+
+    name: str
+    type: str  # as the source spells it, with its modifiers
+    expression: str
+
+
+def generated_of(schema: Mapping[str, object]) -> list[GeneratedColumn]:
+    entries = schema.get("generated")
+    if not isinstance(entries, list):
+        return []
+    return [GeneratedColumn(str(e["name"]), str(e["type"]), str(e["expression"]))
+            for e in entries if isinstance(e, dict)]
 
 
 @dataclass(frozen=True, slots=True)
