@@ -19,6 +19,9 @@ from bench.common import Environment, Options, Result, machine, median, progress
 
 NAME = "replica_identity"
 SOURCE_KINDS = ("postgresql",)
+# What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).
+FIGURES = ("full.update_wal_bytes_per_row", "default.update_wal_bytes_per_row",
+           "update_wal_ratio")
 IDENTITIES = ("full", "default")
 
 
