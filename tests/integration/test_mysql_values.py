@@ -229,7 +229,8 @@ def _same_images(event: Any, codec: MyRowCodec) -> tuple[Rows | None, Rows | Non
     return direct, library
 
 
-_NO_SOURCES = {"none_sources": {}, "before_none_sources": {}, "after_none_sources": {}}
+_NO_SOURCES: dict[str, dict[str, str]] = {
+    "none_sources": {}, "before_none_sources": {}, "after_none_sources": {}}
 
 
 def _library_rows(event: Any) -> list[dict[str, Any]] | None:
