@@ -10,7 +10,7 @@ worker does not read raises :class:`UnsupportedType`, which names the column and
 MariaDB's ``UUID``, ``INET6`` and ``INET4`` are in a table map what ``BINARY(16)`` and
 ``BINARY(4)`` are (a fixed binary string), and a spatial column's type (``POINT``, ...)
 is not in mysql-replication's columns: :func:`columns_from_binlog` takes both from the
-catalog's description of such columns (:func:`needs_catalog` says when).
+catalog's description of such columns.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ __all__ = [
     "column_from_binlog",
     "column_from_information_schema",
     "columns_from_binlog",
-    "needs_catalog",
     "schema_document",
     "select_list",
 ]
@@ -232,12 +231,6 @@ def _ambiguous(column: Any) -> bool:
     """A fixed binary string of 16 or 4 bytes: a BINARY(n), or a UUID or INET type."""
     return (column.type == FIELD_TYPE.STRING and column.character_set_name == "binary"
             and getattr(column, "max_length", 0) in _FIXED_BINARY_KINDS)
-
-
-def needs_catalog(columns: Sequence[Any]) -> bool:
-    """Whether a table map's columns need the catalog to be described (a spatial column,
-    or a fixed binary one that may be a UUID or INET)."""
-    return any(c.type == FIELD_TYPE.GEOMETRY or _ambiguous(c) for c in columns)
 
 
 def columns_from_binlog(columns: Sequence[Any],

@@ -52,7 +52,6 @@ from dblog_worker.mysql.columns import (
     UnsupportedType,
     column_from_information_schema,
     columns_from_binlog,
-    needs_catalog,
     schema_document,
 )
 from dblog_worker.mysql.options import my_options, server_id, url_args
@@ -443,13 +442,13 @@ class MySqlSource:
         return max(0, end.minor - received.minor) if end.major == received.major else 0
 
     def _describe(self, table: str, event: Any) -> TableView:
-        """A captured table's codec for rows decoded from the binlog (in the reader); a
-        table with a column of a type the worker does not read gets no codec: its rows are
-        skipped (said once per table version)."""
-        # a spatial column's type; a fixed binary one's: UUID/INET or BINARY(n)?
-        catalog = self._catalog_columns(table) if needs_catalog(event.columns) else None
+        """A captured table's codec for rows decoded from the binlog (in the reader),
+        with what only the catalog says (a spatial column's type; whether a fixed binary
+        column is a UUID or INET type or a BINARY(n)). A table with a column of a type the
+        worker does not read (in the log or the catalog: YEAR(2) is a YEAR in the log) gets
+        no codec: its rows are skipped (said once per table version)."""
         try:
-            columns = columns_from_binlog(event.columns, catalog)
+            columns = columns_from_binlog(event.columns, self._catalog_columns(table))
         except UnsupportedType as exc:
             log.error("%s", unsupported(table, exc))
             return TableView(table, None, 0)
@@ -471,18 +470,15 @@ class MySqlSource:
 
     def _catalog_columns(self, table: str) -> dict[str, MyColumn]:
         """The table's columns as information_schema describes them now, by name, read on
-        a connection of the binlog reader's thread (which alone calls this)."""
+        a connection of the binlog reader's thread (which alone calls this);
+        UnsupportedType for a column of a type the worker does not read."""
         if self._catalog_conn is None or not self._catalog_conn.open:
             self._catalog_conn = connect(self.config.dsn)
         with connection_errors("reading the catalog"), self._catalog_conn.cursor() as cursor:
             cursor.execute(COLUMNS_SQL, split_table(table))
             rows = list(cursor.fetchall())
-        columns = {}
-        for row in rows:
-            with contextlib.suppress(UnsupportedType):
-                column = column_from_information_schema(row)
-                columns[column.name] = column
-        return columns
+        columns = (column_from_information_schema(row) for row in rows)
+        return {column.name: column for column in columns}
 
     # -- watermarks -----------------------------------------------------------
 

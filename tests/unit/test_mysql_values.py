@@ -31,7 +31,6 @@ from dblog_worker.mysql.columns import (
     column_from_binlog,
     column_from_information_schema,
     columns_from_binlog,
-    needs_catalog,
     schema_document,
     select_list,
 )
@@ -267,9 +266,6 @@ def test_uuid_inet_and_spatial_types_come_from_the_catalog() -> None:
                  for name, length in (("u", 16), ("i6", 16), ("i4", 4), ("b16", 16), ("b4", 4))]
     table_map += [binlog_column(FIELD_TYPE.GEOMETRY, name, character_set_name="binary",
                                 length_size=4) for name in ("g", "p")]
-    assert needs_catalog(table_map) and needs_catalog(table_map[-1:])
-    assert not needs_catalog([binlog_column(FIELD_TYPE.STRING, "b", max_length=16,
-                                            character_set_name="utf8mb4")])
     catalog = {"u": MyColumn("u", Kind.UUID), "i6": MyColumn("i6", Kind.INET6),
                "i4": MyColumn("i4", Kind.INET4), "b16": MyColumn("b16", Kind.BINARY),
                "b4": MyColumn("b4", Kind.UUID),  # no UUID has 4 bytes: BINARY(4) stays
