@@ -84,6 +84,7 @@ def _json_path(name: str) -> str:
 
 
 _FLOAT_MAX = "3.4028234663852886e38"  # the largest float32
+_DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)( unsigned)?")
 _NOT_A_NUMBER = "('NaN', 'Infinity', '-Infinity')"
 
 
@@ -92,8 +93,10 @@ def convert(column: SourceColumn, text: str, type_sql: str) -> str:
 
     A source value MySQL cannot hold (of another kind's source) is stored so: a decimal
     or float ``NaN`` or ``±Infinity`` as NULL; a date or time stamp outside the years 1 to
-    9999 (``±infinity``, BC) as the zero date. A FLOAT column takes the largest float32
-    from its shortest text (``3.4028235e+38``, past the largest as a double).
+    9999 (``±infinity``, BC) as the zero date. A decimal of more fraction digits than a
+    DECIMAL column's scale is refused (the database names it), not rounded. A FLOAT
+    column takes the largest float32 from its shortest text (``3.4028235e+38``, past the
+    largest as a double).
     """
     if column.encoding is Encoding.BASE64:
         return f"FROM_BASE64({text})"
@@ -107,9 +110,16 @@ def convert(column: SourceColumn, text: str, type_sql: str) -> str:
         if column.encoding is Encoding.TIMESTAMPTZ:  # '... +00': the session is in UTC
             return f"IF({outside}, {zero}, LEFT({text}, CHAR_LENGTH({text}) - 3))"
         return f"IF({outside}, {zero}, {text})"
-    if logical is not None and logical.name in ("decimal", "float32", "float64"):
-        text = f"IF({text} IN {_NOT_A_NUMBER}, NULL, {text})"
     lower = type_sql.lower()
+    if logical is not None and logical.name in ("decimal", "float32", "float64"):
+        value = text
+        decimal = _DECIMAL.match(lower)
+        if decimal:  # more fraction digits than the scale: refused, not rounded
+            fraction = f"TRIM(TRAILING '0' FROM SUBSTRING_INDEX({text}, '.', -1))"
+            value = (f"IF(LOCATE('.', {text}) > 0 AND CHAR_LENGTH({fraction}) > {decimal[2]},"
+                     f" CONCAT('more than {decimal[2]} digits after the point: ', {text}),"
+                     f" {text})")
+        text = f"IF({text} IN {_NOT_A_NUMBER}, NULL, {value})"
     if lower.startswith(("bit", "year")):  # YEAR: the number 0 is 0000, the text '0' 2000
         return f"CAST({text} AS UNSIGNED)"
     if lower.startswith("float"):
@@ -118,7 +128,6 @@ def convert(column: SourceColumn, text: str, type_sql: str) -> str:
 
 
 _FSP = re.compile(r"(datetime|timestamp|time)(?:\((\d)\))?$")
-_DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)( unsigned)?")
 _MEMBER = re.compile(r"'((?:[^'\\]|''|\\.)*)'")
 
 
