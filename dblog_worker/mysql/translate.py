@@ -460,7 +460,7 @@ class BinlogTranslator:
         return len(encoded) // step
 
     @staticmethod
-    def _encoded(view: TableView, event: Any) -> list[tuple[str, str] | _CutShort]:
+    def _encoded(view: TableView, event: Any) -> Sequence[tuple[str, str] | _CutShort]:
         """Each row image's ``(key, row)`` JSON, an update's before and after images one
         after the other: decoded and encoded from the event's bytes where the table's
         reader can (``rowtext.py``), else from mysql-replication's rows (an image with a
@@ -469,7 +469,7 @@ class BinlogTranslator:
         if images is not None:
             encoded = images.key_rows(event)
             if encoded is not None:
-                return list(encoded)
+                return encoded
         codec = view.codec
         assert codec is not None
         rows = images.rows(event) if images is not None else None
