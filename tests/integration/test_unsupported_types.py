@@ -63,7 +63,8 @@ def test_a_table_of_a_type_the_worker_does_not_read_leaves_the_others_captured(
     assert (f"table {tables[1]} cannot be captured: its column 'y' has type year(2), which"
             " dblog does not read") in checked.stdout
     assert f"fix: ALTER TABLE `{database}`.`legacy` MODIFY `y` YEAR;" in checked.stdout
-    assert "shapes" not in checked.stdout
+    problems = [line for line in checked.stdout.splitlines() if line.startswith("- ")]
+    assert len(problems) == 1 and "legacy" in problems[0], checked.stdout
 
     with Workers(tmp_path / "worker.log") as workers:
         worker = workers.start(config)
