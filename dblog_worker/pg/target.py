@@ -113,12 +113,29 @@ def widened(column: SourceColumn, existing: str) -> str | None:
     return None
 
 
+def not_a_date(text: str) -> str:
+    """``text`` (a date or time stamp ``YYYY-MM-DD...`` of another kind's source), or
+    ``-infinity`` where it is no date PostgreSQL has: MySQL's zero date, a zero year,
+    month or day, an impossible day (``2020-02-31``). CASE tests in order: ``make_date``
+    sees valid parts only."""
+    year, month, day = (f"substr({text}, {at}, {width})" for at, width in
+                        ((1, 4), (6, 2), (9, 2)))
+    return (f"CASE WHEN {year} = '0000' OR {month} = '00' OR {day} = '00' THEN '-infinity'"
+            f" WHEN extract(month FROM make_date({year}::int, {month}::int, 1)"
+            f" + ({day}::int - 1)) <> {month}::int THEN '-infinity' ELSE {text} END")
+
+
 def convert(column: SourceColumn, text: str, type_sql: str, state: str) -> str:
     """SQL that turns ``text``, a column's JSON value as text, into ``type_sql``.
 
-    ``state``: the quoted state schema, which holds ``array_literal``.
+    ``state``: the quoted state schema, which holds ``array_literal``. A date, datetime
+    or timestamptz of another kind's source that is no date (MySQL's zero and invalid
+    dates) becomes ``-infinity``.
     """
     type_sql = sql_text(type_sql)
+    logical = None if column.kind == POSTGRESQL else logical_of(column)
+    if logical is not None and logical.name in ("date", "datetime", "timestamptz"):
+        return f"CAST({not_a_date(text)} AS {type_sql})"
     if column.encoding is Encoding.BASE64:
         return f"CAST(decode({text}, 'base64') AS {type_sql})"
     if column.encoding is Encoding.ARRAY:
