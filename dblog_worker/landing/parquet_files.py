@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from dblog_worker.errors import SegmentCorrupt
 from dblog_worker.landing.arrow import (
     FORMAT_VERSION,
+    FORMAT_VERSIONS,
     SCHEMA_VERSIONS_KEY,
     SEGMENT_SCHEMA,
     TRUNCATE_AT_KEY,
@@ -58,7 +59,7 @@ def read_segment(path: Path | str) -> pa.Table:
     try:
         with pq.ParquetFile(path) as parquet:
             metadata = parquet.schema_arrow.metadata or {}
-            if metadata.get(b"dblog.format") != FORMAT_VERSION.encode():
+            if metadata.get(b"dblog.format", b"").decode(errors="replace") not in FORMAT_VERSIONS:
                 raise ValueError(
                     f"{path} is not a dblog segment (no dblog.format={FORMAT_VERSION})"
                 )
@@ -91,7 +92,7 @@ def summarize(segment: FileSegment, source: str) -> SegmentSummary:
     try:
         with pq.ParquetFile(path) as parquet:
             metadata = parquet.schema_arrow.metadata or {}
-            if metadata.get(b"dblog.format") != FORMAT_VERSION.encode():
+            if metadata.get(b"dblog.format", b"").decode(errors="replace") not in FORMAT_VERSIONS:
                 raise SegmentCorrupt(f"{path} is not a dblog segment (no dblog.format)")
             if metadata.get(b"dblog.table") != segment.table.encode() or metadata.get(
                 b"dblog.source"

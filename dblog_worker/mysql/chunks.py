@@ -206,6 +206,11 @@ class CapturedTables:
         known = self._cache.known(table)
         return None if known is None else known.shape.key
 
+    def known_version(self, table: str) -> int:
+        """The schema version of a table already read (0 if none): no catalog read."""
+        known = self._cache.known(table)
+        return 0 if known is None else known.version
+
     def load(self, table: str) -> _Table:
         """The table's columns from information_schema, between two looks at what
         ``SELECT *`` reads: equal looks mean no DDL came in between."""

@@ -326,6 +326,9 @@ class HookedSource:
     def readers(self) -> dict[str, str]:
         return self.inner.readers()
 
+    def cascades(self) -> list[str]:
+        return self.inner.cascades()
+
     def capture_exists(self) -> bool:
         return self.inner.capture_exists()
 
