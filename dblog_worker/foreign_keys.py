@@ -128,7 +128,8 @@ class CascadePlan:
     captured: frozenset[str]
     _by_parent: dict[str, tuple[ForeignKey, ...]] = field(init=False, repr=False,
                                                           compare=False)
-    _reached: dict[_Change, frozenset[str]] = field(init=False, repr=False, compare=False)
+    _reached: dict[tuple[str, frozenset[str] | None, tuple[ForeignKey, ...]], frozenset[str]] = (
+        field(init=False, repr=False, compare=False))
 
     def __post_init__(self) -> None:
         by_parent: dict[str, list[ForeignKey]] = {}
@@ -156,36 +157,43 @@ class CascadePlan:
             return {}, frozenset()
         old = row_fragments(before)
         new = None if after is None else row_fragments(after)
+        changed = None if new is None else frozenset(
+            c for c, v in old.items() if new.get(c, v) != v)
+        acting = tuple(  # the keys whose children this row can have, and that act now
+            key for key in self._by_parent[parent]
+            if NULL not in (old.get(c, NULL) for c in key.referenced)
+            and (changed is None or changed.intersection(key.referenced)))
         actions: dict[str, list[Action]] = {}
-        for key in self._by_parent[parent]:
+        for key in acting:
             if key.child in self.captured:
                 action = _action(key, old, new)
                 if action is not None:
                     actions.setdefault(key.child, []).append(action)
         for found in actions.values():
             found.sort(key=lambda a: not a.deletes)
-        if new is None:
-            return actions, self._reach(parent, None)
-        changed = frozenset(c for c, v in old.items() if new.get(c, v) != v)
-        return actions, self._reach(parent, changed) if changed else frozenset()
+        return actions, self._reach(parent, changed, acting) if acting else frozenset()
 
-    def _reach(self, parent: str, changed: frozenset[str] | None) -> frozenset[str]:
-        found = self._reached.get((parent, changed))
+    def _reach(self, parent: str, changed: frozenset[str] | None,
+               keys: tuple[ForeignKey, ...]) -> frozenset[str]:
+        found = self._reached.get((parent, changed, keys))
         if found is None:
-            found = self._reached[(parent, changed)] = _reach(self, parent, changed)
+            found = self._reached[(parent, changed, keys)] = _reach(self, parent, changed,
+                                                                    keys)
         return found
 
     def reached(self) -> dict[str, frozenset[str]]:
         """For preflight: per parent, the captured tables a delete of one of its rows
         prunes (see :meth:`derive`)."""
-        return {parent: self._reach(parent, None) for parent in self._by_parent}
+        return {parent: self._reach(parent, None, keys)
+                for parent, keys in self._by_parent.items()}
 
 
-def _effects(plan: CascadePlan, change: _Change) -> list[tuple[ForeignKey, _Change]]:
-    """The child changes a change of a table's rows makes, foreign key by foreign key."""
-    table, changed = change
+def _effects(keys: Iterable[ForeignKey], change: _Change) -> list[tuple[ForeignKey, _Change]]:
+    """The child changes a change of a table's rows makes through ``keys`` (those whose
+    parent it is), foreign key by foreign key."""
+    _, changed = change
     effects = []
-    for key in plan.children(table):
+    for key in keys:
         if changed is not None and not changed.intersection(key.referenced):
             continue
         rule = key.rule(changed is None)
@@ -196,11 +204,12 @@ def _effects(plan: CascadePlan, change: _Change) -> list[tuple[ForeignKey, _Chan
     return effects
 
 
-def _reach(plan: CascadePlan, parent: str, changed: frozenset[str] | None) -> frozenset[str]:
+def _reach(plan: CascadePlan, parent: str, changed: frozenset[str] | None,
+           keys: tuple[ForeignKey, ...]) -> frozenset[str]:
     pruned: set[str] = set()
     seen: set[_Change] = set()
     frontier = []
-    for key, child in _effects(plan, (parent, changed)):
+    for key, child in _effects(keys, (parent, changed)):
         if not key.exact and key.child in plan.captured:
             pruned.add(key.child)
         frontier.append(child)
@@ -209,7 +218,7 @@ def _reach(plan: CascadePlan, parent: str, changed: frozenset[str] | None) -> fr
         if change in seen:
             continue
         seen.add(change)
-        for key, child in _effects(plan, change):
+        for key, child in _effects(plan.children(change[0]), change):
             if key.child in plan.captured:
                 pruned.add(key.child)
             frontier.append(child)
