@@ -17,7 +17,8 @@ child rows. Knowing the foreign keys, the worker derives what a parent row chang
   lands a prune event (``op`` ``p``) that removes every row no event since its start wrote.
   So are the children of a foreign key whose values the database compares otherwise than
   byte for byte (a case-insensitive or PAD SPACE collation): the derived event matches the
-  same bytes only.
+  same bytes only; and the children whose primary key an update cascades into (the rows'
+  keys change, which an event without keys cannot say).
 
 Row images, predicates and new values are canonical JSON (see the kinds' ``values.py``):
 this module works on the JSON *fragments* of values, as written, so a match compares the
@@ -73,7 +74,9 @@ class Rule(StrEnum):
 class ForeignKey:
     """One foreign key: ``child(columns)`` references ``parent(referenced)``; ``exact``:
     the database compares its values byte for byte (numbers, dates, binary strings,
-    ``*_nopad_bin`` collations), so a derived event matches exactly the rows it did."""
+    ``*_nopad_bin`` collations), so a derived event matches exactly the rows it did;
+    ``in_key``: its columns are part of the child's primary key (an update that cascades
+    changes the rows' keys)."""
 
     name: str
     child: str  # database.table
@@ -83,6 +86,17 @@ class ForeignKey:
     on_delete: Rule
     on_update: Rule
     exact: bool = True
+    in_key: bool = False
+
+    def derivable(self, deleted: bool) -> bool:
+        """Whether an event can say what it does to the child rows: not when it changes
+        their primary key (an event names no key)."""
+        return deleted or not self.in_key
+
+    def pruned(self, deleted: bool) -> bool:
+        """Whether its child is pruned after it acts: no event can say all it did (it
+        changes the rows' keys, or the database matched by collation, not by bytes)."""
+        return not self.exact or not self.derivable(deleted)
 
     @property
     def acts(self) -> bool:
@@ -165,7 +179,7 @@ class CascadePlan:
             and (changed is None or changed.intersection(key.referenced)))
         actions: dict[str, list[Action]] = {}
         for key in acting:
-            if key.child in self.captured:
+            if key.child in self.captured and key.derivable(new is None):
                 action = _action(key, old, new)
                 if action is not None:
                     actions.setdefault(key.child, []).append(action)
@@ -210,7 +224,7 @@ def _reach(plan: CascadePlan, parent: str, changed: frozenset[str] | None,
     seen: set[_Change] = set()
     frontier = []
     for key, child in _effects(keys, (parent, changed)):
-        if not key.exact and key.child in plan.captured:
+        if key.pruned(changed is None) and key.child in plan.captured:
             pruned.add(key.child)
         frontier.append(child)
     while frontier:  # two foreign keys away or more: no event can say which rows

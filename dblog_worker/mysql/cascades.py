@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dblog_worker.foreign_keys import CascadePlan, ForeignKey, Rule
-from dblog_worker.mysql.catalog import qualified
+from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL, qualified
 from dblog_worker.names import split_table
 from dblog_worker.source import Problem
 
@@ -95,6 +95,13 @@ def foreign_keys(query: Query, tables: Iterable[str]) -> tuple[list[ForeignKey],
                             for r in query(COLUMN_TYPES_SQL, split_table(table))}
         return types[table]
 
+    primary: dict[str, set[str]] = {}
+
+    def primary_key(table: str) -> set[str]:
+        if table not in primary:
+            primary[table] = {str(r[0]) for r in query(KEY_COLUMNS_SQL, split_table(table))}
+        return primary[table]
+
     keys = []
     for (database, table, name), rows in sorted(rows_by_key.items()):
         child = f"{database}.{table}"
@@ -106,7 +113,8 @@ def foreign_keys(query: Query, tables: Iterable[str]) -> tuple[list[ForeignKey],
                     for c, p in zip(columns, referenced, strict=True))
         keys.append(ForeignKey(name, child, columns, parent, referenced,
                                on_delete=Rule.of(str(rows[0][7])),
-                               on_update=Rule.of(str(rows[0][6])), exact=exact))
+                               on_update=Rule.of(str(rows[0][6])), exact=exact,
+                               in_key=bool(primary_key(child).intersection(columns))))
     unseen = {k.parent for k in keys if k.acts and not column_types(k.parent)}
     return keys, unseen
 
@@ -156,12 +164,16 @@ def summary(cascades: CascadePlan) -> list[str]:
                  f"{key.parent}({', '.join(key.referenced)}) [{key.name}] {rules}")
         if key.child not in cascades.captured:
             handling = "not captured: no event of its own"
-        elif key.exact:
-            handling = ("foreign-key action events derived from the parent's row events "
-                        "(landing op f), applied by the merge by predicate")
-        else:
+        elif not key.exact:
             handling = ("foreign-key action events for the same bytes, and a pruning dump "
                         "of the child after each cascade (its values compare by collation)")
+        elif key.in_key and key.on_update.acts:
+            handling = ("foreign-key action events of parent deletes (landing op f); an "
+                        "update cascades into the child's primary key: a pruning dump of the "
+                        "child after each")
+        else:
+            handling = ("foreign-key action events derived from the parent's row events "
+                        "(landing op f), applied by the merge by predicate")
         lines.append(f"{where}: {handling}")
     for parent, tables in sorted(reached.items()):
         if tables:

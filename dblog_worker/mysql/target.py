@@ -480,7 +480,9 @@ class MySQLTarget(Target):
     def _apply_derived(self, batch: Batch, types: Mapping[str, str], cut: str
                        ) -> tuple[int, int]:
         """The batch's foreign-key action and prune events, in position order: rows deleted
-        and rows changed."""
+        and rows changed. A run's values go to an indexed temporary table of the target
+        columns' types first (``dblog_run``), so that each statement is one scan of the
+        table with an index lookup per row, not a scan per event."""
         staged = self._rows(
             f"SELECT position, op, before_json, after_json FROM {self._stage(batch.stage)}"
             " WHERE op IN ('f', 'p') AND position > %s ORDER BY position", (cut,))
@@ -498,8 +500,11 @@ class MySQLTarget(Target):
                 deleted += count
                 continue
             hits = len(step.slots) > 1
+            for sql, params in self.run_sql(batch, types, step):
+                self._run(sql, params)
             if hits:
-                self._run(*self.hits_sql(batch, types, step))
+                for sql, params in self.hits_sql(batch, step):
+                    self._run(sql, params)
             for index, slot in enumerate(step.slots):
                 for sql, params in self.action_sql(batch, types, step, index, hits):
                     count = self._run(sql, params)
@@ -507,38 +512,59 @@ class MySQLTarget(Target):
                     deleted += count
                 else:
                     changed += count
-            if hits:
-                self._run("DROP TEMPORARY TABLE dblog_hits")
+            self._run("DROP TEMPORARY TABLE IF EXISTS dblog_run, dblog_hits")
         return deleted, changed
 
     def _typed_key(self, batch: Batch, types: Mapping[str, str], alias: str) -> str:
         return typed_key([key_text(f"{alias}.{ident(k)}", types[k]) for k in batch.key])
 
-    def _run_rows(self, batch: Batch, types: Mapping[str, str], run: derived.ActionRun,
-                  index: int, guard: str) -> str:
-        """The join of a run's events (parameters: its first and last positions) with the
-        rows slot ``index`` matches that are older than each: after ``FROM target t``."""
-        by_name = {c.name: c for c in batch.columns}
-        match = " AND ".join(
-            f"t.{ident(c)} = " + typed(convert(
-                by_name[c], f"JSON_VALUE(s.before_json, {_staged_path(index, c)})", types[c]),
-                types[c])
-            for c in run.slots[index].columns)
-        return (f"JOIN {self._stage(batch.stage)} s ON {match} WHERE s.op = 'f'"
-                f" AND s.position BETWEEN %s AND %s AND ({guard} IS NULL OR {guard}"
-                " < s.position)")
-
-    def hits_sql(self, batch: Batch, types: Mapping[str, str], run: derived.ActionRun
-                 ) -> tuple[str, list[object]]:
-        """The rows a run of several slots can change, with their positions before it."""
-        keys = ", ".join(f"t.{ident(k)}" for k in batch.key)
+    def run_sql(self, batch: Batch, types: Mapping[str, str], run: derived.ActionRun
+                ) -> list[tuple[str, list[object]]]:
+        """``dblog_run``: a row per event of the run, its position and, per slot ``j``, what
+        it matches (``m{j}_{k}``, indexed) and sets (``n{j}_{k}``), in columns of the target
+        columns' types (made from a SELECT of them: the same types and collations)."""
         target = qualified(batch.target_table)
-        selects = " UNION ".join(
-            f"SELECT {keys}, t.{_P} AS dblog_pre FROM {target} t"
-            f" {self._run_rows(batch, types, run, index, f't.{_P}')}"
-            for index in range(len(run.slots)))
-        return (f"CREATE TEMPORARY TABLE dblog_hits AS {selects}",
-                [run.first, run.last] * len(run.slots))
+        by_name = {c.name: c for c in batch.columns}
+        names, values, keys = [], [], []
+        for j, slot in enumerate(run.slots):
+            matches = [f"m{j}_{k}" for k in range(len(slot.columns))]
+            keys.append(f"KEY ({', '.join(matches)})")
+            for k, column in enumerate(slot.columns):
+                names.append((f"m{j}_{k}", column))
+                values.append(convert(by_name[column], f"JSON_VALUE(s.before_json,"
+                                      f" {_staged_path(j, column)})", types[column]))
+                if not slot.deletes:
+                    names.append((f"n{j}_{k}", column))
+                    values.append(convert(by_name[column], f"JSON_VALUE(s.after_json,"
+                                          f" {_staged_path(j, column)})", types[column]))
+        columns = ", ".join(f"t.{ident(column)} AS {name}" for name, column in names)
+        return [
+            (f"CREATE TEMPORARY TABLE dblog_run (position {_POSITION} NULL,"
+             f" {', '.join(keys)}) SELECT {columns} FROM {target} t WHERE 1 = 0", []),
+            (f"INSERT INTO dblog_run (position, {', '.join(n for n, _ in names)})"
+             f" SELECT s.position, {', '.join(values)} FROM {self._stage(batch.stage)} s"
+             " WHERE s.op = 'f' AND s.position BETWEEN %s AND %s", [run.first, run.last]),
+        ]
+
+    def _run_rows(self, run: derived.ActionRun, index: int, guard: str) -> str:
+        """The join of the table ``t`` with the run's events (``dblog_run r``) whose slot
+        ``index`` matches a row older than the event: after ``FROM target t``."""
+        match = " AND ".join(f"t.{ident(c)} = r.m{index}_{k}"
+                             for k, c in enumerate(run.slots[index].columns))
+        return f"JOIN dblog_run r ON {match} WHERE ({guard} IS NULL OR {guard} < r.position)"
+
+    def hits_sql(self, batch: Batch, run: derived.ActionRun
+                 ) -> list[tuple[str, list[object]]]:
+        """``dblog_hits``: the rows a run of several slots can change, with their positions
+        before it (a temporary table is read once per statement: a fill per slot)."""
+        keys = ", ".join(f"t.{ident(k)}" for k in batch.key)
+        primary = ", ".join(ident(k) for k in batch.key)
+        target = qualified(batch.target_table)
+        return [(f"CREATE TEMPORARY TABLE dblog_hits (PRIMARY KEY ({primary})) SELECT {keys},"
+                 f" t.{_P} AS dblog_pre FROM {target} t WHERE 1 = 0", []),
+                *((f"INSERT IGNORE INTO dblog_hits SELECT {keys}, t.{_P} FROM {target} t"
+                   f" {self._run_rows(run, index, f't.{_P}')}", [])
+                  for index in range(len(run.slots)))]
 
     def action_sql(self, batch: Batch, types: Mapping[str, str], run: derived.ActionRun,
                    index: int, hits: bool = False) -> list[tuple[str, list[object]]]:
@@ -548,27 +574,22 @@ class MySQLTarget(Target):
         slot = run.slots[index]
         target = qualified(batch.target_table)
         guard = "h.dblog_pre" if hits else f"t.{_P}"
-        rows = self._run_rows(batch, types, run, index, guard)
+        rows = self._run_rows(run, index, guard)
         if hits:
             on = " AND ".join(f"h.{ident(k)} = t.{ident(k)}" for k in batch.key)
             rows = f"JOIN dblog_hits h ON {on} {rows}"
-        bounds: list[object] = [run.first, run.last]
         if slot.deletes:
             return [(
                 f"INSERT INTO {self._s}.tombstones (target_table, key_hash, key_json,"
                 " position, deleted_at) SELECT %s, UNHEX(MD5(d.k)), d.k, MIN(d.position),"
                 f" UTC_TIMESTAMP(6) FROM (SELECT {self._typed_key(batch, types, 't')} AS k,"
-                f" s.position FROM {target} t {rows}) d GROUP BY d.k"
-                + self._duplicate_tombstone, [batch.target_table, *bounds]),
-                (f"DELETE t FROM {target} t {rows}", bounds)]
-        by_name = {c.name: c for c in batch.columns}
-        sets = ", ".join(
-            f"t.{ident(c)} = " + convert(
-                by_name[c], f"JSON_VALUE(s.after_json, {_staged_path(index, c)})", types[c])
-            for c in slot.columns)
-        position = f"GREATEST(COALESCE(t.{_P}, ''), s.position)" if hits else "s.position"
+                f" r.position FROM {target} t {rows}) d GROUP BY d.k"
+                + self._duplicate_tombstone, [batch.target_table]),
+                (f"DELETE t FROM {target} t {rows}", [])]
+        sets = ", ".join(f"t.{ident(c)} = r.n{index}_{k}" for k, c in enumerate(slot.columns))
+        position = f"GREATEST(COALESCE(t.{_P}, ''), r.position)" if hits else "r.position"
         joined = rows.replace(" WHERE ", f" SET {sets}, t.{_P} = {position} WHERE ", 1)
-        return [(f"UPDATE {target} t {joined}", bounds)]
+        return [(f"UPDATE {target} t {joined}", [])]
 
     def prune_sql(self, batch: Batch, types: Mapping[str, str], prune: derived.Prune
                   ) -> list[tuple[str, list[object]]]:

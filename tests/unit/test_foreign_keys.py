@@ -155,3 +155,11 @@ def test_the_plan_keeps_the_ancestors_of_captured_tables_and_preflight_says_why(
     assert any(line.startswith("d.ci(pk)") and "compare by collation" in line for line in lines)
     assert "a cascade from a change of d.p reaches d.ci, d.g, d.xx where no event can say " \
         "which rows: the worker queues a pruning dump of each (at most one waiting)" in lines
+
+
+def test_an_update_cascading_into_the_childs_primary_key_prunes_it_a_delete_does_not() -> None:
+    lines = ForeignKey("l_o", "d.lines", ("oid",), "d.orders", ("id",), C, C, in_key=True)
+    keyed = CascadePlan((lines,), frozenset({"d.lines"}))
+    assert keyed.derive("d.orders", '{"id":1}', '{"id":2}') == ({}, frozenset({"d.lines"}))
+    assert keyed.derive("d.orders", '{"id":1}', None) == (
+        {"d.lines": [Action((("oid", "1"),), None)]}, frozenset())
