@@ -300,10 +300,13 @@ class CapturedTables:
             raise RequestRejected(f"the filter does not apply to {table}: {exc}") from None
 
     def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        """The table's largest key; with ``watermarks = "position"`` read in a snapshot,
+        whose position is the window's when a window is open (a pruning dump reads it
+        inside its first window: everything logged before that position is below it)."""
         captured = self._cache.get(table)
         where, params = _where(table, captured, row_filter)
         rows = self._select(table, catalog.upper_bound_sql(captured.shape, where), params,
-                            primary=True)
+                            primary=True, snapshot=True)
         return None if not rows else captured.codec.key_texts_from_key_cells(rows[0])
 
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int,

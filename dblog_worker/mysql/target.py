@@ -539,6 +539,7 @@ class MySQLTarget(Target):
                                           f" {_staged_path(j, column)})", types[column]))
         columns = ", ".join(f"t.{ident(column)} AS {name}" for name, column in names)
         return [
+            ("DROP TEMPORARY TABLE IF EXISTS dblog_run, dblog_hits", []),
             (f"CREATE TEMPORARY TABLE dblog_run (position {_POSITION} NULL,"
              f" {', '.join(keys)}) SELECT {columns} FROM {target} t WHERE 1 = 0", []),
             (f"INSERT INTO dblog_run (position, {', '.join(n for n, _ in names)})"
