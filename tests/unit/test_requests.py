@@ -415,3 +415,20 @@ def _one_arity(progress: TableProgress) -> TableProgress:
 )
 def test_table_progress_round_trip_any(progress: TableProgress) -> None:
     assert TableProgress.from_json(progress.to_json()) == progress
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"prune": "yes"}, "'prune': is 'yes', not 0 or 1"),
+    ({"prune": "1", "kind": "keys", "key_count": "2"}, "only a whole-table dump"),
+    ({"prune": "1", "filter": '{"where": [{"column": "a", "op": "=", "value": 1}]}'},
+     "only a whole-table dump"),
+])
+def test_a_malformed_prune_field_is_named(fields: dict[str, str], message: str) -> None:
+    with pytest.raises(CorruptRequest, match=message):
+        DumpRequest.from_fields({**BASE_FIELDS, **fields})
+    assert DumpRequest.from_fields({**BASE_FIELDS, "prune": "1"}).prune
+
+
+def test_a_malformed_prune_position_is_named() -> None:
+    with pytest.raises(CorruptRequest, match="prune_from is 'abc', not null or a position"):
+        TableProgress.from_json('{"table": "public.t", "prune_from": "abc"}', table="public.t")
