@@ -63,6 +63,7 @@ from dblog_worker.target.plan import Batch
 from tests.services import MariaDBServer, PostgresServer
 
 NAME = "cascade_merge"
+FIGURES = ("load_merge_s", "phases.*.apply_s", "phases.*.events_per_s_applied")
 TABLE = "shop.c"
 SOURCE_NAME = "bench"
 CHILDREN_PER_PARENT = 10
