@@ -3,7 +3,8 @@
 The schema below holds every kind of reach: children of a captured parent that cascade a
 delete (``c``), set null on delete through two foreign keys (``n``), cascade an update of
 a unique non-key column (``u``); a grandchild (``g``, two foreign keys away: pruned); a
-captured child of a parent that is not captured (``qc`` of ``q``); a child that is not
+captured child of a parent that is not captured (``qc`` of ``q``), and a captured
+grandchild of two that are not (``qg`` of ``qm`` of ``q``: pruned); a child that is not
 captured (``x``: no effect); a table that references itself (``s``); and a foreign key of
 a case-insensitive collation (``cic`` of ``ci``: its child is pruned too). The writes are
 bulk deletes, updates of referenced columns and of keys, a child inserted after its parent
@@ -68,6 +69,10 @@ SCHEMA = (
     "CREATE TABLE q (id int PRIMARY KEY)",
     "CREATE TABLE qc (id int PRIMARY KEY, qid int, version bigint NOT NULL,"
     " FOREIGN KEY (qid) REFERENCES q (id) ON DELETE CASCADE ON UPDATE CASCADE)",
+    "CREATE TABLE qm (id int PRIMARY KEY, qid int,"
+    " FOREIGN KEY (qid) REFERENCES q (id) ON DELETE CASCADE ON UPDATE CASCADE)",
+    "CREATE TABLE qg (id int PRIMARY KEY, mid int, version bigint NOT NULL,"
+    " FOREIGN KEY (mid) REFERENCES qm (id) ON DELETE CASCADE)",
     "CREATE TABLE x (id int PRIMARY KEY, pid int,"
     " FOREIGN KEY (pid) REFERENCES p (id) ON DELETE CASCADE ON UPDATE CASCADE)",
     "CREATE TABLE s (id int PRIMARY KEY, up int, version bigint NOT NULL,"
@@ -79,14 +84,15 @@ SCHEMA = (
     " FOREIGN KEY (ck) REFERENCES ci (k) ON DELETE CASCADE)",
     "CREATE SEQUENCE versions",
 )
-CAPTURED = ("p", "c", "n", "u", "g", "qc", "s", "ci", "cic")
-PRUNED = ("g", "s", "cic")  # two foreign keys away, or compared by a collation
+CAPTURED = ("p", "c", "n", "u", "g", "qc", "qg", "s", "ci", "cic")
+PRUNED = ("g", "qg", "s", "cic")  # two foreign keys away, or compared by a collation
 V = "NEXTVAL(versions)"
 
 
 def seed_sql(parents: int) -> list[str]:
     """Rows: ``parents`` parents, two ``c`` and one ``n``, ``u``, ``x`` each, a ``g`` per
-    ``c``, 50 ``q`` with a ``qc`` each, a tree of 60 ``s``, two ``ci`` and three ``cic``."""
+    ``c``, 50 ``q`` with a ``qc``, a ``qm`` and a ``qg`` each, a tree of 60 ``s``, two
+    ``ci`` and three ``cic``."""
     ids = f"(SELECT seq AS i FROM seq_1_to_{parents}) AS r"
     return [
         f"INSERT INTO p SELECT i, CONCAT('k', i), {V} FROM {ids}",
@@ -98,6 +104,8 @@ def seed_sql(parents: int) -> list[str]:
         f"INSERT INTO g SELECT id, id, {V} FROM c",
         "INSERT INTO q SELECT seq FROM seq_1_to_50",
         f"INSERT INTO qc SELECT seq, seq, {V} FROM seq_1_to_50",
+        "INSERT INTO qm SELECT seq, seq FROM seq_1_to_50",
+        f"INSERT INTO qg SELECT seq, seq, {V} FROM seq_1_to_50",
         f"INSERT INTO s SELECT seq, IF(seq <= 6, NULL, seq DIV 2), {V} FROM seq_1_to_60",
         "INSERT INTO ci VALUES (1, 'abc'), (2, 'def')",
         f"INSERT INTO cic VALUES (1, 'abc', {V}), (2, 'ABC', {V}), (3, 'def', {V})",
@@ -261,7 +269,8 @@ def test_preflight_lists_the_cascades(db: MariaDatabase, redis_url: str,
     for line in (
         f"{d}.c(pid) -> {d}.p(id)", f"{d}.n(pid) -> {d}.p(id)", f"{d}.n(pid2) -> {d}.p(id)",
         f"{d}.u(pk) -> {d}.p(k)", f"{d}.g(cid) -> {d}.c(id)", f"{d}.qc(qid) -> {d}.q(id)",
-        f"{d}.s(up) -> {d}.s(id)", f"{d}.cic(ck) -> {d}.ci(k)",
+        f"{d}.s(up) -> {d}.s(id)", f"{d}.cic(ck) -> {d}.ci(k)", f"{d}.qg(mid) -> {d}.qm(id)",
+        f"{d}.qm(qid) -> {d}.q(id)",
     ):
         assert line in section, (line, section)
     assert f"{d}.x(" not in section  # no captured table below it
