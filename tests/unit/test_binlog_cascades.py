@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.event import XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
 
@@ -19,6 +20,7 @@ from dblog_worker.events import Cascaded, ChangeEvent, LogItem
 from dblog_worker.foreign_keys import CascadePlan, ForeignKey, Rule
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
+from tests.unit import test_binlog_xa as xa
 from tests.unit.test_binlog_xa import FILE, event, feed, gtid, prepare, query, resolved
 
 C, N = Rule.CASCADE, Rule.SET_NULL
@@ -31,7 +33,7 @@ KEYS = (
 CAPTURED = ("shop.p", "shop.c", "shop.n", "shop.g", "shop.s")
 
 
-class Codec:
+class Codec(xa.Codec):
     def key_row_from_binlog(self, values: Mapping[str, object],
                             none_sources: Mapping[str, str] | None = None) -> tuple[str, str]:
         return (json.dumps([values["id"]]),
@@ -159,3 +161,15 @@ def test_a_ddl_statement_reads_the_foreign_keys_again() -> None:
         feed(t, delete(600, "p", {"id": 2})))
     feed(t, query(650, "ANALYZE TABLE c"))
     assert calls == ["reload", "reload"]
+
+
+def test_a_parent_image_the_log_cut_short_prunes_its_children() -> None:
+    """A value mysql-replication could not decode (a zero date) leaves the old image
+    unknown: which children it had is unknown too, so every captured one is pruned."""
+    t, _ = translator()
+    lost = event(DeleteRowsEvent, 500, schema="shop", table="p", columns=[], flags=1,
+                 rows=[{"values": {"id": 1, "d": None},
+                        "none_sources": {"d": NONE_SOURCE.OUT_OF_DATE_RANGE}}])
+    out = feed(t, lost)
+    assert items(out) == [("shop.p", "d", "[1]", sub(0), "None", "None"),
+                          ("cascaded", "shop.c", "shop.g")]
