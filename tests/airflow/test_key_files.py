@@ -84,8 +84,8 @@ def test_the_folders_are_the_owners_only(keys_dir: Path) -> None:
         folder.chmod(0o755)  # made by an older version
     key_files.save("public.items", [1, 2, 3], [], context("manual__5"))
     key_files.save("public.items", [1, 2, 3], [], context("manual__6"))
-    for folder in ("dblog_repair", "dblog_repair/manual__5", "dblog_repair/manual__6"):
-        assert stat.S_IMODE((keys_dir / folder).stat().st_mode) == 0o700, folder
+    for name in ("dblog_repair", "dblog_repair/manual__5", "dblog_repair/manual__6"):
+        assert stat.S_IMODE((keys_dir / name).stat().st_mode) == 0o700, name
 
 
 def test_a_folder_that_is_a_link_is_refused(keys_dir: Path, tmp_path: Path) -> None:
