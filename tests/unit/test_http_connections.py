@@ -58,7 +58,7 @@ def test_a_peer_over_its_limit_makes_room_by_closing_its_longest_waiting(
 def test_connections_being_handled_are_never_closed_to_make_room(
     pairs: list[tuple[socket.socket, socket.socket]],
 ) -> None:
-    clients = Clients(total=3, per_peer=2)
+    clients = Clients(total=3, per_peer=2, reserved=0)
     held = [clients.admit(pair(pairs)[0], "10.0.0.1") for _ in range(2)]
     for entry in held:
         assert entry is not None and clients.handling(entry)
@@ -74,7 +74,7 @@ def test_connections_being_handled_are_never_closed_to_make_room(
 
 
 def test_leave_frees_the_place(pairs: list[tuple[socket.socket, socket.socket]]) -> None:
-    clients = Clients(total=1, per_peer=1)
+    clients = Clients(total=1, per_peer=1, reserved=0)
     server, _ = pair(pairs)
     entry = clients.admit(server, "10.0.0.1")
     assert entry is not None and clients.handling(entry)
