@@ -16,7 +16,9 @@ idle or hostile clients from holding all of them:
   and then cannot keep a connection past it.
 - :class:`DeadlineWriter` writes each answer against one deadline from its first byte: a
   client that does not read its answers (pipelined requests it never reads back) has the
-  connection closed then, not after a timeout per write. The server also closes a
+  connection closed then, not after a timeout per write. The kernel keeps at most
+  :data:`SEND_BUFFER_BYTES` (Linux: twice that) of a connection's answers, so such a client
+  cannot pin megabytes of memory per connection either. The server also closes a
   connection after :data:`MAX_PIPELINED` requests in a row that were sent before their
   predecessor's answer.
 - :class:`AuthFailures` slows down the answers to a wrong token, per client address
@@ -39,6 +41,7 @@ RESERVED_CONNECTIONS = 8  # beyond those, for /healthz and /readyz while all are
 IDLE_TIMEOUT_S = 10.0  # waiting for a request's first byte
 REQUEST_DEADLINE_S = 10.0  # from a request's first byte to its last (line, headers, body)
 RESPONSE_DEADLINE_S = 10.0  # from an answer's first byte to its last
+SEND_BUFFER_BYTES = 128 * 1024  # the kernel's buffer of each connection's answers (SO_SNDBUF)
 MAX_PIPELINED = 16  # requests in a row sent before their predecessor's answer: then close
 FREE_AUTH_FAILURES = 5  # wrong tokens from one address answered at once
 AUTH_DELAY_S = (0.1, 5.0)  # then the first delay, doubling to the longest

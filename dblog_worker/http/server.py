@@ -157,6 +157,9 @@ class _Server(ThreadingHTTPServer):
         self.server_name, self.server_port = str(host), int(port)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        with contextlib.suppress(OSError):
+            request.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF,
+                               connections.SEND_BUFFER_BYTES)
         if self.clients.admit(request, str(client_address[0])) is None:
             with contextlib.suppress(OSError):
                 request.sendall(BUSY)

@@ -12,7 +12,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -76,24 +76,22 @@ def never_reads(server: ControlServer, source: str) -> socket.socket:
     request = b"GET /live/live.js HTTP/1.1\r\nHost: localhost\r\n\r\n"
     sock.setblocking(False)
     with contextlib.suppress(BlockingIOError):
-        sock.send(request * 2000)
+        sock.send(request * 400)
     return sock
 
 
-def closed_by_server(sock: socket.socket, within: float) -> bool:
-    """Drain what the server sent; True once it closed its side."""
-    sock.setblocking(True)
+def eventually(condition: Callable[[], bool], within: float) -> bool:
+    """``condition`` holds within ``within`` seconds (the machine may be busy)."""
     end = time.monotonic() + within
-    while time.monotonic() < end:
-        sock.settimeout(max(0.01, end - time.monotonic()))
-        try:
-            if not sock.recv(1 << 20):
-                return True
-        except TimeoutError:
-            return False
-        except OSError:
-            return True
-    return False
+    while not condition() and time.monotonic() < end:
+        time.sleep(0.05)
+    return condition()
+
+
+def all_closed(server: ControlServer, within: float) -> bool:
+    """The server closed every connection within ``within`` seconds (reading them from
+    this side would make them readers)."""
+    return eventually(lambda: server.server.clients.count() == 0, within)
 
 
 def test_readers_that_never_read_do_not_lock_out_the_probes(server: ControlServer) -> None:
@@ -108,9 +106,9 @@ def test_readers_that_never_read_do_not_lock_out_the_probes(server: ControlServe
             status, body, took = probe(server, "/readyz", source)  # no session: not ready
             assert (status, json.loads(body)["ready"]) == (503, False), body
             assert took < 2, took
-        # each of them was answered up to the limit of pipelined requests, then closed
-        assert all(closed_by_server(sock, 10) for sock in blocked)
-        assert server.server.clients.count() == 0
+        # each was answered up to the limit of pipelined requests (or until its answers
+        # filled the buffers: then at its answer's deadline, 3 s here), then closed
+        assert all_closed(server, 10)
     finally:
         for sock in blocked:
             sock.close()
@@ -121,27 +119,28 @@ def test_answers_that_block_hold_every_place_until_their_deadline(
     """Without the limit of pipelined requests, the answers fill the socket buffers and
     every server thread blocks writing: all places are being handled, none can be closed
     to make room. The places kept for the probes answer /healthz and /readyz (and nothing
-    else), and each blocked answer closes its connection at its deadline (3 s here)."""
+    else), and each blocked answer closes its connection at its deadline."""
     monkeypatch.setattr(connections, "MAX_PIPELINED", 1_000_000)
+    monkeypatch.setattr(connections, "RESPONSE_DEADLINE_S", 8.0)
     blocked = [never_reads(server, source) for source in ATTACKERS
                for _ in range(MAX_CONNECTIONS_PER_PEER)]
     started = time.monotonic()
+    clients = server.server.clients
     try:
-        clients = server.server.clients
-        time.sleep(0.5)
-        assert clients.count() == len(blocked)
+        assert eventually(lambda: clients.count() == len(blocked) and all(
+            c.handling for c in clients._open.values()), 5), clients.count()
         for source in ("127.0.0.1", ATTACKERS[0]):
             status, body, took = probe(server, "/healthz", source)
-            assert (status, took < 1) == (200, True), (body, took)
+            assert (status, took < 2) == (200, True), (body, took)
             status, body, took = probe(server, "/readyz", source)
-            assert (status, took < 1) == (503, True), (body, took)
+            assert (status, took < 2) == (503, True), (body, took)
             assert json.loads(body)["ready"] is False
         status, body, took = probe(server, "/live/live.js")
-        assert status == 503 and b"too many requests at once" in body and took < 1
-        assert clients.count(reserved=True) == 0  # each probe's place is given back
-        assert time.monotonic() - started < 3, "the probes came after the deadline"
-        assert all(closed_by_server(sock, 8) for sock in blocked)
-        assert time.monotonic() - started < 10
+        assert status == 503 and b"too many requests at once" in body and took < 2
+        assert time.monotonic() - started < 8, "the probes came after the deadline"
+        # each probe's place is given back; each blocked answer ends at its deadline
+        assert eventually(lambda: clients.count(reserved=True) == 0, 2)
+        assert all_closed(server, 15)
         assert probe(server, "/live/live.js")[0] == 200
     finally:
         for sock in blocked:
@@ -188,14 +187,14 @@ def test_wrong_tokens_are_answered_ever_slower(tmp_path: Path,
             status, _, took = probe(guarded, "/api/v1/openapi.json", ATTACKERS[1], "wrong")
             assert status == 401
             times.append(took)
-        assert max(times[:connections.FREE_AUTH_FAILURES]) < 0.2, times
+        assert max(times[:connections.FREE_AUTH_FAILURES]) < 0.5, times
         for took, delay in zip(times[-4:], (0.2, 0.4, 0.8, 1.0), strict=True):
             assert took >= 0.9 * delay, times
         # the right token is not slowed, nor another address's wrong one
         status, _, took = probe(guarded, "/api/v1/openapi.json", ATTACKERS[1], TOKEN)
-        assert status == 200 and took < 0.2, took
+        assert status == 200 and took < 0.5, took
         status, _, took = probe(guarded, "/api/v1/openapi.json", ATTACKERS[2], "wrong")
-        assert status == 401 and took < 0.2, took
+        assert status == 401 and took < 0.5, took
         # guesses in parallel are slowed alike (the count is the address's)
         results: list[float] = []
         threads = [threading.Thread(target=lambda: results.append(
@@ -230,7 +229,9 @@ def test_a_guess_waiting_for_its_answer_can_be_closed_to_make_room(
         time.sleep(0.5)
         status, _, took = probe(guarded, "/api/v1/openapi.json", ATTACKERS[0], TOKEN)
         assert status == 200 and took < 1, took
-        assert sum(closed_by_server(sock, 0.5) for sock in guessers) == 1
+        # one guesser made room, and its thread ended: the others wait on
+        assert eventually(lambda: guarded.server.clients.count()
+                          == MAX_CONNECTIONS_PER_PEER - 1, 2)
         time.sleep(0.5)
         assert threading.active_count() <= threads + MAX_CONNECTIONS_PER_PEER
     finally:
