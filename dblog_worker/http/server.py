@@ -264,7 +264,7 @@ class _Handler(BaseHTTPRequestHandler):
         except _ClientGone:
             self.close_connection = True
             return
-        if response.status == 401 and not self._late(
+        if response.status == 401 and "Authorization" in self.headers and not self._late(
                 self.server.auth_failures.failed(self.client_address[0])):
             self.close_connection = True
             return

@@ -182,6 +182,9 @@ def test_wrong_tokens_are_answered_ever_slower(tmp_path: Path,
     guarded = ControlServer(config(tmp_path, TOKEN), Telemetry("shop", kind="postgresql"))
     guarded.start()
     try:
+        for _ in range(connections.FREE_AUTH_FAILURES + 4):  # no token at all: no guess
+            status, _, took = probe(guarded, "/metrics", ATTACKERS[3])
+            assert status == 401 and took < 0.5, took
         times = []
         for _ in range(connections.FREE_AUTH_FAILURES + 4):
             status, _, took = probe(guarded, "/api/v1/openapi.json", ATTACKERS[1], "wrong")
