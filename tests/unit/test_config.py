@@ -723,3 +723,48 @@ def test_random_tokens_are_taken() -> None:
         for alphabet in alphabets:
             token = "".join(chosen.choice(alphabet) for _ in range(16))
             assert token_weakness(token) is None, token
+
+
+@pytest.mark.parametrize("dsn", [
+    "host=db port=5432 dbname=shop user=dblog",
+    "host=a,b port=5432,5433 target_session_attrs=read-write",
+    "host=a,b,c port=5432",
+    "host=a,b port=",
+    "hostaddr=10.0.0.5,::1 port=5432,5433",
+    "host=db connect_timeout=10 keepalives=1 keepalives_idle=30 keepalives_interval=5 "
+    "keepalives_count=3 tcp_user_timeout=0",
+    "host=db sslmode=verify-full sslrootcert=system sslnegotiation=direct sslsni=1 "
+    "ssl_min_protocol_version=TLSv1.2 sslcompression=0",
+    "host=db require_auth=scram-sha-256 channel_binding=require gssencmode=disable",
+    "host=db require_auth=!password,!md5 load_balance_hosts=random",
+    "postgresql://u@db:5433,db2:5434/shop?sslmode=require&connect_timeout=5",
+    "postgresql:///shop?host=/var/run/postgresql",
+    "service=shop",
+])
+def test_dsns_libpq_takes_are_taken(dsn: str) -> None:
+    parse(data({"source": {"dsn": dsn}}), {})
+
+
+@pytest.mark.parametrize(("dsn", "message"), [
+    ("host=db port=abc", "source.dsn: option port must be a number from 1 to 65535"),
+    ("postgresql://u@db:99999/shop", "source.dsn: option port must be a number"),
+    ("host=a,b port=1,2,3", "source.dsn: option port lists 3 ports and host 2 host(s)"),
+    ("host=db connect_timeout=1.5", "source.dsn: option connect_timeout must be a whole"),
+    ("host=db keepalives=yes", "source.dsn: option keepalives must be a whole number"),
+    ("host=db sslmode=true", "source.dsn: option sslmode must be one of disable, allow"),
+    ("host=db require_auth=md5,!password", "source.dsn: option require_auth must be"),
+    ("hostaddr=db.internal", "source.dsn: option hostaddr must be IP addresses"),
+    ("host=db replication=database", "source.dsn: option replication is set by dblog"),
+    ("host=db sslmod=require", "unknown option 'sslmod'; did you mean sslmode?"),
+    ("postgresql://u@db/shop?conect_timeout=3",
+     "unknown option 'conect_timeout'; did you mean connect_timeout?"),
+    ("host=db password=se cret=x",
+     "an unknown option follows option password: if the value of password holds a space, "
+     "quote it (password='…')"),
+    ("host=db password='se cret' sslmod=x", "unknown option 'sslmod'; did you mean sslmode?"),
+])
+def test_libpq_option_values_are_checked_when_the_file_is_read(dsn: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(data({"source": {"dsn": dsn}}), {})
+    assert message in str(info.value)
+    assert "cret" not in str(info.value) and "abc" not in str(info.value)
