@@ -42,7 +42,7 @@ DEFAULT_TOKEN_ENV = "DBLOG_HTTP_TOKEN"  # noqa: S105 (a variable name, not a tok
 MIN_TOKEN_BYTES = 16  # off loopback
 MIN_TOKEN_BITS = 32  # by the characters' frequencies; random 16-hex-digit tokens have ~50
 MIN_TOKEN_CHARACTERS = 5  # distinct characters
-EXAMPLE_TOKENS = ("changemehttptoken",)  # .env.example's, lower case, letters and digits
+EXAMPLE_TOKENS = ("change-me-http-token",)  # .env.example's: refused in any spelling
 MAKE_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"  # noqa: S105
 
 
@@ -199,8 +199,11 @@ def token_weakness(token: str) -> str | None:
     (``aaaaaaaaaaaaaaaa``, ``abcabcabc...``), one of consecutive characters
     (``0123456789abcdef``) and one whose characters carry fewer than :data:`MIN_TOKEN_BITS`
     by their frequencies (16 random hexadecimal digits carry about 50)."""
-    plain = re.sub(r"[^a-z0-9]", "", token.lower())
-    if plain in EXAMPLE_TOKENS or plain.startswith("changeme"):
+    def plain(text: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", text.lower())
+
+    if plain(token) in {plain(t) for t in EXAMPLE_TOKENS} or plain(token).startswith(
+            "changeme"):
         return "is the example's token (.env.example) or a placeholder, which anyone can read"
     if len(token) < MIN_TOKEN_BYTES:
         return f"is {len(token)} bytes long, shorter than {MIN_TOKEN_BYTES}"
