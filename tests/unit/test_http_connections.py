@@ -185,13 +185,22 @@ def test_an_answer_not_read_in_time_expires(
     with pytest.raises(TimeoutError):
         writer.write(b"x" * 10_000_000)  # the client reads nothing
     assert writer.expired and 1.3 < time.monotonic() - started < 4
-    reader = threading.Thread(target=lambda: [client.recv(1 << 20) for _ in range(200)])
+    server, client = pair(pairs)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    received = []
+
+    def read() -> None:
+        while sum(map(len, received)) < 2_000_000:
+            received.append(client.recv(1 << 20))
+
+    reader = threading.Thread(target=read)
     reader.start()
     writer = DeadlineWriter(server, deadline_s=5)
     writer.next_response()
-    writer.write(b"y" * 200_000)  # read as it is written: in time
+    writer.write(b"y" * 2_000_000)  # read as it is written: in time
     assert not writer.expired
     reader.join(10)
+    assert b"".join(received) == b"y" * 2_000_000
 
 
 def test_wrong_tokens_wait_longer_and_memory_stays_bounded() -> None:
