@@ -4,9 +4,11 @@ The job file is ``spark/merge.py`` (installed as ``dblog_spark/merge.py``). The
 password of the target never appears on the command line: the job reads the
 configuration file and the environment itself. Nor do the values of ``merge.spark_conf``
 (S3 secret keys, ...): every user of the machine may read a command line (``ps``), so they
-go to Spark in a properties file only its owner may read (``--properties-file``, with
-``--load-spark-defaults`` so that ``spark-defaults.conf`` still applies); the line carries
-only dblog's own settings that ``merge.spark_conf`` does not set.
+go to Spark in a properties file only its owner may read (``--properties-file``). Such a
+file takes the place of ``spark-defaults.conf``, so the file starts with that one's
+settings (Spark 4's ``--load-spark-defaults`` would do it, Spark 3.5's spark-submit has
+no such option); the line carries only dblog's own settings that ``merge.spark_conf``
+does not set.
 """
 
 from __future__ import annotations
@@ -111,22 +113,46 @@ def submit_command(config: Config, config_path: Path, *, tables: Sequence[str] =
     if job.properties:
         if properties_file is None:
             raise ValueError("merge.spark_conf sets options: give the properties file")
-        command += ["--properties-file", str(properties_file), "--load-spark-defaults"]
+        command += ["--properties-file", str(properties_file)]
     return [*command, str(job.application), *job.arguments]
 
 
-def write_properties(folder: Path, properties: Mapping[str, str], also: str = "") -> Path:
-    """``properties`` (and the properties text ``also``, whose settings win) in a new file
-    ``spark.properties`` of ``folder`` that only its owner may read: Spark's format, each
-    key and value escaped (Spark trims whitespace around a value, as it always does)."""
+def write_properties(folder: Path, properties: Mapping[str, str], also: str = "",
+                     submit: str | None = None) -> Path:
+    """``properties`` in a new file ``spark.properties`` of ``folder`` that only its owner
+    may read: Spark's format, each key and value escaped (Spark trims whitespace around a
+    value, as it always does). After the settings of the ``spark-defaults.conf`` that the
+    file replaces (:func:`spark_defaults`, of the ``submit`` command), and before the
+    properties text ``also``: a later setting of a key wins."""
     path = folder / "spark.properties"
     lines = [f"{_escape(k, key=True)}={_escape(v)}" for k, v in properties.items()]
+    defaults = spark_defaults(submit)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write("# merge.spark_conf of the dblog configuration\n" + "\n".join(lines) + "\n")
-        if also:
-            out.write(also if also.endswith("\n") else also + "\n")
+        for text in (defaults, "# merge.spark_conf of the dblog configuration\n"
+                     + "\n".join(lines), also):
+            if text:
+                out.write(text if text.endswith("\n") else text + "\n")
     return path
+
+
+def spark_defaults(submit: str | None = None) -> str:
+    """The text of the ``spark-defaults.conf`` that ``spark-submit`` would read: in
+    ``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``, else beside the ``submit`` command
+    (``<spark home>/bin/spark-submit``); empty when there is none."""
+    folders = [os.environ.get("SPARK_CONF_DIR"), None if not os.environ.get("SPARK_HOME")
+               else os.path.join(os.environ["SPARK_HOME"], "conf")]
+    if submit:
+        found = shutil.which(submit)
+        if found:
+            folders.append(str(Path(found).resolve().parent.parent / "conf"))
+    for folder in folders:
+        if folder:
+            path = Path(folder) / "spark-defaults.conf"
+            if path.is_file():
+                return path.read_text(encoding="utf-8")
+            return ""  # the first folder spark-submit would look in is the one
+    return ""
 
 
 _ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
@@ -177,8 +203,9 @@ def run_merge(config: Config, config_path: Path, *, tables: Sequence[str] = (),
     env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            **job.env, **os.environ}
     with tempfile.TemporaryDirectory(prefix="dblog-merge-") as folder:  # 0700
-        properties = write_properties(Path(folder), job.properties) if job.properties else None
+        submit = spark_submit()
+        properties = write_properties(Path(folder), job.properties, submit=submit) \
+            if job.properties else None
         command = submit_command(config, config_path, tables=tables, master=master,
-                                 as_json=as_json, submit=spark_submit(),
-                                 properties_file=properties)
+                                 as_json=as_json, submit=submit, properties_file=properties)
         return subprocess.run(command, env=env, check=False).returncode

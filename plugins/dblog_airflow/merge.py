@@ -8,7 +8,7 @@ options, the worker's configuration taken from the ``dblog`` connection::
         --conf spark.sql.session.timeZone=UTC --conf spark.ui.showConsoleProgress=false
         --conf spark.log.level=WARN
         [--conf spark.driver.host=127.0.0.1 --conf spark.driver.bindAddress=127.0.0.1]
-        [--properties-file <a 0600 file of merge.spark_conf> --load-spark-defaults]
+        [--properties-file <a 0600 file: spark-defaults.conf, merge.spark_conf>]
         --jars <merge.jars> --name dblog-merge-<source>
         .../dblog_spark/merge.py --config <the connection's config> [--table=T ...]
 
@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, AssetAlias, BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
@@ -124,6 +123,8 @@ class DblogMergeOperator(SparkSubmitOperator):
         self.spark_conn_id: str = kwargs["conn_id"]
         self.tables = tables
         self._properties: dict[str, str] = {}
+        # the command the hook runs (the connection's extra may name another one)
+        self._submit = str(kwargs.get("spark_binary") or "spark-submit")
 
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]
         hook = DblogHook(self.dblog_conn_id)
@@ -138,8 +139,9 @@ class DblogMergeOperator(SparkSubmitOperator):
                 with task_errors():
                     given = Path(self.properties_file).read_text(encoding="utf-8") \
                         if self.properties_file else ""
-                self.properties_file = str(write_properties(Path(folder), self._properties,
-                                                            also=given))
+                self.properties_file = str(write_properties(
+                    Path(folder), self._properties, also=given,
+                    submit=None if given else shutil.which(self._submit, path=path)))
             report_file = Path(folder) / "report.json"
             self.application_args = [*(self.application_args or []),
                                      f"--report={report_file}"]
@@ -202,21 +204,6 @@ class DblogMergeOperator(SparkSubmitOperator):
         self._properties = job.properties  # written to a file of the task's at execute
         self.env_vars = (job.env | self.env_vars) if self.env_vars else (job.env or None)
 
-    def _get_hook(self) -> SparkSubmitHook:
-        hook = super()._get_hook()
-        hook.__class__ = _DefaultsHook
-        return hook
-
-
-class _DefaultsHook(SparkSubmitHook):
-    """Spark's hook, with ``--load-spark-defaults`` after ``--properties-file``: the file
-    would replace ``spark-defaults.conf`` otherwise (``dblog merge`` passes the same)."""
-
-    def _build_spark_common_args(self) -> list[str]:
-        args: list[str] = super()._build_spark_common_args()
-        if "--properties-file" in args:
-            args.insert(args.index("--properties-file") + 2, "--load-spark-defaults")
-        return args
 
 
 def merge_operator(task_id: str, dblog_conn_id: str = DEFAULT_CONN_ID,

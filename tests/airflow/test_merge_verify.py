@@ -31,7 +31,7 @@ SOURCE = "shop"
 TARGET = '\n[target]\nkind = "postgresql"\ndsn = {dsn}\n'
 
 
-FLAGS = ("--load-spark-defaults",)  # spark-submit options that take no value
+FLAGS = ("--verbose",)  # spark-submit options that take no value
 
 
 def options(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:

@@ -82,7 +82,7 @@ def test_print_command_shows_the_file_not_the_values(
     assert SECRET not in printed.stdout + printed.stderr and "AKIA" not in printed.stdout
     words = printed.stdout.split()
     path = Path(words[words.index("--properties-file") + 1])
-    assert words[words.index("--properties-file") + 2] == "--load-spark-defaults"
+    assert "--load-spark-defaults" not in words  # Spark 3.5's spark-submit has no such option
     assert str(path) in printed.stderr  # where the values are, and to delete it
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
