@@ -152,9 +152,9 @@ def tables(db: MariaDatabase, names: Sequence[str] = CAPTURED) -> list[str]:
 
 
 def config_of(db: MariaDatabase, tmp: Path, redis_url: str, watermarks: str = "table",
-              extra: str = "") -> Path:
-    return write_config(tmp, db.dsn, redis_url, tables(db), name=SOURCE, kind="mariadb",
-                        source_extra=f'watermarks = "{watermarks}"', extra=extra)
+              extra: str = "", names: Sequence[str] = CAPTURED) -> Path:
+    return write_config(tmp, db.dsn, redis_url, tables(db, names), name=SOURCE,
+                        kind="mariadb", source_extra=f'watermarks = "{watermarks}"', extra=extra)
 
 
 def landing_of(config: Path) -> Path:
@@ -258,6 +258,27 @@ def test_cascades_replay_to_the_source(db: MariaDatabase, redis_url: str, tmp_pa
     # foreign_key_checks = 0 left, are in the output
     assert "[9999]" in replay(landing, SOURCE, f"{db.name}.c").rows
     assert "[1901]" in replay(landing, SOURCE, f"{db.name}.c").rows
+
+
+@pytest.mark.parametrize("watermarks", ["table", "position"])
+def test_a_parent_change_reaches_its_children_at_once(
+        db: MariaDatabase, redis_url: str, tmp_path: Path, watermarks: str) -> None:
+    """The issue's case, one foreign key away (no pruning dump): rows streamed, then
+    ``DELETE FROM p WHERE id <= 10`` (the log holds 10 deletes of ``p`` and nothing of
+    ``c``, ``n`` or ``u``), a key and a unique column of ``p`` changed, rows of the
+    uncaptured ``q`` deleted and re-keyed: the output of every child equals its table."""
+    names = ("p", "c", "n", "u", "qc")
+    config = config_of(db, tmp_path, redis_url, watermarks, names=names)
+    landing = landing_of(config)
+    with Workers(tmp_path / "worker.log") as workers:
+        worker = workers.start(config)
+        run(db, seed_sql(60))
+        run(db, ["DELETE FROM p WHERE id <= 10",
+                 "UPDATE p SET id = id + 1000 WHERE id BETWEEN 20 AND 22",
+                 "UPDATE p SET k = CONCAT(k, '-x') WHERE id BETWEEN 30 AND 33",
+                 "DELETE FROM q WHERE id <= 5; UPDATE q SET id = id + 100 WHERE id = 7"])
+        wait_landed(db, landing, worker, 50)
+        assert_replays(db, landing, names)
 
 
 def test_preflight_lists_the_cascades(db: MariaDatabase, redis_url: str,
