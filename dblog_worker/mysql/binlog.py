@@ -23,6 +23,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     GtidEvent,
     HeartbeatLogEvent,
+    MariadbBinLogCheckPointEvent,
     MariadbGtidEvent,
     NotImplementedEvent,
     QueryEvent,
@@ -43,6 +44,7 @@ from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.mysql.session import BINLOG_READER_OPTIONS
 from dblog_worker.mysql.snapshot import Marks
 from dblog_worker.mysql.translate import BinlogTranslator
+from dblog_worker.mysql.visibility import LogFacts
 from dblog_worker.position import Position
 from dblog_worker.tables import WATERMARK_SCHEMA
 
@@ -50,6 +52,7 @@ _QUEUE_BATCHES = 64  # batches of up to _BATCH items between the reader and the 
 _BATCH = 2000
 _ER_GTID_OR_FILE_GONE = {1236}  # ER_MASTER_FATAL_ERROR_READING_BINLOG
 _TRANSACTION_ENDS = frozenset({XidEvent, QueryEvent, XAPrepareEvent})  # may end one
+_FL_GROUP_COMMIT_ID = 2  # MariaDB GTID flag: a commit id (the group's) follows
 
 
 class _Stream(BinLogStreamReader):  # type: ignore[misc]
@@ -75,7 +78,7 @@ class BinlogReader:
 
     def __init__(self, connect_args: Mapping[str, Any], server_id: int,
                  start: BinlogCheckpoint, translator: BinlogTranslator, schemas: Iterable[str],
-                 *, by_gtid: bool, is_mariadb: bool) -> None:
+                 *, by_gtid: bool, is_mariadb: bool, facts: LogFacts | None = None) -> None:
         self.translator = translator
         self._queue: queue.Queue[list[LogItem] | BaseException] = queue.Queue(_QUEUE_BATCHES)
         self._stopping = threading.Event()
@@ -95,7 +98,8 @@ class BinlogReader:
             slave_heartbeat=1.0,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent,
                          RotateEvent, GtidEvent, MariadbGtidEvent, HeartbeatLogEvent,
-                         XAPrepareEvent, PartialUpdateRowsEvent, NotImplementedEvent],
+                         XAPrepareEvent, PartialUpdateRowsEvent, NotImplementedEvent,
+                         MariadbBinLogCheckPointEvent],
             filter_non_implemented_events=False,  # compressed events stop the worker
             only_schemas=self._schemas,
             enable_logging=False,
@@ -109,12 +113,18 @@ class BinlogReader:
         # of a transaction or on the server's heartbeat): where an idle log's marks go.
         self.delivered = start.position
         self._marks = Marks()  # watermarks placed by position (watermarks = "position")
+        self._marked = start.position  # the last of them
+        # watermarks = "position": what the window's snapshots are checked against
+        self._facts = facts
+        if facts is not None:
+            facts.started(start.position)
 
     def start(self) -> None:
         self._thread.start()
 
     def _run(self) -> None:
         translate = self.translator.translate
+        facts = self._facts
         batch: list[LogItem] = []
         try:
             while not self._stopping.is_set():
@@ -126,15 +136,29 @@ class BinlogReader:
                     self._put(batch)
                     batch = []
                     self._delivered(_text(event.ident), event.packet.log_pos)
+                    if facts is not None and event.ident:
+                        facts.read(file_number(_text(event.ident)), event.packet.log_pos)
                     continue
+                if kind is MariadbBinLogCheckPointEvent:
+                    if facts is not None:
+                        facts.checkpoint(file_number(event.filename))
+                        facts.read(file_number(self.translator.file), event.packet.log_pos)
+                    continue
+                if facts is not None and kind is MariadbGtidEvent:
+                    facts.group_starts(file_number(self.translator.file),
+                                       event.packet.log_pos - event.packet.event_size,
+                                       _commit_id(event))
                 translate(event, batch)
                 if self.translator.committing is not None:
                     batch = self._read_again(batch)
+                ended = kind in _TRANSACTION_ENDS and not self.translator.in_transaction
+                if ended and facts is not None:
+                    facts.transaction_end(file_number(self.translator.file),
+                                          event.packet.log_pos)
                 if len(batch) >= _BATCH or (batch and not self.translator.in_transaction):
                     self._put(batch)
                     batch = []
-                if not batch and not self.translator.in_transaction \
-                        and kind in _TRANSACTION_ENDS:
+                if not batch and ended:
                     self._delivered(self.translator.file, event.packet.log_pos)
         except BaseException as exc:  # handed to the loop, which ends the session
             if not self._stopping.is_set():
@@ -184,8 +208,15 @@ class BinlogReader:
     def mark(self, watermark: Watermark) -> None:
         """Place ``watermark`` among the items where the log passes its position: after
         every item up to it, before any past it (a window's positions are known only after
-        its SELECTs; the thread may have read past them, the loop has not taken past them)."""
+        its SELECTs, confirmed at or after :meth:`taken`; the thread may have read past
+        them, the loop has not taken past them)."""
         self._marks.add(watermark)
+        self._marked = max(self._marked, watermark.position)
+
+    def taken(self) -> Position:
+        """Where the next window's watermarks may go at the earliest: past every item the
+        loop has taken and every watermark placed before."""
+        return max(self.received, self._marked)
 
     def _put(self, item: list[LogItem] | BaseException) -> None:
         while not self._stopping.is_set():
@@ -234,6 +265,15 @@ class BinlogReader:
         with contextlib.suppress(Exception):  # the connection may be broken already
             self._stream.close()
         self._thread.join(timeout=5)
+
+
+def _commit_id(event: MariadbGtidEvent) -> int:
+    """The group commit id of a MariaDB GTID event (its transactions' group), 0 if none:
+    8 bytes after the flags when FL_GROUP_COMMIT_ID is set, which mysql-replication
+    leaves unread."""
+    if not event.flags & _FL_GROUP_COMMIT_ID:
+        return 0
+    return int(event.packet.read_uint64())
 
 
 def _text(value: str | bytes | None) -> str:

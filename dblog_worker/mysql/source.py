@@ -59,7 +59,7 @@ from dblog_worker.mysql.replica import MyReplica
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.rowimage import row_images
 from dblog_worker.mysql.rowtext import key_row_reader
-from dblog_worker.mysql.snapshot import WindowSnapshots, select_in_snapshot
+from dblog_worker.mysql.snapshot import Snapshot, WindowSnapshots
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
 from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
@@ -74,6 +74,7 @@ from dblog_worker.window import is_low_watermark
 log = logging.getLogger(__name__)
 
 _PARSE_ERROR = 1064  # SHOW BINARY LOG STATUS on MariaDB or MySQL before 8.2
+_CHECKPOINTS_LOOKED_AT = 1000  # events at the start of a binary log file
 _NO_SNAPSHOT_POSITION = (
     'watermarks = "position" needs MariaDB: MySQL gives no binary log position for a '
     "consistent snapshot, and positions read around a SELECT are not sound (a transaction "
@@ -409,9 +410,22 @@ class MySqlSource:
         self._reader = BinlogReader(
             self._args, server_id(self.config), start, translator, databases,
             by_gtid=self._by_gtid(start), is_mariadb=self._is_mariadb,
+            facts=None if self._snapshots is None else self._snapshots.facts,
         )
+        if self._snapshots is not None:
+            self._checkpoints_before(start)
         self._reader.start()
         return start.encode()
+
+    def _checkpoints_before(self, start: BinlogCheckpoint) -> None:
+        """The files the ``Binlog_checkpoint`` events before the start name (the reader
+        starts past them): a snapshot's position in the start file is confirmed with them
+        (:mod:`dblog_worker.mysql.visibility`). Looked for near the file's start only."""
+        assert self._snapshots is not None
+        for row in self._rows(f"SHOW BINLOG EVENTS IN %s LIMIT {_CHECKPOINTS_LOOKED_AT}",
+                              (start.file,)):
+            if str(row[2]) == "Binlog_checkpoint" and int(row[4]) <= start.pos:
+                self._snapshots.facts.checkpoint(file_number(str(row[5]).split()[-1]))
 
     def _by_gtid(self, start: BinlogCheckpoint) -> bool:
         """Resume by GTID where the checkpoint has the state of this server's kind."""
@@ -492,24 +506,27 @@ class MySqlSource:
             with connection_errors("writing a watermark"), self.conn.cursor() as cursor:
                 cursor.execute(catalog.WATERMARK_UPSERT, (self.name, token))
         elif is_low_watermark(token):
-            self._snapshots.open(token)
+            if self._reader is None:
+                raise SourceUnavailable("the binary log is not being read")
+            self._snapshots.open(token, self._reader.taken())
         else:
             self._place_window(token)
 
     def _place_window(self, high: str) -> None:
-        """The window's watermarks at its first and last snapshot's positions. Windows of an
-        idle log share a position: ``sub`` (microseconds, and past the rows of the window
-        before) keeps their rows apart, across restarts too, and after any event there."""
+        """The window's watermarks at its first and last snapshot's positions (a window
+        that read nothing: where the loop is). Windows of an idle log share a position:
+        ``sub`` (past the rows of the window before, and past what has landed: seeded
+        from the output) keeps their rows apart, and after any event there."""
         assert self._snapshots is not None
-        if self._reader is None:
-            raise SourceUnavailable("the binary log is not being read")
-        low, taken, rows = self._snapshots.close()
+        low, taken, rows, after = self._snapshots.close()
         if low is None:
             raise ProtocolError(f"high watermark {high} without a low watermark")
-        if not taken:  # nothing was read: an empty window where a snapshot is now
-            with connection_errors("taking a snapshot"), self.conn.cursor() as cursor:
-                taken = [select_in_snapshot(cursor, None)[1]]
-        first, last = min(taken), max(taken)
+        if self._reader is None:
+            raise SourceUnavailable("the binary log is not being read")
+        if taken:
+            first, last = min(taken), max(taken)
+        else:
+            first = last = Snapshot(Position(after.major, after.minor), time.time_ns() // 1000)
         sub = max(time.time_ns() // 1000, self._next_sub)
         self._next_sub = sub + rows + 2
         self._reader.mark(Watermark(low, first.position._replace(sub=sub), first.at_us))
