@@ -155,7 +155,11 @@ class BinlogReader:
                 if ended and facts is not None:
                     facts.transaction_end(file_number(self.translator.file),
                                           event.packet.log_pos)
-                if len(batch) >= _BATCH or (batch and not self.translator.in_transaction):
+                # A transaction's end hands its batch over, unless the loop has not taken
+                # the batches before (in a window): then the batch grows, and the reader
+                # goes on reading up to the window's snapshots meanwhile.
+                if len(batch) >= _BATCH or (batch and not self.translator.in_transaction
+                                            and not self._queue.full()):
                     self._put(batch)
                     batch = []
                 if not batch and ended:
