@@ -75,6 +75,9 @@ log = logging.getLogger(__name__)
 
 _PARSE_ERROR = 1064  # SHOW BINARY LOG STATUS on MariaDB or MySQL before 8.2
 _CHECKPOINTS_LOOKED_AT = 1000  # events at the start of a binary log file
+# A window's watermarks' sub: above any row's (twice its index in an event or an XA
+# transaction), so that the window's rows come after the rows of the transaction it ends at.
+_SUB_BASE = 1 << 40
 _NO_SNAPSHOT_POSITION = (
     'watermarks = "position" needs MariaDB: MySQL gives no binary log position for a '
     "consistent snapshot, and positions read around a SELECT are not sound (a transaction "
@@ -113,7 +116,7 @@ class MySqlSource:
         self._replica = MyReplica(config) if config.replica is not None else None
         # watermarks = "position": no table; each chunk read in a consistent snapshot
         self._snapshots = None if my_options(config).watermark_table else WindowSnapshots()
-        self._next_sub = 0  # the next window's watermarks' sub, at least (_place_window)
+        self._next_sub = _SUB_BASE  # the next window's watermarks' sub, at least
         self.captured = CapturedTables(
             config.name, config.tables,
             self._replica.connection if self._replica is not None else lambda: self.conn,
@@ -188,7 +191,8 @@ class MySqlSource:
             problems += self._table_problems(table, scopes, account)
         if self._replica is not None:
             if self._is_mariadb:
-                problems += self._replica.problems(list(self.config.tables))
+                problems += self._replica.problems(list(self.config.tables),
+                                                   self._binlog_state())
             else:
                 problems.append(Problem(
                     "[source.replica]: reads on a read replica need MariaDB "
@@ -392,8 +396,10 @@ class MySqlSource:
 
     # -- the log --------------------------------------------------------------
 
-    def start(self, checkpoint: str | None) -> str:
+    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
         start = BinlogCheckpoint.decode(checkpoint) if checkpoint else self._current()
+        if landed is not None:  # the windows' rows go after whatever has landed
+            self._next_sub = max(self._next_sub, landed.sub + 1)
         if start.server and start.server != self._server:
             raise ConfigError(_other_server(start, self._current()))
         start = replace(start, server=self._server)  # a checkpoint from before it had none
@@ -515,8 +521,9 @@ class MySqlSource:
     def _place_window(self, high: str) -> None:
         """The window's watermarks at its first and last snapshot's positions (a window
         that read nothing: where the loop is). Windows of an idle log share a position:
-        ``sub`` (past the rows of the window before, and past what has landed: seeded
-        from the output) keeps their rows apart, and after any event there."""
+        ``sub`` keeps their rows apart and after any event there: past the rows of the
+        window before and past what has landed (the session starts from the output's
+        last position, not from a clock another leader may not share)."""
         assert self._snapshots is not None
         low, taken, rows, after = self._snapshots.close()
         if low is None:
@@ -527,7 +534,7 @@ class MySqlSource:
             first, last = min(taken), max(taken)
         else:
             first = last = Snapshot(Position(after.major, after.minor), time.time_ns() // 1000)
-        sub = max(time.time_ns() // 1000, self._next_sub)
+        sub = self._next_sub
         self._next_sub = sub + rows + 2
         self._reader.mark(Watermark(low, first.position._replace(sub=sub), first.at_us))
         self._reader.mark(Watermark(high, last.position._replace(sub=sub), last.at_us))
@@ -545,7 +552,10 @@ class MySqlSource:
         if not position:  # an empty position would not wait at all
             raise ReplicaBehind("the source's binary log has no GTID position after the low "
                                 "watermark (is the binary log off?); the dump waits")
-        self._replica.catch_up(position)
+        self._replica.catch_up(position, self._binlog_state)
+
+    def _binlog_state(self) -> str:
+        return str(self._one("SELECT @@gtid_binlog_state")[0] or "")
 
     def heartbeat(self) -> None:
         if self._snapshots is None:  # positions as watermarks write nothing

@@ -21,10 +21,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pymysql
 import pytest
 
 from dblog_worker import config as config_module
+from dblog_worker.events import DumpRows
+from dblog_worker.landing.parquet import LandingZone
+from dblog_worker.position import Position
 from dblog_worker.state import StateStore
 from dblog_worker.tables import WATERMARK_SCHEMA
 from tests.integration.harness import (
@@ -43,6 +47,7 @@ from tests.integration.harness import (
     dump,
     dump_through_kills,
     dumps_under_load,
+    events_of,
     wait_for,
     wait_request,
 )
@@ -400,3 +405,38 @@ def test_hot_rows_dumped_while_the_binary_log_rotates(
         for thread in writers:
             thread.join(30)
     assert_converged(rotating, t1)
+
+
+def test_a_new_leader_writes_after_what_landed_whatever_its_clock(
+        backend: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
+    """Windows of an idle log share a position, their rows kept apart by its third part.
+    A leader whose clock ran an hour ahead (the worker numbered them by the clock) landed
+    rows there; a new leader's windows at the same position land after them, and its dump
+    completes instead of writing below what landed and restarting in a loop."""
+    t1 = backend.t1
+    backend.create(t1, 100)
+    config = backend.config_path([t1])
+    worker = worker_process(config)
+    first = dump(config, "--table", t1, "--chunk-size", "50")
+    state = wait_request(backend.redis_url, SOURCE, first, ["completed", "failed"], 60, worker)
+    assert state["state"] == "completed", state
+    assert worker.stop() == 0
+    zone = LandingZone(backend.landing, SOURCE)
+    last = zone.recover()[t1]
+    row = events_of(backend, t1)[-1]
+    ahead = Position(last.major, last.minor, last.sub + 3_600_000_000)  # an hour of µs
+    zone.commit_segment(t1, [DumpRows(t1, pa.array([row["key"]], pa.string()),
+                                      pa.array([row["after"]], pa.string()), ahead,
+                                      time.time_ns() // 1000, int(str(row["schema_version"])),
+                                      first)])
+    logged = len(worker.log())
+    again = worker_process(config)
+    second = dump(config, "--table", t1, "--chunk-size", "50")
+    state = wait_request(backend.redis_url, SOURCE, second, ["completed", "failed"], 60, again)
+    assert state["state"] == "completed", state
+    mine = [Position.decode(str(e["position"])) for e in events_of(backend, t1)
+            if e["dump_id"] == second]
+    assert len(mine) == 100 and min(mine) > ahead
+    assert (min(mine).major, min(mine).minor) == (last.major, last.minor)  # the idle position
+    assert again.log()[logged:].count(" streaming ") == 1  # one session: no restart
+    assert_converged(backend, t1)
