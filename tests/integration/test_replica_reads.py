@@ -438,10 +438,10 @@ def test_a_mariadb_replica_of_another_primary_is_refused(redis_url: str,
         replica.wait_applied()
         with source._admin() as conn, conn.cursor() as cur:
             cur.execute("SELECT @@gtid_binlog_pos")
-            ours = str(cur.fetchone()[0])  # type: ignore[index]
+            ours = str(cur.fetchone()[0])
         with replica._admin() as conn, conn.cursor() as cur:
             cur.execute("SELECT @@gtid_slave_pos")
-            theirs = str(cur.fetchone()[0])  # type: ignore[index]
+            theirs = str(cur.fetchone()[0])
         assert ours.split("-")[:2] == theirs.split("-")[:2] == ["0", "1"]
         assert int(theirs.split("-")[2]) > int(ours.split("-")[2])
         config = backend.config_path(
