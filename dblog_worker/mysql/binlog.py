@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import ssl
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
+from pymysql.connections import Connection
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     GtidEvent,
@@ -45,6 +47,7 @@ from dblog_worker.mysql.session import BINLOG_READER_OPTIONS
 from dblog_worker.mysql.snapshot import Marks
 from dblog_worker.mysql.translate import BinlogTranslator
 from dblog_worker.mysql.visibility import LogFacts
+from dblog_worker.mysql.xa_visibility import XaCommits, XaCommitted
 from dblog_worker.position import Position
 from dblog_worker.tables import WATERMARK_SCHEMA
 
@@ -53,6 +56,23 @@ _BATCH = 2000
 _ER_GTID_OR_FILE_GONE = {1236}  # ER_MASTER_FATAL_ERROR_READING_BINLOG
 _TRANSACTION_ENDS = frozenset({XidEvent, QueryEvent, XAPrepareEvent})  # may end one
 _FL_GROUP_COMMIT_ID = 2  # MariaDB GTID flag: a commit id (the group's) follows
+
+
+class _Connection(Connection):  # type: ignore[misc]
+    """A binary log connection whose TLS context is built once per setting: building one
+    loads the system's certificate authorities (over 0.1 s), and an XA commit opens two
+    connections to read its group again."""
+
+    _contexts: ClassVar[dict[str, ssl.SSLContext]] = {}
+
+    def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
+        if isinstance(sslp, ssl.SSLContext):
+            return sslp
+        key = repr(sorted(sslp.items()))
+        context = self._contexts.get(key)
+        if context is None:
+            context = self._contexts[key] = super()._create_ssl_ctx(sslp)
+        return context
 
 
 class _Stream(BinLogStreamReader):  # type: ignore[misc]
@@ -66,6 +86,9 @@ class _Stream(BinLogStreamReader):  # type: ignore[misc]
 
     _connected = False
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(pymysql_wrapper=_Connection, **kwargs)
+
     def _BinLogStreamReader__connect_to_stream(self) -> None:
         if self._connected:
             raise SourceUnavailable("the binary log connection was lost")
@@ -78,7 +101,8 @@ class BinlogReader:
 
     def __init__(self, connect_args: Mapping[str, Any], server_id: int,
                  start: BinlogCheckpoint, translator: BinlogTranslator, schemas: Iterable[str],
-                 *, by_gtid: bool, is_mariadb: bool, facts: LogFacts | None = None) -> None:
+                 *, by_gtid: bool, is_mariadb: bool, facts: LogFacts | None = None,
+                 xa: XaCommits | None = None) -> None:
         self.translator = translator
         self._queue: queue.Queue[list[LogItem] | BaseException] = queue.Queue(_QUEUE_BATCHES)
         self._stopping = threading.Event()
@@ -114,6 +138,7 @@ class BinlogReader:
         self.delivered = start.position
         self._marks = Marks()  # watermarks placed by position (watermarks = "position")
         self._marked = start.position  # the last of them
+        self._xa = xa  # XA commits read that a chunk SELECT may not see yet
         # watermarks = "position": what the window's snapshots are checked against
         self._facts = facts
         if facts is not None:
@@ -202,7 +227,10 @@ class BinlogReader:
             with contextlib.suppress(Exception):
                 stream.close()
         if not self._stopping.is_set():
-            self.translator.committed(batch)
+            commit = self.translator.committed(batch)
+            if self._xa is not None:
+                self._xa.add(XaCommitted(commit.xid, commit.position, commit.prepared.resume,
+                                         tuple(commit.changes), frozenset(commit.overflow)))
         return batch
 
     def _delivered(self, file: str, pos: int) -> None:

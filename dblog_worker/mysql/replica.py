@@ -114,6 +114,19 @@ class MyReplica:
                 "waits for it")
         self.check_history(str(row[1] or ""), source_state())
 
+    def xa_prepared(self, position: str) -> list[tuple[object, ...]] | None:
+        """``XA RECOVER`` on the replica once it has applied the source's GTID position
+        ``position`` (its prepared XA transactions then include every one the source
+        logged up to there and the replica has not committed yet); None if it has not."""
+        with replica_errors("asking the read replica for its prepared XA transactions"):
+            conn = self.connection()
+            row = _one(conn, "SELECT MASTER_GTID_WAIT(%s, 0)", (position,))
+            if row is None or str(row[0]) != "0":
+                return None
+            with conn.cursor() as cursor:
+                cursor.execute("XA RECOVER")
+                return [tuple(r) for r in cursor.fetchall()]
+
     def check_history(self, applied: str, source_state: str) -> None:
         """ReplicaBehind unless every GTID the replica ``applied`` in the source's domains
         is one the source logged (``source_state``: its ``@@gtid_binlog_state``)."""

@@ -62,6 +62,7 @@ from dblog_worker.mysql.rowtext import key_row_reader
 from dblog_worker.mysql.snapshot import Snapshot, WindowSnapshots
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
 from dblog_worker.mysql.values import MyRowCodec
+from dblog_worker.mysql.xa_visibility import XaCommits, xids_listed
 from dblog_worker.names import split_table
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
@@ -78,6 +79,7 @@ _CHECKPOINTS_LOOKED_AT = 1000  # events at the start of a binary log file
 # A window's watermarks' sub: above any row's (twice its index in an event or an XA
 # transaction), so that the window's rows come after the rows of the transaction it ends at.
 _SUB_BASE = 1 << 40
+_XA_CONFIRM_S = 1.0  # without windows, how often XA commits kept are confirmed
 _NO_SNAPSHOT_POSITION = (
     'watermarks = "position" needs MariaDB: MySQL gives no binary log position for a '
     "consistent snapshot, and positions read around a SELECT are not sound (a transaction "
@@ -117,6 +119,10 @@ class MySqlSource:
         # watermarks = "position": no table; each chunk read in a consistent snapshot
         self._snapshots = None if my_options(config).watermark_table else WindowSnapshots()
         self._next_sub = _SUB_BASE  # the next window's watermarks' sub, at least
+        self._xa = XaCommits()  # XA commits read that a chunk SELECT may not see yet
+        self._xa_confirmed_at = 0.0
+        self._xa_denied = False
+        self._lows: set[str] = set()  # low watermarks written, not read back yet
         self.captured = CapturedTables(
             config.name, config.tables,
             self._replica.connection if self._replica is not None else lambda: self.conn,
@@ -416,7 +422,7 @@ class MySqlSource:
         self._reader = BinlogReader(
             self._args, server_id(self.config), start, translator, databases,
             by_gtid=self._by_gtid(start), is_mariadb=self._is_mariadb,
-            facts=None if self._snapshots is None else self._snapshots.facts,
+            facts=None if self._snapshots is None else self._snapshots.facts, xa=self._xa,
         )
         if self._snapshots is not None:
             self._checkpoints_before(start)
@@ -442,7 +448,57 @@ class MySqlSource:
     def poll(self, timeout: float, out: list[LogItem]) -> None:
         if self._reader is None:
             raise SourceUnavailable("the binary log is not being read")
+        start = len(out)
         self._reader.poll(timeout, out)
+        if self._xa:  # XA commits a chunk SELECT may not see yet (xa_visibility.py)
+            self._xa_items(out, start)
+
+    def _xa_items(self, out: list[LogItem], start: int) -> None:
+        """Right after a low watermark of this worker: the changes of the XA commits
+        before it not known visible (:class:`Unseen`). Every checkpoint resumes before
+        them. Without windows, they are confirmed once a second."""
+        now = time.monotonic()
+        if not self._lows and now - self._xa_confirmed_at >= _XA_CONFIRM_S:
+            with contextlib.suppress(ReplicaBehind):  # a replica away: kept until it is back
+                self._confirm_xa()
+        resume = self._xa.resume()
+        index = start
+        while index < len(out):
+            item = out[index]
+            if type(item) is Watermark and item.token in self._lows:
+                self._lows.discard(item.token)
+                unseen = self._xa.unseen(item.position)
+                if unseen is not None:
+                    out.insert(index + 1, unseen)
+                    index += 1
+            elif type(item) is Checkpoint and resume is not None and item.resume is not None:
+                held = BinlogCheckpoint.decode(item.resume)
+                if resume.position < held.position:
+                    out[index] = Checkpoint(item.position, resume.encode())
+            index += 1
+
+    def _confirm_xa(self) -> None:
+        """Forget the XA commits that ``XA RECOVER`` no longer lists where the chunks are
+        read: visible to every SELECT that starts there from now on. On a read replica,
+        only once it has applied the source's log up to now (else nothing is forgotten)."""
+        self._xa_confirmed_at = time.monotonic()
+        try:
+            if self._replica is None:
+                rows = self._rows("XA RECOVER")
+            else:
+                position = str(self._one("SELECT @@gtid_binlog_pos")[0] or "")
+                replica = self._replica.xa_prepared(position)
+                if replica is None:
+                    return
+                rows = replica
+        except pymysql.MySQLError as exc:  # MySQL 8 without XA_RECOVER_ADMIN: kept
+            if not self._xa_denied:
+                log.warning("XA RECOVER was refused (%s): the changes of XA transactions "
+                            "committed since the worker started count as inside every "
+                            "window of their tables (grant XA_RECOVER_ADMIN on MySQL)", exc)
+                self._xa_denied = True
+            return
+        self._xa.confirm(xids_listed(rows))
 
     def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
         assert checkpoint.resume is not None
@@ -508,6 +564,10 @@ class MySqlSource:
         With ``watermarks = "position"`` nothing is written: the low watermark starts the
         window's snapshots (:mod:`dblog_worker.mysql.snapshot`), and the high watermark
         places both where the log passes the snapshots' positions, the first and the last."""
+        if is_low_watermark(token):
+            if self._xa and self._replica is None:  # before the SELECT: which XA commits
+                self._confirm_xa()                  # it sees for sure (replica: once LW is)
+            self._lows.add(token)
         if self._snapshots is None:
             with connection_errors("writing a watermark"), self.conn.cursor() as cursor:
                 cursor.execute(catalog.WATERMARK_UPSERT, (self.name, token))
@@ -553,6 +613,8 @@ class MySqlSource:
             raise ReplicaBehind("the source's binary log has no GTID position after the low "
                                 "watermark (is the binary log off?); the dump waits")
         self._replica.catch_up(position, self._binlog_state)
+        if self._xa:  # the replica applied every XA commit before LW: which are visible
+            self._confirm_xa()
 
     def _binlog_state(self) -> str:
         return str(self._one("SELECT @@gtid_binlog_state")[0] or "")
