@@ -189,6 +189,13 @@ class MySqlSource:
                 f"{account} may not read the binary log position (REPLICATION CLIENT; "
                 "MariaDB 10.5+: BINLOG MONITOR)",
                 f"GRANT REPLICATION CLIENT ON *.* TO {account};"))
+        try:
+            self._rows("XA RECOVER")
+        except pymysql.MySQLError as exc:
+            problems.append(Problem(
+                f"{account} may not run XA RECOVER ({exc}): a chunk read right after an XA "
+                "transaction's commit could land an older row after it",
+                f"GRANT XA_RECOVER_ADMIN ON *.* TO {account};", capture=False))
         if self._snapshots is None:
             problems += self._watermark_table_problems(scopes, account)
         else:
@@ -491,13 +498,14 @@ class MySqlSource:
                 if replica is None:
                     return
                 rows = replica
-        except pymysql.MySQLError as exc:  # MySQL 8 without XA_RECOVER_ADMIN: kept
+        except pymysql.MySQLError as exc:  # MySQL 8 without XA_RECOVER_ADMIN
             if not self._xa_denied:
-                log.warning("XA RECOVER was refused (%s): the changes of XA transactions "
-                            "committed since the worker started count as inside every "
-                            "window of their tables (grant XA_RECOVER_ADMIN on MySQL)", exc)
+                log.warning("XA RECOVER was refused (%s): an XA transaction's commit is "
+                            "taken as visible as soon as it is read, and a chunk read right "
+                            "then may land an older row after it; grant XA_RECOVER_ADMIN "
+                            "(dblog preflight prints how)", exc)
                 self._xa_denied = True
-            return
+            rows = []
         self._xa.confirm(xids_listed(rows))
 
     def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
