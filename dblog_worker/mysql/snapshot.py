@@ -164,9 +164,9 @@ class Marks:
 
     The reader's thread runs ahead of the worker's loop, so by the time a window's
     positions are known its thread may have read past them; but the loop has not taken any
-    item past them yet (it took nothing while the window's SELECTs ran, and everything it
-    took before was logged before the snapshots). :meth:`place` runs in the loop, on the
-    items it takes.
+    item past them yet: it took nothing while the window's SELECTs ran, and a snapshot is
+    used only at or after everything it took before (:meth:`WindowSnapshots.confirm`).
+    :meth:`place` runs in the loop, on the items it takes.
     """
 
     def __init__(self) -> None:
