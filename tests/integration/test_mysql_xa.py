@@ -336,7 +336,9 @@ def _dump_under_xa_commits(backend: Backend,
                 session.execute(f"XA PREPARE '{name}'")
                 session.execute(f"XA COMMIT '{name}'")
                 committed[0] += 1
-                time.sleep(0.03)  # the reader reads each group again: it keeps up
+                # the reader reads each group again (two connections a commit): about 15
+                # commits a second in all, which it keeps up with on a loaded machine too
+                time.sleep(0.12)
 
     writers = [threading.Thread(target=write, args=(seed,)) for seed in range(2)]
     for thread in writers:
@@ -351,5 +353,5 @@ def _dump_under_xa_commits(backend: Backend,
         stop.set()
         for thread in writers:
             thread.join(30)
-    assert committed[0] > 100
+    assert committed[0] > 40
     assert_converged(backend, t1)
