@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
@@ -98,6 +98,8 @@ class FakeDatabase:
         self.log: list[Commit] = []
         self.invisible: set[int] = set()  # logged, not yet seen by new snapshots
         self.slots: dict[str, int] = {}  # a capture's confirmed position: the next seq
+        self.available = True  # False: every reader's call fails as a lost connection does
+        self.on_commit: Callable[[Commit], None] | None = None  # a test's hook, in the lock
         self._hold = False
 
     # -- DDL (each a commit of its own, with no row change) ----------------------------
@@ -212,6 +214,8 @@ class FakeDatabase:
         if self._hold:
             self.invisible.add(seq)
         self.logged.notify_all()
+        if self.on_commit is not None:
+            self.on_commit(self.log[-1])
         return seq
 
 

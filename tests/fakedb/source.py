@@ -84,7 +84,7 @@ class FakeSource:
     def db(self) -> FakeDatabase:
         if self._db is None:
             raise SourceUnavailable("not connected")
-        if not getattr(self._db, "available", True):
+        if not self._db.available:
             raise SourceUnavailable(f"fake database {self.config.dsn} is down")
         return self._db
 
