@@ -91,7 +91,11 @@ class Table:
 
 
 class FakeDatabase:
-    def __init__(self) -> None:
+    """``stamp`` names a column that every write sets to its commit's sequence number (where
+    the table has it), as a trigger would: a key's values there only grow, in log order."""
+
+    def __init__(self, stamp: str | None = None) -> None:
+        self.stamp = stamp
         self.lock = threading.RLock()
         self.logged = threading.Condition(self.lock)
         self.tables: dict[str, Table] = {}
@@ -249,9 +253,16 @@ class Transaction:
         db = self.db
         with db.lock:
             seq = len(db.log) + 1
+            for _, name, _, values in self.ops:  # all or nothing: check before any write
+                columns = {c.name for c in db.table(name).columns}
+                unknown = set(values or ()) - columns
+                if unknown:
+                    raise DatabaseError(f"{name} has no column {sorted(unknown)}")
             changes: list[Change] = []
             for op, name, key, values in self.ops:
                 table = db.table(name)
+                if values is not None and db.stamp in {c.name for c in table.columns}:
+                    values = {**values, db.stamp: seq}
                 changes += _apply(table, seq, op, key, values)
             self.seq = db._append(tuple(changes))
             return self.seq
@@ -276,9 +287,6 @@ def _apply(table: Table, seq: int, op: str, key: Key | None, values: Row | None
         return [change("t", None, None, None)]
     if op == "upsert":
         assert values is not None
-        unknown = set(values) - {c.name for c in table.columns}
-        if unknown:
-            raise DatabaseError(f"{table.name} has no column {sorted(unknown)}")
         new_key = tuple(values.get(k) for k in key_columns)
         before = table.latest(new_key)
         after = table.shaped({**(before or {}), **values})

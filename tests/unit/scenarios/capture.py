@@ -38,7 +38,8 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
 
 
 def items_table(db: FakeDatabase, name: str, rows: int = 0) -> str:
-    """A test table ``name``: ``id`` (the key), ``version``, ``payload``; rows 10, 20, ..."""
+    """A test table ``name``: ``id`` (the key), ``version`` (the commit that wrote the row,
+    with a database made by :class:`Capture`), ``payload``; rows 10, 20, ..."""
     db.create_table(name, [("id", "int"), ("version", "int"), ("payload", "text")], ["id"])
     with db.transaction() as tx:
         for i in range(1, rows + 1):
@@ -83,6 +84,11 @@ def replay(landing: Path, table: str) -> Replay:
     return result
 
 
+def texts(db: FakeDatabase, table: str, text: str) -> Row:
+    """``text`` in each text column the table has now (the test's writes follow DDL)."""
+    return {c.name: text for c in db.table(table).columns if c.type == "text"}
+
+
 def landed_as(rows: Mapping[Key, Row]) -> dict[str, dict[str, Any]]:
     return {key_json(k): dict(r) for k, r in rows.items()}
 
@@ -93,7 +99,7 @@ class Capture:
 
     def __init__(self, tmp: Path, tables: Sequence[str] = (), *, flush_s: float = 0.05,
                  source_extra: Mapping[str, object] | None = None) -> None:
-        self.db = FakeDatabase()
+        self.db = FakeDatabase(stamp="version")  # a key's versions grow in log order
         self.db_name = f"db{next(_names)}"
         DATABASES[self.db_name] = self.db
         self.tmp = tmp

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.fakedb import DATABASES
 from tests.fakedb.database import FakeDatabase
-from tests.unit.scenarios.capture import Capture, items_table
+from tests.unit.scenarios.capture import Capture, items_table, texts
 from tests.unit.scenarios.test_dumps import T1, T2
 
 Step = tuple[str, int, int]
@@ -33,12 +33,11 @@ STEPS = st.one_of(
 
 
 class History:
-    """Applies steps to a capture; every write takes the next version."""
+    """Applies steps to a capture (the database stamps each row's version with its commit)."""
 
     def __init__(self, capture: Capture) -> None:
         self.capture = capture
         self.db: FakeDatabase = capture.db
-        self.version = 0
         self.columns = 0
         self.requests: list[str] = []
 
@@ -49,10 +48,7 @@ class History:
                 for _ in range(rnd.choice([1, 1, 3])):
                     table = rnd.choice([T1, T2])
                     key = rnd.randrange(1, 120)
-                    self.version += 1
-                    values = {"version": self.version,
-                              **{c.name: f"v{self.version}" for c in self.db.table(table).columns
-                                 if c.type == "text"}}
+                    values = texts(self.db, table, f"v{seed}")
                     action = rnd.random()
                     if action < 0.4:
                         tx.upsert(table, {"id": key, **values})
@@ -61,7 +57,7 @@ class History:
                     elif action < 0.85:
                         tx.delete(table, (key,))
                     else:
-                        tx.update(table, (key,), {**values, "id": rnd.randrange(1, 120)})
+                        tx.update(table, (key,), {"id": rnd.randrange(1, 120)})
 
     def apply(self, step: Step) -> None:
         name, size, seed = step

@@ -14,7 +14,7 @@ SHIPPED = {"postgresql", "mysql"}
 
 def test_the_product_does_not_ship_the_fake_kind() -> None:
     assert set(kinds.REGISTRY) == SHIPPED
-    with pytest.raises(ConfigError, match='"fake" is not supported'):
+    with pytest.raises(ConfigError, match="'fake' is not supported"):
         config.parse({"source": {"name": "src", "kind": "fake", "dsn": "fake:x",
                                  "tables": ["a.b"]},
                       "redis": {"url": "redis://localhost"}, "landing": {"path": "/tmp/x"}}, {})

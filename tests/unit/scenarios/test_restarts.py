@@ -12,12 +12,12 @@ from tests.unit.scenarios.test_dumps import T1, T2, writing
 
 
 def test_a_stopped_worker_resumes_the_dump_from_the_checkpoint(capture: Capture) -> None:
-    items_table(capture.db, T1, 600)
+    items_table(capture.db, T1, 1500)
     items_table(capture.db, T2, 100)
     capture.tables = [T1, T2]
     capture.start()
     with writing(capture, [T1, T2], seed=3):
-        request = capture.dump("all", chunk_size=20, delay_ms=5)
+        request = capture.dump("all", chunk_size=20, delay_ms=10)
         for stops in range(1, 4):
             wait_for(lambda stops=stops: capture.chunks(request) >= 5 * stops, 10,  # type: ignore[misc]
                      "more chunks", capture.why)
