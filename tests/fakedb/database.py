@@ -104,6 +104,9 @@ class FakeDatabase:
         self.slots: dict[str, int] = {}  # a capture's confirmed position: the next seq
         self.available = True  # False: every reader's call fails as a lost connection does
         self.on_commit: Callable[[Commit], None] | None = None  # a test's hook, in the lock
+        # a test's hook after a chunk's SELECT (the table, the keys it read), before the
+        # reader goes on: writes there are the paper's race, between SELECT and HW
+        self.on_read: Callable[[str, list[Key]], None] | None = None
         self._hold = False
 
     # -- DDL (each a commit of its own, with no row change) ----------------------------

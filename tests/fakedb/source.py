@@ -309,6 +309,11 @@ class FakeSource:
                     rows.append((key, row))
             return found, rows
 
+    def _after_read(self, table: str, keys: list[Key]) -> None:
+        hook = self.db.on_read
+        if hook is not None and keys:
+            hook(table, keys)
+
     def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
         _, rows = self._selected(table, None, None, row_filter)
         return key_texts(rows[-1][0]) if rows else None
@@ -319,6 +324,7 @@ class FakeSource:
         rows = rows[:limit]
         keys = [key_json(k) for k, _ in rows]
         afters = [row_json(r) for _, r in rows]
+        self._after_read(table, [k for k, _ in rows])
         return Chunk(len(rows), key_texts(rows[-1][0]) if rows else None,
                      self._current_version(found),
                      lambda: (pa.array(keys, pa.string()), pa.array(afters, pa.string())))
@@ -337,6 +343,7 @@ class FakeSource:
             elif key_json(key) not in encoded:
                 encoded.append(key_json(key))
                 afters.append(row_json(row))
+        self._after_read(table, [k for k in wanted if k in rows])
         return KeysChunk(pa.array(encoded, pa.string()), pa.array(afters, pa.string()), missing,
                          self._current_version(found))
 

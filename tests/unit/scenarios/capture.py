@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -87,6 +88,28 @@ def replay(landing: Path, table: str) -> Replay:
 def texts(db: FakeDatabase, table: str, text: str) -> Row:
     """``text`` in each text column the table has now (the test's writes follow DDL)."""
     return {c.name: text for c in db.table(table).columns if c.type == "text"}
+
+
+def race_chunks(db: FakeDatabase, seed: int, share: float = 0.3) -> None:
+    """After a ``share`` of the chunk SELECTs, before their high watermark: update, delete
+    or move (a key change) one to three of the rows just read, in one transaction. A chunk
+    row the window does not drop would land after the log's newer image: stale."""
+    rnd = random.Random(seed)
+
+    def race(table: str, keys: list[Key]) -> None:
+        if rnd.random() >= share:
+            return
+        with db.transaction() as tx:
+            for key in rnd.sample(keys, min(len(keys), rnd.randint(1, 3))):
+                action = rnd.random()
+                if action < 0.6:
+                    tx.update(table, key, texts(db, table, f"race {rnd.random():.6f}"))
+                elif action < 0.8:
+                    tx.delete(table, key)
+                else:
+                    tx.update(table, key, {"id": rnd.randrange(1, 5000)})
+
+    db.on_read = race
 
 
 def landed_as(rows: Mapping[Key, Row]) -> dict[str, dict[str, Any]]:

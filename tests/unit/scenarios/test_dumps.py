@@ -12,7 +12,7 @@ import pytest
 
 from dblog_worker import kinds
 from tests.fakedb.database import DatabaseError, FakeDatabase
-from tests.unit.scenarios.capture import Capture, items_table, texts
+from tests.unit.scenarios.capture import Capture, items_table, race_chunks, texts
 
 T1, T2 = "shop.items", "shop.orders"
 
@@ -88,6 +88,7 @@ def shop(capture: Capture) -> Capture:
 
 @pytest.mark.parametrize("kind", ["all", "tables", "parallel", "filtered", "keys", "range"])
 def test_a_dump_of_every_kind_converges_under_writes(shop: Capture, kind: str) -> None:
+    race_chunks(shop.db, seed=len(kind))
     with writing(shop, [T1, T2], seed=len(kind)):
         if kind == "all":
             ids = [shop.dump("all", chunk_size=37)]
