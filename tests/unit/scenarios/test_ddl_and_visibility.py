@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from tests.fakedb.database import Commit
 from tests.fakedb.source import WATERMARK_TABLE
-from tests.unit.scenarios.capture import Capture, items_table, wait_for
+from tests.unit.scenarios.capture import Capture, items_table, race_chunks, wait_for
 from tests.unit.scenarios.test_dumps import T1, T2, writing
 
 
@@ -14,6 +16,7 @@ def test_columns_added_and_dropped_mid_dump(capture: Capture) -> None:
     items_table(capture.db, T1, 500)
     capture.tables = [T1]
     capture.start()
+    race_chunks(capture.db, seed=11)
     with writing(capture, [T1], seed=11):
         request = capture.dump("tables", [T1], chunk_size=25, delay_ms=2)
         wait_for(lambda: capture.chunks(request) >= 4, 10, "four chunks", capture.why)
@@ -46,12 +49,15 @@ def test_a_table_created_and_one_dropped_mid_dump(capture: Capture) -> None:
     capture.assert_converged(T2)
 
 
-def test_commits_logged_before_the_chunk_sees_them(capture: Capture) -> None:
+@pytest.mark.parametrize("unseen", [True, False], ids=["unseen", "unseen-ignored"])
+def test_commits_logged_before_the_chunk_sees_them(capture: Capture, unseen: bool) -> None:
     """Writes whose commits are in the log before a low watermark but not yet visible to the
     chunk SELECT (PostgreSQL's commit before ProcArray, MariaDB's XA / group commit): the
-    chunk reads the old rows; the window must drop them (the log had the new ones)."""
+    chunk reads the old rows; the window must drop them (the log had the new ones). A source
+    that does not report them (``unseen = false``) lands stale rows: the check fails."""
     items_table(capture.db, T1, 200)
     capture.tables = [T1]
+    capture.source_extra = {"unseen": unseen}
     capture.start()
     db = capture.db
     held = threading.Event()
@@ -74,4 +80,8 @@ def test_commits_logged_before_the_chunk_sees_them(capture: Capture) -> None:
         db.on_commit = None
         db.publish()
     assert held.is_set()
-    capture.assert_converged(T1)
+    if unseen:
+        capture.assert_converged(T1)
+    else:
+        with pytest.raises(AssertionError, match="version"):
+            capture.assert_converged(T1)

@@ -7,7 +7,7 @@ import threading
 
 from tests.fakedb.database import Commit
 from tests.fakedb.source import WATERMARK_TABLE
-from tests.unit.scenarios.capture import Capture, items_table, wait_for
+from tests.unit.scenarios.capture import Capture, items_table, race_chunks, wait_for
 from tests.unit.scenarios.test_dumps import T1, T2, writing
 
 
@@ -16,6 +16,7 @@ def test_a_stopped_worker_resumes_the_dump_from_the_checkpoint(capture: Capture)
     items_table(capture.db, T2, 100)
     capture.tables = [T1, T2]
     capture.start()
+    race_chunks(capture.db, seed=3)
     with writing(capture, [T1, T2], seed=3):
         request = capture.dump("all", chunk_size=20, delay_ms=10)
         for stops in range(1, 4):
@@ -39,6 +40,7 @@ def test_an_outage_mid_window_ends_the_session_and_the_next_one_resumes(
     items_table(capture.db, T1, 400)
     capture.tables = [T1]
     capture.start()
+    race_chunks(capture.db, seed=5)
     db = capture.db
     outages: list[int] = []
 
