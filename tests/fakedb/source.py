@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
@@ -356,7 +356,7 @@ class FakeSource:
         return self  # every call takes the database's lock: one reader serves every lane
 
 
-def _filter(table: Table, row_filter: RowFilter | None):  # type: ignore[no-untyped-def]
+def _filter(table: Table, row_filter: RowFilter | None) -> Callable[[Key, Row], bool]:
     """Whether a row (its key, its values) meets ``row_filter``; SQL's NULL logic."""
     if row_filter is None:
         return lambda key, row: True

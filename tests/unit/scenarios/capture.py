@@ -120,7 +120,7 @@ class Capture:
     """One source ``src`` of kind ``fake`` over a new fake database: its configuration, the
     worker (started and stopped in threads of this process), requests, and checks."""
 
-    def __init__(self, tmp: Path, tables: Sequence[str] = (), *, flush_s: float = 0.05,
+    def __init__(self, tmp: Path, tables: Sequence[str] = (), *, flush_s: float = 0.02,
                  source_extra: Mapping[str, object] | None = None) -> None:
         self.db = FakeDatabase(stamp="version")  # a key's versions grow in log order
         self.db_name = f"db{next(_names)}"
@@ -208,14 +208,15 @@ class Capture:
     def request(self, request_id: str) -> dict[str, str]:
         state = self.state()
         try:
-            return dict(state.redis.hgetall(state.key("request", request_id)))
+            return {str(k): str(v) for k, v in
+                    state.redis.hgetall(state.key("request", request_id)).items()}
         finally:
             state.close()
 
     def requests(self) -> list[dict[str, str]]:
         state = self.state()
         try:
-            return [dict(state.redis.hgetall(k))
+            return [{str(f): str(v) for f, v in state.redis.hgetall(k).items()}
                     for k in state.redis.keys(state.key("request", "*"))
                     if state.redis.type(k) == "hash"]
         finally:
@@ -255,7 +256,11 @@ class Capture:
     def assert_converged(self, *tables: str, timeout: float = 20) -> None:
         """Once everything committed has landed, the replayed output equals each table
         (a column the output lacks counts as NULL), and no key went back in time."""
-        wait_for(lambda: self.check_alive() or self.caught_up(), timeout,
+        def caught_up() -> bool:
+            self.check_alive()
+            return self.caught_up()
+
+        wait_for(caught_up, timeout,
                  "the checkpoint to reach the end of the log", self.why)
         for table in tables:
             expected = landed_as(self.db.rows(table))

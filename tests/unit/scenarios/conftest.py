@@ -18,7 +18,7 @@ from tests.unit.scenarios.capture import Capture
 @pytest.fixture
 def fake_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The one registry line that adds a database kind, for this test."""
-    monkeypatch.setitem(kinds.REGISTRY, KIND, PACKAGE)  # type: ignore[index]
+    monkeypatch.setitem(kinds.REGISTRY, KIND, PACKAGE)
     yield KIND
     DATABASES.clear()
 
@@ -29,7 +29,7 @@ def fake_redis(monkeypatch: pytest.MonkeyPatch) -> fakeredis.FakeServer:
     in-process fakeredis server: no Redis server runs."""
     server = fakeredis.FakeServer()
 
-    def from_url(cls: type[redis.Redis], url: str, **options: Any) -> redis.Redis:
+    def from_url(cls: type[redis.Redis], url: str, /, **options: Any) -> redis.Redis:
         return fakeredis.FakeRedis(server=server,
                                    decode_responses=options.get("decode_responses", False))
 

@@ -39,7 +39,7 @@ def test_the_worker_captures_a_kind_added_by_one_registry_line(capture: Capture)
 def test_bad_options_of_the_fake_kind_are_refused(capture: Capture) -> None:
     capture.tables = ["a.b"]
     capture.source_extra = {"unseen": "yes"}
-    with pytest.raises(ConfigError, match="source.unseen must be true or false"):
+    with pytest.raises(ConfigError, match=r"source\.unseen must be true or false"):
         capture.config()
     capture.source_extra = {"dsn": "memory:x"}
     with pytest.raises(ConfigError, match="fake:<database name>"):

@@ -11,8 +11,25 @@ from tests.unit.scenarios.capture import Capture, items_table, race_chunks, wait
 from tests.unit.scenarios.test_dumps import T1, T2, writing
 
 
-def test_a_stopped_worker_resumes_the_dump_from_the_checkpoint(capture: Capture) -> None:
-    items_table(capture.db, T1, 1500)
+def stop_at_next_low_watermark(capture: Capture) -> None:
+    """The worker is told to stop right after it wrote a low watermark: in the middle of a
+    window, which then closes (or is abandoned) while the worker stops."""
+    worker = capture.worker
+    assert worker is not None
+
+    def on_commit(commit: Commit) -> None:
+        if any(c.table == WATERMARK_TABLE and c.after and str(c.after["value"]).endswith(".lw")
+               for c in commit.changes):
+            worker.stopping = True
+            capture.db.on_commit = None
+
+    capture.db.on_commit = on_commit
+    wait_for(lambda: worker.stopping, 10, "a low watermark", capture.why)
+
+
+def test_a_worker_stopped_mid_window_resumes_the_dump_from_the_checkpoint(
+        capture: Capture) -> None:
+    items_table(capture.db, T1, 600)
     items_table(capture.db, T2, 100)
     capture.tables = [T1, T2]
     capture.start()
@@ -20,8 +37,9 @@ def test_a_stopped_worker_resumes_the_dump_from_the_checkpoint(capture: Capture)
     with writing(capture, [T1, T2], seed=3):
         request = capture.dump("all", chunk_size=20, delay_ms=10)
         for stops in range(1, 4):
-            wait_for(lambda stops=stops: capture.chunks(request) >= 5 * stops, 10,  # type: ignore[misc]
+            wait_for(lambda stops=stops: capture.chunks(request) >= 4 * stops, 10,  # type: ignore[misc]
                      "more chunks", capture.why)
+            stop_at_next_low_watermark(capture)
             capture.stop()
             assert capture.request(request)["state"] == "running"
             capture.start()  # a new Worker: same Redis, same landing zone
