@@ -134,3 +134,21 @@ def test_the_fake_kind_is_not_one_the_product_ships() -> None:
     """The worker above ran on a kind the product does not register: adding a database is
     its package and one registry line (the fixture's)."""
     assert "fake" not in kinds.REGISTRY
+
+
+def test_a_malformed_request_is_failed_and_the_next_one_runs(capture: Capture) -> None:
+    """The quarantine script (Lua: TYPE's status reply, ZREM, HSET) on fakeredis: a request
+    whose record cannot be read leaves the queue failed; the log and the next request go on."""
+    items_table(capture.db, T1, 30)
+    capture.tables = [T1]
+    bad, good = capture.dump("tables", [T1]), capture.dump("tables", [T1], chunk_size=7)
+    state = capture.state()
+    try:
+        state.redis.hset(state.key("request", bad), "chunk_size", "many")
+    finally:
+        state.close()
+    capture.start()
+    failed = capture.wait_request(bad)
+    assert failed["state"] == "failed" and "chunk_size" in failed["error"], failed
+    capture.wait_completed(good)
+    capture.assert_converged(T1)
