@@ -132,7 +132,7 @@ class FakeSource:
 
     # -- the log -----------------------------------------------------------------------------
 
-    def start(self, checkpoint: str | None) -> str:
+    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
         db = self.db
         with db.lock:
             slot = db.slots.get(self.name)
