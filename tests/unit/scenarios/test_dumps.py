@@ -12,8 +12,9 @@ from contextlib import contextmanager
 import pytest
 
 from dblog_worker import kinds
+from dblog_worker.requests import RequestState
 from tests.fakedb.database import DatabaseError, FakeDatabase
-from tests.unit.scenarios.capture import Capture, items_table, race_chunks, texts
+from tests.unit.scenarios.capture import Capture, items_table, race_chunks, texts, wait_for
 
 T1, T2 = "shop.items", "shop.orders"
 
@@ -152,3 +153,19 @@ def test_a_malformed_request_is_failed_and_the_next_one_runs(capture: Capture) -
     assert failed["state"] == "failed" and "chunk_size" in failed["error"], failed
     capture.wait_completed(good)
     capture.assert_converged(T1)
+
+
+def test_a_dump_paused_retuned_and_resumed(shop: Capture) -> None:
+    """The operator's commands (Lua transitions and knob changes, on fakeredis) mid-dump."""
+    request = shop.dump("tables", [T1], chunk_size=5, delay_ms=5)
+    wait_for(lambda: shop.chunks(request) >= 3, 10, "three chunks", shop.why)
+    state = shop.state()
+    try:
+        assert state.transition(request, RequestState.PAUSED) is RequestState.RUNNING
+        assert state.set_knobs(request, chunk_size=40, delay_ms=0).chunk_size == 40
+        with writing(shop, [T1], seed=17):
+            state.transition(request, RequestState.RUNNING)
+            shop.wait_completed(request)
+    finally:
+        state.close()
+    shop.assert_converged(T1)

@@ -9,11 +9,11 @@ from dblog_worker import config, kinds
 from dblog_worker.errors import ConfigError
 from tests.unit.scenarios.capture import Capture, items_table
 
-SHIPPED = {"postgresql", "mysql"}
+SHIPPED = set(kinds.REGISTRY)  # as the product registers them, before any fixture ran
 
 
 def test_the_product_does_not_ship_the_fake_kind() -> None:
-    assert set(kinds.REGISTRY) == SHIPPED
+    assert "fake" not in SHIPPED and {"postgresql", "mysql"} <= SHIPPED
     with pytest.raises(ConfigError, match="'fake' is not supported"):
         config.parse({"source": {"name": "src", "kind": "fake", "dsn": "fake:x",
                                  "tables": ["a.b"]},
