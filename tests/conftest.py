@@ -21,7 +21,7 @@ import pytest
 import redis
 from hypothesis import settings
 
-from tests.services import MariaDBServer, PostgresServer, RedisServer
+from tests.services import MariaDBServer, PostgresServer, RedisServer, SeaweedServer
 
 if TYPE_CHECKING:  # pyspark only for the tests that use Spark
     from pyspark.sql import SparkSession
@@ -38,6 +38,7 @@ TESTS = Path(__file__).parent
 FIXTURE_MARKERS = {
     "postgres_server": "pg", "mariadb_server": "mariadb", "redis_server": "redis",
     "chaos_redis": "redis", "spark": "spark", "airflow_home": "airflow",
+    "seaweed_server": "s3",
 }
 # ... the source kind of its parameters (the ``backend`` fixture's, for one) ...
 KIND_MARKERS = {"postgresql": "pg", "mariadb": "mariadb", "mysql": "mariadb"}
@@ -90,6 +91,24 @@ def mariadb_server() -> Iterator[MariaDBServer]:
 def redis_server() -> Iterator[RedisServer]:
     with RedisServer().start() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def seaweed_server() -> Iterator[SeaweedServer]:
+    """A real S3-compatible store (SeaweedFS, built by scripts/install)."""
+    with SeaweedServer().start() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(seaweed_server: SeaweedServer, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket of the session's SeaweedFS; its credentials in the environment (the
+    way the worker and Spark find them)."""
+    if not seaweed_server.running:  # a previous test killed it
+        seaweed_server.restart()
+    for name, value in seaweed_server.env().items():
+        monkeypatch.setenv(name, value)
+    return seaweed_server.create_bucket(f"t-{uuid.uuid4().hex[:20]}")
 
 
 @pytest.fixture(scope="session")
