@@ -13,7 +13,7 @@ The writer's options (:func:`write_parquet`) and the checks of a segment read ba
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ class FileSegment:
     last: Position
     path: Path
     first_seq: int = 0  # the first it covers, when compacted (0: seq)
-    size: int = 0
+    size: int = field(default=0, compare=False)  # bytes, when listed
 
     @property
     def lo(self) -> int:

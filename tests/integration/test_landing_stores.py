@@ -1,0 +1,233 @@
+"""The landing zone on a local folder and on a real S3-compatible store (SeaweedFS), through
+the same seams: commits, recovery, fencing by the lease token, a partial upload never read,
+compaction and retention while a writer keeps writing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dblog_worker.errors import LeaseLost
+from dblog_worker.events import ChangeEvent, Op, Origin
+from dblog_worker.landing.maintenance import (
+    CompactionPolicy,
+    RetentionPolicy,
+    plan_table,
+    run_plan,
+)
+from dblog_worker.landing.parquet import LandingZone, read_events
+from dblog_worker.landing.s3 import S3LandingZone, segment_key_name
+from dblog_worker.landing.s3_objects import Bucket, S3Location
+from dblog_worker.landing.sink import LandingAhead, Maintained, Sink, open_reader, open_sink
+from dblog_worker.position import Position
+from tests.services import SeaweedServer
+
+TABLE = "public.t"
+Zone = LandingZone | S3LandingZone
+
+
+def event(major: int, key: int | None = None, table: str = TABLE) -> ChangeEvent:
+    key = major if key is None else key
+    return ChangeEvent(table, Op.CREATE, Position(major, 0, 0), f"[{key}]",
+                       f'{{"id":{key}}}', None, Origin.LOG, 1_700_000_000_000_000, 1)
+
+
+@pytest.fixture(params=["posix", "s3"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Zone]:
+    """Opens the zone of source ``src`` anew each call, as each process does."""
+    if request.param == "posix":
+        return lambda: LandingZone(tmp_path / "landing", "src")
+    server: SeaweedServer = request.getfixturevalue("seaweed_server")
+    bucket = request.getfixturevalue("s3_bucket")
+    location = S3Location.parse(f"s3://{bucket}/landing", endpoint=server.endpoint,
+                                path_style=True)
+    return lambda: S3LandingZone(location, "src")
+
+
+def positions(zone: Zone, table: str = TABLE) -> list[str]:
+    return [str(r["position"]) for r in read_events(zone, table)]
+
+
+def test_commit_recover_read(opener: Callable[[], Zone]) -> None:
+    zone = opener()
+    zone.fence(1)
+    assert zone.recover() == {}
+    zone.write_schema(TABLE, 1, {"columns": [], "key": ["id"]})
+    zone.write_schema(TABLE, 1, {"columns": [], "key": ["id"]})  # the same again: no-op
+    assert zone.commit(TABLE, [event(1), event(2)]) == Position(2, 0, 0)
+    assert zone.commit(TABLE, [event(3)]) == Position(3, 0, 0)
+    with pytest.raises(LandingAhead):
+        zone.commit(TABLE, [event(3)])  # not after the last committed position
+    again = opener()
+    again.fence(1)
+    assert again.recover() == {TABLE: Position(3, 0, 0)}
+    assert again.tables() == [TABLE]
+    assert [(s.lo, s.seq) for s in again.segments(TABLE)] == [(1, 1), (2, 2)]
+    assert [s.last for s in again.segments(TABLE)] == [Position(2, 0, 0), Position(3, 0, 0)]
+    assert again.summary(again.segments(TABLE)[0]).rows == 2
+    assert len(positions(again)) == 3
+    assert again.schemas(TABLE) == {1: {"columns": [], "key": ["id"]}}
+
+
+def test_a_newer_token_fences_the_older_writer_out(opener: Callable[[], Zone]) -> None:
+    old, new = opener(), opener()
+    old.fence(1)
+    old.recover()
+    old.commit(TABLE, [event(1)])
+    new.fence(2)  # the next leader
+    assert new.recover() == {TABLE: Position(1, 0, 0)}
+    with pytest.raises(LeaseLost):
+        old.commit(TABLE, [event(2)])  # the old leader, not dead yet
+    new.commit(TABLE, [event(2)])
+    with pytest.raises(LeaseLost):
+        opener().fence(1)  # a token older than a writer's present
+    assert positions(opener()) == [Position(1, 0, 0).encode(), Position(2, 0, 0).encode()]
+    assert max(opener().writer_tokens()) == 2
+
+
+def test_an_uncommitted_segment_is_never_read_and_is_cleared(
+        seaweed_server: SeaweedServer, s3_bucket: str) -> None:
+    """A crash between a segment's PUT and its head's swap (or a fenced writer's PUT)."""
+    location = S3Location.parse(f"s3://{s3_bucket}", endpoint=seaweed_server.endpoint,
+                                path_style=True)
+    zone = S3LandingZone(location, "src")
+    zone.fence(3)
+    zone.commit(TABLE, [event(1)])
+    stray = "src/public.t/" + segment_key_name(2, 2)
+    Bucket(location).put(stray, b"PAR1 not even a whole parquet file")
+    assert [s.seq for s in S3LandingZone(location, "src").segments(TABLE)] == [1]
+    zone.commit(TABLE, [event(2)])  # the stray object is in its way: removed, then written
+    assert positions(zone) == [Position(1, 0, 0).encode(), Position(2, 0, 0).encode()]
+    Bucket(location).put("src/public.t/" + segment_key_name(3, 3), b"junk")
+    later = S3LandingZone(location, "src")
+    later.fence(3)
+    assert later.recover() == {TABLE: Position(2, 0, 0)}
+    with pytest.raises(FileNotFoundError):
+        Bucket(location).head("src/public.t/" + segment_key_name(3, 3))
+
+
+def test_through_the_registry_and_the_configuration(s3_bucket: str,
+                                                     seaweed_server: SeaweedServer) -> None:
+    from dblog_worker import config as config_module
+
+    config = config_module.parse({
+        "source": {"name": "src", "dsn": "host=127.0.0.1", "tables": [TABLE]},
+        "redis": {"url": "redis://127.0.0.1:1"},
+        "landing": {"path": f"s3://{s3_bucket}/x/y",
+                    "s3": {"endpoint": seaweed_server.endpoint, "path_style": True}},
+    }, {})
+    sink: Sink = open_sink(config.landing_path, "src", config.landing_format)
+    sink.fence(1)
+    sink.recover()
+    sink.commit(TABLE, [event(5)])
+    reader = open_reader(config.landing_path, "src")
+    assert reader.where == f"s3://{s3_bucket}/x/y/src"
+    assert [s.location for s in reader.segments(TABLE)] == [
+        f"s3a://{s3_bucket}/x/y/src/public.t/segment-000000000001.parquet"]
+
+
+def commit_many(zone: Zone, start: int, count: int) -> None:
+    for major in range(start, start + count):
+        zone.commit(TABLE, [event(major)])
+
+
+def test_compaction_keeps_every_event_once_in_order(opener: Callable[[], Zone]) -> None:
+    zone = opener()
+    zone.fence(1)
+    zone.recover()
+    commit_many(zone, 1, 12)
+    before = read_events(zone, TABLE)
+    now = time.time() + 1
+    policy = CompactionPolicy(target_bytes=10**9, min_age_s=0, grace_s=60)
+    maintained: Maintained = opener()
+    plan = plan_table(maintained, TABLE, now, compaction=policy)
+    assert [(run[0].lo, run[-1].seq) for run in plan.compact] == [(1, 12)]
+    report = run_plan(maintained, plan)
+    assert report.compacted_files == 12
+    assert [(s.lo, s.seq) for s in opener().segments(TABLE)] == [(1, 12)]
+    assert read_events(opener(), TABLE) == before
+    # the replaced files stay a grace period, then go
+    files = opener().files(TABLE)
+    assert len(files.segments) == 13
+    assert plan_table(maintained, TABLE, now, compaction=policy).expire == []
+    later = plan_table(maintained, TABLE, now + 61, compaction=policy)
+    assert len(later.expire) == 12
+    run_plan(maintained, later)
+    assert len(opener().files(TABLE).segments) == 1
+    # the writer goes on after the compacted run
+    zone.commit(TABLE, [event(13)])
+    fresh = opener()
+    fresh.fence(1)
+    assert fresh.recover() == {TABLE: Position(13, 0, 0)}
+    assert [(s.lo, s.seq) for s in fresh.segments(TABLE)] == [(1, 12), (13, 13)]
+
+
+def test_retention_removes_only_what_every_target_merged(opener: Callable[[], Zone]) -> None:
+    zone = opener()
+    zone.fence(1)
+    zone.recover()
+    commit_many(zone, 1, 6)
+    now = time.time() + 1
+    keep = RetentionPolicy(keep_s=0)
+    plan = plan_table(opener(), TABLE, now, retention=keep, merged_seq=4)
+    assert [s.seq for s in plan.retire] == [1, 2, 3, 4]
+    assert plan_table(opener(), TABLE, now, retention=RetentionPolicy(keep_s=3600),
+                      merged_seq=4).retire == []  # not old enough
+    assert [s.seq for s in plan_table(opener(), TABLE, now, retention=keep,
+                                      merged_seq=6).retire] == [1, 2, 3, 4, 5]  # not the last
+    run_plan(opener(), plan)
+    assert [s.seq for s in opener().segments(TABLE)] == [5, 6]
+    zone.commit(TABLE, [event(7)])
+    assert [s.seq for s in opener().segments(TABLE)] == [5, 6, 7]
+
+
+def test_compaction_beside_a_writer_and_a_reader(opener: Callable[[], Zone]) -> None:
+    """The worker commits, compaction runs (replaced files deleted at once: no grace),
+    and a reader lists and reads again and again: it never sees a hole or an event twice,
+    and what it reads is always a prefix of what was written."""
+    writer = opener()
+    writer.fence(1)
+    writer.recover()
+    commit_many(writer, 1, 5)
+    stop = threading.Event()
+    problems: list[str] = []
+    policy = CompactionPolicy(target_bytes=10**9, min_age_s=0, grace_s=0)
+
+    def write() -> None:
+        major = 6
+        while not stop.is_set() and major < 400:
+            writer.commit(TABLE, [event(major)])
+            major += 1
+
+    def compact() -> None:
+        zone = opener()
+        while not stop.is_set():
+            run_plan(zone, plan_table(zone, TABLE, time.time() + 1, compaction=policy))
+
+    def read() -> None:
+        zone = opener()
+        reads = 0
+        while not stop.is_set() or reads < 3:
+            try:
+                seen = [int(p[:16], 16) for p in positions(zone)]
+            except FileNotFoundError:
+                continue  # a file it listed was deleted since: list again
+            reads += 1
+            if seen != list(range(1, len(seen) + 1)):
+                problems.append(f"read {seen[:5]}...{seen[-5:]} ({len(seen)} events)")
+
+    threads = [threading.Thread(target=f) for f in (write, compact, read)]
+    for thread in threads:
+        thread.start()
+    time.sleep(8)
+    stop.set()
+    for thread in threads:
+        thread.join(60)
+    assert problems == []
+    final = opener()
+    seen = [int(p[:16], 16) for p in positions(final)]
+    assert seen == list(range(1, len(seen) + 1)) and len(seen) > 20
