@@ -67,6 +67,7 @@ from dblog_worker.landing.parquet_files import (
 from dblog_worker.landing.s3 import S3LandingZone
 from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.landing.sink import (
+    LandedReader,
     LandingAhead,
     LandingRoot,
     Segment,
@@ -482,7 +483,7 @@ def _parse_segment(table: str, directory: Path, name: str) -> FileSegment | None
     return None
 
 
-def read_events(zone: LandingZone | S3LandingZone, table: str) -> list[dict[str, object]]:
+def read_events(zone: LandedReader, table: str) -> list[dict[str, object]]:
     """All rows of all segments of ``table`` in order, as dicts."""
     rows: list[dict[str, object]] = []
     for segment in zone.segments(table):

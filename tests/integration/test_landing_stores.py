@@ -231,3 +231,33 @@ def test_compaction_beside_a_writer_and_a_reader(opener: Callable[[], Zone]) -> 
     final = opener()
     seen = [int(p[:16], 16) for p in positions(final)]
     assert seen == list(range(1, len(seen) + 1)) and len(seen) > 20
+
+
+def test_the_store_serializes_conditional_puts(seaweed_server: SeaweedServer,
+                                               s3_bucket: str) -> None:
+    """What the design relies on, checked on the server: of many concurrent PUTs with
+    If-None-Match: * of one key, exactly one succeeds; of many with If-Match of one ETag,
+    exactly one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dblog_worker.landing.s3_objects import PreconditionFailed
+
+    location = S3Location.parse(f"s3://{s3_bucket}", endpoint=seaweed_server.endpoint,
+                                path_style=True)
+    bucket = Bucket(location)
+
+    def attempt(put: Callable[[], str]) -> bool:
+        try:
+            put()
+        except PreconditionFailed:
+            return False
+        return True
+
+    with ThreadPoolExecutor(16) as pool:
+        created = list(pool.map(lambda i: attempt(lambda: bucket.put(
+            "claim", f"writer {i}".encode(), if_none_match=True)), range(16)))
+        assert created.count(True) == 1
+        _, etag = bucket.get("claim")
+        swapped = list(pool.map(lambda i: attempt(lambda: bucket.put(
+            "claim", f"swap {i}".encode(), if_match=etag)), range(16)))
+        assert swapped.count(True) == 1

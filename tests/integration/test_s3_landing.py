@@ -1,0 +1,175 @@
+"""The worker with its landing zone on a real S3-compatible store (SeaweedFS, started by the
+suite): the convergence suite's dumps under load and through kill -9, the store killed
+mid-dump, then compaction, a Spark merge read through S3A (``dblog merge``: spark-submit
+with hadoop-aws and the AWS SDK bundle) into a PostgreSQL target, and ``dblog verify``."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dblog_worker.landing.s3_objects import S3Location
+from dblog_worker.landing.sink import open_reader
+from tests.integration.harness import (
+    ROOT,
+    SOURCE,
+    Backend,
+    PgDatabase,
+    WorkerProcess,
+    Workers,
+    assert_converged,
+    assert_landed_once,
+    cli,
+    dump,
+    dump_through_kills,
+    dumps_under_load,
+    wait_request,
+)
+from tests.services import PostgresServer, SeaweedServer
+
+
+@pytest.fixture
+def backend(redis_url: str, tmp_path: Path, postgres_server: PostgresServer, pg_dsn: str,
+            seaweed_server: SeaweedServer, s3_bucket: str) -> Backend:
+    """A PostgreSQL source whose worker lands in a fresh bucket."""
+    location = S3Location.parse(f"s3://{s3_bucket}/landing", endpoint=seaweed_server.endpoint,
+                                path_style=True)
+    return Backend(PgDatabase(pg_dsn), redis_url, tmp_path, postgres_server.restart,
+                   s3=location)
+
+
+@pytest.fixture
+def worker_process(backend: Backend) -> Iterator[Callable[..., WorkerProcess]]:
+    with Workers(backend.tmp / "worker.log") as workers:
+        yield workers.start
+
+
+def test_dumps_converge_under_load_on_s3(backend: Backend,
+                                         worker_process: Callable[..., WorkerProcess]) -> None:
+    t1, t2 = backend.t1, backend.t2
+    backend.create(t1, 1500)
+    backend.create(t2, 800)
+    config = backend.config_path([t1, t2])
+    dumps_under_load(backend, config, worker_process(config), "all")
+    assert_converged(backend, t1, t2)
+    assert_landed_once(backend, t1, t2)
+
+
+def test_kill_9_during_dump_resumes_on_s3(backend: Backend,
+                                          worker_process: Callable[..., WorkerProcess]) -> None:
+    """SIGKILL three times mid-dump, mid-upload as it falls: each new worker fences the
+    heads, clears what was not committed, and resumes; no event lands twice."""
+    t1, t2 = backend.t1, backend.t2
+    backend.create(t1, 4000)
+    backend.create(t2, 2000)
+    rnd = random.Random(7)
+    dump_through_kills(
+        backend, backend.config_path([t1, t2], flush_interval_s=0.1), worker_process,
+        ["--all", "--chunk-size", "100", "--delay-ms", "20"], [8, 20, 35], rnd)
+
+
+def test_the_store_killed_mid_dump(backend: Backend, seaweed_server: SeaweedServer,
+                                   worker_process: Callable[..., WorkerProcess]) -> None:
+    """The object store dies (SIGKILL) mid-dump and comes back 3 s later: the worker's
+    writes fail, its sessions start again from the checkpoint, the dump completes and the
+    output converges with no event twice."""
+    t1 = backend.t1
+    backend.create(t1, 3000)
+    config = backend.config_path([t1], flush_interval_s=0.1)
+    worker = worker_process(config)
+    request_id = dump(config, "--table", t1, "--chunk-size", "50", "--delay-ms", "10")
+    time.sleep(1.0)
+    seaweed_server.kill()
+    with backend.connect() as session:
+        for key in range(1, 40):
+            session.execute(f"UPDATE {t1} SET version = {backend.next_version}"
+                            f" WHERE id = {key}")
+    time.sleep(3)
+    seaweed_server.restart()
+    state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"], 120,
+                         worker)
+    assert state["state"] == "completed", state
+    assert "cannot write the landing zone" in worker.log()
+    assert_converged(backend, t1)
+    assert_landed_once(backend, t1)
+
+
+def test_merge_from_s3_then_verify(backend: Backend, postgres_server: PostgresServer,
+                                   worker_process: Callable[..., WorkerProcess],
+                                   tmp_path: Path) -> None:
+    """Capture to S3 with many small segments, compact them while the worker runs, merge
+    with spark-submit reading s3a://, verify EQUAL; more changes, compact again (the merge
+    log now falls inside a compacted run), merge, verify; retention then removes what the
+    target merged, and a last merge finds nothing lost."""
+    t1 = backend.t1
+    backend.create(t1, 600)
+    target = postgres_server.create_database(f"target_{int(time.time() * 1000) % 10**9}")
+    extra = (f'\n[target]\nkind = "postgresql"\ndsn = "{target}"\n'
+             '[merge]\nmaster = "local[2]"\nbatch_max_events = 400\n'
+             'spark_conf = { "spark.driver.extraJavaOptions" = "-XX:TieredStopAtLevel=1",'
+             ' "spark.ui.enabled" = "false" }\n')
+    config = backend.config_path([t1], flush_interval_s=0.05, extra=extra)
+    text = config.read_text().replace(
+        "\nflush_interval_s", "\ncompaction = { min_age_s = 0, grace_s = 0 }\n"
+        "retention = { keep_h = 0 }\nflush_interval_s", 1)
+    config.write_text(text)
+    worker = worker_process(config)
+    request_id = dump(config, "--table", t1, "--chunk-size", "40")
+    wait_request(backend.redis_url, SOURCE, request_id, ["completed"], 90, worker)
+    zone = open_reader(backend.landing_root, SOURCE)
+    assert len(zone.segments(t1)) > 10
+
+    def merge() -> dict[str, object]:
+        result = subprocess.run(
+            [sys.executable, "-m", "dblog_worker", "merge", "--config", str(config), "--json"],
+            capture_output=True, text=True, timeout=400, cwd=ROOT)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+        report: dict[str, object] = json.loads(result.stdout[result.stdout.index("{"):])
+        return report
+
+    def verify() -> None:
+        result = cli(config, "verify", "--json", check=False, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    compacted = json.loads(cli(config, "landing", "compact", "--json").stdout)
+    assert compacted["ok"] and compacted["tables"][0]["compacted_files"] > 10, compacted
+    merge()
+    verify()
+
+    with backend.connect() as session:
+        for key in range(1, 300, 3):
+            session.execute(f"UPDATE {t1} SET version = {backend.next_version}"
+                            f" WHERE id = {key}")
+        session.execute(f"DELETE FROM {t1} WHERE id > 550")
+    time.sleep(1.5)
+    half = merge()  # a first batch of what is new
+    assert half["ok"], half
+    for _ in range(3):
+        with backend.connect() as session:
+            session.execute(f"UPDATE {t1} SET version = {backend.next_version} WHERE id < 20")
+        time.sleep(0.3)
+    time.sleep(1.0)
+    cli(config, "landing", "compact")  # runs straddle what the target merged
+    merge()
+    verify()
+
+    dry = json.loads(cli(config, "landing", "retain", "--dry-run", "--json").stdout)
+    planned = dry["tables"][0]["remove_merged"]
+    assert planned, dry
+    done = json.loads(cli(config, "landing", "retain", "--json").stdout)
+    assert done["tables"][0]["removed_files"] >= len(planned)
+    status = json.loads(cli(config, "landing", "status", "--json").stdout)[0]
+    assert status["first_segment"] > 1 and status["merged_segment"] >= status["first_segment"] - 1
+    with backend.connect() as session:
+        session.execute(f"UPDATE {t1} SET version = {backend.next_version} WHERE id = 2")
+    time.sleep(1.0)
+    merge()
+    verify()
+    assert worker.stop() == 0
