@@ -121,7 +121,7 @@ def test_merge_from_s3_then_verify(backend: Backend, postgres_server: PostgresSe
         "retention = { keep_h = 0 }\nflush_interval_s", 1)
     config.write_text(text)
     worker = worker_process(config)
-    request_id = dump(config, "--table", t1, "--chunk-size", "40")
+    request_id = dump(config, "--table", t1, "--chunk-size", "20", "--delay-ms", "80")
     wait_request(backend.redis_url, SOURCE, request_id, ["completed"], 90, worker)
     zone = open_reader(backend.landing_root, SOURCE)
     assert len(zone.segments(t1)) > 10
@@ -160,16 +160,16 @@ def test_merge_from_s3_then_verify(backend: Backend, postgres_server: PostgresSe
     merge()
     verify()
 
+    with backend.connect() as session:  # a segment after everything merged: it stays
+        session.execute(f"UPDATE {t1} SET version = {backend.next_version} WHERE id = 2")
+    time.sleep(1.0)
     dry = json.loads(cli(config, "landing", "retain", "--dry-run", "--json").stdout)
     planned = dry["tables"][0]["remove_merged"]
-    assert planned, dry
+    assert planned, (dry["tables"], cli(config, "landing", "status", "--json").stdout)
     done = json.loads(cli(config, "landing", "retain", "--json").stdout)
     assert done["tables"][0]["removed_files"] >= len(planned)
     status = json.loads(cli(config, "landing", "status", "--json").stdout)[0]
     assert status["first_segment"] > 1 and status["merged_segment"] >= status["first_segment"] - 1
-    with backend.connect() as session:
-        session.execute(f"UPDATE {t1} SET version = {backend.next_version} WHERE id = 2")
-    time.sleep(1.0)
     merge()
     verify()
     assert worker.stop() == 0
