@@ -967,7 +967,7 @@ class SeaweedServer(_Server):
     """
 
     access_key = "dblogtestaccess"
-    secret_key = "dblog-test-secret-key-0123456789"  # noqa: S105 (a test server's)
+    secret_key = "dblog-test-secret-key-0123456789"
 
     def __init__(self, *, tls: tuple[Path, Path] | None = None) -> None:
         super().__init__(None)
