@@ -101,6 +101,7 @@ def test_the_store_killed_mid_dump(backend: Backend, seaweed_server: SeaweedServ
     assert_landed_once(backend, t1)
 
 
+@pytest.mark.timeout(900)  # four spark-submits with the S3A jars
 def test_merge_from_s3_then_verify(backend: Backend, postgres_server: PostgresServer,
                                    worker_process: Callable[..., WorkerProcess],
                                    tmp_path: Path) -> None:
