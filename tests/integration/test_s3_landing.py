@@ -30,6 +30,7 @@ from tests.integration.harness import (
     dump,
     dump_through_kills,
     dumps_under_load,
+    wait_for,
     wait_request,
 )
 from tests.services import PostgresServer, SeaweedServer
@@ -101,16 +102,17 @@ def test_the_store_killed_mid_dump(backend: Backend, seaweed_server: SeaweedServ
     assert_landed_once(backend, t1)
 
 
-@pytest.mark.timeout(900)  # four spark-submits with the S3A jars
+@pytest.mark.timeout(900)  # three spark-submits with the S3A jars
 def test_merge_from_s3_then_verify(backend: Backend, postgres_server: PostgresServer,
                                    worker_process: Callable[..., WorkerProcess],
                                    tmp_path: Path) -> None:
-    """Capture to S3 with many small segments, compact them while the worker runs, merge
-    with spark-submit reading s3a://, verify EQUAL; more changes, compact again (the merge
-    log now falls inside a compacted run), merge, verify; retention then removes what the
-    target merged, and a last merge finds nothing lost."""
+    """Capture to S3 with many small segments, merge with spark-submit reading s3a://,
+    verify EQUAL; more changes, compact while the worker runs (the run straddles what the
+    target merged: the merge log falls inside it), merge, verify; a segment after what was
+    merged, then retention removes what the target merged (never that newest segment), and
+    a last merge after it finds nothing lost."""
     t1 = backend.t1
-    backend.create(t1, 600)
+    backend.create(t1, 600)  # keys 10, 20, ..., 6000
     target = postgres_server.create_database(f"target_{int(time.time() * 1000) % 10**9}")
     extra = (f'\n[target]\nkind = "postgresql"\ndsn = "{target}"\n'
              '[merge]\nmaster = "local[2]"\nbatch_max_events = 400\n'
@@ -127,50 +129,56 @@ def test_merge_from_s3_then_verify(backend: Backend, postgres_server: PostgresSe
     zone = open_reader(backend.landing_root, SOURCE)
     assert len(zone.segments(t1)) > 10
 
-    def merge() -> dict[str, object]:
+    def merge() -> None:
         result = subprocess.run(
             [sys.executable, "-m", "dblog_worker", "merge", "--config", str(config), "--json"],
             capture_output=True, text=True, timeout=400, cwd=ROOT)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-        report: dict[str, object] = json.loads(result.stdout[result.stdout.index("{"):])
-        return report
+        report = json.loads(result.stdout[result.stdout.index("{"):])
+        assert report["ok"], report
 
     def verify() -> None:
         result = cli(config, "verify", "--json", check=False, timeout=120)
         assert result.returncode == 0, result.stdout + result.stderr
 
-    compacted = json.loads(cli(config, "landing", "compact", "--json").stdout)
-    assert compacted["ok"] and compacted["tables"][0]["compacted_files"] > 10, compacted
+    def landed_after(seq: int) -> None:
+        wait_for(lambda: zone.segments(t1)[-1].seq > seq, 30,
+                 f"a segment of {t1} after segment {seq}", worker.log)
+
     merge()
     verify()
-
+    merged = zone.segments(t1)[-1].seq
     with backend.connect() as session:
-        for key in range(1, 300, 3):
+        for key in range(10, 3000, 30):
             session.execute(f"UPDATE {t1} SET version = {backend.next_version}"
                             f" WHERE id = {key}")
-        session.execute(f"DELETE FROM {t1} WHERE id > 550")
-    time.sleep(1.5)
-    half = merge()  # a first batch of what is new
-    assert half["ok"], half
-    for _ in range(3):
+        session.execute(f"DELETE FROM {t1} WHERE id > 5500")
+    landed_after(merged)
+    for round_ in range(3):
         with backend.connect() as session:
-            session.execute(f"UPDATE {t1} SET version = {backend.next_version} WHERE id < 20")
-        time.sleep(0.3)
-    time.sleep(1.0)
-    cli(config, "landing", "compact")  # runs straddle what the target merged
+            session.execute(f"UPDATE {t1} SET version = {backend.next_version}"
+                            f" WHERE id < 200")
+        landed_after(merged + 1 + round_)
+    compacted = json.loads(cli(config, "landing", "compact", "--json").stdout)
+    [run] = compacted["tables"][0]["compact"]
+    assert run["segments"].startswith("1-") and compacted["tables"][0]["compacted_files"] > 10
+    assert zone.segments(t1)[0].seq > merged  # the compacted run straddles the merge log
     merge()
     verify()
 
+    last = zone.segments(t1)[-1].seq
     with backend.connect() as session:  # a segment after everything merged: it stays
-        session.execute(f"UPDATE {t1} SET version = {backend.next_version} WHERE id = 2")
-    time.sleep(1.0)
+        session.execute(f"UPDATE {t1} SET version = {backend.next_version} WHERE id = 20")
+    landed_after(last)
     dry = json.loads(cli(config, "landing", "retain", "--dry-run", "--json").stdout)
     planned = dry["tables"][0]["remove_merged"]
-    assert planned, (dry["tables"], cli(config, "landing", "status", "--json").stdout)
+    assert planned and dry["tables"][0]["merged_segment"] == last, dry
+    assert all(int(p["segments"].split("-")[1]) <= last for p in planned), planned
     done = json.loads(cli(config, "landing", "retain", "--json").stdout)
-    assert done["tables"][0]["removed_files"] >= len(planned)
+    assert done["tables"][0]["removed_files"] == len(planned), done
     status = json.loads(cli(config, "landing", "status", "--json").stdout)[0]
-    assert status["first_segment"] > 1 and status["merged_segment"] >= status["first_segment"] - 1
+    assert status["first_segment"] == last + 1 == status["last_segment"], status
+    assert status["merged_segment"] == last and status["oldest_unmerged"], status
     merge()
     verify()
     assert worker.stop() == 0
