@@ -7,6 +7,7 @@ Layout (see ``docs/landing-format.md``)::
         segment-<lo:012d>-<hi:012d>.parquet    a compacted run of segments lo..hi
         schema-<version:06d>.json
         _head.json                             {"seq", "last", "writer"}: the commit point
+    <prefix>/<source>/_fence.json              {"writer", "tables"}: the leader, its tables
     <prefix>/<source>/.capture-started
 
 There is no rename, so a segment is published the way S3 makes atomic: one PUT of the
@@ -19,10 +20,16 @@ local disk:
 * the table's ``_head.json`` names the last committed sequence number, its last
   position and the lease token of its writer, and is replaced with ``If-Match: <etag>``
   only (compare-and-swap). A segment is committed once the head names it; readers read
-  the head first and ignore every segment after it. :meth:`S3LandingZone.fence` swaps
-  every head to the new leader's token, so a worker that lost the lease fails its next
-  swap and publishes nothing more; a head that names a newer token means another worker
-  leads (``LeaseLost``).
+  the head first and ignore every segment after it.
+* the source's ``_fence.json`` names the leader's lease token and every table a writer
+  has begun. :meth:`S3LandingZone.fence` swaps it to the new leader's token (If-Match),
+  then swaps the head of every table it names or the listing shows to that token,
+  creating the heads that do not exist yet (If-None-Match). A writer begins a table
+  (creates its head) only once the table is in ``_fence.json`` under its own token, a
+  compare-and-swap too. So once ``fence`` returns, a worker that lost the lease fails its
+  next swap on every table, the ones it had not written yet included, and publishes
+  nothing more; a head or a fence that names a newer token means another worker leads
+  (``LeaseLost``).
 
 A crash between the segment's PUT and the head's swap leaves a segment after the head:
 invisible, and deleted by :meth:`~S3LandingZone.recover` (or by the next commit of that
@@ -73,6 +80,7 @@ from dblog_worker.position import Position
 
 FORMAT = "parquet"
 HEAD = "_head.json"
+FENCE = "_fence.json"
 CAPTURE_MARKER = ".capture-started"
 ORIGINAL_RE = re.compile(r"segment-([0-9]{12})\.parquet")
 COMPACTED_RE = re.compile(r"segment-([0-9]{12})-([0-9]{12})\.parquet")
@@ -104,6 +112,19 @@ class Head:
         return json.dumps({"format": 1, "seq": self.seq,
                            "last": self.last.encode() if self.last else "",
                            "writer": self.writer}).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A source's leader (its lease token) and every table a writer has begun."""
+
+    writer: int = 0
+    tables: frozenset[str] = frozenset()
+    etag: str = ""  # "" : no fence object yet
+
+    def document(self) -> bytes:
+        return json.dumps({"format": 1, "writer": self.writer,
+                           "tables": sorted(self.tables)}).encode()
 
 
 class S3Segment:
@@ -155,6 +176,7 @@ class S3LandingZone:
         self.bucket = bucket if bucket is not None else Bucket(location)
         self._base = location.key(source) + "/"
         self._heads: dict[str, Head] = {}  # what this writer last saw or swapped
+        self._begun: set[str] = set()  # tables in _fence.json, as this writer last saw it
         self._lock = threading.Lock()
         self.writer: int | None = None
 
@@ -199,6 +221,53 @@ class S3LandingZone:
         self._heads[table] = swapped
         return swapped
 
+    def _read_fence(self) -> Fence:
+        try:
+            body, etag = self.bucket.get(self._base + FENCE)
+        except FileNotFoundError:
+            return Fence()
+        try:
+            value = json.loads(body)
+            tables = value["tables"]
+            if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
+                raise TypeError("tables is not a list of names")
+            return Fence(int(value["writer"]), frozenset(tables), etag)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SegmentCorrupt(f"{self.where}/{FENCE} is not a fence document: {exc}"
+                                 ) from None
+
+    def _put_fence(self, old: Fence, new: Fence) -> Fence:
+        """Replace ``old`` by ``new`` (PreconditionFailed if it changed meanwhile)."""
+        key = self._base + FENCE
+        if old.etag:
+            etag = self.bucket.put(key, new.document(), if_match=old.etag)
+        else:
+            etag = self.bucket.put(key, new.document(), if_none_match=True)
+        self._begun = set(new.tables)
+        return Fence(new.writer, new.tables, etag)
+
+    def _begin(self, table: str, token: int) -> None:
+        """Record ``table`` in ``_fence.json`` before its first head is created, as long as
+        the fence names this writer's token (``LeaseLost`` once it names a newer one).
+        Any leader fenced after this sees the table and fences its head too."""
+        for _ in range(_RETRIES):
+            current = self._read_fence()
+            if current.writer > token:
+                raise LeaseLost(f"the landing zone {self.where} is fenced by token "
+                                f"{current.writer}, newer than this worker's token {token}:"
+                                " another worker leads")
+            if table in current.tables:
+                self._begun = set(current.tables)
+                return
+            try:
+                self._put_fence(current, Fence(max(current.writer, token),
+                                               current.tables | {table}))
+                return
+            except PreconditionFailed:
+                continue
+        raise LeaseLost(f"{self.where}/{FENCE} keeps changing while this worker begins "
+                        f"{table}: another worker writes there")
+
     # ----------------------------------------------------------------- fencing
 
     def capture_started(self) -> bool:
@@ -213,16 +282,35 @@ class S3LandingZone:
             self.bucket.put(self._base + CAPTURE_MARKER, b"")
 
     def writer_tokens(self) -> list[int]:
-        return sorted({self._read_head(t).writer for t in self.tables()} - {0})
+        heads = {self._read_head(t).writer for t in self.tables()}
+        return sorted((heads | {self._read_fence().writer}) - {0})
 
     def fence(self, token: int) -> None:
-        """Become the only writer as the holder of lease token ``token``: every table's
-        head is swapped to name it, so an older writer's next swap fails; a head of a
-        newer token means another worker leads (``LeaseLost``)."""
+        """Become the only writer as the holder of lease token ``token``: ``_fence.json``
+        is swapped to name it (from then on no older writer begins a table), then every
+        table it names or the listing shows gets a head naming it (swapped, or created),
+        so an older writer's next swap or head creation fails. A fence or head of a newer
+        token means another worker leads (``LeaseLost``)."""
         if isinstance(token, bool) or not 0 < token <= _MAX_SEQ:
             raise ValueError(f"a writer token is 1..{_MAX_SEQ}, got {token!r}")
         self._heads.clear()
-        for table in self.tables():
+        for _ in range(_RETRIES):
+            current = self._read_fence()
+            if current.writer > token:
+                raise LeaseLost(f"the landing zone {self.where} is fenced by token "
+                                f"{current.writer}, newer than this worker's token {token}:"
+                                " another worker leads")
+            try:
+                fenced = (current if current.etag and current.writer == token
+                          else self._put_fence(current, Fence(token, current.tables)))
+                break
+            except PreconditionFailed:
+                continue
+        else:
+            raise LeaseLost(f"{self.where}/{FENCE} keeps changing while this worker fences "
+                            "it: another worker writes there")
+        self._begun = set(fenced.tables)
+        for table in sorted(fenced.tables | set(self.tables())):
             for _ in range(_RETRIES):
                 head = self._read_head(table)
                 self._check_writer(table, head, token)
@@ -366,6 +454,8 @@ class S3LandingZone:
             head = self._heads.get(table) or self._read_head(table)
             token = self.writer or 0
             self._check_writer(table, head, token)
+            if not head.etag and self.writer is not None and table not in self._begun:
+                self._begin(table, token)  # the table's first segment
             if head.last is not None and not first > head.last:
                 raise LandingAhead(
                     f"segment of {table!r} starts at {first.encode()}, not after the last "

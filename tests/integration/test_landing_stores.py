@@ -27,6 +27,7 @@ from dblog_worker.position import Position
 from tests.services import SeaweedServer
 
 TABLE = "public.t"
+OTHER = "public.other"
 Zone = LandingZone | S3LandingZone
 
 
@@ -87,6 +88,54 @@ def test_a_newer_token_fences_the_older_writer_out(opener: Callable[[], Zone]) -
         opener().fence(1)  # a token older than a writer's present
     assert positions(opener()) == [Position(1, 0, 0).encode(), Position(2, 0, 0).encode()]
     assert max(opener().writer_tokens()) == 2
+
+
+def test_a_fenced_writer_cannot_begin_a_table(opener: Callable[[], Zone]) -> None:
+    """The old leader's first segment of a table nobody has written yet, after the new
+    leader fenced: refused, and nothing of it is visible; the new leader writes it."""
+    old, new = opener(), opener()
+    old.fence(1)
+    old.recover()
+    old.commit(TABLE, [event(1)])
+    new.fence(2)
+    new.recover()
+    with pytest.raises(LeaseLost):
+        old.commit(OTHER, [event(7, table=OTHER)])
+    assert positions(opener(), OTHER) == []
+    new.commit(OTHER, [event(5, table=OTHER)])
+    assert positions(opener(), OTHER) == [Position(5, 0, 0).encode()]
+    again = opener()
+    again.fence(2)
+    assert again.recover() == {TABLE: Position(1, 0, 0), OTHER: Position(5, 0, 0)}
+
+
+def test_a_new_table_begun_while_the_next_leader_fences(
+        seaweed_server: SeaweedServer, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the fence object closes: the old leader has recorded the new table in
+    ``_fence.json`` and is about to upload its first segment when the next leader
+    fences, before anything of the table is in the bucket. The new leader fences that
+    table too (it creates its head), so the old leader's head creation fails: LeaseLost,
+    and its segment is never read."""
+    location = S3Location.parse(f"s3://{s3_bucket}", endpoint=seaweed_server.endpoint,
+                                path_style=True)
+    old, new = S3LandingZone(location, "src"), S3LandingZone(location, "src")
+    old.fence(1)
+    old.recover()
+    upload = old.bucket.put
+
+    def fence_then_put(key: str, body: bytes, **options: object) -> str:
+        if key.endswith(segment_key_name(1, 1)):
+            new.fence(2)  # the table has no object yet: only _fence.json names it
+        return upload(key, body, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(old.bucket, "put", fence_then_put)
+    with pytest.raises(LeaseLost):
+        old.commit(OTHER, [event(7, table=OTHER)])
+    assert new.recover() == {}  # the stray segment after the head is removed
+    new.commit(OTHER, [event(5, table=OTHER)])
+    assert positions(S3LandingZone(location, "src"), OTHER) == [Position(5, 0, 0).encode()]
+    assert S3LandingZone(location, "src").writer_tokens() == [2]
 
 
 def test_an_uncommitted_segment_is_never_read_and_is_cleared(
