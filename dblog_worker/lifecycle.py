@@ -134,6 +134,7 @@ class MaintenanceReport:
     compact: bool
     retain: bool
     tables: list[dict[str, object]] = field(default_factory=list)
+    cleaned_files: int = 0  # what killed maintenance runs had left (a folder's temp files)
 
     @property
     def ok(self) -> bool:
@@ -141,21 +142,27 @@ class MaintenanceReport:
 
     def as_dict(self) -> dict[str, object]:
         return {"ok": self.ok, "dry_run": self.dry_run, "compact": self.compact,
-                "retain": self.retain, "tables": self.tables}
+                "retain": self.retain, "cleaned_files": self.cleaned_files,
+                "tables": self.tables}
 
 
 def maintain(config: Config, *, compact: bool, retain: bool, dry_run: bool = False,
              tables: Sequence[str] = (), now: float | None = None,
              merged: MergedUpTo | None = None,
              step: Callable[[str], None] = lambda _: None) -> MaintenanceReport:
-    """Compact and/or apply retention to each table (all landed ones by default). A dry
-    run plans only and lists what would be written and deleted. A table that fails is
-    reported; the others go on."""
+    """Compact and/or apply retention to each table (all landed ones by default), after
+    removing what killed runs left behind. A dry run plans only and lists what would be
+    written and deleted. A table that fails is reported; the others go on."""
     zone = open_reader(config.landing_path, config.source.name, config.landing_format)
     chosen = _tables(zone, config, tables)
     if retain and merged is None:
         merged = merged_up_to(config)
     report = MaintenanceReport(dry_run, compact, retain)
+    if not dry_run:
+        report.cleaned_files = zone.clean_up()
+        if report.cleaned_files:
+            log.info("removed %d file(s) that killed maintenance runs left in %s",
+                     report.cleaned_files, zone.where)
     for table in chosen:
         at = time.time() if now is None else now
         try:

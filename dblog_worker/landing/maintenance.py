@@ -196,20 +196,28 @@ class TableReport:
 def run_plan(zone: Maintained, plan: TablePlan,
              step: Callable[[str], None] = lambda _: None) -> TableReport:
     """Carry ``plan`` out: each run compacted (read, concatenated, published), then the
-    files to delete deleted. ``step`` is called before each action (tests stop there)."""
+    files to delete deleted, oldest first. ``step`` is called between the actions, with
+    their names (the tests kill the process there): ``compact lo-hi`` before a run is
+    read, ``publish lo-hi`` once its file is ready to appear, ``published lo-hi`` once it
+    has, ``remove n`` before the deletions and ``removed k/n`` halfway through them."""
     report = TableReport(plan.table)
     for run in plan.compact:
-        step(f"compact {run[0].lo}-{run[-1].seq}")
+        span = f"{run[0].lo}-{run[-1].seq}"
+        step(f"compact {span}")
         data = compacted_rows(zone, run)
-        written = zone.write_compacted(plan.table, run, data)
+        written = zone.write_compacted(plan.table, run, data, step)
+        step(f"published {span}")
         report.compacted_runs += 1
         report.compacted_files += len(run)
         report.compacted_bytes += sum(s.size for s in run)
         report.written_bytes += written.size
-    doomed = [*plan.expire, *plan.retire]
+    doomed = sorted([*plan.expire, *plan.retire], key=lambda s: (s.lo, s.seq))
     if doomed:
+        half = len(doomed) // 2
         step(f"remove {len(doomed)}")
-        zone.remove(plan.table, doomed)
+        zone.remove(plan.table, doomed[:half])
+        step(f"removed {half}/{len(doomed)}")
+        zone.remove(plan.table, doomed[half:])
         report.removed_files += len(doomed)
         report.removed_bytes += sum(s.size for s in doomed)
     return report

@@ -25,14 +25,16 @@ worker that lost the lease cannot publish once the next one has started. A
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import itertools
 import json
 import os
 import re
 import shutil
+import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
@@ -84,12 +86,17 @@ WRITER_PREFIX = ".writer-"
 FENCED_PREFIX = ".fenced-"
 CAPTURE_MARKER = ".capture-started"
 MAINTENANCE_DIR = ".maintenance"  # compaction's temporary files, linked into place
+STALE_S = 10.0  # a file under .maintenance/ no run holds, this old, was left by a crash
 _MAX_SEQ = 10**12 - 1
 _MAX_SCHEMA_VERSION = 10**6 - 1
 _SOURCE_RE = re.compile(r"[A-Za-z0-9_-]+")
 _WRITER_RE = re.compile(r"\.writer-([0-9]{12})")
 
 _get_table = attrgetter("table")
+
+
+def _no_step(_: str) -> None:
+    pass
 
 
 def open_sink(root: LandingRoot, source: str) -> LandingZone | S3LandingZone:
@@ -322,12 +329,14 @@ class LandingZone:
     # ----------------------------------------------------------------- writing
 
     def recover(self) -> dict[str, Position]:
-        """Remove ``.tmp-*`` files left by a crash; the last committed position per table.
+        """Remove ``.tmp-*`` files left by a crash (and by killed maintenance runs:
+        :meth:`clean_up`); the last committed position per table.
 
         The worker drops every event at or before a table's last position before it
         commits again: :meth:`commit_segment` refuses to go backwards.
         """
         self._newest.clear()
+        self.clean_up()
         result: dict[str, Position] = {}
         for table in self.tables():
             directory = self.table_dir(table)
@@ -436,11 +445,12 @@ class LandingZone:
 
     # ----------------------------------------------------------------- maintenance
 
-    def write_compacted(self, table: str, run: Sequence[Segment], data: pa.Table
-                        ) -> FileSegment:
-        """Publish a compacted segment: written under ``.maintenance/``, fsynced, then
-        hard-linked into the table directory (a link never replaces a file: a run
-        compacted twice at once is published once), the directory fsynced."""
+    def write_compacted(self, table: str, run: Sequence[Segment], data: pa.Table,
+                        step: Callable[[str], None] = _no_step) -> FileSegment:
+        """Publish a compacted segment: written under ``.maintenance/`` while this process
+        holds a lock on it (:meth:`clean_up` leaves it alone), fsynced, then hard-linked
+        into the table directory (a link never replaces a file: a run compacted twice at
+        once is published once), the directory fsynced."""
         lo, hi = run[0].lo, run[-1].seq
         first, last = run[0].first, run[-1].last
         directory = self.table_dir(table)
@@ -450,19 +460,54 @@ class LandingZone:
         tmp = staging / f"{TMP_PREFIX}{uuid.uuid4().hex}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released when this process ends, kill -9 too
             os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "wb") as f:
+            with os.fdopen(fd, "wb", closefd=False) as f:
                 write_parquet(data, f)
                 f.flush()
                 os.fsync(f.fileno())
+            step(f"publish {lo}-{hi}")
             # the same run compacted by a concurrent run holds the same rows
             with contextlib.suppress(FileExistsError):
                 os.link(tmp, directory / name)
             fsync_dir(directory)
         finally:
             tmp.unlink(missing_ok=True)
+            os.close(fd)
         size = (directory / name).stat().st_size
         return FileSegment(table, hi, first, last, directory / name, lo, size)
+
+    def clean_up(self) -> int:
+        """Remove what killed maintenance runs left under ``.maintenance/``: the files no
+        live process holds a lock on (a kill -9 releases it), written more than
+        ``STALE_S`` ago (a run locks its file right after creating it); how many."""
+        staging = self.source_dir / MAINTENANCE_DIR
+        try:
+            names = os.listdir(staging)
+        except FileNotFoundError:
+            return 0
+        removed = 0
+        for name in names:
+            if not name.startswith(TMP_PREFIX):
+                continue
+            try:
+                fd = os.open(staging / name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except OSError:
+                continue  # gone meanwhile, or not a file this format made
+            try:
+                if time.time() - os.fstat(fd).st_mtime < STALE_S:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # its run is alive
+                (staging / name).unlink(missing_ok=True)
+                removed += 1
+            finally:
+                os.close(fd)
+        if removed:
+            fsync_dir(staging)
+        return removed
 
     def remove(self, table: str, segments: Sequence[Segment]) -> None:
         directory = self.table_dir(table)

@@ -44,7 +44,7 @@ import itertools
 import json
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -87,6 +87,10 @@ COMPACTED_RE = re.compile(r"segment-([0-9]{12})-([0-9]{12})\.parquet")
 _MAX_SEQ = 10**12 - 1
 _SOURCE_RE = re.compile(r"[A-Za-z0-9_-]+")
 _RETRIES = 5
+
+
+def _no_step(_: str) -> None:
+    pass
 
 
 def open_zone(root: LandingRoot, source: str) -> S3LandingZone:
@@ -506,11 +510,13 @@ class S3LandingZone:
 
     # ----------------------------------------------------------------- maintenance
 
-    def write_compacted(self, table: str, run: Sequence[Segment], data: pa.Table) -> Segment:
+    def write_compacted(self, table: str, run: Sequence[Segment], data: pa.Table,
+                        step: Callable[[str], None] = _no_step) -> Segment:
         lo, hi = run[0].lo, run[-1].seq
         key = self._table_prefix(table) + segment_key_name(lo, hi)
         buffer = io.BytesIO()
         write_parquet(data, buffer)
+        step(f"publish {lo}-{hi}")
         # the same run compacted by a concurrent run holds the same rows
         with contextlib.suppress(PreconditionFailed):
             self.bucket.put(key, buffer.getvalue(), if_none_match=True)
@@ -520,6 +526,10 @@ class S3LandingZone:
     def remove(self, table: str, segments: Sequence[Segment]) -> None:
         for segment in segments:
             self.bucket.delete(self._own(segment).info.key)
+
+    def clean_up(self) -> int:
+        """Nothing to do: a compaction's file is one PUT, whole or absent."""
+        return 0
 
 
 def _bounds(name: str) -> tuple[int, int] | None:

@@ -20,7 +20,7 @@ Both also implement :class:`Maintained`: what compaction and retention
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -179,9 +179,16 @@ class Maintained(LandedReader, Protocol):
         """Every segment file of ``table``, resolved (ValueError on a hole)."""
         ...
 
-    def write_compacted(self, table: str, run: Sequence[Segment], data: pa.Table) -> Segment:
+    def write_compacted(self, table: str, run: Sequence[Segment], data: pa.Table,
+                        step: Callable[[str], None] = ...) -> Segment:
         """Publish ``data`` (the rows of ``run``, consecutive active segments, in order) as
-        one segment covering them, atomically; an identical one already there is kept."""
+        one segment covering them, atomically; an identical one already there is kept.
+        ``step("publish lo-hi")`` is called once the file is ready, before it appears."""
+        ...
+
+    def clean_up(self) -> int:
+        """Remove what killed maintenance runs left behind (never a file a live run
+        still writes); how many files."""
         ...
 
     def remove(self, table: str, segments: Sequence[Segment]) -> None:

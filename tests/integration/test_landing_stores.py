@@ -4,9 +4,15 @@ compaction and retention while a writer keeps writing."""
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,16 +43,29 @@ def event(major: int, key: int | None = None, table: str = TABLE) -> ChangeEvent
                        f'{{"id":{key}}}', None, Origin.LOG, 1_700_000_000_000_000, 1)
 
 
+@dataclass(frozen=True)
+class Store:
+    open: Callable[[], Zone]  # the zone of source ``src``, anew each call, as a process does
+    landing: dict[str, object]  # the [landing] section that names it
+
+
 @pytest.fixture(params=["posix", "s3"])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Zone]:
-    """Opens the zone of source ``src`` anew each call, as each process does."""
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     if request.param == "posix":
-        return lambda: LandingZone(tmp_path / "landing", "src")
+        root = tmp_path / "landing"
+        return Store(lambda: LandingZone(root, "src"), {"path": str(root)})
     server: SeaweedServer = request.getfixturevalue("seaweed_server")
     bucket = request.getfixturevalue("s3_bucket")
     location = S3Location.parse(f"s3://{bucket}/landing", endpoint=server.endpoint,
                                 path_style=True)
-    return lambda: S3LandingZone(location, "src")
+    return Store(lambda: S3LandingZone(location, "src"),
+                 {"path": location.url, "s3": {"endpoint": server.endpoint,
+                                               "path_style": True}})
+
+
+@pytest.fixture
+def opener(store: Store) -> Callable[[], Zone]:
+    return store.open
 
 
 def positions(zone: Zone, table: str = TABLE) -> list[str]:
@@ -310,3 +329,116 @@ def test_the_store_serializes_conditional_puts(seaweed_server: SeaweedServer,
         swapped = list(pool.map(lambda i: attempt(lambda: bucket.put(
             "claim", f"swap {i}".encode(), if_match=etag)), range(16)))
         assert swapped.count(True) == 1
+
+
+# A compaction run in a process of its own that kills itself (SIGKILL) at one step.
+KILLED_RUN = """
+import json, os, signal, sys
+from dblog_worker import config, lifecycle
+
+landing, kill_at = json.loads(sys.argv[1]), sys.argv[2]
+settings = config.parse({"source": {"name": "src", "dsn": "host=127.0.0.1",
+                                    "tables": ["public.t"]},
+                         "redis": {"url": "redis://127.0.0.1:1"}, "landing": landing}, {})
+
+
+def step(name):
+    if kill_at and name.startswith(kill_at):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+print(json.dumps(lifecycle.maintain(settings, compact=True, retain=False,
+                                    step=step).as_dict()))
+"""
+
+
+def maintain_killed_at(store: Store, kill_at: str) -> dict[str, object] | None:
+    """Run ``dblog landing compact``'s code in a subprocess, SIGKILLed at the first step
+    named ``kill_at`` (None: it ran to the end; its report)."""
+    landing = {**store.landing, "compaction": {"min_age_s": 0, "grace_s": 0}}
+    result = subprocess.run([sys.executable, "-c", KILLED_RUN, json.dumps(landing), kill_at],
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode == -9:
+        return None
+    assert result.returncode == 0, result.stderr[-3000:]
+    report: dict[str, object] = json.loads(result.stdout)
+    assert report["ok"], report
+    return report
+
+
+def test_kill_9_at_every_step_of_compaction(store: Store) -> None:
+    """A compaction run killed (SIGKILL, in its own process) before it reads, once its file
+    is ready, once it has appeared, before its deletions and halfway through them, while
+    a writer goes on: readers always read every event once, in order, and a later run
+    finishes the work (on a folder, removing what the killed runs left behind)."""
+    writer = store.open()
+    writer.fence(1)
+    writer.recover()
+    commit_many(writer, 1, 12)
+    major = 13
+    posix = "s3" not in store.landing
+    maintenance = Path(str(store.landing["path"])) / "src" / ".maintenance"
+
+    def leftovers() -> list[Path]:
+        return sorted(maintenance.glob(".tmp-*"))
+
+    for kill_at in ["compact ", "publish ", "published ", "remove ", "removed "]:
+        assert maintain_killed_at(store, kill_at) is None, f"not killed at {kill_at}"
+        seen = [int(p[:16], 16) for p in positions(store.open())]
+        assert seen == list(range(1, major)), (kill_at, seen)
+        files = store.open().files(TABLE)
+        if kill_at == "publish " and posix:
+            assert leftovers()  # written and fsynced, never linked
+        if kill_at == "published ":
+            assert [(s.lo, s.seq) for s in files.active] == [(1, major - 1)]
+            assert len(files.segments) == major  # the originals stay a grace period
+        writer.commit(TABLE, [event(major)])  # the worker goes on
+        major += 1
+
+    old = time.time() - 60  # what killed runs left, old enough to go
+    for path in leftovers():
+        os.utime(path, (old, old))
+    while True:  # again until nothing is left to do
+        report = maintain_killed_at(store, "")
+        assert report is not None
+        table = report["tables"][0]  # type: ignore[index]
+        if not table["compact"] and not table["remove_replaced"]:
+            break
+    assert leftovers() == []
+    files = store.open().files(TABLE)
+    assert [(s.lo, s.seq) for s in files.active] == [(1, major - 1)]
+    assert len(files.segments) == 1
+    assert [int(p[:16], 16) for p in positions(store.open())] == list(range(1, major))
+
+
+def test_what_a_killed_compaction_leaves_on_a_folder_is_removed(tmp_path: Path) -> None:
+    """Its file under .maintenance/: left alone while young (a run may have just created
+    it) or while a live run holds it, removed by the next maintenance run or the worker's
+    start otherwise."""
+    root = tmp_path / "landing"
+    store = Store(lambda: LandingZone(root, "src"), {"path": str(root)})
+    writer = store.open()
+    writer.fence(1)
+    writer.recover()
+    commit_many(writer, 1, 3)
+    assert maintain_killed_at(store, "publish ") is None
+    maintenance = root / "src" / ".maintenance"
+    [crashed] = maintenance.glob(".tmp-*")
+    store.open().recover()
+    assert crashed.exists()  # young
+    live = maintenance / ".tmp-of-a-live-run"
+    held = os.open(live, os.O_CREAT | os.O_WRONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        old = time.time() - 60
+        for path in (crashed, live):
+            os.utime(path, (old, old))
+        report = maintain_killed_at(store, "")
+        assert report is not None and report["cleaned_files"] == 1
+        assert sorted(maintenance.iterdir()) == [live]
+    finally:
+        os.close(held)  # the run is killed: its lock goes with it
+    fresh = store.open()
+    fresh.fence(2)
+    fresh.recover()  # what the worker's session does at its start
+    assert list(maintenance.iterdir()) == []
