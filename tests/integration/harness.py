@@ -699,8 +699,9 @@ class Backend:
         kwargs["extra"] = kwargs.get("extra", "") + self.config_extra
         kwargs.setdefault("source_extra", self.source_extra)
         if self.s3 is not None:
+            ca = f', ca_bundle = "{self.s3.ca_bundle}"' if self.s3.ca_bundle else ""
             kwargs.setdefault("landing", f'path = "{self.s3.url}"\n'
-                              f's3 = {{ endpoint = "{self.s3.endpoint}", path_style = true }}')
+                              f's3 = {{ endpoint = "{self.s3.endpoint}", path_style = true{ca} }}')
         return write_config(self.tmp, self.db.dsn, self.redis_url, tables, name=SOURCE,
                             kind=self.db.kind, **kwargs)
 

@@ -1,11 +1,12 @@
 """The worker with its landing zone on a real S3-compatible store (SeaweedFS, started by the
 suite): the convergence suite's dumps under load and through kill -9, the store killed
 mid-dump, then compaction, a Spark merge read through S3A (``dblog merge``: spark-submit
-with hadoop-aws and the AWS SDK bundle) into a PostgreSQL target, and ``dblog verify``."""
+with hadoop-aws and the AWS SDK modules it calls) into a PostgreSQL target, and ``dblog verify``."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -26,14 +27,18 @@ from tests.integration.harness import (
     Workers,
     assert_converged,
     assert_landed_once,
+    checkpoint,
+    checkpoint_position,
     cli,
     dump,
     dump_through_kills,
     dumps_under_load,
+    events_of,
     wait_for,
     wait_request,
 )
 from tests.services import PostgresServer, SeaweedServer
+from tests.tls import server_files
 
 
 @pytest.fixture
@@ -89,7 +94,7 @@ def test_the_store_killed_mid_dump(backend: Backend, seaweed_server: SeaweedServ
     time.sleep(1.0)
     seaweed_server.kill()
     with backend.connect() as session:
-        for key in range(1, 40):
+        for key in range(10, 400, 10):
             session.execute(f"UPDATE {t1} SET version = {backend.next_version}"
                             f" WHERE id = {key}")
     time.sleep(3)
@@ -100,6 +105,79 @@ def test_the_store_killed_mid_dump(backend: Backend, seaweed_server: SeaweedServ
     assert "cannot write the landing zone" in worker.log()
     assert_converged(backend, t1)
     assert_landed_once(backend, t1)
+
+
+def test_a_full_bucket_quota(backend: Backend, seaweed_server: SeaweedServer, s3_bucket: str,
+                             worker_process: Callable[..., WorkerProcess]) -> None:
+    """The bucket goes over its quota (SeaweedFS makes it read only) while changes come:
+    the worker's writes are refused, it says why and stays alive, its sessions start again
+    from a checkpoint that stays before what could not land; the quota raised, it goes on,
+    and nothing is lost or landed twice."""
+    t1 = backend.t1
+    backend.create(t1, 0)
+    config = backend.config_path([t1], flush_interval_s=0.1)
+    worker = worker_process(config)
+    backend.execute(f"INSERT INTO {t1} VALUES (1, {backend.next_version}, 'first')")
+    wait_for(lambda: len(events_of(backend, t1)) == 1, 30, "the first segment", worker.log)
+    seaweed_server.client().put_object(Bucket=s3_bucket, Key="filler",
+                                       Body=os.urandom(3 * 1024 * 1024))
+    wait_for(lambda: "to read only" in seaweed_server.set_quota(s3_bucket, 1), 30,
+             "the bucket to go read only")
+    backend.execute(f"INSERT INTO {t1} VALUES (2, {backend.next_version}, 'blocked')")
+    blocked_end = backend.log_end()  # the checkpoint stays before this
+    with backend.connect() as session:
+        for key in range(3, 40):
+            session.execute(f"INSERT INTO {t1} VALUES ({key}, {backend.next_version}, 'x')")
+            session.execute(f"UPDATE {t1} SET version = {backend.next_version}"
+                            f" WHERE id = {key - 1}")
+    wait_for(lambda: worker.log().count("cannot write the landing zone") >= 2, 60,
+             "the worker to report the refused writes, twice", worker.log)
+    assert "refused (" in worker.log()  # the store's answer, named
+    for _ in range(20):
+        saved = checkpoint(backend.redis_url)
+        assert saved is not None
+        assert checkpoint_position(backend, saved) < blocked_end, (saved, blocked_end)
+        assert worker.alive(), worker.log()[-3000:]
+        time.sleep(0.1)
+    assert [e["key"] for e in events_of(backend, t1)] == ["[1]"]
+    assert "to writable" in seaweed_server.set_quota(s3_bucket, 1000)
+    assert_converged(backend, t1)
+    assert_landed_once(backend, t1)
+    assert worker.alive()
+
+
+def test_landing_over_tls_with_a_ca_bundle(tmp_path: Path, redis_url: str, pg_dsn: str,
+                                           postgres_server: PostgresServer,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store serves HTTPS with a certificate of a CA made here: with
+    ``ca_bundle`` naming that CA the worker lands and readers read; without it, a reader
+    refuses and says the certificate did not verify."""
+    files = server_files(tmp_path / "tls")
+    with SeaweedServer(tls=files).start() as server:
+        for name, value in server.env().items():
+            monkeypatch.setenv(name, value)
+        bucket = server.create_bucket("tls-landing")
+        location = S3Location.parse(f"s3://{bucket}/landing", endpoint=server.endpoint,
+                                    path_style=True, ca_bundle=str(files.ca))
+        assert location.endpoint.startswith("https://")
+        backend = Backend(PgDatabase(pg_dsn), redis_url, tmp_path, postgres_server.restart,
+                          s3=location)
+        t1 = backend.t1
+        backend.create(t1, 300)
+        config = backend.config_path([t1], flush_interval_s=0.1)
+        with Workers(tmp_path / "worker.log") as workers:
+            worker = workers.start(config)
+            request_id = dump(config, "--table", t1, "--chunk-size", "50")
+            wait_request(redis_url, SOURCE, request_id, ["completed"], 90, worker)
+            assert_converged(backend, t1)
+            status = json.loads(cli(config, "landing", "status", "--json").stdout)
+            assert status[0]["table"] == t1 and status[0]["files"] > 0, status
+        untrusting = tmp_path / "untrusting.toml"
+        untrusting.write_text(config.read_text().replace(
+            f', ca_bundle = "{files.ca}"', ""))
+        refused = cli(untrusting, "landing", "status", check=False)
+        assert refused.returncode != 0
+        assert "CERTIFICATE_VERIFY_FAILED" in refused.stdout + refused.stderr, refused
 
 
 @pytest.mark.timeout(900)  # three spark-submits with the S3A jars
