@@ -4,9 +4,10 @@ and a local Spark with the JDBC drivers (tests/spark_local.py).
 Servers start lazily, on the first test that asks for them, once per session.
 
 Every test is marked by what it uses (:func:`pytest_collection_modifyitems`): ``pg``,
-``mariadb``, ``redis``, ``spark``, ``airflow``, ``browser``, from the fixtures it asks for
-(directly or through others), the source kinds of its parameters and the server classes its
-module names; ``slow`` by hand. ``scripts/test --fast`` runs the tests with none of them.
+``mariadb``, ``redis``, ``spark``, ``airflow``, ``browser``, ``s3``, from the fixtures it
+asks for (directly or through others), the source kinds and landing stores of its
+parameters and the server classes its module names; ``slow`` by hand. ``scripts/test
+--fast`` runs the tests with none of them.
 """
 
 from __future__ import annotations
@@ -40,14 +41,16 @@ FIXTURE_MARKERS = {
     "chaos_redis": "redis", "spark": "spark", "airflow_home": "airflow",
     "seaweed_server": "s3",
 }
-# ... the source kind of its parameters (the ``backend`` fixture's, for one) ...
-KIND_MARKERS = {"postgresql": "pg", "mariadb": "mariadb", "mysql": "mariadb"}
+# ... the source kind and landing store of its parameters (the ``backend`` fixture's,
+# a ``store`` fixture's) ...
+KIND_MARKERS = {"postgresql": ("pg",), "mariadb": ("mariadb",), "mysql": ("mariadb",),
+                "postgresql-s3": ("pg", "s3"), "s3": ("s3",)}
 # ... and what its module names: the servers and Spark it starts itself.
 MODULE_MARKERS = {
     "PostgresServer": "pg", "PostgresStandby": "pg", "SynchronousStandby": "pg",
     "MariaDBServer": "mariadb", "MariaDBReplica": "mariadb", "RedisServer": "redis",
     "SparkSession": "spark", "local_spark": "spark", "SparkStandalone": "spark",
-    "CHROMIUM": "browser", "Browser": "browser",
+    "CHROMIUM": "browser", "Browser": "browser", "SeaweedServer": "s3",
 }
 FOLDER_MARKERS = {"airflow": "airflow", "chaos": "slow"}
 
@@ -58,8 +61,8 @@ def markers_of(item: pytest.Item) -> set[str]:
              if name in FIXTURE_MARKERS}
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
-        found |= {KIND_MARKERS[value] for value in callspec.params.values()
-                  if isinstance(value, str) and value in KIND_MARKERS}
+        found.update(*(KIND_MARKERS[value] for value in callspec.params.values()
+                       if isinstance(value, str) and value in KIND_MARKERS))
     module = getattr(item, "module", None)
     if module is not None:
         found |= {marker for name, marker in MODULE_MARKERS.items() if hasattr(module, name)}

@@ -156,7 +156,8 @@ def refuse_in_fast_runs(what: str) -> None:
     if os.environ.get(NO_SERVERS_ENV):
         raise ServiceError(
             f"a test selected by scripts/test --fast starts {what}: tests/conftest.py did not "
-            "derive its marker (pg, mariadb, redis, spark, airflow, browser) from what it uses")
+            "derive its marker (pg, mariadb, redis, spark, airflow, browser, s3) from what it"
+            " uses")
 
 
 class _Server:
