@@ -1036,6 +1036,12 @@ class SeaweedServer(_Server):
         self.client().create_bucket(Bucket=name)
         return name
 
+    def version(self) -> str:
+        """``weed version``'s first line (``version 8000GB 4.48 ...``)."""
+        result = subprocess.run([self.binary, "version"], capture_output=True, text=True,
+                                timeout=30, check=False)
+        return (result.stdout.strip().splitlines() or ["unknown"])[0]
+
     def shell(self, *commands: str) -> str:
         """Run ``weed shell`` commands against this server (``s3.bucket.quota``, ...); their
         output."""
