@@ -61,8 +61,9 @@ from bench.merge_throughput import Stream, StreamWriter, check_target
 from dblog_worker.config import Config, parse
 from dblog_worker.config_sections import default_s3a_jars
 from dblog_worker.events import ChangeEvent
-from dblog_worker.landing.maintenance import CompactionPolicy, plan_table, run_plan
+from dblog_worker.landing.maintenance import plan_table, run_plan
 from dblog_worker.landing.parquet import LandingZone
+from dblog_worker.landing.policy import CompactionPolicy
 from dblog_worker.landing.s3 import S3LandingZone
 from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.landing.sink import LandingRoot, Maintained, open_reader

@@ -78,8 +78,8 @@ from dblog_worker.config_sections import (
     retention_section,
 )
 from dblog_worker.errors import ConfigError, RequestRejected
-from dblog_worker.landing.maintenance import CompactionPolicy, RetentionPolicy
 from dblog_worker.landing.names import table_dir_name
+from dblog_worker.landing.policy import CompactionPolicy, RetentionPolicy
 from dblog_worker.landing.sink import DEFAULT_FORMAT, FORMATS, LandingRoot
 
 NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")

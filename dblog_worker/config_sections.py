@@ -19,7 +19,7 @@ from typing import Any
 from dblog_worker import kinds
 from dblog_worker.checks import integer, number, str_value
 from dblog_worker.errors import ConfigError
-from dblog_worker.landing.maintenance import MIB, CompactionPolicy, RetentionPolicy
+from dblog_worker.landing.policy import MIB, CompactionPolicy, RetentionPolicy
 from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.landing.sink import LandingRoot
 

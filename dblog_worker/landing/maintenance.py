@@ -32,28 +32,8 @@ import pyarrow as pa
 from dblog_worker.landing.arrow import SEGMENT_SCHEMA, plan_metadata
 from dblog_worker.landing.chain import Candidate
 from dblog_worker.landing.parquet_files import SEQS_KEY
+from dblog_worker.landing.policy import CompactionPolicy, RetentionPolicy
 from dblog_worker.landing.sink import Maintained, Segment, TableFiles
-
-MIB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class CompactionPolicy:
-    """``[landing.compaction]``: runs of segments under ``target_bytes`` each, at least
-    ``min_age_s`` old, become one segment of about ``target_bytes``; what they replaced
-    goes ``grace_s`` later."""
-
-    target_bytes: int = 64 * MIB
-    min_age_s: float = 600.0
-    grace_s: float = 900.0
-    min_segments: int = 2
-
-
-@dataclass(frozen=True)
-class RetentionPolicy:
-    """``[landing.retention]``: segments every target merged, landed ``keep_s`` ago."""
-
-    keep_s: float = 7 * 86400.0
 
 
 @dataclass(frozen=True)

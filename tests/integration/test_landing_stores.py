@@ -19,13 +19,9 @@ import pytest
 
 from dblog_worker.errors import LeaseLost
 from dblog_worker.events import ChangeEvent, Op, Origin
-from dblog_worker.landing.maintenance import (
-    CompactionPolicy,
-    RetentionPolicy,
-    plan_table,
-    run_plan,
-)
+from dblog_worker.landing.maintenance import plan_table, run_plan
 from dblog_worker.landing.parquet import LandingZone, read_events
+from dblog_worker.landing.policy import CompactionPolicy, RetentionPolicy
 from dblog_worker.landing.s3 import S3LandingZone, segment_key_name
 from dblog_worker.landing.s3_objects import Bucket, S3Location
 from dblog_worker.landing.sink import LandingAhead, Maintained, Sink, open_reader, open_sink
