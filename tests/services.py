@@ -1072,6 +1072,12 @@ class SeaweedServer(_Server):
             _stop_process(self._proc, [])
             self._proc = None
 
+    def stop(self) -> None:
+        """Stop the server and delete its files. SIGKILL: its data goes anyway, and weed's
+        graceful shutdown takes 25 s."""
+        self.kill()
+        super().stop()
+
     def _shutdown(self) -> None:
         if self._proc is not None:
             _stop_process(self._proc, [signal.SIGTERM])
