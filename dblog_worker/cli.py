@@ -366,6 +366,15 @@ def _verify(config: Config, args: argparse.Namespace) -> int:
 
 
 def _landing(config: Config, args: argparse.Namespace) -> int:
+    try:
+        return _landing_action(config, args)
+    except OSError as exc:  # the store (S3Unavailable) or the folder
+        print(f"error: cannot reach the landing zone {config.landing_path}: {exc}",
+              file=sys.stderr)
+        return 3
+
+
+def _landing_action(config: Config, args: argparse.Namespace) -> int:
     from dblog_worker import lifecycle
 
     if args.action == "status":

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pyarrow.compute as pc
 
 from dblog_worker.config import Config, TargetConfig
-from dblog_worker.errors import ConfigError
+from dblog_worker.errors import ConfigInvalid
 from dblog_worker.landing.maintenance import TableReport, plan_table, run_plan
 from dblog_worker.landing.sink import Maintained, Segment, open_reader
 from dblog_worker.target.plan import MergeLogEntry
@@ -44,7 +44,7 @@ def merged_up_to(config: Config, targets: Sequence[TargetConfig] | None = None) 
 
     chosen = list(targets_of(config) if targets is None else targets)
     if not chosen:
-        raise ConfigError("retention needs the [target] section: segments go only once every"
+        raise ConfigInvalid("retention needs the [target] section: segments go only once every"
                           " target's merge log says it merged them")
 
     def lowest(table: str) -> MergeLogEntry:
