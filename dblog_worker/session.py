@@ -140,6 +140,8 @@ class Session:
             self._drain()
             self._flush()
             log.info("stopped at checkpoint %s", self.checkpoint)
+            # `dblog reset` and `dblog status` tell a clean stop from a worker still running
+            self.state.publish_status({"role": "stopped", "updated_at": time.time()})
         finally:
             self.encoder.shutdown(cancel_futures=True)
             if self.output is not None:
