@@ -260,6 +260,7 @@ def test_compaction_beside_a_writer_and_a_reader(opener: Callable[[], Zone]) -> 
     commit_many(writer, 1, 5)
     stop = threading.Event()
     problems: list[str] = []
+    done = {"written": 0, "compactions": 0, "reads": 0}
     policy = CompactionPolicy(target_bytes=10**9, min_age_s=0, grace_s=0)
 
     def write() -> None:
@@ -267,11 +268,13 @@ def test_compaction_beside_a_writer_and_a_reader(opener: Callable[[], Zone]) -> 
         while not stop.is_set() and major < 400:
             writer.commit(TABLE, [event(major)])
             major += 1
+            done["written"] += 1
 
     def compact() -> None:
         zone = opener()
         while not stop.is_set():
-            run_plan(zone, plan_table(zone, TABLE, time.time() + 1, compaction=policy))
+            report = run_plan(zone, plan_table(zone, TABLE, time.time() + 1, compaction=policy))
+            done["compactions"] += report.compacted_files > 0
 
     def read() -> None:
         zone = opener()
@@ -282,17 +285,23 @@ def test_compaction_beside_a_writer_and_a_reader(opener: Callable[[], Zone]) -> 
             except FileNotFoundError:
                 continue  # a file it listed was deleted since: list again
             reads += 1
+            done["reads"] += 1
             if seen != list(range(1, len(seen) + 1)):
                 problems.append(f"read {seen[:5]}...{seen[-5:]} ({len(seen)} events)")
 
     threads = [threading.Thread(target=f) for f in (write, compact, read)]
     for thread in threads:
         thread.start()
-    time.sleep(8)
+    # until compaction has run twice under the writer and the reader
+    deadline = time.monotonic() + 120
+    while (done["compactions"] < 2 or done["written"] < 20 or done["reads"] < 3) \
+            and time.monotonic() < deadline and all(t.is_alive() for t in threads[1:]):
+        time.sleep(0.05)
     stop.set()
     for thread in threads:
         thread.join(60)
     assert problems == []
+    assert done["compactions"] >= 2, done
     final = opener()
     seen = [int(p[:16], 16) for p in positions(final)]
     assert seen == list(range(1, len(seen) + 1)) and len(seen) > 20
