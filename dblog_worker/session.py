@@ -172,7 +172,7 @@ class Session:
         if saved is None and created is not None:
             saved = created
             self.state.save_progress(saved, {}, {})
-        self.checkpoint = self.source.start(saved)
+        self.checkpoint = self.source.start(saved, max(landed.values(), default=None))
         with landing_errors():
             self.worker.sink.mark_capture_started()
         self.output = OutputBuffer(self.worker.sink, landed)
@@ -393,7 +393,8 @@ class Session:
                 covered.missing[dump.id] = keys
         if self.output.count:
             self.last_events_flush = time.monotonic()
-        self.output.submit()
+        with landing_errors():  # the write before, if its failure was not seen yet
+            self.output.submit()
         self.in_flight = covered
         self.worker.telemetry.submitted()
         if dump is not None:

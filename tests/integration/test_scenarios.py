@@ -332,8 +332,8 @@ class HookedSource:
     def prepare(self) -> str | None:
         return self.inner.prepare()
 
-    def start(self, checkpoint: str | None) -> str:
-        return self.inner.start(checkpoint)
+    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
+        return self.inner.start(checkpoint, landed)
 
     def poll(self, timeout: float, out: list[LogItem]) -> None:
         self.inner.poll(timeout, out)
