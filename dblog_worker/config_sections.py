@@ -48,8 +48,9 @@ def default_s3a_jars() -> tuple[str, ...]:
 
 
 def default_jars() -> tuple[str, ...]:
-    """Every kind's JDBC driver, where Debian installs it."""
-    return tuple(rules.jdbc_jar for rules in kinds.every_rules())
+    """Every kind's JDBC driver, where Debian installs it (a kind with no merge target has
+    none: its ``jdbc_jar`` is empty)."""
+    return tuple(rules.jdbc_jar for rules in kinds.every_rules() if rules.jdbc_jar)
 
 
 @dataclass(frozen=True)
