@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench import (
+    cascade_merge,
     dump_throughput,
     filtered_dumps,
     landing_stores,
@@ -33,6 +34,7 @@ from bench import (
 from bench.common import SOURCES, Options, Result, emit, progress
 
 BENCHMARKS: dict[str, Callable[[Options], Result]] = {
+    cascade_merge.NAME: cascade_merge.run,
     dump_throughput.NAME: dump_throughput.run,
     filtered_dumps.NAME: filtered_dumps.run,
     landing_stores.NAME: landing_stores.run,
