@@ -54,6 +54,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dblog_worker.errors import ConfigError
 from dblog_worker.table_patterns import NamePattern, PatternError, TablePattern
 
 __all__ = [
@@ -210,6 +211,17 @@ class ColumnRules:
                         masks[column] = mask
                         break
         return TableMasks(masks, self.key)
+
+    def require(self, table: str, columns: Sequence[str],
+                key_columns: Sequence[str]) -> TableMasks:
+        """:meth:`for_table` where the table is being captured: a rule that reaches a key
+        column (its key changed since the selection) stops capture with a ConfigError,
+        since landing the key in clear is not an option."""
+        try:
+            return self.for_table(table, columns, key_columns)
+        except MaskConflict as exc:
+            raise ConfigError(f"{exc}; change [source.columns] and reload the worker"
+                              ) from None
 
     def reaches(self, table: str) -> bool:
         """Whether any rule names a table pattern that matches ``table``."""

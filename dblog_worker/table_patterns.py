@@ -28,9 +28,11 @@ A name and a pattern are held to different standards:
 * a table *named* is captured whatever it is: preflight refuses to start capture if it
   does not exist, has no primary key, ... (a typo is the usual cause);
 * a table a *pattern* matches is captured only if it can be: a table without a primary
-  key, a partition (its rows are captured under its partitioned table's name), a table
-  in the worker's own schema ``dblog`` or in a system schema, or one whose landing folder
-  name would be too long is left out, and the selection says why. What a pattern brings
+  key, a partition (its rows are captured under its partitioned table's name), an
+  unlogged table (PostgreSQL: its changes are not in the log), a table in the worker's own
+  schema ``dblog``, one whose landing folder name would be too long, or one a rule of
+  ``[source.columns]`` would mask the key of, is left out, and the selection says why.
+  Patterns never look into the database's system schemas. What a pattern brings
   in never stops capture.
 
 A table matched by ``source.exclude_tables`` is never captured (naming it in
@@ -44,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from dblog_worker.tables import WATERMARK_SCHEMA
+from dblog_worker.names import WATERMARK_SCHEMA
 
 __all__ = [
     "Candidate",
@@ -196,11 +198,11 @@ def _escaped_at_end(text: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A table of the source's catalog that a pattern may match."""
+    """A table of the source's catalog that a pattern may match (no system table)."""
 
     table: str  # schema.table
-    has_key: bool = True
-    partition_of: str | None = None  # PostgreSQL: the partitioned table it belongs to
+    key: tuple[str, ...] = ()  # its primary key's columns; () without one
+    left_out: str | None = None  # why a pattern cannot capture it (a partition, unlogged)
 
 
 @dataclass(frozen=True)
@@ -217,15 +219,6 @@ class Selection:
 
     def to_json(self) -> dict[str, object]:
         return {"captured": dict(self.captured), "excluded": dict(self.excluded)}
-
-
-# The schemas patterns never look into: the database's own, and the worker's.
-SYSTEM_SCHEMAS = frozenset({"information_schema", "pg_catalog", "pg_toast", "mysql",
-                            "performance_schema", "sys"})
-
-
-def system_schema(schema: str) -> bool:
-    return (schema in SYSTEM_SCHEMAS or schema.startswith(("pg_temp_", "pg_toast_temp_")))
 
 
 class TableSelector:
@@ -294,8 +287,6 @@ class TableSelector:
         schema = table.partition(".")[0]
         if schema == WATERMARK_SCHEMA:
             return False, f"{why}, but schema {WATERMARK_SCHEMA} is the worker's own"
-        if system_schema(schema):
-            return False, f"{why}, but {schema} is a system schema"
         problem = self._name_problem(table)
         if problem is not None:
             return False, f"{why}, but {problem}"
@@ -321,11 +312,9 @@ class TableSelector:
             if self._matched_by(table) is None:
                 continue  # not of interest: no entry matches it
             take, why = self.verdict(table)
-            if take and candidate.partition_of is not None:
-                take, why = False, (f"{why}, but it is a partition of {candidate.partition_of} "
-                                    "(its rows are captured under that table's name when it "
-                                    "is captured)")
-            elif take and not candidate.has_key:
+            if take and candidate.left_out is not None:
+                take, why = False, f"{why}, but {candidate.left_out}"
+            elif take and not candidate.key:
                 take, why = False, f"{why}, but it has no primary key"
             (captured if take else excluded)[table] = why
         return Selection(dict(sorted(captured.items())), dict(sorted(excluded.items())))

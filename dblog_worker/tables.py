@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from dblog_worker.errors import ConfigError, RequestRejected
+from dblog_worker.masking import ColumnRules, MaskConflict
+from dblog_worker.names import WATERMARK_SCHEMA
 from dblog_worker.source import Problem
+from dblog_worker.table_patterns import Candidate, Selection, TableSelector
 
 REFRESH_S = 1.0  # how old the catalog description of a table being dumped may be
 HEARTBEAT = "heartbeat"  # a watermark value of no window: the reconciler ignores it
-WATERMARK_SCHEMA = "dblog"  # the schema (database) of the watermark table
+__all__ = ["HEARTBEAT", "REFRESH_S", "WATERMARK_SCHEMA", "CapturedSet", "Rescan", "TableCache",
+           "listed", "not_ready"]
 
 _T = TypeVar("_T")
 
@@ -22,10 +27,81 @@ def not_ready(problems: Sequence[Problem]) -> ConfigError:
                        + "\n".join(f"- {p.what}\n  fix: {p.fix}" for p in problems))
 
 
-class TableCache(Generic[_T]):
-    """The captured tables as a source described them (``load``: from its catalog)."""
+@dataclass(frozen=True)
+class Rescan:
+    """What a look at the catalog found: the selection now, and the tables that joined and
+    left capture since the last look."""
 
-    def __init__(self, source: str, captured: Sequence[str], load: Callable[[str], _T]) -> None:
+    selection: Selection
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+
+
+class CapturedSet:
+    """The tables ``source.tables`` captures now: the catalog's tables (``candidates``, a
+    query of the source) run through the selector, read once and again at each
+    :meth:`rescan`. A rule of ``[source.columns]`` that would mask a key column leaves a
+    table a pattern matches out (a named one stays: preflight reports it)."""
+
+    def __init__(self, selector: TableSelector, rules: ColumnRules,
+                 candidates: Callable[[], Sequence[Candidate]]) -> None:
+        self.selector = selector
+        self._rules = rules
+        self._candidates = candidates
+        self._selection: Selection | None = None
+
+    def selection(self) -> Selection:
+        if self._selection is None:
+            self._selection = self._select()
+        return self._selection
+
+    def rescan(self) -> Rescan:
+        before = self._selection
+        now = self._selection = self._select()
+        if before is None:
+            return Rescan(now)
+        return Rescan(now, tuple(t for t in now.captured if t not in before.captured),
+                      tuple(t for t in before.captured if t not in now.captured))
+
+    def set(self, selection: Selection) -> None:
+        self._selection = selection
+
+    def __contains__(self, table: object) -> bool:
+        return table in self.selection().captured
+
+    def tables(self) -> Collection[str]:
+        return self.selection().captured.keys()
+
+    def _select(self) -> Selection:
+        candidates = self._candidates()
+        selection = self.selector.select(candidates)
+        if not self._rules:
+            return selection
+        keys = {c.table: c.key for c in candidates}
+        captured, excluded = dict(selection.captured), dict(selection.excluded)
+        for table in list(captured):
+            if self.selector.named(table) or table not in keys:
+                continue
+            try:
+                self._rules.for_table(table, keys[table], keys[table])
+            except MaskConflict as exc:
+                excluded[table] = f"{captured.pop(table)}, but {exc}"
+        return Selection(captured, dict(sorted(excluded.items())))
+
+
+def listed(tables: Collection[str], most: int = 10) -> str:
+    """Up to ``most`` table names, and how many more."""
+    names = sorted(tables)
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+class TableCache(Generic[_T]):
+    """The captured tables as a source described them (``load``: from its catalog);
+    ``captured`` gives the tables captured now."""
+
+    def __init__(self, source: str, captured: Callable[[], Collection[str]],
+                 load: Callable[[str], _T]) -> None:
         self._source = source
         self._captured = captured
         self._load = load
@@ -34,10 +110,11 @@ class TableCache(Generic[_T]):
 
     def check(self, table: str) -> None:
         """RequestRejected unless ``table`` is captured."""
-        if table not in self._captured:
+        captured = self._captured()
+        if table not in captured:
             raise RequestRejected(
-                f"table {table} is not captured by source {self._source}; captured: "
-                + ", ".join(self._captured)
+                f"table {table} is not captured by source {self._source} (now); captured: "
+                + (listed(captured) or "none")
             )
 
     def get(self, table: str) -> _T:

@@ -32,6 +32,7 @@ from dblog_worker.errors import (
     SourceUnavailable,
 )
 from dblog_worker.events import Encoded
+from dblog_worker.masking import TableMasks
 from dblog_worker.pg import catalog, queries
 from dblog_worker.pg.catalog import TableInfo
 from dblog_worker.pg.cells import result_columns
@@ -132,17 +133,30 @@ class _Table:
                               strict=True))
 
 
+TEXT_OID = 25
+
+
 def schema_document(info_columns: Sequence[tuple[str, int]], key: Sequence[str],
-                    types: Mapping[int, PgType]) -> dict[str, object]:
-    """The schema of one table version, as the landing zone records it."""
-    return {
-        "columns": [
-            {"name": name, "type": types[oid].name if oid in types else str(oid),
-             "type_oid": oid}
-            for name, oid in info_columns
-        ],
-        "key": list(key),
-    }
+                    types: Mapping[int, PgType], masks: TableMasks | None = None
+                    ) -> dict[str, object]:
+    """The schema of one table version, as the landing zone records it: a masked column
+    is text (``masked``: how, ``source_type``: its type in the source); an excluded one is
+    named under ``excluded`` only."""
+    masks = masks or TableMasks()
+    done = masks.schema()
+    columns: list[dict[str, object]] = []
+    for name, oid in info_columns:
+        type_name = types[oid].name if oid in types else str(oid)
+        if name not in done:
+            columns.append({"name": name, "type": type_name, "type_oid": oid})
+        elif done[name] != "exclude":
+            columns.append({"name": name, "type": "text", "type_oid": TEXT_OID,
+                            "masked": done[name], "source_type": type_name})
+    document: dict[str, object] = {"columns": columns, "key": list(key)}
+    excluded = [name for name, _ in info_columns if done.get(name) == "exclude"]
+    if excluded:
+        document["excluded"] = excluded
+    return document
 
 
 class PgChunkReader:
@@ -165,6 +179,7 @@ class PgChunkReader:
         self._catalog_errors = replica_errors if replica and reads is None \
             else connection_errors
         self._schema_version = schema_version
+        self._rules = config.columns
         self._types: dict[int, PgType] = catalog.builtin_types()
         self.captured = TableCache(config.name, config.tables, self.load)
         self._cursor: psycopg.Cursor[TextRow] | None = None
@@ -189,12 +204,14 @@ class PgChunkReader:
                                          else "has no primary key")
                 )
             self._types = catalog.load_types(self.conn, info.star_oids, self._types)
-        codec = RowCodec(info.columns, info.type_oids, info.key_columns, self._types)
-        columns = ColumnCodec(info.columns, info.type_oids, info.key_columns, self._types)
+        masks = self._rules.require(table, info.columns, info.key_columns)
+        codec = RowCodec(info.columns, info.type_oids, info.key_columns, self._types, masks)
+        columns = ColumnCodec(info.columns, info.type_oids, info.key_columns, self._types,
+                              masks)
         version = self._schema_version(
             table,
             schema_document(list(zip(info.columns, info.type_oids, strict=True)),
-                            info.key_columns, self._types),
+                            info.key_columns, self._types, masks),
         )
         loaded = _Table(info, codec, columns, version, self._types)
         self.captured.put(table, loaded)
@@ -205,9 +222,10 @@ class PgChunkReader:
         """The codec and schema version of a table as the log describes it."""
         with connection_errors("reading the catalog"):
             self._types = catalog.load_types(self.conn, oids, self._types)
-        codec = RowCodec(names, oids, key, self._types)
+        masks = self._rules.require(table, names, key)
+        codec = RowCodec(names, oids, key, self._types, masks)
         version = self._schema_version(
-            table, schema_document(list(zip(names, oids, strict=True)), key, self._types)
+            table, schema_document(list(zip(names, oids, strict=True)), key, self._types, masks)
         )
         return codec, version
 
