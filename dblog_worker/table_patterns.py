@@ -52,6 +52,7 @@ __all__ = [
     "Candidate",
     "NamePattern",
     "PatternError",
+    "Rescan",
     "Selection",
     "TablePattern",
     "TableSelector",
@@ -212,13 +213,30 @@ class Selection:
 
     captured: Mapping[str, str] = field(default_factory=dict)
     excluded: Mapping[str, str] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()  # tables named in source.tables that do not exist now
 
     @property
     def tables(self) -> tuple[str, ...]:
         return tuple(self.captured)
 
+    @property
+    def existing(self) -> tuple[str, ...]:
+        """The captured tables that exist now."""
+        return tuple(t for t in self.captured if t not in self.missing)
+
     def to_json(self) -> dict[str, object]:
-        return {"captured": dict(self.captured), "excluded": dict(self.excluded)}
+        return {"captured": dict(self.captured), "excluded": dict(self.excluded),
+                "missing": list(self.missing)}
+
+
+@dataclass(frozen=True)
+class Rescan:
+    """What a look at the catalog found: the selection now, and the tables that joined and
+    left capture since the last look."""
+
+    selection: Selection
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
 
 
 class TableSelector:
@@ -305,6 +323,11 @@ class TableSelector:
         named ones whether the catalog has them or not, and those left out."""
         captured: dict[str, str] = dict.fromkeys(self.names, "named in source.tables")
         excluded: dict[str, str] = {}
+        candidates = list(candidates)
+        found = {c.table for c in candidates}
+        missing = tuple(name for name in self.names if name not in found)
+        for name in missing:
+            captured[name] = "named in source.tables; it does not exist now"
         for candidate in candidates:
             table = candidate.table
             if table in captured:
@@ -317,4 +340,4 @@ class TableSelector:
             elif take and not candidate.key:
                 take, why = False, f"{why}, but it has no primary key"
             (captured if take else excluded)[table] = why
-        return Selection(dict(sorted(captured.items())), dict(sorted(excluded.items())))
+        return Selection(dict(sorted(captured.items())), dict(sorted(excluded.items())), missing)

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from dblog_worker.errors import ConfigError, RequestRejected
 from dblog_worker.masking import ColumnRules, MaskConflict
 from dblog_worker.names import WATERMARK_SCHEMA
 from dblog_worker.source import Problem
-from dblog_worker.table_patterns import Candidate, Selection, TableSelector
+from dblog_worker.table_patterns import Candidate, Rescan, Selection, TableSelector
 
 REFRESH_S = 1.0  # how old the catalog description of a table being dumped may be
 HEARTBEAT = "heartbeat"  # a watermark value of no window: the reconciler ignores it
-__all__ = ["HEARTBEAT", "REFRESH_S", "WATERMARK_SCHEMA", "CapturedSet", "Rescan", "TableCache",
-           "listed", "not_ready"]
+__all__ = ["HEARTBEAT", "REFRESH_S", "WATERMARK_SCHEMA", "CapturedSet", "TableCache", "listed",
+           "not_ready"]
 
 _T = TypeVar("_T")
 
@@ -25,16 +24,6 @@ def not_ready(problems: Sequence[Problem]) -> ConfigError:
     """The error that stops capture: every problem, each with its fix."""
     return ConfigError("the source is not ready for capture:\n"
                        + "\n".join(f"- {p.what}\n  fix: {p.fix}" for p in problems))
-
-
-@dataclass(frozen=True)
-class Rescan:
-    """What a look at the catalog found: the selection now, and the tables that joined and
-    left capture since the last look."""
-
-    selection: Selection
-    added: tuple[str, ...] = ()
-    removed: tuple[str, ...] = ()
 
 
 class CapturedSet:
@@ -56,12 +45,16 @@ class CapturedSet:
         return self._selection
 
     def rescan(self) -> Rescan:
+        """The catalog again: the tables that exist and are captured now and were not at
+        the last look (created, renamed into a pattern, a named table created again), and
+        those that were and are not (dropped, renamed out)."""
         before = self._selection
         now = self._selection = self._select()
         if before is None:
             return Rescan(now)
-        return Rescan(now, tuple(t for t in now.captured if t not in before.captured),
-                      tuple(t for t in before.captured if t not in now.captured))
+        was, is_now = set(before.existing), set(now.existing)
+        return Rescan(now, tuple(t for t in now.existing if t not in was),
+                      tuple(t for t in before.existing if t not in is_now))
 
     def set(self, selection: Selection) -> None:
         self._selection = selection
@@ -86,7 +79,7 @@ class CapturedSet:
                 self._rules.for_table(table, keys[table], keys[table])
             except MaskConflict as exc:
                 excluded[table] = f"{captured.pop(table)}, but {exc}"
-        return Selection(captured, dict(sorted(excluded.items())))
+        return Selection(captured, dict(sorted(excluded.items())), selection.missing)
 
 
 def listed(tables: Collection[str], most: int = 10) -> str:

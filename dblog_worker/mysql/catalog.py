@@ -36,6 +36,26 @@ KEY_COLUMNS_SQL = (
     "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' "
     "ORDER BY ORDINAL_POSITION"
 )
+# The tables patterns may match (not in the system databases), and the primary keys'
+# columns: two queries, joined by the worker.
+_SYSTEM = "('mysql', 'information_schema', 'performance_schema', 'sys')"
+CANDIDATE_TABLES_SQL = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+    f"WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN {_SYSTEM}"
+)
+CANDIDATE_KEYS_SQL = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "
+    f"WHERE CONSTRAINT_NAME = 'PRIMARY' AND TABLE_SCHEMA NOT IN {_SYSTEM} "
+    "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION"
+)
+
+
+def in_schemas(sql: str, count: int) -> str:
+    """``sql`` limited to ``count`` databases, given as parameters."""
+    return f"{sql.split(' ORDER BY ')[0]} AND TABLE_SCHEMA IN ({', '.join(['%s'] * count)})" + (
+        f" ORDER BY {sql.split(' ORDER BY ')[1]}" if " ORDER BY " in sql else "")
+
+
 REQUIRED_SETTINGS = (
     ("log_bin", "ON", "log-bin = mysql-bin"),
     ("binlog_format", "ROW", "binlog-format = ROW"),

@@ -15,7 +15,7 @@ source's other statements end the session."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -30,6 +30,7 @@ from dblog_worker.errors import (
     SourceUnavailable,
 )
 from dblog_worker.events import Encoded
+from dblog_worker.masking import ColumnRules
 from dblog_worker.mysql import catalog
 from dblog_worker.mysql.catalog import TableShape
 from dblog_worker.mysql.columns import (
@@ -167,11 +168,12 @@ class CapturedTables:
     dump's upper bound are read on ``primary`` (a lane without one reads all on the
     replica)."""
 
-    def __init__(self, source: str, tables: Sequence[str],
+    def __init__(self, source: str, tables: Collection[str] | Callable[[], Collection[str]],
                  connection: Callable[[], pymysql.connections.Connection[Any]],
                  schema_version: Callable[[str, dict[str, object]], int],
                  primary: Callable[[], pymysql.connections.Connection[Any]] | None = None,
-                 replica: bool = False, snapshots: WindowSnapshots | None = None) -> None:
+                 replica: bool = False, snapshots: WindowSnapshots | None = None,
+                 rules: ColumnRules | None = None) -> None:
         self._connection = connection
         self._snapshots = snapshots  # watermarks = "position": chunks in snapshots
         self._primary = primary or connection
@@ -179,12 +181,18 @@ class CapturedTables:
         self._catalog_on_replica = replica and primary is None
         self._errors = replica_errors if self._catalog_on_replica else connection_errors
         self._schema_version = schema_version
-        self._cache = TableCache(source, tables, self.load)
+        self._rules = rules or ColumnRules()
+        captured = tables if callable(tables) else (lambda: tables)
+        self._cache = TableCache(source, captured, self.load)
 
     def known_key(self, table: str) -> tuple[str, ...] | None:
         """The key columns of a table already read, in key order: no check, no catalog read."""
         known = self._cache.known(table)
         return None if known is None else known.shape.key
+
+    def forget(self, table: str) -> None:
+        """A table that left capture: its description goes."""
+        self._cache.forget(table)
 
     def load(self, table: str) -> _Table:
         """The table's columns from information_schema, between two looks at what
@@ -206,8 +214,9 @@ class CapturedTables:
         shape = TableShape(table, tuple(c.name for c in columns), key,
                            select_list(columns), select_list(columns, "t"),
                            select_list([by_name[k] for k in key if k in by_name]))
-        version = self._schema_version(table, schema_document(columns, list(key)))
-        loaded = _Table(shape, columns, MyRowCodec(columns, list(key)), version, before)
+        masks = self._rules.require(table, [c.name for c in columns], key)
+        version = self._schema_version(table, schema_document(columns, list(key), masks))
+        loaded = _Table(shape, columns, MyRowCodec(columns, list(key), masks), version, before)
         self._cache.put(table, loaded)
         return loaded
 

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,12 +28,14 @@ import pymysql
 from dblog_worker.config import SourceConfig
 from dblog_worker.errors import (
     ConfigError,
+    DumpFailed,
     LogGone,
     ProtocolError,
     ReplicaBehind,
     SourceUnavailable,
 )
 from dblog_worker.events import Checkpoint, LogItem, Watermark
+from dblog_worker.masking import MaskConflict
 from dblog_worker.mysql import catalog, pressure
 from dblog_worker.mysql.binlog import BinlogReader
 from dblog_worker.mysql.catalog import qualified
@@ -53,7 +55,8 @@ from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion
-from dblog_worker.tables import HEARTBEAT
+from dblog_worker.table_patterns import Candidate, Rescan, Selection
+from dblog_worker.tables import HEARTBEAT, CapturedSet
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 from dblog_worker.window import is_low_watermark
 
@@ -99,11 +102,12 @@ class MySqlSource:
         # watermarks = "position": no table; each chunk read in a consistent snapshot
         self._snapshots = None if my_options(config).watermark_table else WindowSnapshots()
         self._next_sub = 0  # the next window's watermarks' sub, at least (_place_window)
+        self.capture = CapturedSet(config.selector, config.columns, self._candidates)
         self.captured = CapturedTables(
-            config.name, config.tables,
+            config.name, self.capture.tables,
             self._replica.connection if self._replica is not None else lambda: self.conn,
             self._schema_version, primary=lambda: self.conn, replica=self._replica is not None,
-            snapshots=self._snapshots)
+            snapshots=self._snapshots, rules=config.columns)
         self._reader: BinlogReader | None = None
         self._is_mariadb = False
         self._server = ""  # which server: "server_id=1" (MariaDB), "server_uuid=…" (MySQL)
@@ -142,8 +146,35 @@ class MySqlSource:
             raise SourceUnavailable(f"{sql.split()[0]} returned no row")
         return rows[0]
 
+    def _candidates(self) -> list[Candidate]:
+        schemas = self.config.selector.schemas
+        tables, keys = catalog.CANDIDATE_TABLES_SQL, catalog.CANDIDATE_KEYS_SQL
+        params: tuple[str, ...] = ()
+        if schemas is not None:
+            params = tuple(sorted(schemas))
+            tables, keys = (catalog.in_schemas(sql, len(params)) for sql in (tables, keys))
+        key_of: dict[str, list[str]] = {}
+        for database, name, column in self._rows(keys, params):
+            key_of.setdefault(f"{database}.{name}", []).append(str(column))
+        return [Candidate(f"{database}.{name}", tuple(key_of.get(f"{database}.{name}", ())))
+                for database, name in self._rows(tables, params)]
+
+    def selection(self) -> Selection:
+        return self.capture.selection()
+
+    def rescan(self) -> Rescan:
+        """The catalog again. The binary log needs no change: the translator decides by
+        name, in log order, so a new table's rows are captured from its first in the log."""
+        found = self.capture.rescan()
+        for table in found.removed:
+            self.captured.forget(table)
+        return found
+
     def preflight(self) -> list[Problem]:
-        """Every problem that stops capture, each with its fix. Changes nothing."""
+        """Every problem that stops capture, each with its fix. Changes nothing. A table a
+        pattern brought in never stops capture: its problems are warnings."""
+        selection = self.capture.rescan().selection
+        selector = self.config.selector
         names = catalog.SETTINGS
         placeholders = ", ".join(["%s"] * len(names))
         settings = {  # not information_schema.GLOBAL_VARIABLES: MySQL 8.0 removed it
@@ -167,12 +198,15 @@ class MySqlSource:
         if self._snapshots is None:
             problems += self._watermark_table_problems(scopes, account)
         else:
-            problems += self._position_problems()
-        for table in self.config.tables:
-            problems += self._table_problems(table, scopes, account)
+            problems += self._position_problems(selection.existing)
+        for table in selection.tables:
+            found = self._table_problems(table, scopes, account)
+            problems += found if selector.named(table) else [
+                replace(p, what=f"{p.what} (a table a pattern matched: capture goes on)",
+                        capture=False) for p in found]
         if self._replica is not None:
             if self._is_mariadb:
-                problems += self._replica.problems(list(self.config.tables))
+                problems += self._replica.problems(list(selection.existing))
             else:
                 problems.append(Problem(
                     "[source.replica]: reads on a read replica need MariaDB "
@@ -202,13 +236,13 @@ class MySqlSource:
                 f"GRANT CREATE ON `{SCHEMA}`.* TO {account};"))
         return problems
 
-    def _position_problems(self) -> list[Problem]:
+    def _position_problems(self, tables: Sequence[str]) -> list[Problem]:
         """``watermarks = "position"``: MariaDB, and captured tables that its consistent
         snapshots cover (a transactional engine)."""
         if not self._is_mariadb:
             return [Problem(_NO_SNAPSHOT_POSITION, 'set watermarks = "table" (the default)')]
         problems = []
-        for table in self.config.tables:
+        for table in tables:
             database, name = split_table(table)
             for (engine,) in self._rows(
                     "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
@@ -254,10 +288,17 @@ class MySqlSource:
             return [Problem(f"{account} may not SELECT from {table} (or it does not exist)",
                             f"GRANT SELECT ON {qualified(table)} TO {account};")]
         problems = []
-        if not self._rows(catalog.KEY_COLUMNS_SQL, (database, name)):
+        key = [str(r[0]) for r in self._rows(catalog.KEY_COLUMNS_SQL, (database, name))]
+        if not key:
             problems.append(Problem(
                 f"table {table} has no primary key: its rows cannot be told apart",
                 f"ALTER TABLE {qualified(table)} ADD PRIMARY KEY (...);"))
+        elif self.config.columns:
+            try:
+                self.config.columns.for_table(table, key, key)
+            except MaskConflict as exc:
+                problems.append(Problem(str(exc), "change [source.columns] so that no rule "
+                                        "reaches a key column of the table"))
         if not may_select:
             problems.append(Problem(f"{account} may not SELECT from {table}",
                                     f"GRANT SELECT ON {qualified(table)} TO {account};"))
@@ -267,8 +308,7 @@ class MySqlSource:
         """Create the watermark table (unless the watermarks are positions), and return the
         log's end now."""
         if self._snapshots is not None:
-            for table in self.config.tables:
-                self.captured.load(table)
+            self._load_captured()
             return self._current().encode()
         try:
             # Only what is missing: CREATE ... IF NOT EXISTS needs the CREATE privilege
@@ -285,9 +325,17 @@ class MySqlSource:
                     f"the worker may not set up capture on the source: {exc}; "
                     "run `dblog preflight` for the grants it needs") from exc
             raise
-        for table in self.config.tables:
-            self.captured.load(table)
+        self._load_captured()
         return self._current().encode()
+
+    def _load_captured(self) -> None:
+        for table in self.capture.selection().existing:
+            try:
+                self.captured.load(table)
+            except DumpFailed as exc:  # a table a pattern found, dropped since: the next look
+                if self.config.selector.named(table):
+                    raise
+                log.info("%s; it leaves capture at the next look at the catalog", exc)
 
     def _schema_exists(self) -> bool:
         return bool(self._rows(
@@ -342,8 +390,8 @@ class MySqlSource:
                 "since then are lost. Run `dblog reset --yes --config <file>`, start the "
                 "worker, then `dblog dump --all` to bring the output back in sync"
             )
-        translator = BinlogTranslator(self.name, self.config.tables, self._describe, start)
-        databases = {split_table(t)[0] for t in self.config.tables}
+        translator = BinlogTranslator(self.name, self.config.selector, self._describe, start)
+        databases = self.config.selector.schemas  # None: every database (a pattern's)
         self._reader = BinlogReader(
             self._args, server_id(self.config), start, translator, databases,
             by_gtid=self._by_gtid(start), is_mariadb=self._is_mariadb,
@@ -379,18 +427,34 @@ class MySqlSource:
         end, received = self.log_position(), self._reader.received
         return max(0, end.minor - received.minor) if end.major == received.major else 0
 
-    def _describe(self, table: str, event: Any) -> TableView:
-        """A captured table's codec for rows decoded from the binlog (in the reader)."""
-        columns = [column_from_binlog(c) for c in event.columns]
+    def _describe(self, table: str, event: Any) -> TableView | None:
+        """A captured table's codec for rows decoded from the binlog (in the reader); None
+        for a table a pattern matched that has no primary key, or whose key a rule of
+        ``[source.columns]`` would mask: it is not captured."""
+        named = self.config.selector.named(table)
         key = event.primary_key  # in column order, which need not be the key's order
         key_columns = [key] if isinstance(key, str) else list(key or ())
         if not key_columns:
+            if not named:
+                log.info("%s has no primary key: not captured, though a pattern matches it",
+                         table)
+                return None
             raise SourceUnavailable(f"the binary log carries no primary key of {table}")
         known = self.captured.known_key(table)
         if known is not None and set(known) == set(key_columns):
             key_columns = list(known)
-        version = self._schema_version(table, schema_document(columns, key_columns))
-        codec = MyRowCodec(columns, key_columns)
+        names = [str(c.name) for c in event.columns]
+        try:
+            masks = self.config.columns.for_table(table, names, key_columns)
+        except MaskConflict as exc:
+            if named:
+                raise ConfigError(f"{exc}; change [source.columns] and reload the worker"
+                                  ) from None
+            log.warning("%s: not captured", exc)
+            return None
+        columns = [column_from_binlog(c) for c in event.columns]
+        version = self._schema_version(table, schema_document(columns, key_columns, masks))
+        codec = MyRowCodec(columns, key_columns, masks)
         return TableView(table, codec, version,
                          row_images(event.columns, key_row_reader(event.columns, codec)))
 
@@ -488,7 +552,7 @@ class MySqlSource:
             return self
         while len(self._lanes) < index:
             self._lanes.append(_Lane(self.config, self._schema_version,
-                                     self._replica, self._snapshots))
+                                     self._replica, self._snapshots, self.capture.tables))
         return self._lanes[index - 1].captured
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
@@ -515,14 +579,15 @@ class _Lane:
     with the captured tables as it reads them; on the read replica if there is one."""
 
     def __init__(self, config: SourceConfig, schema_version: SchemaVersion,
-                 replica_of: MyReplica | None, snapshots: WindowSnapshots | None) -> None:
+                 replica_of: MyReplica | None, snapshots: WindowSnapshots | None,
+                 captured: Callable[[], Collection[str]]) -> None:
         self._dsn = config.dsn
         self._conn: DumpConnection | None = None
         self._replica = None if replica_of is None \
             else MyReplica(config, replica_of.primary_server)
-        self.captured = CapturedTables(config.name, config.tables, self._connection,
+        self.captured = CapturedTables(config.name, captured, self._connection,
                                        schema_version, replica=self._replica is not None,
-                                       snapshots=snapshots)
+                                       snapshots=snapshots, rules=config.columns)
 
     def _connection(self) -> pymysql.connections.Connection[Any]:
         if self._replica is not None:

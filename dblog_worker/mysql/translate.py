@@ -58,6 +58,7 @@ from dblog_worker.mysql.checkpoint import (
 )
 from dblog_worker.mysql.rowimage import RowImages
 from dblog_worker.position import Position
+from dblog_worker.table_patterns import TableSelector, escape
 from dblog_worker.tables import WATERMARK_SCHEMA
 
 __all__ = [
@@ -117,7 +118,9 @@ class TableView:
 _LAYOUT = ("max_length", "length_size", "precision", "decimals", "fsp", "unsigned",
            "character_set_name", "bits", "bytes", "size")
 
-Describe = Callable[[str, Any], TableView]  # (database.table, rows event) → view
+# (database.table, rows event) → view; None: a table a pattern matched that cannot be
+# captured as the event describes it (no primary key, a mask on its key): its rows are skipped
+Describe = Callable[[str, Any], TableView | None]
 
 
 _TRUNCATE = re.compile(
@@ -148,12 +151,16 @@ class BinlogTranslator:
     reads the group again through :meth:`read_again` and ends with :meth:`committed`.
     """
 
-    def __init__(self, source: str, tables: Iterable[str], describe: Describe,
+    def __init__(self, source: str, tables: Iterable[str] | TableSelector, describe: Describe,
                  start: BinlogCheckpoint) -> None:
         self.source = source
-        self.tables = frozenset(tables)
+        # which tables are captured, decided in log order by name: a table a pattern matches
+        # is captured from its first row in the log, whenever the catalog shows it
+        self.selector = tables if isinstance(tables, TableSelector) \
+            else TableSelector([escape(t) for t in tables])
         self._describe = describe
-        self._views: dict[tuple[str, int], TableView] = {}
+        self._views: dict[tuple[str, int], TableView | None] = {}
+        self._uncaptured: set[str] = set()  # tables a pattern matched that its views refused
         self._versions: dict[str, int] = {}  # the last schema version seen per table
         self.file = start.file
         self.server = start.server
@@ -215,7 +222,8 @@ class BinlogTranslator:
             self._views.clear()
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         table = truncated_table(query, schema or "")
-        if table is not None and table in self.tables:
+        if table is not None and self.selector.captures(table) \
+                and table not in self._uncaptured:
             position = Position(file_number(self.file), event.packet.log_pos)
             out.append(ChangeEvent(table, Op.TRUNCATE, position, None, None, None, Origin.LOG,
                                    event.timestamp * 1_000_000, self._versions.get(table, 0)))
@@ -304,7 +312,7 @@ class BinlogTranslator:
             commit.complete = xid == commit.xid and event.packet.log_pos == commit.prepared.end
         elif kind in (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent):
             table = f"{event.schema}.{event.table}"
-            if table in self.tables:
+            if self.selector.captures(table):
                 commit.rows += self._changes(table, event, commit.position, commit.rows,
                                              commit.commit_ts_us, out)
 
@@ -340,12 +348,12 @@ class BinlogTranslator:
     def _rows(self, event: Any, out: list[LogItem]) -> None:
         table = f"{event.schema}.{event.table}"
         if self._xa is not None:  # emitted at its XA COMMIT, if that comes
-            if table in self.tables and not self._xa.captured:
+            if not self._xa.captured and self.selector.captures(table):
                 self._xa = replace(self._xa, captured=True)
             return
         position = Position(file_number(self.file), event.packet.log_pos)
         ts = event.timestamp * 1_000_000
-        if table not in self.tables:
+        if not self.selector.captures(table):
             if event.schema == WATERMARK_SCHEMA and event.table == WATERMARK_TABLE:
                 self._watermarks(event, position.major, position.minor, ts, out)
             return
@@ -355,8 +363,10 @@ class BinlogTranslator:
                  out: list[LogItem]) -> int:
         """The rows of a rows event as change events: row ``i`` at (``at``'s file number
         and event position, twice (``first`` + i)), a key change's create at the next one.
-        Returns how many rows the event has."""
+        Returns how many rows the event has (none for a table that cannot be captured)."""
         view = self._view(table, event)
+        if view is None:
+            return 0
         version = view.schema_version
         kind = type(event)
         major, minor = at.major, at.minor
@@ -407,14 +417,19 @@ class BinlogTranslator:
                 key_row(row["after_values"], row.get("after_none_sources")))]
         return [key_row(row["values"], row.get("none_sources")) for row in rows]
 
-    def _view(self, table: str, event: Any) -> TableView:
+    def _view(self, table: str, event: Any) -> TableView | None:
         signature = (table, hash(tuple(
             (c.name, c.type, *(getattr(c, name, None) for name in _LAYOUT))
             for c in event.columns)))
-        view = self._views.get(signature)
-        if view is None:
+        if signature in self._views:
+            view = self._views[signature]
+        else:
             view = self._views[signature] = self._describe(table, event)
-        self._versions[table] = view.schema_version
+        if view is None:
+            self._uncaptured.add(table)
+        else:
+            self._uncaptured.discard(table)
+            self._versions[table] = view.schema_version
         return view
 
     def _watermarks(self, event: Any, major: int, minor: int, ts: int,

@@ -220,7 +220,7 @@ def _key_array(positions: Sequence[int]) -> str:
 def _row_object(function: _GeneratedFunction, names: Sequence[str], masks: TableMasks) -> str:
     """Source of the row's JSON object of fragments ``x{i}``: excluded columns left out,
     masked ones masked (not a NULL's ``null``)."""
-    parts = []
+    parts: list[str] = []
     for i, name in enumerate(names):
         if masks.excluded(name):
             continue

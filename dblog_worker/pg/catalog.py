@@ -15,6 +15,7 @@ from dblog_worker.names import split_table
 from dblog_worker.pg.encoders import BUILTIN_TYPES, PgType
 from dblog_worker.pg.queries import TableShape, qualified, quote_ident
 from dblog_worker.source import Problem
+from dblog_worker.table_patterns import Candidate
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 
 WATERMARK_TABLE = "watermark"
@@ -96,6 +97,42 @@ def load_table(conn: psycopg.Connection[tuple[object, ...]], table: str) -> Tabl
         star_types=tuple(str(c[3]) for c in every),
         partitioned=str(row[1]) == "p",
     )
+
+
+_CANDIDATES_SQL = (
+    "SELECT n.nspname, c.relname, c.relpersistence = 'u', "
+    "ARRAY(SELECT a.attname::text FROM pg_index i "
+    "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
+    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+    "WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY k.ord), "
+    "CASE WHEN c.relispartition THEN (SELECT rn.nspname || '.' || r.relname FROM pg_class r "
+    "JOIN pg_namespace rn ON rn.oid = r.relnamespace WHERE r.oid = pg_partition_root(c.oid)) "
+    "END "
+    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.relkind IN ('r', 'p') "
+    "AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+    "AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)' "
+    "AND (%s::text[] IS NULL OR n.nspname = ANY(%s::text[]))"
+)
+
+
+def candidates(conn: psycopg.Connection[tuple[object, ...]],
+               schemas: Iterable[str] | None) -> list[Candidate]:
+    """The tables patterns may match (those of ``schemas``, if given): ordinary and
+    partitioned tables out of the system schemas, each with its key; a partition or an
+    unlogged table says why a pattern leaves it out."""
+    names = None if schemas is None else sorted(schemas)
+    found = []
+    for schema, name, unlogged, key, root in conn.execute(_CANDIDATES_SQL, (names, names)):
+        left_out = None
+        if root is not None:
+            left_out = (f"it is a partition of {root} (its rows are captured under that "
+                        "table's name when it is captured)")
+        elif unlogged:
+            left_out = "it is UNLOGGED: its changes are not in the log"
+        keys = key if isinstance(key, list) else []
+        found.append(Candidate(f"{schema}.{name}", tuple(str(k) for k in keys), left_out))
+    return found
 
 
 def load_types(
@@ -300,10 +337,9 @@ def _role(conn: psycopg.Connection[tuple[object, ...]]) -> str:
 EMIT_MESSAGE = "pg_logical_emit_message(boolean, text, text)"
 
 
-def privilege_problems(
-    conn: psycopg.Connection[tuple[object, ...]], tables: Sequence[TableInfo],
-    watermark_table: bool = True,
-) -> list[Problem]:
+def select_problems(conn: psycopg.Connection[tuple[object, ...]],
+                    tables: Sequence[TableInfo]) -> list[Problem]:
+    """The tables the worker's role may not SELECT from (the dumps read them)."""
     problems = []
     role = _role(conn)
     for info in tables:
@@ -313,6 +349,15 @@ def privilege_problems(
                 f"role {role} may not SELECT from {info.table}",
                 f"GRANT SELECT ON {qualified(info.schema, info.name)} TO {role};",
             ))
+    return problems
+
+
+def privilege_problems(
+    conn: psycopg.Connection[tuple[object, ...]], tables: Sequence[TableInfo],
+    watermark_table: bool = True,
+) -> list[Problem]:
+    problems = select_problems(conn, tables)
+    role = _role(conn)
     if not watermark_table:
         return problems + message_problems(conn)
     has_schema = conn.execute("SELECT to_regnamespace(%s)", (SCHEMA,)).fetchone()

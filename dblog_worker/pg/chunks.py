@@ -14,7 +14,7 @@ output into Arrow columns (``pg/cells.py``) and encodes them with ``ColumnCodec`
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -171,7 +171,8 @@ class PgChunkReader:
     def __init__(self, config: SourceConfig, schema_version: SchemaVersion,
                  connection: Callable[[], Connection | None],
                  reads: Callable[[], Connection | None] | None = None,
-                 replica: bool = False) -> None:
+                 replica: bool = False,
+                 captured: Callable[[], Collection[str]] | None = None) -> None:
         self._connection = connection
         self._reads = reads or connection
         self._replica = replica
@@ -181,8 +182,13 @@ class PgChunkReader:
         self._schema_version = schema_version
         self._rules = config.columns
         self._types: dict[int, PgType] = catalog.builtin_types()
-        self.captured = TableCache(config.name, config.tables, self.load)
+        names = config.selector.names
+        self.captured = TableCache(config.name, captured or (lambda: names), self.load)
         self._cursor: psycopg.Cursor[TextRow] | None = None
+        # tables that joined the publication while transactions that had written them may
+        # still be open (their changes before that are in no log): table -> the xid8 every
+        # transaction below must have ended before the table is read (:meth:`_settled`)
+        self.not_before: dict[str, str] = {}
 
     @property
     def conn(self) -> Connection:
@@ -310,7 +316,23 @@ class PgChunkReader:
                              f"({', '.join(info.key_columns)}): request a new dump")
         return queries.filter_sql(info.shape, row_filter, types)
 
+    def _settled(self, table: str) -> None:
+        """ChunkStale while a transaction that was open when ``table`` joined the publication
+        is still open: what it wrote before then is in no log, and a chunk must see it."""
+        xid = self.not_before.get(table)
+        if xid is None:
+            return
+        with connection_errors("reading the snapshot"):
+            row = self.conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= "
+                                    "%s::xid8", (xid,)).fetchone()
+        if row is None or not row[0]:
+            raise ChunkStale(f"{table} joined capture while transactions that may have "
+                             "written it were open: its dump waits for them to end (what "
+                             "they wrote before is in no log)")
+        del self.not_before[table]
+
     def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        self._settled(table)
         captured = self.captured.get(table)
         where, params = self._where(table, captured, row_filter)
         cursor = self._run(table, queries.upper_bound_sql(captured.info.shape, where), params,
@@ -321,6 +343,7 @@ class PgChunkReader:
 
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int,
                    row_filter: RowFilter | None = None) -> Chunk:
+        self._settled(table)
         captured = self._range_of(table, after, upper)
         where, params = self._where(table, captured, row_filter)
         sql = queries.chunk_sql(captured.info.shape, first=after is None, where=where)
@@ -369,6 +392,7 @@ class PgChunkReader:
             )
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
+        self._settled(table)
         captured = self.captured.get(table)
         info = captured.info
         if any(len(key) != len(info.key_columns) for key in keys):
