@@ -146,6 +146,10 @@ class Tables(Protocol):
     def key_arity(self, table: str) -> int:
         """The number of key columns; DumpFailed for a table not captured, gone or keyless."""
 
+    def masked_columns(self, table: str) -> dict[str, str]:
+        """What ``[source.columns]`` does to the table's columns: column -> "exclude",
+        "hash" or "mask '<text>'" (the columns it leaves as they are are not named)."""
+
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         """RequestRejected unless every key fits the key columns' types."""
 

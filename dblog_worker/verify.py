@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from dblog_worker import verify_ranges as ranges
 from dblog_worker import verify_sql as vs
 from dblog_worker.config import Config
+from dblog_worker.control import captured_tables
 from dblog_worker.errors import RequestRejected, SourceUnavailable
 from dblog_worker.requests import MAX_KEYS
 from dblog_worker.verify_report import KeyValues, TableResult, VerifyResult
@@ -210,7 +211,7 @@ def verify(config: Config, tables: Sequence[str] | None = None,
     options.check()
     started = time.perf_counter()
     target_config = config.require_target()
-    names = list(dict.fromkeys(tables or config.source.tables))
+    names = list(dict.fromkeys(tables or captured_tables(config)))
     config.source.check_captured(names)
     for name in names:
         schema = target_config.table(name).partition(".")[0]

@@ -177,7 +177,8 @@ class Api:
     def status(self, call: Call) -> Response:
         document: dict[str, Any] = self.telemetry.snapshot()
         redis: dict[str, Any] = {"checkpoint": None, "checkpoint_error": None, "worker": None,
-                                 "members": [], "error": None}
+                                 "members": [], "captured": {}, "excluded": {},
+                                 "error": None}
         try:
             try:
                 redis["checkpoint"] = self.state.checkpoint()
@@ -185,6 +186,8 @@ class Api:
                 redis["checkpoint_error"] = str(exc)
             redis["worker"] = self.state.status()
             redis["members"] = self.state.members()
+            redis["captured"] = self.state.captured()
+            redis["excluded"] = self.state.excluded()
         except StateUnavailable as exc:
             redis["error"] = str(exc)
         document["http"] = self.url()

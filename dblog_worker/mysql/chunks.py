@@ -30,7 +30,7 @@ from dblog_worker.errors import (
     SourceUnavailable,
 )
 from dblog_worker.events import Encoded
-from dblog_worker.masking import ColumnRules
+from dblog_worker.masking import ColumnRules, TableMasks
 from dblog_worker.mysql import catalog
 from dblog_worker.mysql.catalog import TableShape
 from dblog_worker.mysql.columns import (
@@ -108,10 +108,11 @@ class _Table:
     """A captured table as information_schema describes it now, and as ``SELECT *``
     describes it (``described``: what a later look must find for a chunk to be current)."""
 
-    __slots__ = ("codec", "columns", "described", "key_positions", "shape", "version")
+    __slots__ = ("codec", "columns", "described", "key_positions", "masks", "shape", "version")
 
     def __init__(self, shape: TableShape, columns: Sequence[MyColumn], codec: MyRowCodec,
-                 version: int, described: Described) -> None:
+                 version: int, described: Described, masks: TableMasks) -> None:
+        self.masks = masks
         self.shape = shape
         self.columns = tuple(columns)
         self.codec = codec
@@ -216,7 +217,8 @@ class CapturedTables:
                            select_list([by_name[k] for k in key if k in by_name]))
         masks = self._rules.require(table, [c.name for c in columns], key)
         version = self._schema_version(table, schema_document(columns, list(key), masks))
-        loaded = _Table(shape, columns, MyRowCodec(columns, list(key), masks), version, before)
+        loaded = _Table(shape, columns, MyRowCodec(columns, list(key), masks), version, before,
+                        masks)
         self._cache.put(table, loaded)
         return loaded
 
@@ -251,6 +253,10 @@ class CapturedTables:
 
     def key_arity(self, table: str) -> int:
         return len(self._cache.get(table).shape.key)
+
+    def masked_columns(self, table: str) -> dict[str, str]:
+        masks = self._cache.get(table).masks.masks
+        return {name: mask.describe() for name, mask in masks.items()}
 
     def check_filter(self, table: str, row_filter: RowFilter) -> None:
         """Refuse a filter whose columns the table lacks, whose values do not fit their

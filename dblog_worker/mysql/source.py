@@ -530,6 +530,9 @@ class MySqlSource:
     def key_arity(self, table: str) -> int:
         return self.captured.key_arity(table)
 
+    def masked_columns(self, table: str) -> dict[str, str]:
+        return self.captured.masked_columns(table)
+
     def check_filter(self, table: str, row_filter: RowFilter) -> None:
         self.captured.check_filter(table, row_filter)
 

@@ -119,10 +119,12 @@ class _Table:
     """A captured table: catalog description, codec, schema version, and what ``SELECT *``
     reads of it (``wire``: each column's name and the type OID its result reports)."""
 
-    __slots__ = ("codec", "columns", "info", "key_positions", "star_index", "version", "wire")
+    __slots__ = ("codec", "columns", "info", "key_positions", "masks", "star_index", "version",
+                 "wire")
 
     def __init__(self, info: TableInfo, codec: RowCodec, columns: ColumnCodec,
-                 version: int, types: Mapping[int, PgType]) -> None:
+                 version: int, types: Mapping[int, PgType], masks: TableMasks) -> None:
+        self.masks = masks
         self.info = info
         self.codec = codec
         self.columns = columns
@@ -219,7 +221,7 @@ class PgChunkReader:
             schema_document(list(zip(info.columns, info.type_oids, strict=True)),
                             info.key_columns, self._types, masks),
         )
-        loaded = _Table(info, codec, columns, version, self._types)
+        loaded = _Table(info, codec, columns, version, self._types, masks)
         self.captured.put(table, loaded)
         return loaded
 
@@ -240,6 +242,10 @@ class PgChunkReader:
 
     def key_arity(self, table: str) -> int:
         return len(self.captured.get(table).info.key_columns)
+
+    def masked_columns(self, table: str) -> dict[str, str]:
+        masks = self.captured.get(table).masks.masks
+        return {name: mask.describe() for name, mask in masks.items()}
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         """Refuse keys whose values do not fit the key columns' types."""

@@ -504,6 +504,9 @@ class PgSource:
     def key_arity(self, table: str) -> int:
         return self.chunks.key_arity(table)
 
+    def masked_columns(self, table: str) -> dict[str, str]:
+        return self.chunks.masked_columns(table)
+
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         self.chunks.check_keys(table, keys)
 
