@@ -191,7 +191,7 @@ def _run(config: Config, args: argparse.Namespace) -> int:
 
     setup_logging(args.log_format or config.logs.format, args.log_level or config.logs.level,
                   config.source.name)
-    Worker(config, adopt_slot=args.adopt_slot).run_forever()
+    Worker(config, adopt_slot=args.adopt_slot, config_path=Path(args.config)).run_forever()
     return 0
 
 

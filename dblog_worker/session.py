@@ -138,7 +138,7 @@ class Session:
     def run(self) -> None:
         try:
             self._start()
-            while not self.worker.stopping:
+            while not self.worker.ending:
                 self._step()
             self._drain()
             self._flush()
@@ -291,7 +291,7 @@ class Session:
         their way (windows stay apart in the log: the next LW is written after HW)."""
         paused = dump.request.delay_ms or dump.throttle.delay_ms
         most = 1 if paused else MAX_OPEN_WINDOWS
-        return (not self.worker.stopping and dump.runnable and now >= dump.next_window_at
+        return (not self.worker.ending and dump.runnable and now >= dump.next_window_at
                 and self.reconciler.open_windows < most and len(dump.open_reads) < most
                 and dump.current_table() is not None)
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dblog_worker.config import Config
 from dblog_worker.control import (
@@ -129,6 +129,7 @@ ROUTES: tuple[Route, ...] = (
     *(Route("POST", f"/api/v1/requests/{{id}}/{name}", f"{name}_request", body=True)
       for name in COMMANDS),
     Route("GET", "/api/v1/feed", "feed", query=("after", "limit")),
+    Route("POST", "/api/v1/reload", "reload"),
     Route("GET", "/metrics", "metrics"),
     Route("GET", "/api/v1/openapi.json", "openapi"),
     Route("GET", "/", "index", public=True, any_query=True),
@@ -136,13 +137,24 @@ ROUTES: tuple[Route, ...] = (
 )
 
 
+class Reloaded(Protocol):
+    """What a reload of the configuration answers (``dblog_worker.reload.ReloadResult``)."""
+
+    @property
+    def accepted(self) -> bool: ...
+
+    def to_json(self) -> dict[str, object]: ...
+
+
 class Api:
     """The handlers, over one source's Redis state and the worker's telemetry."""
 
-    def __init__(self, config: Config, telemetry: Telemetry, url: Callable[[], str]) -> None:
-        self.config = config
+    def __init__(self, config: Config, telemetry: Telemetry, url: Callable[[], str],
+                 reload: Callable[[], Reloaded] | None = None) -> None:
+        self.config = config  # the worker puts a reloaded configuration here
         self.telemetry = telemetry
         self.url = url
+        self._reload = reload
         self.state = StateStore(config.redis_url, config.source.name, socket_timeout=2.0)
         self._openapi = json.dumps(openapi.document(auth=config.http.token is not None),
                                    indent=1).encode()
@@ -313,6 +325,14 @@ class Api:
         after = _query_integer(call.query, "after", 0, 0, 2**63 - 1)
         limit = _query_integer(call.query, "limit", FEED_LIMIT, 1, FEED_LIMIT)
         return json_response(200, self.telemetry.feed(after, limit))
+
+    def reload(self, call: Call) -> Response:
+        """Read the worker's configuration file again (as SIGHUP does): 200 with what
+        changed, or 409 with the one-line reason it was refused (nothing changed)."""
+        if self._reload is None:
+            raise ApiError(409, "reload refused: this server does not run in a worker")
+        result = self._reload()
+        return json_response(200 if result.accepted else 409, result.to_json())
 
     def metrics(self, call: Call) -> Response:
         body, content_type = self.telemetry.exposition(call.accept)
