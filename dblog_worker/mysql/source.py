@@ -433,7 +433,8 @@ class MySqlSource:
         ``[source.columns]`` would mask: it is not captured."""
         named = self.config.selector.named(table)
         key = event.primary_key  # in column order, which need not be the key's order
-        key_columns = [key] if isinstance(key, str) else list(key or ())
+        # mysql-replication gives "" for a table without one
+        key_columns = [key] if isinstance(key, str) and key else list(key or ())
         if not key_columns:
             if not named:
                 log.info("%s has no primary key: not captured, though a pattern matches it",
@@ -452,7 +453,13 @@ class MySqlSource:
                                   ) from None
             log.warning("%s: not captured", exc)
             return None
-        columns = [column_from_binlog(c) for c in event.columns]
+        try:
+            columns = [column_from_binlog(c) for c in event.columns]
+        except ValueError as exc:  # a type the worker cannot encode
+            if named:
+                raise
+            log.warning("%s: %s; not captured, though a pattern matches it", table, exc)
+            return None
         version = self._schema_version(table, schema_document(columns, key_columns, masks))
         codec = MyRowCodec(columns, key_columns, masks)
         return TableView(table, codec, version,
