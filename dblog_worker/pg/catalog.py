@@ -6,7 +6,7 @@ setting) that fixes it; the worker refuses to start while any remains.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -139,16 +139,22 @@ def load_types(
     conn: psycopg.Connection[tuple[object, ...]], oids: Iterable[int], known: Mapping[int, PgType]
 ) -> dict[int, PgType]:
     """``known`` plus the types of ``oids`` and, transitively, their element and base types."""
+    return types_of(lambda sql, params: conn.execute(sql, params).fetchall(), oids, known)
+
+
+TYPES_SQL = ("SELECT oid::int, typname, typcategory, typelem::int, typbasetype::int, typdelim "
+             "FROM pg_type WHERE oid = ANY(%s)")
+
+
+def types_of(query: Callable[[str, Sequence[object]], Sequence[Sequence[object]]],
+             oids: Iterable[int], known: Mapping[int, PgType]) -> dict[int, PgType]:
+    """:func:`load_types` through any connection's ``query`` (verify's)."""
     types = dict(known)
     tried: set[int] = set()
     wanted = {oid for oid in oids if oid not in types}
     while wanted:
         tried |= wanted
-        rows = conn.execute(
-            "SELECT oid::int, typname, typcategory, typelem::int, typbasetype::int, typdelim "
-            "FROM pg_type WHERE oid = ANY(%s)",
-            (sorted(wanted),),
-        ).fetchall()
+        rows = query(TYPES_SQL, (sorted(wanted),))
         for oid, name, category, elem, base, delim in rows:
             types[int(str(oid))] = PgType(
                 oid=int(str(oid)), name=str(name), category=str(category),
