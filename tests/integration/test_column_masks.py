@@ -218,7 +218,7 @@ def test_postgresql_masks_on_both_paths_then_merge_and_verify(
     report = merge_source(config, spark_stager(spark))
     assert report.ok, report.as_dict()
     with psycopg.connect(target) as conn:
-        columns = dict(conn.execute(
+        columns: dict[str, str] = dict(conn.execute(
             "SELECT column_name, data_type FROM information_schema.columns "
             "WHERE table_name = 'people'").fetchall())
         assert columns["email"] == "text" and "notes" not in columns
