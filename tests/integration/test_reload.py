@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import signal
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -43,12 +43,15 @@ def _status(config: Path) -> dict[str, Any]:
 
 
 def _reload(url: str) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(f"{url}/api/v1/reload", method="POST", data=b"")
+    address = urlsplit(url)
+    connection = http.client.HTTPConnection(address.hostname or "", address.port, timeout=60)
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+        connection.request("POST", "/api/v1/reload", body=b"",
+                           headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
 
 
 def _write(config: Path, backend: Backend, tables: list[str], extra: str = "") -> None:
