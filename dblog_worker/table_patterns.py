@@ -66,6 +66,10 @@ _ESCAPABLE = "*?[]\\"
 class PatternError(ValueError):
     """An entry that is not a valid name or pattern: the message says where and why."""
 
+    def __init__(self, text: str, reason: str) -> None:
+        super().__init__(f"{text!r}: {reason}")
+        self.reason = reason
+
 
 def escape(name: str) -> str:
     r"""``name`` written so that it names only itself: ``a*b`` → ``a\*b``."""
@@ -90,9 +94,8 @@ class NamePattern:
             c = text[i]
             if c == "\\":
                 if i + 1 == len(text) or text[i + 1] not in _ESCAPABLE:
-                    raise PatternError(
-                        f"{text!r}: a backslash escapes only *, ?, [, ] and \\ (write \\\\ "
-                        "for a backslash in a name)")
+                    raise PatternError(text, "a backslash escapes only *, ?, [, ] and \\ "
+                                       "(write \\\\ for a backslash in a name)")
                 pieces.append(re.escape(text[i + 1]))
                 literal.append(text[i + 1])
                 i += 2
@@ -135,13 +138,13 @@ def _char_class(text: str, start: int) -> tuple[str, int]:
             return ("[^" if negate else "[") + _members(text, items) + "]", i + 1
         if c == "\\":
             if i + 1 == len(text) or text[i + 1] not in _ESCAPABLE:
-                raise PatternError(f"{text!r}: a backslash escapes only *, ?, [, ] and \\")
+                raise PatternError(text, "a backslash escapes only *, ?, [, ] and \\")
             items.append((text[i + 1], False))
             i += 2
         else:
             items.append((c, c == "-"))
             i += 1
-    raise PatternError(f"{text!r}: a [ is never closed (write \\[ for a [ in a name)")
+    raise PatternError(text, "a [ is never closed (write \\[ for a [ in a name)")
 
 
 def _members(text: str, items: Sequence[tuple[str, bool]]) -> str:
@@ -153,7 +156,7 @@ def _members(text: str, items: Sequence[tuple[str, bool]]) -> str:
         if k + 2 < len(items) and items[k + 1][1]:
             high = items[k + 2][0]
             if high < low:
-                raise PatternError(f"{text!r}: the range {low}-{high} is empty")
+                raise PatternError(text, f"the range {low}-{high} is empty")
             members.append(re.escape(low) + "-" + re.escape(high))
             k += 3
         else:
@@ -174,12 +177,15 @@ class TablePattern:
     def parse(cls, text: str, form: str = "schema.table") -> TablePattern:
         schema, dot, table = text.partition(".")
         if not dot or not schema or not table:
-            raise PatternError(f"{text!r} must be qualified: {form} (split at the first dot: "
-                               "a table name may contain dots, a schema or database name may "
+            raise PatternError(text, f"must be qualified: {form} (split at the first dot: a "
+                               "table name may contain dots, a schema or database name may "
                                "not)")
         if _escaped_at_end(schema):
-            raise PatternError(f"{text!r}: a schema or database name cannot contain a dot")
-        return cls(text, NamePattern.parse(schema), NamePattern.parse(table))
+            raise PatternError(text, "a schema or database name cannot contain a dot")
+        try:
+            return cls(text, NamePattern.parse(schema), NamePattern.parse(table))
+        except PatternError as exc:
+            raise PatternError(text, exc.reason) from None
 
     @property
     def name(self) -> str | None:
@@ -259,7 +265,7 @@ class TableSelector:
                 continue
             excluded_by = self._excluded_by(name)
             if excluded_by is not None:
-                raise PatternError(f"{entry.text!r} is named in source.tables and excluded by "
+                raise PatternError(entry.text, "it is named in source.tables and excluded by "
                                    f"{excluded_by.text!r} in source.exclude_tables: remove one")
 
     @cached_property
