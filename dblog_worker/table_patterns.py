@@ -66,8 +66,8 @@ _ESCAPABLE = "*?[]\\"
 class PatternError(ValueError):
     """An entry that is not a valid name or pattern: the message says where and why."""
 
-    def __init__(self, text: str, reason: str) -> None:
-        super().__init__(f"{text!r}: {reason}")
+    def __init__(self, text: str, reason: str, separator: str = ": ") -> None:
+        super().__init__(f"{text!r}{separator}{reason}")
         self.reason = reason
 
 
@@ -179,7 +179,7 @@ class TablePattern:
         if not dot or not schema or not table:
             raise PatternError(text, f"must be qualified: {form} (split at the first dot: a "
                                "table name may contain dots, a schema or database name may "
-                               "not)")
+                               "not)", " ")
         if _escaped_at_end(schema):
             raise PatternError(text, "a schema or database name cannot contain a dot")
         try:

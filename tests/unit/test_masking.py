@@ -74,7 +74,7 @@ def test_rules_first_match_wins_and_keys_are_out_of_reach() -> None:
     ({"shop.t": {"c": "hash"}}, {}, ": a column is hashed, so key_env must name"),
     ({"key_env": "K", "shop.t": {"c": "hash"}}, {}, ".key_env names K, which is not set"),
     ({"key_env": "K"}, {"K": "short"}, ".key_env: K holds 5 bytes; an HMAC key needs at least"),
-    ({"shop": {"c": "hash"}}, ENV, ": 'shop': must be qualified"),
+    ({"shop": {"c": "hash"}}, ENV, ": 'shop' must be qualified"),
     ({"shop.t": {"c": "blur"}}, ENV, ".'shop.t'.'c' must be \"exclude\", \"hash\", \"mask\""),
     ({"shop.t": {"c": {"mask": 1}}}, ENV, ".'shop.t'.'c' must be { mask = \"text\" }"),
     ({"shop.t": {"c[": "hash"}}, ENV, ".'shop.t': 'c[': a [ is never closed"),
