@@ -14,6 +14,8 @@
  * digits + '"': the JSON string of the digest. Null slots of the input get a digest too
  * (of their bytes, usually none); the caller puts the input's nulls back.
  *
+ * key_state(key) and hmac_one(state, fragment) do the same for one str (the log's path).
+ *
  * SHA-256 as FIPS 180-4 specifies it, HMAC as RFC 2104: tests/unit/test_masking.py
  * compares both with Python's hmac module.
  */
@@ -109,15 +111,16 @@ static void sha_update(sha256 *s, const uint8_t *data, size_t n) {
 
 static void sha_final(sha256 *s, uint8_t out[32]) {
     uint64_t bits = s->length * 8;
-    uint8_t pad = 0x80;
-    sha_update(s, &pad, 1);
-    uint8_t zero = 0;
-    while (s->used != 56)
-        sha_update(s, &zero, 1);
-    uint8_t length[8];
+    s->block[s->used++] = 0x80;
+    if (s->used > 56) { /* no room for the length: one more block */
+        memset(s->block + s->used, 0, 64 - s->used);
+        compress(s->h, s->block);
+        s->used = 0;
+    }
+    memset(s->block + s->used, 0, 56 - s->used);
     for (int i = 0; i < 8; i++)
-        length[i] = (uint8_t)(bits >> (56 - 8 * i));
-    sha_update(s, length, 8);
+        s->block[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+    compress(s->h, s->block);
     for (int i = 0; i < 8; i++) {
         out[4 * i] = (uint8_t)(s->h[i] >> 24);
         out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
@@ -218,7 +221,58 @@ done:
     return result;
 }
 
+/* key_state(key) -> bytes: the inner and outer states of an HMAC key, for hmac_one. */
+static PyObject *key_state(PyObject *self, PyObject *args) {
+    Py_buffer key;
+    if (!PyArg_ParseTuple(args, "y*", &key))
+        return NULL;
+    sha256 states[2];
+    hmac_keys((const uint8_t *)key.buf, (size_t)key.len, &states[0], &states[1]);
+    PyBuffer_Release(&key);
+    return PyBytes_FromStringAndSize((const char *)states, sizeof states);
+}
+
+/* hmac_one(state, fragment) -> str: '"' + the hex HMAC-SHA256 of the fragment's UTF-8
+ * bytes + '"', with a key_state: the log's path, one value at a time. */
+static PyObject *hmac_one(PyObject *self, PyObject *args) {
+    Py_buffer state;
+    PyObject *fragment;
+    if (!PyArg_ParseTuple(args, "y*U", &state, &fragment))
+        return NULL;
+    if ((size_t)state.len != 2 * sizeof(sha256)) {
+        PyBuffer_Release(&state);
+        PyErr_SetString(PyExc_ValueError, "not a key_state");
+        return NULL;
+    }
+    Py_ssize_t size;
+    const char *text = PyUnicode_AsUTF8AndSize(fragment, &size);
+    if (text == NULL) {
+        PyBuffer_Release(&state);
+        return NULL;
+    }
+    sha256 states[2];
+    memcpy(states, state.buf, sizeof states);
+    PyBuffer_Release(&state);
+    uint8_t digest[32];
+    sha_update(&states[0], (const uint8_t *)text, (size_t)size);
+    sha_final(&states[0], digest);
+    sha_update(&states[1], digest, 32);
+    sha_final(&states[1], digest);
+    char hex[66];
+    hex[0] = '"';
+    for (int j = 0; j < 32; j++) {
+        hex[1 + 2 * j] = HEX[digest[j] >> 4];
+        hex[2 + 2 * j] = HEX[digest[j] & 15];
+    }
+    hex[65] = '"';
+    return PyUnicode_FromStringAndSize(hex, 66);
+}
+
 static PyMethodDef methods[] = {
+    {"key_state", key_state, METH_VARARGS,
+     "key_state(key) -> bytes: an HMAC key's inner and outer SHA-256 states"},
+    {"hmac_one", hmac_one, METH_VARARGS,
+     "hmac_one(state, fragment) -> str: the JSON string of the HMAC-SHA256 of one value"},
     {"hmac_hex", hmac_hex, METH_VARARGS,
      "hmac_hex(key, offsets, data, start, count, quote) -> (offsets, data): the JSON "
      "string of the HMAC-SHA256 of each value of an Arrow string array"},

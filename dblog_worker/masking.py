@@ -43,6 +43,7 @@ an error: :class:`ColumnRules` and :class:`TableMasks` do not show it.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -129,6 +130,8 @@ class TableMasks:
         if mask.action is Action.MASK:
             constant = encode_basestring(mask.text)
             return lambda fragment: constant
+        if _masks is not None:
+            return functools.partial(_masks.hmac_one, _masks.key_state(self.key))
         key = self.key
         return lambda fragment: hmac_hex(key, fragment)
 
