@@ -25,6 +25,7 @@ import psycopg
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.table_patterns import escape
 from tests.integration.harness import (
+    PARTITIONED,
     SOURCE,
     Backend,
     WorkerProcess,
@@ -206,3 +207,35 @@ def test_a_transaction_open_when_the_table_joined(
     wait_request(backend.redis_url, SOURCE, dump_id, ["completed"], 60, worker)
     assert "waits for them to end" in worker.log()
     assert_converged(backend, b)
+
+
+def test_partitions_are_not_tables_of_their_own(
+        backend: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
+    """PostgreSQL: a pattern matches a partitioned table and its partitions; the
+    partitioned table is captured, its partitions are left out (their rows are the
+    partitioned table's); a partitioned table created while the worker runs joins with
+    its partitions left out, is dumped, and its rows land under its own name."""
+    backend.only_postgresql("MariaDB's partitions are no tables of their own")
+    events, logs = backend.db.table("auto_events"), backend.db.table("auto_logs")
+    backend.use(PARTITIONED)
+    backend.create(events, 20)
+    config = _config(backend, dump_new_tables="true")
+    worker = worker_process(config)
+    tables = _status(config)["tables"]
+    assert list(tables["captured"]) == [events], tables
+    assert sorted(tables["excluded"]) == [f"{events}_p{i}" for i in range(4)], tables
+    assert all("partition of public.auto_events" in why for why in tables["excluded"].values())
+    request = json.loads(cli(config, "dump", "--all", "--json").stdout)
+    wait_request(backend.redis_url, SOURCE, request["id"], ["completed"], 60, worker)
+    backend.create(logs, 0)
+    _bulk(backend, logs, 1, 300)
+    wait_for(lambda: logs in _captured(config), 30, f"{logs} to join", worker.log)
+    tables = _status(config)["tables"]
+    assert list(tables["captured"]) == [events, logs], tables
+    assert f"{logs}_p0" in tables["excluded"]
+    wait_request(backend.redis_url, SOURCE, _captured(config)[logs]["dump"], ["completed"], 60,
+                 worker)
+    _writes(backend, logs, range(1, 40))
+    assert_converged(backend, events, logs)
+    landed = LandingZone(backend.landing, SOURCE).tables()
+    assert not [t for t in landed if "_p" in t], landed
