@@ -223,3 +223,22 @@ def test_mysql_masks_are_the_same_bytes_on_both_paths() -> None:
 def test_rules_of_the_configuration() -> None:
     rules = ColumnRules()
     assert not rules and rules.for_table("a.b", ["x"], ["x"]) == TableMasks()
+
+
+def test_the_key_is_never_shown() -> None:
+    from dblog_worker.config import parse
+    from dblog_worker.errors import DblogError
+
+    config = parse({
+        "source": {"name": "shop", "dsn": "host=db dbname=shop", "tables": ["shop.*"],
+                   "columns": {"key_env": "K", "shop.c": {"email": "hash", "id": "hash"}}},
+        "redis": {"url": "redis://127.0.0.1:6379/0"}, "landing": {"path": "/data"},
+    }, ENV)
+    assert config.source.columns.key == KEY
+    shown = [repr(config), str(config), repr(config.source.columns.for_table(
+        "shop.c", ["id", "email"], ["key"]))]
+    try:
+        config.source.columns.require("shop.c", ["id", "email"], ["id"])
+    except DblogError as exc:
+        shown.append(str(exc))
+    assert len(shown) == 4 and not any(KEY.decode() in text for text in shown)
