@@ -214,8 +214,9 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Selection:
-    """What the source captures now (table → why) and what patterns matched but it leaves
-    out (table → why not), each sorted by name."""
+    """What the source captures now (table → why: the names in the order written, then
+    the tables patterns matched, by name) and what patterns matched but it leaves out
+    (table → why not, by name)."""
 
     captured: Mapping[str, str] = field(default_factory=dict)
     excluded: Mapping[str, str] = field(default_factory=dict)
@@ -346,4 +347,6 @@ class TableSelector:
             elif take and not candidate.key:
                 take, why = False, f"{why}, but it has no primary key"
             (captured if take else excluded)[table] = why
-        return Selection(dict(sorted(captured.items())), dict(sorted(excluded.items())), missing)
+        named = {t: captured.pop(t) for t in self.names}
+        return Selection({**named, **dict(sorted(captured.items()))},
+                         dict(sorted(excluded.items())), missing)

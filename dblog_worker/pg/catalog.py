@@ -194,15 +194,17 @@ def table_problems(info: TableInfo | None, table: str) -> list[Problem]:
 
 
 def partition_problems(
-    conn: psycopg.Connection[tuple[object, ...]], infos: Sequence[TableInfo]
+    conn: psycopg.Connection[tuple[object, ...]], infos: Sequence[TableInfo],
+    of: Sequence[TableInfo] | None = None,
 ) -> list[Problem]:
     """Partitioned tables: the log carries each partition's old rows as the partition's
     REPLICA IDENTITY says (the partitioned table's own is not inherited); and a table
     captured together with one of its partitions would have the partition's changes
-    published under the partitioned table's name only."""
+    published under the partitioned table's name only. ``infos``: every captured table;
+    the problems are those of ``of`` (default: all of them)."""
     problems = []
     captured = {info.oid: info for info in infos}
-    for info in infos:
+    for info in infos if of is None else of:
         if info.partitioned:
             leaves = conn.execute(
                 "SELECT n.nspname, c.relname FROM pg_partition_tree(%s) AS t "

@@ -118,12 +118,13 @@ class PgSource:
                 problems += found if selector.named(table) else _warnings(found)
                 if info is not None:
                     infos.append(info)
-            problems += catalog.partition_problems(self.conn, infos)
-            with_table = self.options.watermark_table
             named = [info for info in infos if selector.named(info.table)]
+            matched = [info for info in infos if not selector.named(info.table)]
+            problems += catalog.partition_problems(self.conn, infos, named)
+            problems += _warnings(catalog.partition_problems(self.conn, infos, matched))
+            with_table = self.options.watermark_table
             problems += catalog.privilege_problems(self.conn, named, with_table)
-            problems += _warnings(catalog.select_problems(
-                self.conn, [info for info in infos if not selector.named(info.table)]))
+            problems += _warnings(catalog.select_problems(self.conn, matched))
             problems += catalog.publication_problems(
                 self.conn, self.options.publication, selection.existing, with_table
             )

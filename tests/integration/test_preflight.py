@@ -170,6 +170,36 @@ def test_table_without_replica_identity_full(
     assert "is ready: 3 table(s)" in result.stdout
 
 
+def test_tables_a_pattern_matches_never_stop_capture(
+    tmp_path: Path, pg_dsn: str, redis_url: str
+) -> None:
+    """What a pattern brings in is left out (no key, a partition) or warned about
+    (REPLICA IDENTITY, a partition's): preflight is ready, and says what is captured and
+    why; the same table named is refused."""
+    create_test_table(pg_dsn, "public.items")
+    execute(pg_dsn, "CREATE TABLE public.plain (id integer PRIMARY KEY);"
+                    "CREATE TABLE public.no_pk (id integer);"
+                    "CREATE TABLE public.parted (id integer PRIMARY KEY) PARTITION BY HASH (id);"
+                    "ALTER TABLE public.parted REPLICA IDENTITY FULL;"
+                    "CREATE TABLE public.parted_0 PARTITION OF public.parted "
+                    "FOR VALUES WITH (MODULUS 1, REMAINDER 0);")
+    config = write_config(tmp_path, pg_dsn, redis_url, ["public.*"])
+    result = preflight(config)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "is ready: 3 table(s)" in result.stdout
+    assert "- warning: table public.plain does not have REPLICA IDENTITY FULL" in result.stdout
+    assert "- warning: partitions of public.parted do not have REPLICA IDENTITY FULL" \
+        in result.stdout
+    assert "captured public.items: matches 'public.*'" in result.stdout
+    assert "left out public.no_pk: matches 'public.*', but it has no primary key" \
+        in result.stdout
+    assert "left out public.parted_0: matches 'public.*', but it is a partition of " \
+        "public.parted" in result.stdout
+    named = write_config(tmp_path, pg_dsn, redis_url, ["public.items", "public.plain"])
+    assert_refused(named, ['ALTER TABLE "public"."plain" REPLICA IDENTITY FULL;'],
+                   what="table public.plain does not have REPLICA IDENTITY FULL")
+
+
 def test_table_that_does_not_exist(tmp_path: Path, pg_dsn: str, redis_url: str) -> None:
     create_test_table(pg_dsn, "public.items")
     config = write_config(tmp_path, pg_dsn, redis_url, ["public.items", "public.nope"])
