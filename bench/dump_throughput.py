@@ -51,6 +51,9 @@ from dblog_worker.pg.queries import TableShape, chunk_sql
 from dblog_worker.pg.values import libpq_options
 
 NAME = "dump_throughput"
+# What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).
+FIGURES = ("raw_select_rows_per_s", "worker_rows_per_s", "worker_parallelism_2_rows_per_s",
+           "worker_parallelism_4_rows_per_s", "ratio")
 TABLE_NAME = "dump_src"
 TARGET_RATIO = 0.7  # issue 16: PostgreSQL dumps at >= 0.7 x the raw keyset SELECT loop
 TARGET_RATIOS = {MARIADB: 0.8}  # MariaDB at >= 0.8 x raw PyMySQL

@@ -52,6 +52,8 @@ from bench.common import (
 )
 
 NAME = "live_latency"
+# What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).
+FIGURES = ("idle_p99_s", "dump_p99_s")
 DUMP_TABLE_NAME = "latency_dump"
 TRICKLE_NAME = "trickle"
 RATE_PER_S = 50.0

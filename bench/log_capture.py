@@ -83,6 +83,8 @@ from bench.common import (
 from dblog_worker.pg.pgoutput import parse_lsn
 
 NAME = "log_capture"
+# What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).
+FIGURES = ("raw_inserts_per_s", "worker_events_per_s", "ratio")
 TABLE = "public.log_src"
 TRANSACTIONS = 100
 TARGET_EVENTS_PER_S = 150_000  # issue 16: and >= TARGET_RATIO x the bare pgoutput reader

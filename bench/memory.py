@@ -34,6 +34,8 @@ from bench.common import (
 )
 
 NAME = "memory"
+# What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).
+FIGURES = ("small_peak_rss_mb", "large_peak_rss_mb")
 TARGET_MB = 400
 TARGET_SPREAD = 0.15
 MB = 2**20

@@ -76,6 +76,8 @@ from dblog_worker.target.plan import Batch
 from tests.services import PostgresServer
 
 NAME = "merge_throughput"
+# What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).
+FIGURES = ("events_per_s", "merge_s", "target_rows")
 SOURCE_KINDS = ("postgresql",)
 TABLE = "public.orders"
 SOURCE_NAME = "bench"

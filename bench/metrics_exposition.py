@@ -46,6 +46,8 @@ from dblog_worker.throttle import Signals, ThrottlePolicy
 from dblog_worker.window import WindowClosed
 
 NAME = "metrics_exposition"
+# What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).
+FIGURES = ("prometheus_client.us_per_scrape", "openmetrics.us_per_scrape", "samples")
 SOURCE_KINDS = (POSTGRESQL,)  # no database: once is enough
 TABLES = 50
 SCRAPES = 1_000

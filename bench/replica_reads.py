@@ -40,6 +40,8 @@ from bench.dump_throughput import TABLE_NAME
 from tests.services import MariaDBReplica, PostgresStandby
 
 NAME = "replica_reads"
+# What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).
+FIGURES = ("primary_rows_per_s", "replica_rows_per_s")
 Replica = PostgresStandby | MariaDBReplica
 
 
@@ -89,6 +91,10 @@ def dump(env: Environment, source: str, table: str, rows: int, replica: Replica 
             "replica_cpu_s": after[1] - before[1]}
 
 
+def ratio(values: list[float]) -> float | None:
+    return rounded(median(values)) if values else None
+
+
 def run(options: Options) -> Result:
     rows = options.rows
     with Environment(NAME, options) as env:
@@ -132,9 +138,10 @@ def run(options: Options) -> Result:
         },
         "replica_cpu_s_per_million_rows": rounded(med(on_replica, "replica_cpu_s")
                                                   * per_million),
-        "primary_cpu_ratio": rounded(median([r["primary_cpu_s"] / p["primary_cpu_s"]
-                                             for r, p in zip(on_replica, on_primary,
-                                                             strict=True)])),
+        # runs where the primary's CPU was measurable (a tiny table can take none)
+        "primary_cpu_ratio": ratio([r["primary_cpu_s"] / p["primary_cpu_s"]
+                                    for r, p in zip(on_replica, on_primary, strict=True)
+                                    if p["primary_cpu_s"] > 0]),
         "seconds_on_primary": [rounded(r["seconds"]) for r in on_primary],
         "seconds_on_replica": [rounded(r["seconds"]) for r in on_replica],
         "machine": machine(options.source),

@@ -22,6 +22,7 @@ from bench import (
     memory,
     merge_throughput,
     metrics_exposition,
+    replica_identity,
     replica_reads,
     takeover,
     throttle,
@@ -38,6 +39,7 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
     memory.NAME: memory.run,
     merge_throughput.NAME: merge_throughput.run,
     metrics_exposition.NAME: metrics_exposition.run,
+    replica_identity.NAME: replica_identity.run,
     replica_reads.NAME: replica_reads.run,
     takeover.NAME: takeover.run,
     throttle.NAME: throttle.run,
@@ -48,6 +50,7 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
 SOURCE_KINDS: dict[str, tuple[str, ...]] = {
     merge_throughput.NAME: merge_throughput.SOURCE_KINDS,
     metrics_exposition.NAME: metrics_exposition.SOURCE_KINDS,
+    replica_identity.NAME: replica_identity.SOURCE_KINDS,
     verify_throughput.NAME: verify_throughput.SOURCE_KINDS,
 }
 

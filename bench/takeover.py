@@ -75,6 +75,8 @@ from bench.live_latency import RATE_PER_S, Trickle, Watcher, create_trickle_tabl
 from dblog_worker.landing.parquet import LandingZone
 
 NAME = "takeover"
+# What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).
+FIGURES = ("takeover_max_s", "short_ttl.takeover_max_s")
 TRICKLE_NAME = "trickle"
 WARMUP_S = 2.0
 STEADY_S = 10.0

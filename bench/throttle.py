@@ -45,6 +45,9 @@ from bench.common import (
 from bench.dump_throughput import TABLE_NAME
 
 NAME = "throttle"
+# What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).
+FIGURES = ("dump_rows_per_s", "throttled_dump_rows_per_s", "foreground_p99_ms.no_dump",
+           "foreground_p99_ms.dump", "foreground_p99_ms.throttled_dump")
 CLIENTS = 4
 THINK_S = 0.0
 IDLE_S = 5.0
@@ -53,8 +56,9 @@ SAMPLE_S = 0.25  # how often the bench reads the throttle's decision
 
 
 def _client(kind: str, connect: dict[str, Any], table: str, rows: int, seed: int,
-            stop: Event, out: Any) -> None:
-    """A foreground client: point queries until ``stop``; (start time, seconds) of each."""
+            stop: Event, out: Any, ready: Any) -> None:
+    """A foreground client: point queries until ``stop``; (start time, seconds) of each.
+    ``ready`` gets a token once it is connected and has run its first query."""
     rnd = random.Random(seed)
     latencies: list[tuple[float, float]] = []
     if kind == "postgresql":
@@ -77,6 +81,8 @@ def _client(kind: str, connect: dict[str, Any], table: str, rows: int, seed: int
             t0 = time.perf_counter()
             query(rnd.randint(1, rows))
             latencies.append((started, time.perf_counter() - t0))
+            if len(latencies) == 1:
+                ready.put(seed)
             time.sleep(THINK_S)
     finally:
         conn.close()
@@ -90,15 +96,20 @@ class Foreground:
         context = multiprocessing.get_context("spawn")
         self.stop_event = context.Event()
         self.out: Any = context.Queue()
+        self.ready: Any = context.Queue()
         connect = ({"dsn": env.dsn} if not env.is_mariadb
                    else {**env.mysql_args(), "database": "bench"})
         self.procs = [context.Process(target=_client, args=(
-            env.kind, connect, table, rows, seed * 100 + i, self.stop_event, self.out),
-            daemon=True) for i in range(CLIENTS)]
+            env.kind, connect, table, rows, seed * 100 + i, self.stop_event, self.out,
+            self.ready), daemon=True) for i in range(CLIENTS)]
 
     def __enter__(self) -> Foreground:
+        """Once every client runs (spawned processes take seconds to start on a busy
+        machine, and the idle sample must not be empty)."""
         for proc in self.procs:
             proc.start()
+        for _ in self.procs:
+            self.ready.get(timeout=120)
         return self
 
     def stop(self) -> list[tuple[float, float]]:

@@ -52,6 +52,8 @@ from dblog_worker.verify import verify
 from dblog_worker.verify_report import VerifyResult
 
 NAME = "verify_throughput"
+# What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).
+FIGURES = ("rows_per_s", "corrupted_s")
 SOURCE_KINDS = (POSTGRESQL, MARIADB)
 TABLE_NAME = "verify_src"
 TARGET_DATABASE = "target"

@@ -30,6 +30,8 @@ from bench.common import (
 from bench.dump_throughput import TABLE_NAME
 
 NAME = "watermark_modes"
+# What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).
+FIGURES = ("table.rows_per_s", "table.seconds", "*.rows_per_s")
 CHUNK_SIZE = 10_000
 
 

@@ -74,7 +74,7 @@ from dblog_worker.config_sections import (
     logs_section,
     merge_section,
 )
-from dblog_worker.errors import ConfigError, RequestRejected
+from dblog_worker.errors import ConfigError, ConfigInvalid, RequestRejected
 from dblog_worker.landing.names import table_dir_name
 from dblog_worker.landing.sink import DEFAULT_FORMAT, FORMATS
 from dblog_worker.masking import ColumnRules, parse_rules
@@ -133,11 +133,17 @@ class SourceConfig:
     dump_new_tables: bool = False  # queue a table dump of each table that joins capture
     rescan_interval_s: float = 10.0  # how often the worker looks for tables to capture
     columns: ColumnRules = field(default_factory=ColumnRules)  # [source.columns]
+    # [source] keys: the key columns of tables without a primary key, as their owners know
+    keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def selector(self) -> TableSelector:
         """``tables`` and ``exclude_tables``, parsed (checked when the file was read)."""
         return _selector(self.kind, self.tables, self.exclude_tables)
+
+    def key_of(self, table: str) -> tuple[str, ...] | None:
+        """The key columns ``source.keys`` names for ``table``, if any."""
+        return self.keys.get(table)
 
     def safe_dsn(self) -> str:
         """The DSN with any password removed: the only form that may be logged."""
@@ -239,7 +245,7 @@ class Config:
 
     def require_target(self) -> TargetConfig:
         if self.target is None:
-            raise ConfigError(
+            raise ConfigInvalid(
                 "this command needs a [target] section: the database to merge into "
                 "(see docs/configuration.md#target-the-merged-tables)"
             )
@@ -247,20 +253,31 @@ class Config:
 
 
 def load(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
+    """The configuration in file ``path``; :class:`ConfigInvalid` saying what is wrong."""
     env = os.environ if environ is None else environ
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"configuration file {path} does not exist") from None
+        raise ConfigInvalid(f"configuration file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigInvalid(f"configuration file {path} is a directory") from None
+    except OSError as exc:
+        raise ConfigInvalid(f"cannot read configuration file {path}: "
+                            f"{exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigInvalid(f"configuration file {path} is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"configuration file {path} is not valid TOML: {exc}") from None
-    return parse(data, env)
+        raise ConfigInvalid(f"configuration file {path} is not valid TOML: {exc}") from None
+    try:
+        return parse(data, env)
+    except ConfigError as exc:
+        raise ConfigInvalid(str(exc)) from None
 
 
 KNOWN: Mapping[str, frozenset[str]] = {
     "source": frozenset({"name", "kind", "dsn", "dsn_env", "password_env", "tables",
                          "exclude_tables", "dump_new_tables", "rescan_interval_s", "columns",
-                         "replica"}),
+                         "replica", "keys"}),
     "redis": frozenset({"url", "url_env"}),
     "landing": frozenset({"path", "format", "flush_interval_s", "flush_max_events"}),
     "worker": frozenset({"heartbeat_interval_s", "status_interval_s", "control_interval_s",
@@ -288,6 +305,29 @@ def _check_names(data: Mapping[str, Any]) -> None:
                     raise ConfigError(
                         f"unknown option {section}.{option}{_did_you_mean(option, known)}"
                     )
+
+
+def _keys(source: Mapping[str, Any], selector: TableSelector) -> dict[str, tuple[str, ...]]:
+    """``source.keys``: captured table -> its key columns, for tables without a primary
+    key (``keys = { "public.events" = ["tenant", "id"] }``); a table named or matched by a
+    pattern of ``source.tables``."""
+    keys = source.get("keys", {})
+    example = 'source.keys must be a table like { "public.events" = ["tenant", "id"] }'
+    if not isinstance(keys, dict):
+        raise ConfigError(example)
+    found: dict[str, tuple[str, ...]] = {}
+    for table, columns in keys.items():
+        if not selector.captures(table):
+            raise ConfigError(f"source.keys names {table!r}, which source.tables does not "
+                              f"capture ({selector.verdict(table)[1]})")
+        if (not isinstance(columns, list) or not columns
+                or not all(isinstance(c, str) and c for c in columns)):
+            raise ConfigError(f"source.keys of {table} must be a non-empty list of column "
+                              f'names; {example}')
+        if len(set(columns)) != len(columns):
+            raise ConfigError(f"source.keys of {table} names a column twice")
+        found[str(table)] = tuple(columns)
+    return found
 
 
 def _did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -353,6 +393,7 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             dump_new_tables=dump_new_tables,
             rescan_interval_s=number(source, "rescan_interval_s", 10.0, 0.2, 3600),
             columns=columns,
+            keys=_keys(source, selector),
         ),
         redis_url=_redis_url(redis_section, env),
         landing_path=Path(str_value(landing, "landing.path")),
@@ -447,8 +488,32 @@ def _redis_url(section: Mapping[str, Any], env: Mapping[str, str]) -> str:
                           + ", ".join(f"{s}://" for s in REDIS_SCHEMES))
     if parts.scheme == "unix" and not parts.path:
         raise ConfigError(f"{label}: a unix:// URL needs the socket's path: {form}")
-    del port  # parsed only to check it
+    if port == 0 or (parts.scheme != "unix" and not re.fullmatch(r"/?|/[0-9]{1,5}", parts.path)):
+        raise ConfigError(f"{label}: the port is a number from 1 to 65535 and the path the "
+                          f"database number (0, 1, ...): {form}")
+    problem = _redis_options_problem(url)
+    if problem is not None:
+        raise ConfigError(f"{label}: {problem}")
     return url
+
+
+def _redis_options_problem(url: str) -> str | None:
+    """What redis-py refuses in the URL's query (``?socket_timeout=...``), naming the
+    parameter, never its value; None if it takes them. Nothing is contacted."""
+    import redis
+
+    try:
+        redis.ConnectionPool.from_url(url).make_connection()
+    except TypeError as exc:
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        name = f" {unknown[1]}" if unknown else ""
+        return (f"redis-py does not know the query parameter{name} (an ssl_ parameter needs "
+                "rediss://); see redis-py's from_url")
+    except (ValueError, redis.RedisError) as exc:
+        if "Certificate Requirements" in str(exc):
+            return "ssl_cert_reqs must be none, optional or required"
+        return str(exc).partition(":")[0].rstrip(".")  # what follows may be the value
+    return None
 
 
 def _secret_label(section: Mapping[str, Any], key: str, name: str) -> str:

@@ -1,7 +1,8 @@
 """Reading the configuration again while the worker runs (SIGHUP, ``POST /api/v1/reload``).
 
 What may change without a restart is what a new session picks up: the captured tables
-(``source.tables``, ``exclude_tables``, ``dump_new_tables``, ``rescan_interval_s``), the
+(``source.tables``, ``exclude_tables``, ``dump_new_tables``, ``rescan_interval_s``,
+``keys``), the
 column rules (``[source.columns]``), the timings of ``[landing]`` and ``[worker]``, and the
 sections the worker does not use (``[target]``, ``[merge]``). Anything else (the source's
 name, kind, DSN and kind options, ``[source.replica]``, ``[redis]``, where and how it
@@ -30,7 +31,7 @@ from dblog_worker.errors import DblogError
 log = logging.getLogger(__name__)
 
 RELOADABLE_SOURCE = frozenset({"tables", "exclude_tables", "dump_new_tables",
-                               "rescan_interval_s", "columns"})
+                               "rescan_interval_s", "columns", "keys"})
 RELOADABLE = frozenset({"flush_interval_s", "flush_max_events", "heartbeat_interval_s",
                         "status_interval_s", "control_interval_s", "reconnect_max_s",
                         "shutdown_timeout_s", "target", "merge"})

@@ -26,11 +26,13 @@ name containing ``*``, ``?``, ``[``, ``]`` or ``\`` must be written escaped
 A name and a pattern are held to different standards:
 
 * a table *named* is captured whatever it is: preflight refuses to start capture if it
-  does not exist, has no primary key, ... (a typo is the usual cause);
-* a table a *pattern* matches is captured only if it can be: a table without a primary
-  key, a partition (its rows are captured under its partitioned table's name), an
-  unlogged table (PostgreSQL: its changes are not in the log), a table in the worker's own
-  schema ``dblog``, one whose landing folder name would be too long, or one a rule of
+  does not exist, has no key, ... (a typo is the usual cause);
+* a table a *pattern* matches is captured only if it can be: a table without a key (a
+  primary key, a unique index on NOT NULL columns, or ``source.keys``), a partition (its
+  rows are captured under its partitioned table's name), an unlogged table (PostgreSQL:
+  its changes are not in the log), one whose REPLICA IDENTITY does not carry its key
+  (PostgreSQL: published, its UPDATEs and DELETEs would fail), a table in the worker's
+  own schema ``dblog``, one whose landing folder name would be too long, or one a rule of
   ``[source.columns]`` would mask the key of, is left out, and the selection says why.
   Patterns never look into the database's system schemas. What a pattern brings
   in never stops capture.
@@ -208,7 +210,7 @@ class Candidate:
     """A table of the source's catalog that a pattern may match (no system table)."""
 
     table: str  # schema.table
-    key: tuple[str, ...] = ()  # its primary key's columns; () without one
+    key: tuple[str, ...] = ()  # its key's columns (tables.choose_key); () without one
     left_out: str | None = None  # why a pattern cannot capture it (a partition, unlogged)
 
 
@@ -321,8 +323,8 @@ class TableSelector:
         return table in self.names
 
     def captures(self, table: str) -> bool:
-        """Whether ``table`` is captured if it exists (pattern tables: with a primary key,
-        not a partition)."""
+        """Whether ``table`` is captured if it exists (pattern tables: with a key, not a
+        partition)."""
         return self.verdict(table)[0]
 
     def select(self, candidates: Iterable[Candidate]) -> Selection:
@@ -345,7 +347,8 @@ class TableSelector:
             if take and candidate.left_out is not None:
                 take, why = False, f"{why}, but {candidate.left_out}"
             elif take and not candidate.key:
-                take, why = False, f"{why}, but it has no primary key"
+                take, why = False, (f"{why}, but it has no primary key nor unique index on "
+                                    "NOT NULL columns (name its key in source.keys)")
             (captured if take else excluded)[table] = why
         named = {t: captured.pop(t) for t in self.names}
         return Selection({**named, **dict(sorted(captured.items()))},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from dblog_worker.errors import ConfigError, RequestRejected
@@ -24,6 +25,33 @@ def not_ready(problems: Sequence[Problem]) -> ConfigError:
     """The error that stops capture: every problem, each with its fix."""
     return ConfigError("the source is not ready for capture:\n"
                        + "\n".join(f"- {p.what}\n  fix: {p.fix}" for p in problems))
+
+
+@dataclass(frozen=True, slots=True)
+class UniqueIndex:
+    """A unique index a table's key can be: on whole columns, not partial."""
+
+    name: str
+    primary: bool
+    identity: bool  # PostgreSQL: REPLICA IDENTITY USING INDEX names it
+    columns: tuple[str, ...]
+    not_null: bool
+
+
+def choose_key(indexes: Sequence[UniqueIndex], configured: Sequence[str] | None
+               ) -> tuple[tuple[str, ...], str]:
+    """The key of a table and where it comes from, for every kind (docs/configuration.md):
+    the columns ``source.keys`` names; else the primary key; else the unique index on NOT
+    NULL columns with the fewest columns, then the first by name. ``()`` if none."""
+    if configured:
+        return tuple(configured), "source.keys"
+    for index in indexes:
+        if index.primary:
+            return index.columns, "primary key"
+    usable = sorted((len(i.columns), i.name, i.columns) for i in indexes if i.not_null)
+    if usable:
+        return usable[0][2], f"unique index {usable[0][1]}"
+    return (), ""
 
 
 class CapturedSet:

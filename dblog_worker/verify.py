@@ -17,6 +17,7 @@ and reported through the source columns' ``key_json``, the form ``dblog dump
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import time
@@ -310,7 +311,8 @@ def verify(config: Config, tables: Sequence[str] | None = None,
             both = InParallel(executor)
             both(source.connect, target.connect)
             plans = [_plan_table(source, target, name, target_config.table(name),
-                                 config.source.columns) for name in names]
+                                 config.source.columns, config.source.key_of(name))
+                     for name in names]
             results = [p if isinstance(p, TableResult) else
                        _compare(source, target, p, options, sleep, both,
                                 config.source.columns.key) for p in plans]
@@ -322,14 +324,21 @@ def verify(config: Config, tables: Sequence[str] | None = None,
                         source.seconds, target.seconds)
 
 
-def _plan_table(source: Database, target: Database, name: str,
-                target_name: str, rules: ColumnRules) -> TablePlan | TableResult:
+def _plan_table(source: Database, target: Database, name: str, target_name: str,
+                rules: ColumnRules, configured: Sequence[str] | None = None
+                ) -> TablePlan | TableResult:
+    """``rules``: [source.columns], what the target holds of each column; ``configured``:
+    the key source.keys names for the table. A source table without a primary key is
+    compared on the target's, which the merge gave it: the key the worker chose
+    (source.keys, or a unique index)."""
     described = vs.describe(source.kind, source.query, name, "source")
     if described is None:
         raise RequestRejected(f"source table {name} does not exist")
     other = vs.describe(target.kind, target.query, target_name, "target")
     if other is None:
         raise RequestRejected(f"target table {target_name} does not exist (has the merge run?)")
+    key = tuple(configured) if configured else described.key or other.key
+    described = dataclasses.replace(described, key=key)
     try:
         masks = rules.for_table(name, [c.name for c in described.columns], described.key)
     except MaskConflict as exc:

@@ -20,6 +20,7 @@ from dblog_worker.names import split_table
 from dblog_worker.row_filter import Op, RowFilter
 from dblog_worker.source import Problem
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
+from dblog_worker.tables import UniqueIndex, choose_key
 
 WATERMARK_DDL = (
     f"CREATE TABLE IF NOT EXISTS `{SCHEMA}`.`watermark` ("
@@ -36,17 +37,44 @@ KEY_COLUMNS_SQL = (
     "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' "
     "ORDER BY ORDINAL_POSITION"
 )
-# The tables patterns may match (not in the system databases), and the primary keys'
-# columns: two queries, joined by the worker.
+UNIQUE_INDEXES_SQL = (
+    "SELECT INDEX_NAME, COLUMN_NAME, NULLABLE, SUB_PART FROM information_schema.STATISTICS "
+    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND NON_UNIQUE = 0 "
+    "ORDER BY INDEX_NAME, SEQ_IN_INDEX"
+)
+"""The unique indexes' columns; a table's key is chosen among them (:func:`table_key`)."""
+NULLABLE_SQL = (
+    "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+    "AND TABLE_NAME = %s AND IS_NULLABLE = 'YES'"
+)
+
+
+def table_key(rows: Sequence[tuple[Any, ...]], configured: Sequence[str] | None
+              ) -> tuple[tuple[str, ...], str]:
+    """The table's key (:func:`dblog_worker.tables.choose_key`) from the rows of
+    :data:`UNIQUE_INDEXES_SQL`: an index on a column prefix or an expression is none."""
+    columns: dict[str, list[str]] = {}
+    whole: dict[str, bool] = {}
+    for index, column, nullable, sub_part in rows:
+        columns.setdefault(str(index), []).append(str(column))
+        whole[str(index)] = whole.get(str(index), True) and column is not None \
+            and sub_part is None and str(nullable) != "YES"
+    indexes = [UniqueIndex(name, name == "PRIMARY", False, tuple(cols), whole[name])
+               for name, cols in columns.items() if name != "PRIMARY" or whole[name]]
+    return choose_key(indexes, configured)
+
+
+# The tables patterns may match (not in the system databases), and their unique indexes'
+# columns (:func:`table_key` chooses a key among them): two queries, joined by the worker.
 _SYSTEM = "('mysql', 'information_schema', 'performance_schema', 'sys')"
 CANDIDATE_TABLES_SQL = (
     "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
     f"WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN {_SYSTEM}"
 )
 CANDIDATE_KEYS_SQL = (
-    "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "
-    f"WHERE CONSTRAINT_NAME = 'PRIMARY' AND TABLE_SCHEMA NOT IN {_SYSTEM} "
-    "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION"
+    "SELECT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, COLUMN_NAME, NULLABLE, SUB_PART "
+    f"FROM information_schema.STATISTICS WHERE NON_UNIQUE = 0 AND TABLE_SCHEMA NOT IN {_SYSTEM} "
+    "ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX"
 )
 
 

@@ -15,7 +15,7 @@ source's other statements end the session."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -36,6 +36,7 @@ from dblog_worker.mysql.catalog import TableShape
 from dblog_worker.mysql.columns import (
     COLUMNS_SQL,
     MyColumn,
+    UnsupportedType,
     column_from_information_schema,
     schema_document,
     select_list,
@@ -51,8 +52,8 @@ from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, KeysChunk
 from dblog_worker.tables import TableCache
 
-__all__ = ["DENIED", "LOCK_WAIT_S", "CapturedTables", "connect", "connection_errors",
-           "replica_errors"]
+__all__ = ["DENIED", "LOCK_WAIT_S", "CapturedTables", "UnsupportedTable", "connect",
+           "connection_errors", "replica_errors", "unsupported"]
 
 # The longest a read waits for a lock (s): the chunk is read again later, the log goes on.
 LOCK_WAIT_S = 1
@@ -67,6 +68,23 @@ _LOST = frozenset({1040, 1053, 1927, 2002, 2003, 2006, 2013, 2014, 2055, 4031})
 _LOCK_WAIT = 1205  # lock_wait_timeout (a DDL statement's metadata lock) or a row lock
 _TABLE_DEF_CHANGED = 1412  # a snapshot older than the table's definition (a DDL after it)
 Described = tuple[tuple[str, int, int, int], ...]  # (name, type code, length, decimals)
+
+
+class UnsupportedTable(DumpFailed):
+    """A captured table has a column of a type the worker does not read: the worker leaves
+    the table out (its dumps are refused, its log events skipped) and captures the others."""
+
+
+def unsupported(table: str, exc: UnsupportedType) -> str:
+    """What to tell the user of a table with a column of a type the worker does not read."""
+    database, name = split_table(table)
+    column = f"{catalog.quote_ident(database)}.{catalog.quote_ident(name)}"
+    wanted = "YEAR" if exc.type_name.startswith("year(") else "<a supported type>"
+    return (f"table {table} cannot be captured: its column {exc.column!r} has type "
+            f"{exc.type_name}, which dblog does not read (docs/mysql.md lists the types it "
+            "does); the worker captures the other tables and leaves this one out. Fix: ALTER "
+            f"TABLE {column} MODIFY {catalog.quote_ident(exc.column)} {wanted}; then `dblog dump "
+            f"--table {table}`")
 
 
 @contextmanager
@@ -174,8 +192,10 @@ class CapturedTables:
                  schema_version: Callable[[str, dict[str, object]], int],
                  primary: Callable[[], pymysql.connections.Connection[Any]] | None = None,
                  replica: bool = False, snapshots: WindowSnapshots | None = None,
-                 rules: ColumnRules | None = None) -> None:
+                 rules: ColumnRules | None = None,
+                 keys: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self._connection = connection
+        self._keys = keys or {}  # source.keys
         self._snapshots = snapshots  # watermarks = "position": chunks in snapshots
         self._primary = primary or connection
         self._replica = replica
@@ -202,15 +222,20 @@ class CapturedTables:
         for _ in range(3):
             before = self._describe_table(table, catalog_side=True)
             rows = self._rows(COLUMNS_SQL, (database, name))
-            key = tuple(str(r[0]) for r in self._rows(catalog.KEY_COLUMNS_SQL, (database, name)))
+            key, _ = catalog.table_key(self._rows(catalog.UNIQUE_INDEXES_SQL, (database, name)),
+                                       self._keys.get(table))
             if not rows or not key:
-                raise DumpFailed(f"table {table} " + ("does not exist any more" if not rows
-                                                      else "has no primary key"))
+                raise DumpFailed(f"table {table} " + (
+                    "does not exist any more" if not rows else "has no primary key nor unique "
+                    "index on NOT NULL columns (name its key in source.keys)"))
             if self._describe_table(table, catalog_side=True) == before:
                 break
         else:
             raise ChunkStale(f"the columns of {table} keep changing; reading them again later")
-        columns = [column_from_information_schema(r) for r in rows]
+        try:
+            columns = [column_from_information_schema(r) for r in rows]
+        except UnsupportedType as exc:
+            raise UnsupportedTable(unsupported(table, exc)) from None
         by_name = {c.name: c for c in columns}
         shape = TableShape(table, tuple(c.name for c in columns), key,
                            select_list(columns), select_list(columns, "t"),

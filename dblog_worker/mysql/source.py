@@ -40,8 +40,22 @@ from dblog_worker.mysql import catalog, pressure
 from dblog_worker.mysql.binlog import BinlogReader
 from dblog_worker.mysql.catalog import qualified
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
-from dblog_worker.mysql.chunks import DENIED, CapturedTables, connect, connection_errors
-from dblog_worker.mysql.columns import column_from_binlog, schema_document
+from dblog_worker.mysql.chunks import (
+    DENIED,
+    CapturedTables,
+    UnsupportedTable,
+    connect,
+    connection_errors,
+    unsupported,
+)
+from dblog_worker.mysql.columns import (
+    COLUMNS_SQL,
+    MyColumn,
+    UnsupportedType,
+    column_from_information_schema,
+    columns_from_binlog,
+    schema_document,
+)
 from dblog_worker.mysql.options import my_options, server_id, url_args
 from dblog_worker.mysql.replica import MyReplica
 from dblog_worker.mysql.resultset import DumpConnection
@@ -107,12 +121,13 @@ class MySqlSource:
             config.name, self.capture.tables,
             self._replica.connection if self._replica is not None else lambda: self.conn,
             self._schema_version, primary=lambda: self.conn, replica=self._replica is not None,
-            snapshots=self._snapshots, rules=config.columns)
+            snapshots=self._snapshots, rules=config.columns, keys=config.keys)
         self._reader: BinlogReader | None = None
         self._is_mariadb = False
         self._server = ""  # which server: "server_id=1" (MariaDB), "server_uuid=…" (MySQL)
         self._status_sql = "SHOW BINARY LOG STATUS"
         self._lanes: list[_Lane] = []
+        self._catalog_conn: DumpConnection | None = None  # the binlog reader thread's
 
     # -- connection and checks ------------------------------------------------
 
@@ -153,11 +168,13 @@ class MySqlSource:
         if schemas is not None:
             params = tuple(sorted(schemas))
             tables, keys = (catalog.in_schemas(sql, len(params)) for sql in (tables, keys))
-        key_of: dict[str, list[str]] = {}
-        for database, name, column in self._rows(keys, params):
-            key_of.setdefault(f"{database}.{name}", []).append(str(column))
-        return [Candidate(f"{database}.{name}", tuple(key_of.get(f"{database}.{name}", ())))
-                for database, name in self._rows(tables, params)]
+        indexes: dict[str, list[tuple[Any, ...]]] = {}
+        for database, name, *index in self._rows(keys, params):
+            indexes.setdefault(f"{database}.{name}", []).append(tuple(index))
+        return [Candidate(table, catalog.table_key(indexes.get(table, []),
+                                                   self.config.key_of(table))[0])
+                for table in (f"{database}.{name}"
+                              for database, name in self._rows(tables, params))]
 
     def selection(self) -> Selection:
         return self.capture.selection()
@@ -268,10 +285,18 @@ class MySqlSource:
         position = ("available: no table, no write grant; each chunk SELECT in a consistent "
                     "snapshot whose binary log position is the watermark" if self._is_mariadb
                     else f"not available: {_NO_SNAPSHOT_POSITION}")
+        keys = []
+        for name in self.capture.rescan().selection.existing:
+            key, chosen = catalog.table_key(
+                self._rows(catalog.UNIQUE_INDEXES_SQL, split_table(name)),
+                self.config.key_of(name))
+            if key:
+                keys.append(f"table {name}: key ({', '.join(key)}) from {chosen}")
         return [
             f"watermarks = \"table\"{' (configured)' if table else ''}: upserts of "
             f"{SCHEMA}.watermark (needs INSERT and UPDATE on it)",
             f"watermarks = \"position\"{'' if table else ' (configured)'}: {position}",
+            *keys,
             f"chunk reads: {reads}",
         ]
 
@@ -288,12 +313,18 @@ class MySqlSource:
             return [Problem(f"{account} may not SELECT from {table} (or it does not exist)",
                             f"GRANT SELECT ON {qualified(table)} TO {account};")]
         problems = []
-        key = [str(r[0]) for r in self._rows(catalog.KEY_COLUMNS_SQL, (database, name))]
+        configured = self.config.key_of(table)
+        key, _ = catalog.table_key(self._rows(catalog.UNIQUE_INDEXES_SQL, (database, name)),
+                                   configured)
         if not key:
             problems.append(Problem(
-                f"table {table} has no primary key: its rows cannot be told apart",
-                f"ALTER TABLE {qualified(table)} ADD PRIMARY KEY (...);"))
-        elif self.config.columns:
+                f"table {table} has no primary key and no unique index on NOT NULL columns: "
+                "its rows cannot be told apart",
+                f"ALTER TABLE {qualified(table)} ADD PRIMARY KEY (...); -- or name its key "
+                f'columns: [source] keys = {{ "{table}" = ["<column>", ...] }}'))
+        else:
+            if configured:
+                problems += self._configured_key_problems(table, configured)
             try:
                 self.config.columns.for_table(table, key, key)
             except MaskConflict as exc:
@@ -302,7 +333,32 @@ class MySqlSource:
         if not may_select:
             problems.append(Problem(f"{account} may not SELECT from {table}",
                                     f"GRANT SELECT ON {qualified(table)} TO {account};"))
+        for row in self._rows(COLUMNS_SQL, (database, name)):
+            try:
+                column_from_information_schema(row)
+            except UnsupportedType as exc:  # the other tables are captured
+                what, _, fix = unsupported(table, exc).partition(" Fix: ")
+                problems.append(Problem(what, fix, capture=False))
+                break
         return problems
+
+    def _configured_key_problems(self, table: str, key: Sequence[str]) -> list[Problem]:
+        database, name = split_table(table)
+        columns = {str(r[0]) for r in self._rows(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s", (database, name))}
+        unknown = [c for c in key if c not in columns]
+        if unknown:
+            return [Problem(f"source.keys names column(s) {', '.join(unknown)} of {table}, "
+                            "which it does not have", f"fix source.keys for {table}")]
+        nullable = {str(r[0]) for r in self._rows(catalog.NULLABLE_SQL, (database, name))}
+        if any(c in nullable for c in key):
+            null = [c for c in key if c in nullable]
+            return [Problem(
+                f"key column(s) {', '.join(null)} of {table} (source.keys) may be NULL: a row "
+                "with a NULL key would never be dumped",
+                f"ALTER TABLE {qualified(table)} MODIFY ... NOT NULL; -- for {', '.join(null)}")]
+        return []
 
     def prepare(self) -> str | None:
         """Create the watermark table (unless the watermarks are positions), and return the
@@ -329,9 +385,13 @@ class MySqlSource:
         return self._current().encode()
 
     def _load_captured(self) -> None:
+        """Read the captured tables' columns; one of a type the worker does not read is left
+        out (preflight says which, and so does the log), the others are captured."""
         for table in self.capture.selection().existing:
             try:
                 self.captured.load(table)
+            except UnsupportedTable as exc:
+                log.error("%s", exc)
             except DumpFailed as exc:  # a table a pattern found, dropped since: the next look
                 if self.config.selector.named(table):
                     raise
@@ -428,42 +488,74 @@ class MySqlSource:
         return max(0, end.minor - received.minor) if end.major == received.major else 0
 
     def _describe(self, table: str, event: Any) -> TableView | None:
-        """A captured table's codec for rows decoded from the binlog (in the reader); None
-        for a table a pattern matched that has no primary key, or whose key a rule of
-        ``[source.columns]`` would mask: it is not captured."""
+        """A captured table's codec for rows decoded from the binlog (in the reader),
+        with what only the catalog says (a spatial column's type; whether a fixed binary
+        column is a UUID or INET type or a BINARY(n); the key of a table without a primary
+        key). A table with a column of a type the worker does not read (in the log or the
+        catalog: YEAR(2) is a YEAR in the log) gets no codec: its rows are skipped (said
+        once per table version). None for a table a pattern matched that has no key, or
+        whose key a rule of ``[source.columns]`` would mask: it is not captured."""
         named = self.config.selector.named(table)
-        key = event.primary_key  # in column order, which need not be the key's order
-        # mysql-replication gives "" for a table without one
-        key_columns = [key] if isinstance(key, str) and key else list(key or ())
+        try:
+            columns = columns_from_binlog(event.columns, self._catalog_columns(table))
+        except UnsupportedType as exc:
+            log.error("%s", unsupported(table, exc))
+            return TableView(table, None, 0)
+        key_columns = self._binlog_key(table, event)
         if not key_columns:
             if not named:
-                log.info("%s has no primary key: not captured, though a pattern matches it",
-                         table)
+                log.info("%s has no primary key nor unique index on NOT NULL columns: not "
+                         "captured, though a pattern matches it", table)
                 return None
-            raise SourceUnavailable(f"the binary log carries no primary key of {table}")
-        known = self.captured.known_key(table)
-        if known is not None and set(known) == set(key_columns):
-            key_columns = list(known)
-        names = [str(c.name) for c in event.columns]
+            raise SourceUnavailable(f"the binary log carries no primary key of {table}, and "
+                                    "the catalog gives it no key")
         try:
-            masks = self.config.columns.for_table(table, names, key_columns)
+            masks = self.config.columns.for_table(table, [c.name for c in columns],
+                                                  key_columns)
         except MaskConflict as exc:
             if named:
                 raise ConfigError(f"{exc}; change [source.columns] and reload the worker"
                                   ) from None
             log.warning("%s: not captured", exc)
             return None
-        try:
-            columns = [column_from_binlog(c) for c in event.columns]
-        except ValueError as exc:  # a type the worker cannot encode
-            if named:
-                raise
-            log.warning("%s: %s; not captured, though a pattern matches it", table, exc)
-            return None
         version = self._schema_version(table, schema_document(columns, key_columns, masks))
         codec = MyRowCodec(columns, key_columns, masks)
         return TableView(table, codec, version,
                          row_images(event.columns, key_row_reader(event.columns, codec)))
+
+    def _binlog_key(self, table: str, event: Any) -> list[str]:
+        """The key columns of a table's rows event, in key order: ``source.keys``; the
+        primary key the event carries; the key read before; else (a table without a
+        primary key that joined capture since) the catalog's (:func:`catalog.table_key`)."""
+        configured = self.config.key_of(table)
+        if configured:  # source.keys: the table's key, primary key or not
+            return list(configured)
+        key = event.primary_key  # in column order, which need not be the key's order
+        # mysql-replication gives "" for a table without one
+        key_columns = [key] if isinstance(key, str) and key else list(key or ())
+        known = self.captured.known_key(table)
+        if known is not None and (not key_columns or set(known) == set(key_columns)):
+            return list(known)  # in key order; a unique index's when no primary key
+        if key_columns:
+            return key_columns
+        return list(catalog.table_key(self._catalog_rows(catalog.UNIQUE_INDEXES_SQL, table),
+                                      None)[0])
+
+    def _catalog_columns(self, table: str) -> dict[str, MyColumn]:
+        """The table's columns as information_schema describes them now, by name;
+        UnsupportedType for a column of a type the worker does not read."""
+        columns = (column_from_information_schema(row)
+                   for row in self._catalog_rows(COLUMNS_SQL, table))
+        return {column.name: column for column in columns}
+
+    def _catalog_rows(self, sql: str, table: str) -> list[tuple[Any, ...]]:
+        """A catalog query about ``table``, on a connection of the binlog reader's thread
+        (which alone calls this)."""
+        if self._catalog_conn is None or not self._catalog_conn.open:
+            self._catalog_conn = connect(self.config.dsn)
+        with connection_errors("reading the catalog"), self._catalog_conn.cursor() as cursor:
+            cursor.execute(sql, split_table(table))
+            return list(cursor.fetchall())
 
     # -- watermarks -----------------------------------------------------------
 
@@ -578,6 +670,10 @@ class MySqlSource:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        if self._catalog_conn is not None:
+            with contextlib.suppress(Exception):
+                self._catalog_conn.close()
+            self._catalog_conn = None
         if self._conn is not None:
             with contextlib.suppress(Exception):  # a broken connection may not close cleanly
                 self._conn.close()
@@ -597,7 +693,8 @@ class _Lane:
             else MyReplica(config, replica_of.primary_server)
         self.captured = CapturedTables(config.name, captured, self._connection,
                                        schema_version, replica=self._replica is not None,
-                                       snapshots=snapshots, rules=config.columns)
+                                       snapshots=snapshots, rules=config.columns,
+                                       keys=config.keys)
 
     def _connection(self) -> pymysql.connections.Connection[Any]:
         if self._replica is not None:

@@ -17,6 +17,7 @@ from dblog_worker.pg.queries import TableShape, qualified, quote_ident
 from dblog_worker.source import Problem
 from dblog_worker.table_patterns import Candidate
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
+from dblog_worker.tables import UniqueIndex, choose_key
 
 WATERMARK_TABLE = "watermark"
 WATERMARK_DDL = (
@@ -34,7 +35,7 @@ class TableInfo:
     oid: int
     columns: tuple[str, ...]  # the captured columns: what the log carries
     type_oids: tuple[int, ...]
-    key_columns: tuple[str, ...]
+    key_columns: tuple[str, ...]  # the table's key: see choose_key
     key_types: tuple[str, ...]
     replica_identity: str
     # what ``SELECT *`` reads: every column, generated ones too, in order
@@ -42,6 +43,11 @@ class TableInfo:
     star_oids: tuple[int, ...] = ()
     star_types: tuple[str, ...] = ()  # format_type(atttypid, NULL) of each
     partitioned: bool = False
+    key_from: str = "primary key"  # "primary key", "unique index <name>", "source.keys"
+    nullable: tuple[str, ...] = ()  # the columns without NOT NULL
+    identity: tuple[str, ...] = ()  # the columns the log's old key carries (d, i)
+    # STORED generated columns: (name, format_type with its modifier, expression)
+    generated: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def table(self) -> str:
@@ -56,9 +62,32 @@ class TableInfo:
         """Where each captured column is among the columns ``SELECT *`` reads."""
         return tuple(self.star.index(c) for c in self.columns)
 
+    @property
+    def key_in_log(self) -> bool:
+        """Whether the log's old rows (updates, deletes) carry the key's values: the
+        identity is FULL, or its index (the primary key for DEFAULT) is the key."""
+        return self.replica_identity == "f" or (
+            self.replica_identity in ("d", "i") and bool(self.identity)
+            and set(self.identity) == set(self.key_columns))
 
-def load_table(conn: psycopg.Connection[tuple[object, ...]], table: str) -> TableInfo | None:
-    """The table's columns and primary key, or None if there is no such table."""
+
+# A unique index the key can be: valid, not deferred, not partial, on plain columns.
+_UNIQUE_SQL = (
+    "SELECT c.relname, i.indisprimary, i.indisreplident, "
+    "array_agg(a.attname ORDER BY k.ord), bool_and(a.attnotnull) "
+    "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+    "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
+    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+    "WHERE i.indrelid = %s AND i.indisunique AND i.indisvalid AND i.indimmediate "
+    "AND i.indpred IS NULL AND i.indexprs IS NULL AND k.ord <= i.indnkeyatts "
+    "GROUP BY c.relname, i.indisprimary, i.indisreplident"
+)
+
+
+def load_table(conn: psycopg.Connection[tuple[object, ...]], table: str,
+               configured: Sequence[str] | None = None) -> TableInfo | None:
+    """The table's columns and key (``configured``: the columns source.keys names), or
+    None if there is no such table."""
     schema, name = split_table(table)
     row = conn.execute(
         "SELECT c.oid, c.relkind, c.relreplident FROM pg_class c "
@@ -70,69 +99,110 @@ def load_table(conn: psycopg.Connection[tuple[object, ...]], table: str) -> Tabl
         return None
     oid = int(str(row[0]))
     every = conn.execute(
-        "SELECT attname, atttypid::int, attgenerated <> '', format_type(atttypid, NULL) "
-        "FROM pg_attribute "
-        "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        "SELECT a.attname, a.atttypid::int, a.attgenerated <> '', "
+        "format_type(a.atttypid, NULL), a.attnotnull, format_type(a.atttypid, a.atttypmod), "
+        "pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a "
+        "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+        "AND a.attgenerated <> '' "
+        "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
         (oid,),
     ).fetchall()
     columns = [c for c in every if not c[2]]  # the log does not carry generated columns
-    key = conn.execute(
-        "SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_index i "
-        "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
-        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-        "WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.ord",
-        (oid,),
-    ).fetchall()
+    indexes = [UniqueIndex(str(n), bool(p), bool(r), _texts(cols), bool(nn))
+               for n, p, r, cols, nn in conn.execute(_UNIQUE_SQL, (oid,)).fetchall()]
+    key, key_from = choose_key(indexes, configured)
+    types = {str(c[0]): str(c[3]) for c in every}
+    identity = str(row[2])
+    carried = [i.columns for i in indexes
+               if (identity == "d" and i.primary) or (identity == "i" and i.identity)]
     return TableInfo(
         schema=schema,
         name=name,
         oid=oid,
         columns=tuple(str(c[0]) for c in columns),
         type_oids=tuple(int(str(c[1])) for c in columns),
-        key_columns=tuple(str(k[0]) for k in key),
-        key_types=tuple(str(k[1]) for k in key),
-        replica_identity=str(row[2]),
+        key_columns=key,
+        key_types=tuple(types.get(k, "text") for k in key),
+        replica_identity=identity,
         star=tuple(str(c[0]) for c in every),
         star_oids=tuple(int(str(c[1])) for c in every),
         star_types=tuple(str(c[3]) for c in every),
         partitioned=str(row[1]) == "p",
+        key_from=key_from,
+        nullable=tuple(str(c[0]) for c in every if not c[4]),
+        identity=carried[0] if carried else (),
+        generated=tuple((str(c[0]), str(c[5]), str(c[6])) for c in every if c[2]),
     )
 
 
+_SCHEMAS_OF_INTEREST = (
+    "c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+    "AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)' "
+    "AND (%s::text[] IS NULL OR n.nspname = ANY(%s::text[]))"
+)
 _CANDIDATES_SQL = (
-    "SELECT n.nspname, c.relname, c.relpersistence = 'u', "
-    "ARRAY(SELECT a.attname::text FROM pg_index i "
-    "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
-    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-    "WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY k.ord), "
+    "SELECT c.oid::int, n.nspname, c.relname, c.relpersistence = 'u', c.relreplident, "
     "CASE WHEN c.relispartition THEN (SELECT rn.nspname || '.' || r.relname FROM pg_class r "
     "JOIN pg_namespace rn ON rn.oid = r.relnamespace WHERE r.oid = pg_partition_root(c.oid)) "
     "END "
-    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE c.relkind IN ('r', 'p') "
-    "AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
-    "AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)' "
-    "AND (%s::text[] IS NULL OR n.nspname = ANY(%s::text[]))"
+    f"FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE {_SCHEMAS_OF_INTEREST}"
+)
+# _UNIQUE_SQL of every table _CANDIDATES_SQL lists
+_CANDIDATE_INDEXES_SQL = (
+    "SELECT i.indrelid::int, x.relname, i.indisprimary, i.indisreplident, "
+    "array_agg(a.attname ORDER BY k.ord), bool_and(a.attnotnull) "
+    "FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid "
+    "JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
+    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+    "WHERE i.indisunique AND i.indisvalid AND i.indimmediate "
+    "AND i.indpred IS NULL AND i.indexprs IS NULL AND k.ord <= i.indnkeyatts "
+    f"AND {_SCHEMAS_OF_INTEREST} "
+    "GROUP BY i.indrelid, x.relname, i.indisprimary, i.indisreplident"
 )
 
 
 def candidates(conn: psycopg.Connection[tuple[object, ...]],
-               schemas: Iterable[str] | None) -> list[Candidate]:
+               schemas: Iterable[str] | None,
+               keys: Mapping[str, Sequence[str]] | None = None) -> list[Candidate]:
     """The tables patterns may match (those of ``schemas``, if given): ordinary and
-    partitioned tables out of the system schemas, each with its key; a partition or an
-    unlogged table says why a pattern leaves it out."""
+    partitioned tables out of the system schemas, each with its key (``keys``: those
+    source.keys names); a partition, an unlogged table, or one whose replica identity
+    does not carry its key (published, its UPDATEs and DELETEs would fail) says why a
+    pattern leaves it out."""
     names = None if schemas is None else sorted(schemas)
+    indexes: dict[int, list[UniqueIndex]] = {}
+    for oid, index, primary, identity, columns, not_null in conn.execute(
+            _CANDIDATE_INDEXES_SQL, (names, names)):
+        indexes.setdefault(int(str(oid)), []).append(
+            UniqueIndex(str(index), bool(primary), bool(identity), _texts(columns),
+                        bool(not_null)))
     found = []
-    for schema, name, unlogged, key, root in conn.execute(_CANDIDATES_SQL, (names, names)):
+    for oid, schema, name, unlogged, identity, root in conn.execute(_CANDIDATES_SQL,
+                                                                     (names, names)):
+        table = f"{schema}.{name}"
+        own = indexes.get(int(str(oid)), [])
+        key, key_from = choose_key(own, (keys or {}).get(table))
         left_out = None
         if root is not None:
             left_out = (f"it is a partition of {root} (its rows are captured under that "
                         "table's name when it is captured)")
         elif unlogged:
             left_out = "it is UNLOGGED: its changes are not in the log"
-        keys = key if isinstance(key, list) else []
-        found.append(Candidate(f"{schema}.{name}", tuple(str(k) for k in keys), left_out))
+        elif key and not _carries(str(identity), own, key):
+            left_out = (f"its REPLICA IDENTITY {IDENTITY.get(str(identity), '?')} does not "
+                        f"carry its key ({', '.join(key)}, {key_from}): published, its "
+                        "UPDATEs and DELETEs would fail or lose the key (set REPLICA IDENTITY "
+                        "USING INDEX of the key, or FULL)")
+        found.append(Candidate(table, key, left_out))
     return found
+
+
+def _carries(identity: str, indexes: Sequence[UniqueIndex], key: Sequence[str]) -> bool:
+    """:attr:`TableInfo.key_in_log` from a candidate's catalog rows."""
+    carried = [i.columns for i in indexes
+               if (identity == "d" and i.primary) or (identity == "i" and i.identity)]
+    return identity == "f" or (bool(carried) and set(carried[0]) == set(key))
 
 
 def load_types(
@@ -142,8 +212,13 @@ def load_types(
     return types_of(lambda sql, params: conn.execute(sql, params).fetchall(), oids, known)
 
 
-TYPES_SQL = ("SELECT oid::int, typname, typcategory, typelem::int, typbasetype::int, typdelim "
-             "FROM pg_type WHERE oid = ANY(%s)")
+TYPES_SQL = (
+    "SELECT t.oid::int, t.typname, t.typcategory, t.typelem::int, t.typbasetype::int, "
+    "t.typdelim, n.nspname, CASE WHEN t.typtype = 'e' THEN ARRAY(SELECT enumlabel "
+    "FROM pg_enum WHERE enumtypid = t.oid ORDER BY enumsortorder) END "
+    "FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
+    "WHERE t.oid = ANY(%s)"
+)
 
 
 def types_of(query: Callable[[str, Sequence[object]], Sequence[Sequence[object]]],
@@ -155,16 +230,22 @@ def types_of(query: Callable[[str, Sequence[object]], Sequence[Sequence[object]]
     while wanted:
         tried |= wanted
         rows = query(TYPES_SQL, (sorted(wanted),))
-        for oid, name, category, elem, base, delim in rows:
+        for oid, name, category, elem, base, delim, namespace, labels in rows:
             types[int(str(oid))] = PgType(
                 oid=int(str(oid)), name=str(name), category=str(category),
                 element_oid=int(str(elem)), base_oid=int(str(base)), delimiter=str(delim),
+                namespace=str(namespace), labels=_texts(labels),
             )
         wanted = {
             ref for t in types.values() for ref in (t.element_oid, t.base_oid)
             if ref and ref not in types and ref not in tried
         }
     return types
+
+
+def _texts(array: object) -> tuple[str, ...]:
+    """A text[] the driver loaded (a list; None for NULL) as a tuple of str."""
+    return tuple(str(x) for x in array) if isinstance(array, list) else ()
 
 
 def builtin_types() -> dict[int, PgType]:
@@ -178,19 +259,72 @@ def table_problems(info: TableInfo | None, table: str) -> list[Problem]:
             "the first dot ends the schema's name)" if "." in name else ""
         return [Problem(f"table {table} does not exist (or is not a table){read_as}",
                         "check source.tables in the configuration")]
-    problems = []
+    sql = qualified(info.schema, info.name)
     if not info.key_columns:
-        problems.append(Problem(
-            f"table {table} has no primary key: dumps need one to read in chunks",
-            f"ALTER TABLE {qualified(info.schema, info.name)} ADD PRIMARY KEY (<columns>);",
-        ))
-    if info.replica_identity != "f":
-        problems.append(Problem(
-            f"table {table} does not have REPLICA IDENTITY FULL: the log would not carry "
-            "complete row images (unchanged large values, old rows of deletes)",
-            f"ALTER TABLE {qualified(info.schema, info.name)} REPLICA IDENTITY FULL;",
-        ))
+        return [Problem(
+            f"table {table} has no primary key and no unique index on NOT NULL columns: "
+            "dumps read in chunks of a key, and the merge keys the target by it",
+            f"ALTER TABLE {sql} ADD PRIMARY KEY (<columns>); -- or name its key columns: "
+            f'[source] keys = {{ "{table}" = ["<column>", ...] }}',
+        )]
+    problems = []
+    if info.key_from == "source.keys":
+        generated = {g[0] for g in info.generated}
+        unknown = [c for c in info.key_columns if c not in info.columns or c in generated]
+        if unknown:
+            return [Problem(
+                f"source.keys names column(s) {', '.join(unknown)} of {table}, which it does "
+                f"not have (or generates): its columns are {', '.join(info.columns)}",
+                f"fix source.keys for {table} in the configuration")]
+        nullable = [c for c in info.key_columns if c in info.nullable]
+        if nullable:
+            problems.append(Problem(
+                f"key column(s) {', '.join(nullable)} of {table} (source.keys) may be NULL: "
+                "a row with a NULL key would never be dumped",
+                " ".join(f"ALTER TABLE {sql} ALTER COLUMN {quote_ident(c)} SET NOT NULL;"
+                         for c in nullable)))
+    problems += identity_problems(info)
     return problems
+
+
+IDENTITY = {"d": "DEFAULT", "f": "FULL", "i": "USING INDEX", "n": "NOTHING"}
+
+
+def identity_problems(info: TableInfo) -> list[Problem]:
+    """The log must carry the key's old values (updates that change it, deletes): FULL
+    does for any key, DEFAULT for the primary key, USING INDEX for that index's columns."""
+    if info.key_in_log:
+        return []
+    sql = qualified(info.schema, info.name)
+    key = ", ".join(info.key_columns)
+    if info.key_from.startswith("unique index "):
+        index = info.key_from.removeprefix("unique index ")
+        fix = (f"ALTER TABLE {sql} REPLICA IDENTITY USING INDEX {quote_ident(index)}; "
+               f"-- or REPLICA IDENTITY FULL")
+    else:
+        fix = f"ALTER TABLE {sql} REPLICA IDENTITY FULL;"
+    return [Problem(
+        f"table {info.table} has REPLICA IDENTITY {IDENTITY.get(info.replica_identity, '?')}"
+        f", so the log would not carry the old values of its key ({key}, {info.key_from}) "
+        "in updates and deletes", fix)]
+
+
+def table_line(info: TableInfo) -> str:
+    """What ``dblog preflight`` shows of a captured table: its key and what its identity
+    and generated columns mean for capture."""
+    identity = IDENTITY.get(info.replica_identity, info.replica_identity)
+    line = f"table {info.table}: key ({', '.join(info.key_columns)}) from {info.key_from}; " \
+        f"REPLICA IDENTITY {identity}"
+    if info.replica_identity == "f":
+        line += " (complete old rows in the log)"
+    elif info.key_in_log:
+        line += (" (old key values in the log; an update that keeps a large TOASTed value "
+                 "comes without it, and the worker dumps that row again)")
+    if info.generated:
+        line += (f"; generated column(s) {', '.join(g[0] for g in info.generated)}: not in "
+                 "the log (pgoutput before PostgreSQL 18) nor the landing zone; a PostgreSQL "
+                 "target computes them with the same expression")
+    return line
 
 
 def partition_problems(
@@ -209,15 +343,17 @@ def partition_problems(
             leaves = conn.execute(
                 "SELECT n.nspname, c.relname FROM pg_partition_tree(%s) AS t "
                 "JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE t.isleaf AND c.relreplident <> 'f' ORDER BY 1, 2",
-                (info.oid,),
+                "WHERE t.isleaf AND c.relreplident <> 'f' AND NOT (c.relreplident = 'd' "
+                "AND %s AND EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid "
+                "AND i.indisprimary)) ORDER BY 1, 2",
+                (info.oid, info.key_from == "primary key"),
             ).fetchall()
             if leaves:
                 names = [qualified(str(a), str(b)) for a, b in leaves]
                 problems.append(Problem(
-                    f"partitions of {info.table} do not have REPLICA IDENTITY FULL (a "
-                    "partitioned table's is not inherited): the log would carry their updated "
-                    f"and deleted rows incomplete: {', '.join(names[:5])}"
+                    f"partitions of {info.table} have a REPLICA IDENTITY that does not carry "
+                    "the key (a partitioned table's is not inherited): the log would carry "
+                    f"their updated and deleted rows without it: {', '.join(names[:5])}"
                     + (f" and {len(names) - 5} more" if len(names) > 5 else ""),
                     " ".join(f"ALTER TABLE {n} REPLICA IDENTITY FULL;" for n in names),
                 ))

@@ -14,7 +14,8 @@ output into Arrow columns (``pg/cells.py``) and encodes them with ``ColumnCodec`
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+import re
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -37,7 +38,7 @@ from dblog_worker.pg import catalog, queries
 from dblog_worker.pg.catalog import TableInfo
 from dblog_worker.pg.cells import result_columns
 from dblog_worker.pg.columns import ColumnCodec, text_columns
-from dblog_worker.pg.encoders import PgType
+from dblog_worker.pg.encoders import BUILTIN_TYPES, PgType
 from dblog_worker.pg.values import RowCodec
 from dblog_worker.requests import KeyTexts
 from dblog_worker.row_filter import RowFilter
@@ -139,26 +140,73 @@ TEXT_OID = 25
 
 
 def schema_document(info_columns: Sequence[tuple[str, int]], key: Sequence[str],
-                    types: Mapping[int, PgType], masks: TableMasks | None = None
-                    ) -> dict[str, object]:
-    """The schema of one table version, as the landing zone records it: a masked column
-    is text (``masked``: how, ``source_type``: its type in the source); an excluded one is
-    named under ``excluded`` only."""
+                    types: Mapping[int, PgType], masks: TableMasks | None = None,
+                    generated: Sequence[tuple[str, str, str]] = ()) -> dict[str, object]:
+    """The schema of one table version, as the landing zone records it: each column's
+    type (a type of this database also says what it is: :func:`user_type`), the key, and
+    the STORED generated columns, which the rows do not carry (name, type, expression).
+    A masked column is text (``masked``: how, ``source_type``: its type in the source); an
+    excluded one is named under ``excluded`` only, and so is a generated column a rule
+    reaches (``masks`` has it) or whose expression reads a masked or excluded column (a
+    target computing it would compute it from what the mask hides, or fail)."""
     masks = masks or TableMasks()
     done = masks.schema()
     columns: list[dict[str, object]] = []
     for name, oid in info_columns:
         type_name = types[oid].name if oid in types else str(oid)
         if name not in done:
-            columns.append({"name": name, "type": type_name, "type_oid": oid})
+            columns.append({"name": name, "type": type_name, "type_oid": oid,
+                            **user_type(oid, types)})
         elif done[name] != "exclude":
             columns.append({"name": name, "type": "text", "type_oid": TEXT_OID,
                             "masked": done[name], "source_type": type_name})
     document: dict[str, object] = {"columns": columns, "key": list(key)}
+    kept = [g for g in generated if g[0] not in done and not _reads(g[2], done)]
     excluded = [name for name, _ in info_columns if done.get(name) == "exclude"]
+    excluded += [g[0] for g in generated if g not in kept]
+    if kept:
+        document["generated"] = [{"name": n, "type": t, "expression": e} for n, t, e in kept]
     if excluded:
         document["excluded"] = excluded
     return document
+
+
+def _reads(expression: str, columns: Iterable[str]) -> bool:
+    """Whether a generated column's expression (``pg_get_expr``: every column it reads
+    spelled as an identifier, quoted where it must be) may read one of ``columns``:
+    a word or a quoted identifier equal to one; at worst it says so of a column it does
+    not read, and that generated column is left out."""
+    names = set(columns)
+    if not names:
+        return False
+    for quoted, word in re.findall(r'"((?:[^"]|"")*)"|([A-Za-z_][A-Za-z0-9_$]*)', expression):
+        if (quoted.replace('""', '"') if quoted else word.lower()) in names:
+            return True
+    return False
+
+
+def user_type(oid: int, types: Mapping[int, PgType]) -> dict[str, object]:
+    """What a merge needs of a type this database defined (nothing for a builtin type):
+    ``array`` for an array; under domains (resolved to their base), an enum's qualified
+    name and labels (``enum``, ``labels``) or the builtin base type (``base``)."""
+    found: dict[str, object] = {}
+    t = types.get(oid)
+    if t is None or t.oid in BUILTIN_TYPES:
+        return found
+    for _ in range(32):  # domains over domains, arrays of domains
+        if t.base_oid and t.base_oid in types:
+            t = types[t.base_oid]
+        elif t.category == "A" and t.element_oid in types and "array" not in found:
+            found["array"] = True
+            t = types[t.element_oid]
+        else:
+            break
+    if t.labels or t.category == "E":
+        found["enum"] = f"{t.namespace}.{t.name}"
+        found["labels"] = list(t.labels)
+    elif t.oid in BUILTIN_TYPES:
+        found["base"] = t.name
+    return found
 
 
 class PgChunkReader:
@@ -183,6 +231,7 @@ class PgChunkReader:
             else connection_errors
         self._schema_version = schema_version
         self._rules = config.columns
+        self._keys = config.keys
         self._types: dict[int, PgType] = catalog.builtin_types()
         names = config.selector.names
         self.captured = TableCache(config.name, captured or (lambda: names), self.load)
@@ -205,11 +254,12 @@ class PgChunkReader:
     def load(self, table: str) -> _Table:
         """Describe ``table`` from the catalog (DumpFailed if it is gone or has no key)."""
         with self._catalog_errors("reading the catalog"):
-            info = catalog.load_table(self.conn, table)
+            info = catalog.load_table(self.conn, table, self._keys.get(table))
             if info is None or not info.key_columns:
                 raise DumpFailed(
-                    f"table {table} " + ("does not exist any more" if info is None
-                                         else "has no primary key")
+                    f"table {table} " + ("does not exist any more" if info is None else
+                                         "has no primary key nor unique index on NOT NULL "
+                                         "columns (name its key in source.keys)")
                 )
             self._types = catalog.load_types(self.conn, info.star_oids, self._types)
         masks = self._rules.require(table, info.columns, info.key_columns)
@@ -219,22 +269,34 @@ class PgChunkReader:
         version = self._schema_version(
             table,
             schema_document(list(zip(info.columns, info.type_oids, strict=True)),
-                            info.key_columns, self._types, masks),
+                            info.key_columns, self._types, self._generated_masks(
+                                table, masks, info.generated), info.generated),
         )
         loaded = _Table(info, codec, columns, version, self._types, masks)
         self.captured.put(table, loaded)
         return loaded
 
+    def _generated_masks(self, table: str, masks: TableMasks,
+                         generated: Sequence[tuple[str, str, str]]) -> TableMasks:
+        """``masks`` and the rules' masks of the generated columns (which the rows do not
+        carry: only the schema document reads them)."""
+        if not generated or not self._rules:
+            return masks
+        more = self._rules.for_table(table, [g[0] for g in generated])
+        return TableMasks({**more.masks, **masks.masks}, masks.key)
+
     def codec(self, table: str, names: Sequence[str], oids: Sequence[int],
-              key: Sequence[str]) -> tuple[RowCodec, int]:
-        """The codec and schema version of a table as the log describes it."""
+              key: Sequence[str], generated: Sequence[tuple[str, str, str]] = ()
+              ) -> tuple[RowCodec, int]:
+        """The codec and schema version of a table as the log describes it (``generated``:
+        its generated columns, as the catalog describes them)."""
         with connection_errors("reading the catalog"):
             self._types = catalog.load_types(self.conn, oids, self._types)
         masks = self._rules.require(table, names, key)
         codec = RowCodec(names, oids, key, self._types, masks)
         version = self._schema_version(
-            table, schema_document(list(zip(names, oids, strict=True)), key, self._types, masks)
-        )
+            table, schema_document(list(zip(names, oids, strict=True)), key, self._types,
+                                   self._generated_masks(table, masks, generated), generated))
         return codec, version
 
     def refresh(self, table: str) -> None:
@@ -431,7 +493,17 @@ class PgChunkReader:
         replica = self._replica and not on_primary
         cursor = text_cursor(self.conn) if on_primary else self._text_cursor()
         try:
-            cursor.execute(sql.encode(), params)
+            try:
+                cursor.execute(sql.encode(), params)
+            except psycopg.errors.FeatureNotSupported:
+                # psycopg prepared the SELECT (after 5 runs) and its table changed since:
+                # "cached plan must not change result type". Forget the prepared ones and
+                # run it once more, now planned anew: the result describes the new columns
+                # (_check_read makes the chunk stale) or the error was another one.
+                if cursor.connection.broken or cursor.connection.closed:
+                    raise
+                cursor.connection.execute(b"DEALLOCATE ALL")
+                cursor.execute(sql.encode(), params)
             return cursor
         except psycopg.Error as exc:
             if cursor.connection.broken or cursor.connection.closed:

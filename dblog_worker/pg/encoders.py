@@ -40,6 +40,8 @@ class PgType:
     element_oid: int = 0  # typelem of array types, else 0
     base_oid: int = 0  # typbasetype of domains, else 0
     delimiter: str = ","  # typdelim (box uses ';')
+    namespace: str = ""  # the schema of a type of this database (builtin ones: "")
+    labels: tuple[str, ...] = ()  # an enum's labels, in their order
 
 
 # --- builtin types ----------------------------------------------------------------------

@@ -22,7 +22,6 @@ from dblog_worker.config import SourceConfig
 from dblog_worker.errors import ConfigError, DumpFailed, LogGone, SourceUnavailable
 from dblog_worker.events import Checkpoint, LogItem
 from dblog_worker.masking import MaskConflict
-from dblog_worker.names import split_table
 from dblog_worker.pg import catalog, cells, pressure, queries, replica
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.catalog import WATERMARK_DDL
@@ -98,7 +97,8 @@ class PgSource:
 
     def _candidates(self) -> list[Candidate]:
         with connection_errors("reading the catalog"):
-            return catalog.candidates(self.conn, self.config.selector.schemas)
+            return catalog.candidates(self.conn, self.config.selector.schemas,
+                                      self.config.keys)
 
     def selection(self) -> Selection:
         return self.captured.selection()
@@ -112,7 +112,7 @@ class PgSource:
             problems = catalog.server_problems(self.conn)
             infos = []
             for table in selection.tables:
-                info = catalog.load_table(self.conn, table)
+                info = catalog.load_table(self.conn, table, self.config.key_of(table))
                 found = catalog.table_problems(info, table)
                 found += self._mask_problems(table, info)
                 problems += found if selector.named(table) else _warnings(found)
@@ -156,6 +156,11 @@ class PgSource:
             + ("available: no table, no write grant" if not message
                else "not available: " + "; ".join(p.what for p in message)),
         ]
+        with connection_errors("preflight"):
+            for table in self.captured.rescan().selection.existing:
+                info = catalog.load_table(self.conn, table, self.config.key_of(table))
+                if info is not None and info.key_columns:
+                    lines.append(catalog.table_line(info))
         replica = self.config.replica
         lines.append("chunk reads: " + (
             f"on the read replica {replica.safe_dsn(self.config.kind)} (hot standby; each "
@@ -397,17 +402,15 @@ class PgSource:
             except DumpFailed as exc:  # dropped since, or lost its key: replaying old changes
                 captured = None
                 log.warning("%s; its old changes are keyed by their replica identity", exc)
+        generated: tuple[tuple[str, str, str], ...] = ()
         if captured is not None:
-            key = captured.info.key_columns
+            key, generated = captured.info.key_columns, captured.info.generated
         else:
             key = tuple(c.name for c in relation.columns if c.flags & 1)
         oids = [c.type_oid for c in relation.columns]
-        codec, version = self.chunks.codec(table, names, oids, key)
-        if relation.replica_identity != "f":
-            log.warning("%s has REPLICA IDENTITY %r, not FULL: updates that keep a large value "
-                        "arrive without it and are read again by a primary-key dump; fix: "
-                        "ALTER TABLE %s REPLICA IDENTITY FULL;", table, relation.replica_identity,
-                        queries.qualified(*split_table(table)))
+        codec, version = self.chunks.codec(table, names, oids, key, generated)
+        if captured is not None and not captured.info.key_in_log:
+            log.warning("%s", catalog.identity_problems(captured.info)[0].what)
         return RelationView(RelationKind.CAPTURED, table, codec, version,
                             full_identity=relation.replica_identity == "f")
 

@@ -12,8 +12,10 @@ and types with :func:`~dblog_worker.pg.queries.sql_text`, which double it.
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -23,6 +25,7 @@ from psycopg.conninfo import conninfo_to_dict
 from dblog_worker import names
 from dblog_worker.errors import TargetError, TargetUnavailable
 from dblog_worker.names import split_table
+from dblog_worker.pg.jdbc_tls import jdbc_properties
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.pg.queries import ident, quote_ident, sql_text
 from dblog_worker.pg.values import libpq_options
@@ -113,12 +116,29 @@ def widened(column: SourceColumn, existing: str) -> str | None:
     return None
 
 
+def not_a_date(text: str) -> str:
+    """``text`` (a date or time stamp ``YYYY-MM-DD...`` of another kind's source), or
+    ``-infinity`` where it is no date PostgreSQL has: MySQL's zero date, a zero year,
+    month or day, an impossible day (``2020-02-31``). CASE tests in order: ``make_date``
+    sees valid parts only."""
+    year, month, day = (f"substr({text}, {at}, {width})" for at, width in
+                        ((1, 4), (6, 2), (9, 2)))
+    return (f"CASE WHEN {year} = '0000' OR {month} = '00' OR {day} = '00' THEN '-infinity'"
+            f" WHEN extract(month FROM make_date({year}::int, {month}::int, 1)"
+            f" + ({day}::int - 1)) <> {month}::int THEN '-infinity' ELSE {text} END")
+
+
 def convert(column: SourceColumn, text: str, type_sql: str, state: str) -> str:
     """SQL that turns ``text``, a column's JSON value as text, into ``type_sql``.
 
-    ``state``: the quoted state schema, which holds ``array_literal``.
+    ``state``: the quoted state schema, which holds ``array_literal``. A date, datetime
+    or timestamptz of another kind's source that is no date (MySQL's zero and invalid
+    dates) becomes ``-infinity``.
     """
     type_sql = sql_text(type_sql)
+    logical = None if column.kind == POSTGRESQL else logical_of(column)
+    if logical is not None and logical.name in ("date", "datetime", "timestamptz"):
+        return f"CAST({not_a_date(text)} AS {type_sql})"
     if column.encoding is Encoding.BASE64:
         return f"CAST(decode({text}, 'base64') AS {type_sql})"
     if column.encoding is Encoding.ARRAY:
@@ -173,6 +193,20 @@ def delete_sql(batch: Batch, types: Mapping[str, str], state: str) -> str:
     )
 
 
+def literal(text: str) -> str:
+    """A string literal (standard_conforming_strings is on)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _enums(batch: Batch) -> list[tuple[str, tuple[str, ...]]]:
+    """The enum types of a batch's columns, each with its labels (the newest found)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for column in batch.columns:
+        if column.enum:
+            found[column.enum] = column.members
+    return list(found.items())
+
+
 class PostgresTarget(Target):
     kind = POSTGRESQL
     position_type = 'varchar(48) COLLATE "C"'
@@ -181,6 +215,8 @@ class PostgresTarget(Target):
         super().__init__(config)
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._s = ident(self.state)
+        self._jdbc_tls: dict[str, str] | None = None  # the DSN's TLS, for pgjdbc
+        self._folder: tempfile.TemporaryDirectory[str] | None = None  # a converted key's
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -193,6 +229,9 @@ class PostgresTarget(Target):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder, self._jdbc_tls = None, None
 
     @property
     def conn(self) -> psycopg.Connection[tuple[Any, ...]]:
@@ -358,18 +397,101 @@ class PostgresTarget(Target):
             )
         port = str(params.get("port") or "5432")
         database = quote(str(params.get("dbname") or params.get("user") or "postgres"), safe="")
-        options = ["reWriteBatchedInserts=true"]
-        if params.get("sslmode"):
-            options.append(f"sslmode={quote(str(params['sslmode']), safe='')}")
-        url = f"jdbc:postgresql://{host}:{port}/{database}?{'&'.join(options)}"
+        url = f"jdbc:postgresql://{host}:{port}/{database}?reWriteBatchedInserts=true"
         properties = {"driver": "org.postgresql.Driver", "user": str(params.get("user") or "")}
         if params.get("password"):
             properties["password"] = str(params["password"])
-        return url, properties
+        if self._jdbc_tls is None:  # converted once: the key's file lives until close
+            self._jdbc_tls = jdbc_properties({k: str(v) for k, v in params.items()},
+                                             self._private_folder)
+        return url, {**properties, **self._jdbc_tls}
+
+    def _private_folder(self) -> Path:
+        if self._folder is None:
+            self._folder = tempfile.TemporaryDirectory(prefix="dblog-jdbc-")  # 0700
+        return Path(self._folder.name)
+
+    # -- types of the source's database, generated columns ----------------------------------
+
+    def prepare_table(self, batch: Batch) -> dict[str, str]:
+        """The enum types the batch's columns need first; after the table, its generated
+        columns (computed by the target with the source's expression)."""
+        for enum, labels in _enums(batch):
+            self._ensure_enum(batch, enum, labels)
+        found = super().prepare_table(batch)
+        missing = [g for g in batch.generated if g.name not in found]
+        if missing:
+            added = ", ".join(
+                f"ADD COLUMN IF NOT EXISTS {ident(g.name)} {sql_text(g.type)}"
+                f" GENERATED ALWAYS AS ({sql_text(g.expression)}) STORED" for g in missing)
+            with self._errors("adding generated columns"), self.conn.transaction():
+                self._ddl(batch.target_table, f"ALTER TABLE {qualified(batch.target_table)}"
+                                              f" {added}")
+            found = self.table_columns(batch.target_table) or found
+        return found
+
+    def _ensure_enum(self, batch: Batch, enum: str, labels: Sequence[str]) -> None:
+        """Create the enum type ``enum`` (schema.name) with ``labels`` in their order, or
+        append to it the labels it lacks; TargetError if the name is another kind of type."""
+        schema, name = split_table(enum)
+        sql = f"{ident(schema)}.{ident(name)}"
+        with self._errors("creating an enum type"), self.conn.transaction():
+            self._schema_lock(schema)
+            found = self._rows(
+                "SELECT t.typtype, ARRAY(SELECT e.enumlabel FROM pg_enum e WHERE e.enumtypid ="
+                " t.oid ORDER BY e.enumsortorder) FROM pg_type t JOIN pg_namespace n"
+                " ON n.oid = t.typnamespace WHERE n.nspname = %s AND t.typname = %s",
+                (schema, name))
+            if not found:
+                self._ddl(batch.target_table, f"CREATE SCHEMA IF NOT EXISTS {ident(schema)}")
+                self._ddl(batch.target_table, f"CREATE TYPE {sql} AS ENUM ("
+                          + ", ".join(sql_text(literal(x)) for x in labels) + ")")
+                return
+            if found[0][0] != "e":
+                raise TargetError(
+                    f"{batch.source_table}: the target has a type {enum} that is not an enum;"
+                    f" the merge creates {enum} as the source's enum: drop or rename it")
+        self._add_labels(batch, enum, [x for x in labels if x not in found[0][1]])
+
+    def _add_labels(self, batch: Batch, enum: str, labels: Sequence[str]) -> None:
+        """Append ``labels`` to the enum (each committed before a batch uses it)."""
+        schema, name = split_table(enum)
+        for label in labels:
+            with self._errors("adding an enum label"), self.conn.transaction():
+                self._ddl(batch.target_table,
+                          f"ALTER TYPE {ident(schema)}.{ident(name)} ADD VALUE IF NOT EXISTS "
+                          + sql_text(literal(label)))
+
+    def _staged_labels(self, batch: Batch) -> None:
+        """Labels of the staged rows that the target's enums lack (a label added at the
+        source after the worker read the type): appended before the batch applies."""
+        stage = f"{self._s}.{ident(batch.stage)}"
+        for column in batch.columns:
+            if not column.enum:
+                continue
+            name_sql = sql_text(literal(column.name))
+            if column.element:  # one-dimensional arrays of the enum
+                value = f"(s.after_json::json -> {name_sql})"
+                values = (f"SELECT DISTINCT e.v #>> '{{}}' FROM {stage} s CROSS JOIN LATERAL"
+                          f" json_array_elements(CASE WHEN json_typeof({value}) = 'array'"
+                          f" THEN {value} END) e(v) WHERE s.op <> 'd'"
+                          " AND json_typeof(e.v) = 'string'")
+            else:
+                values = (f"SELECT DISTINCT s.after_json::json ->> {name_sql}"
+                          f" FROM {stage} s WHERE s.op <> 'd'")
+            schema, name = split_table(column.enum)
+            known = self._rows(
+                "SELECT e.enumlabel FROM pg_enum e JOIN pg_type t ON t.oid = e.enumtypid"
+                " JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = %s"
+                " AND t.typname = %s", (schema, name))
+            have = {str(r[0]) for r in known}
+            new = sorted({str(r[0]) for r in self._rows(values) if r[0] is not None} - have)
+            self._add_labels(batch, column.enum, new)
 
     # -- apply ------------------------------------------------------------------------------
 
     def apply(self, batch: Batch, types: Mapping[str, str], retention_h: float) -> Applied:
+        self._staged_labels(batch)
         s = self._s
         stage = f"{s}.{ident(batch.stage)}"
         target = qualified(batch.target_table)

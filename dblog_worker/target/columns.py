@@ -25,7 +25,8 @@ from typing import Protocol, cast
 from dblog_worker import kinds
 from dblog_worker.errors import TargetError
 
-__all__ = ["ColumnTypes", "Encoding", "Logical", "SourceColumn", "columns_of", "target_type"]
+__all__ = ["ColumnTypes", "Encoding", "GeneratedColumn", "Logical", "SourceColumn", "columns_of",
+           "generated_of", "target_type"]
 
 
 class Encoding(StrEnum):
@@ -50,9 +51,30 @@ class SourceColumn:
     length: int = 0
     members: tuple[str, ...] = ()
     element: str = ""  # PostgreSQL arrays: the element's typname
+    enum: str = ""  # PostgreSQL enums (and arrays of them): the type's schema.name
+    subtype: str = ""  # MySQL spatial columns: the spatial type (point, polygon, ...)
 
     def describe(self) -> str:
         return f"{self.element}[]" if self.element else self.type
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedColumn:
+    """A generated column of a source table, which row images do not carry: a target of the
+    source's kind computes it with the same expression (``schema-<n>.json``'s
+    ``generated``)."""
+
+    name: str
+    type: str  # as the source spells it, with its modifiers
+    expression: str
+
+
+def generated_of(schema: Mapping[str, object]) -> list[GeneratedColumn]:
+    entries = schema.get("generated")
+    if not isinstance(entries, list):
+        return []
+    return [GeneratedColumn(str(e["name"]), str(e["type"]), str(e["expression"]))
+            for e in entries if isinstance(e, dict)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +82,15 @@ class Logical:
     """A source column's type in neutral terms, for a target of another kind.
 
     ``name``: int16, int32, int64, uint32, uint64, decimal, float32, float64, bool,
-    binary, text, json, uuid, date, time (of day), duration, datetime, timestamptz, year.
+    binary, text, json, uuid, inet (an IPv4 or IPv6 address), date, time (of day),
+    duration, datetime, timestamptz, year.
+
+    Values in neutral terms are the landing zone's texts. A source may have values a
+    target type cannot hold, and each target says in its ``convert`` what it stores then
+    (docs/merge.md, "Types"): decimal and float values ``NaN``, ``Infinity``,
+    ``-Infinity``; date, datetime and timestamptz values outside the years 1 to 9999
+    (``infinity``, ``-infinity``, BC) and not a date (MySQL's zero date ``0000-00-00``,
+    a zero month or day, an impossible day).
     """
 
     name: str

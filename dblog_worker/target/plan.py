@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 from dblog_worker.errors import SegmentCorrupt
 from dblog_worker.landing.sink import DEFAULT_FORMAT, LandedReader, Segment
-from dblog_worker.target.columns import SourceColumn, columns_of, key_of, union_columns
+from dblog_worker.target.columns import (
+    GeneratedColumn,
+    SourceColumn,
+    columns_of,
+    generated_of,
+    key_of,
+    union_columns,
+)
 
 __all__ = ["Batch", "MergeLogEntry", "Pending", "next_batch", "pending_segments", "stage_name"]
 
@@ -43,6 +50,8 @@ class Batch:
     columns: tuple[SourceColumn, ...]  # every column of the batch's schema versions
     key: tuple[str, ...]
     format: str = DEFAULT_FORMAT  # the landing format, as Spark reads it
+    # generated columns of the newest schema version, same kind of target only
+    generated: tuple[GeneratedColumn, ...] = ()
 
     @property
     def last_segment(self) -> int:
@@ -123,4 +132,5 @@ def next_batch(reader: LandedReader, source_kind: str, table: str, target_table:
         columns=tuple(union_columns([columns_of(source_kind, d) for d in documents])),
         key=tuple(key_of(documents[-1])),
         format=reader.format,
+        generated=tuple(generated_of(documents[-1])),
     )

@@ -46,12 +46,15 @@ DDL = {
 CHUNK = 20
 
 
-def dump_with_ddl(backend: Backend, ddl: str, parallelism: int = 1) -> tuple[str, int]:
-    """A table dump in chunks of 20 (``parallelism`` of them per window); before the third
-    window's low watermark, the DDL and an update of a row of that chunk. Returns the
-    request id and the sessions run."""
+def dump_with_ddl(backend: Backend, ddl: str, parallelism: int = 1, window: int = 3,
+                  rows: int = 150, keys: bool = False) -> tuple[str, int]:
+    """A table dump in chunks of 20 (``parallelism`` of them per window); before the
+    ``window``-th window's low watermark, the DDL and an update of a row of that chunk.
+    ``keys``: a primary-key dump of every row instead of a table dump. Returns the request
+    id and the sessions run."""
     t1, v = backend.t1, backend.next_version
-    backend.create(t1, 150)
+    backend.create(t1, rows)
+    updated = (window - 1) * CHUNK * parallelism * 10 + 50  # a key of that window's chunk
     statement = (DDL[ddl][0 if backend.kind == "postgresql" else 1].format(t=t1)
                  if ddl in DDL else ddl.format(t=t1))
     config = config_module.load(backend.config_path([t1]))
@@ -60,14 +63,15 @@ def dump_with_ddl(backend: Backend, ddl: str, parallelism: int = 1) -> tuple[str
 
     def before_low(token: str) -> None:
         windows.append(token)
-        if len(windows) == 3:  # chunk 3 reads ids 410..600
+        if len(windows) == window:  # window 3 reads ids 410..600 (parallelism 1)
             writer.execute(statement)
-            writer.execute(f"UPDATE {t1} SET version = {v} WHERE id = 450")
+            writer.execute(f"UPDATE {t1} SET version = {v} WHERE id = {updated}")
 
     worker, thread = run_in_thread(config, {"before_low": before_low})
     try:
-        request_id = dump(backend.config_path([t1]), "--table", t1, "--chunk-size", str(CHUNK),
-                          "--parallelism", str(parallelism))
+        scope = ["--keys", json.dumps([10 * k for k in range(1, rows + 1)])] if keys else []
+        request_id = dump(backend.config_path([t1]), "--table", t1, *scope,
+                          "--chunk-size", str(CHUNK), "--parallelism", str(parallelism))
         state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"], 60)
         assert state["state"] == "completed", state
     finally:
@@ -127,6 +131,30 @@ def test_ddl_right_before_a_parallel_window(backend: Backend, ddl: str) -> None:
     now = set(next(iter(backend.rows(backend.t1).values())))
     assert len(columns) >= 150 and columns[120:] == [now] * len(columns[120:])
     assert_converged_after_a_second_dump(backend)
+
+
+@pytest.mark.parametrize("ddl", list(DDL))
+@pytest.mark.parametrize("dump_kind", ["table", "keys", "parallel"])
+def test_ddl_after_the_chunk_select_is_prepared(backend: Backend, ddl: str,
+                                                dump_kind: str) -> None:
+    """The DDL before the twelfth window, once the driver has prepared the chunk SELECT
+    (psycopg does after 5 executions; PostgreSQL then refuses the prepared plan whose
+    result changed: ``cached plan must not change result type``): the window is read again
+    with the new columns, in the same session, and many chunks follow."""
+    parallelism = 3 if dump_kind == "parallel" else 1
+    rows = 30 * CHUNK * parallelism
+    request_id, sessions = dump_with_ddl(backend, ddl, parallelism, window=12, rows=rows,
+                                         keys=dump_kind == "keys")
+    assert sessions == 1
+    columns = dump_columns(backend, request_id)
+    now = set(next(iter(backend.rows(backend.t1).values())))
+    after = 12 * CHUNK * parallelism  # every row from the twelfth window on
+    assert len(columns) >= rows and columns[after:] == [now] * len(columns[after:])
+    if ddl == "change type":
+        assert_converged(backend, backend.t1)
+    else:
+        assert columns[0] != now  # the first windows had the old columns
+        assert_converged_after_a_second_dump(backend)
 
 
 def assert_converged_after_a_second_dump(backend: Backend) -> None:

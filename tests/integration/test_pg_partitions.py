@@ -113,10 +113,12 @@ def _preflight(backend: Backend, tables: list[str]) -> str:
     return result.stdout + result.stderr
 
 
-def test_preflight_refuses_a_partition_without_full_replica_identity(backend: Backend) -> None:
-    backend.execute("ALTER TABLE items_high REPLICA IDENTITY DEFAULT")
+def test_preflight_refuses_a_partition_whose_identity_lacks_the_key(backend: Backend) -> None:
+    backend.execute("ALTER TABLE items_high REPLICA IDENTITY NOTHING")
+    backend.execute("ALTER TABLE items_low REPLICA IDENTITY DEFAULT")  # its primary key: fine
     output = _preflight(backend, [backend.t1])
-    assert "partitions of public.items do not have REPLICA IDENTITY FULL" in output
+    assert "partitions of public.items have a REPLICA IDENTITY that does not carry the key" \
+        in output
     assert 'ALTER TABLE "public"."items_high" REPLICA IDENTITY FULL;' in output
     assert "items_low" not in output
 

@@ -145,29 +145,37 @@ def test_table_without_primary_key(tmp_path: Path, pg_dsn: str, redis_url: str) 
     execute(pg_dsn, "CREATE TABLE public.no_pk (id integer, v text);"
                     "ALTER TABLE public.no_pk REPLICA IDENTITY FULL;")
     config = write_config(tmp_path, pg_dsn, redis_url, ["public.items", "public.no_pk"])
-    assert_refused(config, ['ALTER TABLE "public"."no_pk" ADD PRIMARY KEY (<columns>);'],
-                   what="table public.no_pk has no primary key")
+    assert_refused(config, ['ALTER TABLE "public"."no_pk" ADD PRIMARY KEY (<columns>); -- or '
+                            'name its key columns: [source] keys = { "public.no_pk" = '
+                            '["<column>", ...] }'],
+                   what="table public.no_pk has no primary key and no unique index on NOT "
+                        "NULL columns")
     assert source_objects(pg_dsn) == (0, 0, 0)
 
 
-def test_table_without_replica_identity_full(
+def test_table_whose_replica_identity_does_not_carry_its_key(
     tmp_path: Path, pg_dsn: str, redis_url: str
 ) -> None:
+    """REPLICA IDENTITY NOTHING is refused; DEFAULT (the primary key) is not."""
     create_test_table(pg_dsn, "public.items")
     execute(pg_dsn, 'CREATE TABLE public.plain (id integer PRIMARY KEY);'
-                    'CREATE TABLE public."Mixed ""Case""" (id integer PRIMARY KEY);')
+                    'CREATE TABLE public."Mixed ""Case""" (id integer PRIMARY KEY);'
+                    'CREATE TABLE public.fine (id integer PRIMARY KEY);'
+                    'ALTER TABLE public.plain REPLICA IDENTITY NOTHING;'
+                    'ALTER TABLE public."Mixed ""Case""" REPLICA IDENTITY NOTHING;')
     config = write_config(tmp_path, pg_dsn, redis_url,
-                          ["public.items", "public.plain", 'public.Mixed "Case"'])
+                          ["public.items", "public.plain", 'public.Mixed "Case"', "public.fine"])
     expected = ['ALTER TABLE "public"."plain" REPLICA IDENTITY FULL;',
                 'ALTER TABLE "public"."Mixed ""Case""" REPLICA IDENTITY FULL;']
     assert_refused(config, expected,
-                   what="table public.plain does not have REPLICA IDENTITY FULL")
+                   what="table public.plain has REPLICA IDENTITY NOTHING, so the log would "
+                        "not carry the old values of its key (id, primary key)")
     # The printed SQL is exact: run as printed, it fixes the problem.
     for fix in expected:
         execute(pg_dsn, fix)
     result = preflight(config)
     assert result.returncode == 0, result
-    assert "is ready: 3 table(s)" in result.stdout
+    assert "is ready: 4 table(s)" in result.stdout
 
 
 def test_tables_a_pattern_matches_never_stop_capture(
@@ -498,7 +506,9 @@ def test_mariadb_table_without_primary_key(
     database.execute("CREATE TABLE no_pk (id int, v text)")
     config = my_config(tmp_path, mariadb_server, redis_url,
                        [database.table("items"), database.table("no_pk")])
-    assert_refused(config, [f"ALTER TABLE `{mariadb_database}`.`no_pk` ADD PRIMARY KEY (...);"],
+    assert_refused(config, [f"ALTER TABLE `{mariadb_database}`.`no_pk` ADD PRIMARY KEY (...); "
+                            f'-- or name its key columns: [source] keys = {{ '
+                            f'"{mariadb_database}.no_pk" = ["<column>", ...] }}'],
                    what=f"table {mariadb_database}.no_pk has no primary key")
 
 
