@@ -144,7 +144,15 @@ _CANDIDATES_SQL = (
     "SELECT c.oid::int, n.nspname, c.relname, c.relpersistence = 'u', c.relreplident, "
     "CASE WHEN c.relispartition THEN (SELECT rn.nspname || '.' || r.relname FROM pg_class r "
     "JOIN pg_namespace rn ON rn.oid = r.relnamespace WHERE r.oid = pg_partition_root(c.oid)) "
-    "END "
+    "END, "
+    # a partitioned table's partitions whose identity is not FULL, and of those the ones
+    # whose identity is not DEFAULT with a primary key (as partition_problems counts them)
+    "(SELECT count(*) FROM pg_partition_tree(c.oid) AS t JOIN pg_class l ON l.oid = t.relid "
+    "WHERE c.relkind = 'p' AND t.isleaf AND l.relreplident <> 'f'), "
+    "(SELECT count(*) FROM pg_partition_tree(c.oid) AS t JOIN pg_class l ON l.oid = t.relid "
+    "WHERE c.relkind = 'p' AND t.isleaf AND l.relreplident <> 'f' AND NOT ("
+    "l.relreplident = 'd' AND EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = l.oid "
+    "AND i.indisprimary))) "
     f"FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE {_SCHEMAS_OF_INTEREST}"
 )
 # _UNIQUE_SQL of every table _CANDIDATES_SQL lists
@@ -178,8 +186,8 @@ def candidates(conn: psycopg.Connection[tuple[object, ...]],
             UniqueIndex(str(index), bool(primary), bool(identity), _texts(columns),
                         bool(not_null)))
     found = []
-    for oid, schema, name, unlogged, identity, root in conn.execute(_CANDIDATES_SQL,
-                                                                     (names, names)):
+    for oid, schema, name, unlogged, identity, root, not_full, without_pk in conn.execute(
+            _CANDIDATES_SQL, (names, names)):
         table = f"{schema}.{name}"
         own = indexes.get(int(str(oid)), [])
         key, key_from = choose_key(own, (keys or {}).get(table))
@@ -194,6 +202,11 @@ def candidates(conn: psycopg.Connection[tuple[object, ...]],
                         f"carry its key ({', '.join(key)}, {key_from}): published, its "
                         "UPDATEs and DELETEs would fail or lose the key (set REPLICA IDENTITY "
                         "USING INDEX of the key, or FULL)")
+        elif key and int(str(without_pk if key_from == "primary key" else not_full)):
+            left_out = ("partitions of it have a REPLICA IDENTITY that does not carry its key "
+                        f"({', '.join(key)}, {key_from}): published, their UPDATEs and DELETEs "
+                        "would fail or lose the key (named in source.tables, dblog preflight "
+                        "lists them)")
         found.append(Candidate(table, key, left_out))
     return found
 

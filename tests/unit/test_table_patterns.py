@@ -110,7 +110,8 @@ def test_select_among_the_catalog() -> None:
                                   "shop.orders": "matches 'shop.*'"}
     assert selection.existing == ("shop.orders",) and selection.missing == ("shop.gone",)
     assert selection.excluded == {
-        "shop.nokey": "matches 'shop.*', but it has no primary key",
+        "shop.nokey": "matches 'shop.*', but it has no primary key nor unique index on NOT "
+                      "NULL columns (name its key in source.keys)",
         "shop.p1": "matches 'shop.*', but it is a partition of shop.p (...)",
         "shop.skip": "matches 'shop.*', excluded by 'shop.skip' (source.exclude_tables)",
     }
