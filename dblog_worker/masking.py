@@ -46,7 +46,8 @@ from __future__ import annotations
 import functools
 import hmac
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from json.encoder import encode_basestring
@@ -65,6 +66,7 @@ __all__ = [
     "ColumnRules",
     "MaskConflict",
     "TableMasks",
+    "generated_left_out",
     "hmac_hex",
 ]
 
@@ -152,6 +154,30 @@ class TableMasks:
     def schema(self) -> dict[str, str]:
         """For the schema document: column → what was done to it."""
         return {name: mask.action.value for name, mask in self.masks.items()}
+
+
+def generated_left_out(generated: Iterable[tuple[str, str]], masks: TableMasks) -> set[str]:
+    """The generated columns ``(name, expression)`` (PostgreSQL's STORED ones, which a
+    target computes from the other columns) that the schema document and verify leave out:
+    those a rule reaches, and those whose expression may read a masked or excluded column
+    (a target would compute them from the masked text, or fail, or a rule would be undone).
+    The expression is ``pg_get_expr``'s: every column it reads is spelled as an
+    identifier, quoted where it must be; at worst a word that only looks like a column
+    leaves a generated column out."""
+    reached = set(masks.masks)
+    left_out = set()
+    for name, expression in generated:
+        if name in reached:
+            left_out.add(name)
+            continue
+        for quoted, word in _IDENTIFIER.findall(expression):
+            if (quoted.replace('""', '"') if quoted else word.lower()) in reached:
+                left_out.add(name)
+                break
+    return left_out
+
+
+_IDENTIFIER = re.compile(r'"((?:[^"]|"")*)"|([A-Za-z_][A-Za-z0-9_$]*)')
 
 
 def hash_column(key: bytes, array: Any, quoted: bool) -> Any:

@@ -61,7 +61,7 @@ from typing import Any, Protocol, cast
 
 from dblog_worker import kinds
 from dblog_worker.errors import RequestRejected, TerminalError
-from dblog_worker.masking import ColumnMask, TableMasks
+from dblog_worker.masking import ColumnMask, TableMasks, generated_left_out
 
 __all__ = [
     "Column",
@@ -107,6 +107,7 @@ class Column:
     cast: str = ""  # the type to cast a bound key value to, where the kind needs one
     collation: str | None = None  # effective collation of a collatable column
     native: object = None  # what else the kind knows of the column (MySQL: its MyColumn)
+    generated: str | None = None  # PostgreSQL: a STORED generated column's expression
 
 
 KeyParam = Callable[[str], object]
@@ -360,9 +361,13 @@ def _side(description: TableDescription, columns: Sequence[Column], families: Se
 
 
 def _masked(source: TableDescription, masks: TableMasks) -> TableDescription:
-    """The source as the target sees it: excluded columns gone, masked ones text."""
+    """The source as the target sees it: excluded columns gone (and the generated ones
+    the schema document leaves out: :func:`generated_left_out`), masked ones text."""
+    gone = generated_left_out([(c.name, c.generated) for c in source.columns
+                               if c.generated is not None], masks)
     columns = tuple(replace(c, family=Family.TEXT) if c.name in masks.masks else c
-                    for c in source.columns if not masks.excluded(c.name))
+                    for c in source.columns
+                    if not masks.excluded(c.name) and c.name not in gone)
     return replace(source, columns=columns)
 
 

@@ -14,8 +14,7 @@ output into Arrow columns (``pg/cells.py``) and encodes them with ``ColumnCodec`
 from __future__ import annotations
 
 import functools
-import re
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -33,7 +32,7 @@ from dblog_worker.errors import (
     SourceUnavailable,
 )
 from dblog_worker.events import Encoded
-from dblog_worker.masking import TableMasks
+from dblog_worker.masking import TableMasks, generated_left_out
 from dblog_worker.pg import catalog, queries
 from dblog_worker.pg.catalog import TableInfo
 from dblog_worker.pg.cells import result_columns
@@ -161,28 +160,15 @@ def schema_document(info_columns: Sequence[tuple[str, int]], key: Sequence[str],
             columns.append({"name": name, "type": "text", "type_oid": TEXT_OID,
                             "masked": done[name], "source_type": type_name})
     document: dict[str, object] = {"columns": columns, "key": list(key)}
-    kept = [g for g in generated if g[0] not in done and not _reads(g[2], done)]
+    gone = generated_left_out([(g[0], g[2]) for g in generated], masks)
+    kept = [g for g in generated if g[0] not in gone]
     excluded = [name for name, _ in info_columns if done.get(name) == "exclude"]
-    excluded += [g[0] for g in generated if g not in kept]
+    excluded += [g[0] for g in generated if g[0] in gone]
     if kept:
         document["generated"] = [{"name": n, "type": t, "expression": e} for n, t, e in kept]
     if excluded:
         document["excluded"] = excluded
     return document
-
-
-def _reads(expression: str, columns: Iterable[str]) -> bool:
-    """Whether a generated column's expression (``pg_get_expr``: every column it reads
-    spelled as an identifier, quoted where it must be) may read one of ``columns``:
-    a word or a quoted identifier equal to one; at worst it says so of a column it does
-    not read, and that generated column is left out."""
-    names = set(columns)
-    if not names:
-        return False
-    for quoted, word in re.findall(r'"((?:[^"]|"")*)"|([A-Za-z_][A-Za-z0-9_$]*)', expression):
-        if (quoted.replace('""', '"') if quoted else word.lower()) in names:
-            return True
-    return False
 
 
 def user_type(oid: int, types: Mapping[int, PgType]) -> dict[str, object]:

@@ -84,8 +84,10 @@ PG_TABLE_SQL = (
 
 PG_COLUMNS_SQL = (
     "SELECT a.attname, coalesce(b.typname, t.typname), format_type(a.atttypid, NULL), "
-    "coalesce(b.typcategory, t.typcategory), l.collname, a.atttypid::int "
+    "coalesce(b.typcategory, t.typcategory), l.collname, a.atttypid::int, "
+    "CASE WHEN a.attgenerated <> '' THEN pg_get_expr(g.adbin, g.adrelid) END "
     "FROM pg_catalog.pg_attribute a "
+    "LEFT JOIN pg_catalog.pg_attrdef g ON g.adrelid = a.attrelid AND g.adnum = a.attnum "
     "JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
     "LEFT JOIN pg_catalog.pg_type b ON b.oid = t.typbasetype AND t.typtype = 'd' "
     "LEFT JOIN pg_catalog.pg_collation l ON l.oid = a.attcollation "
@@ -185,14 +187,15 @@ class PgVerifySql:
         collate, provider, icu = query(PG_DATABASE_SQL, [])[0]
         default = f"icu:{icu}" if provider == "i" else str(collate)
         columns = []
-        for attname, typname, cast, category, collation, type_oid in query(PG_COLUMNS_SQL,
-                                                                           [oid]):
+        for attname, typname, cast, category, collation, type_oid, expression in query(
+                PG_COLUMNS_SQL, [oid]):
             effective = None if collation is None else (
                 default if collation == "default" else str(collation))
             columns.append(Column(attname, typname, pg_family(typname, category, role),
                                   cast=cast,
                                   collation="C" if effective == "POSIX" else effective,
-                                  native=int(type_oid)))
+                                  native=int(type_oid),
+                                  generated=None if expression is None else str(expression)))
         key = tuple(str(row[0]) for row in query(PG_KEY_SQL, [oid]))
         return TableDescription(POSTGRESQL, table, tuple(columns), key)
 

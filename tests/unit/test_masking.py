@@ -25,6 +25,7 @@ from dblog_worker.masking import (
     ColumnRules,
     MaskConflict,
     TableMasks,
+    generated_left_out,
     hash_column,
     parse_rules,
 )
@@ -185,6 +186,29 @@ def test_postgresql_log_tuples_and_schema_documents() -> None:
                     {"name": "email", "type": "text", "type_oid": TEXT, "masked": "hash",
                      "source_type": "text"}],
         "key": ["id"], "excluded": ["secret"]}
+
+
+def test_generated_columns_that_read_what_a_mask_hides_are_left_out() -> None:
+    """A PostgreSQL STORED generated column, which a target computes from the other
+    columns: kept when it reads none of the masked or excluded ones, left out (and named
+    under ``excluded``) when a rule reaches it or its expression may read one."""
+    masks = TableMasks({"secret": ColumnMask(Action.EXCLUDE), "e Mail": ColumnMask(Action.HASH),
+                        "code": ColumnMask(Action.MASK, "x")}, KEY)
+    generated = [("name_len", "integer", "length(name)"),
+                 ("domain", "text", "split_part(\"e Mail\", '@'::text, 2)"),
+                 ("has_secret", "boolean", "(secret IS NOT NULL)"),
+                 ("code", "text", "upper(name)"),  # a rule reaches it
+                 ("secretive", "text", "lower(\"secretive_src\")")]  # a longer name: kept
+    assert generated_left_out([(g[0], g[2]) for g in generated], masks) == {
+        "domain", "has_secret", "code"}
+    assert generated_left_out([(g[0], g[2]) for g in generated], TableMasks()) == set()
+    names, oids = ["id", "name", "e Mail", "secret"], [INT4, TEXT, TEXT, TEXT]
+    document = pg_schema_document(list(zip(names, oids, strict=True)), ["id"], CATALOG, masks,
+                                  generated)
+    assert document["generated"] == [
+        {"name": "name_len", "type": "integer", "expression": "length(name)"},
+        {"name": "secretive", "type": "text", "expression": 'lower("secretive_src")'}]
+    assert document["excluded"] == ["secret", "domain", "has_secret", "code"]
 
 
 # -- MySQL codecs ------------------------------------------------------------------------
