@@ -132,7 +132,8 @@ def _both_paths(config: Path, redis_url: str, worker: WorkerProcess, tmp_path: P
     return logged
 
 
-def _check_people(rows: dict[str, str], schema_document: dict[str, Any]) -> None:
+def _check_people(rows: dict[str, str], schema_document: dict[str, Any],
+                  excluded: tuple[str, ...] = ("notes",)) -> None:
     people = {k: json.loads(v) for k, v in rows.items()}
     ann = people["[1]"]
     assert list(ann) == ["id", "email", "name", "ssn", "phone", "touched"]  # no notes
@@ -145,7 +146,7 @@ def _check_people(rows: dict[str, str], schema_document: dict[str, Any]) -> None
     columns = {c["name"]: c for c in schema_document["columns"]}
     assert columns["email"]["masked"] == "hash" and columns["email"]["type"] == "text"
     assert columns["ssn"]["masked"] == "mask" and "notes" not in columns
-    assert schema_document["excluded"] == ["notes"]
+    assert schema_document["excluded"] == list(excluded)
     assert KEY not in json.dumps(schema_document)
 
 
@@ -156,10 +157,16 @@ def _schema(tmp_path: Path, table: str) -> dict[str, Any]:
 
 # -- PostgreSQL ----------------------------------------------------------------------------
 
+# No primary key: keyed by a unique index, which the replica identity names. Two STORED
+# generated columns, which the rows do not carry and a PostgreSQL target computes: one
+# reads the hashed e-mail (left out: the target would compute it from the hash), one not.
 PG_PEOPLE_DDL = """
-CREATE TABLE public.people (id integer PRIMARY KEY, email text, name text, notes text,
-                            ssn varchar(11), phone text, touched int NOT NULL DEFAULT 0);
-ALTER TABLE public.people REPLICA IDENTITY FULL;
+CREATE TABLE public.people (id integer NOT NULL, email text, name text, notes text,
+                            ssn varchar(11), phone text, touched int NOT NULL DEFAULT 0,
+                            domain text GENERATED ALWAYS AS (split_part(email, '@', 2)) STORED,
+                            name_len int GENERATED ALWAYS AS (length(name)) STORED);
+CREATE UNIQUE INDEX people_id ON public.people (id);
+ALTER TABLE public.people REPLICA IDENTITY USING INDEX people_id;
 """
 
 
@@ -203,7 +210,10 @@ def pg_landed(tmp_path: Path, pg_dsn: str, redis_url: str,
         assert json.loads(rows["[2]"])["c_text"] is None
         people = _both_paths(config, redis_url, worker, tmp_path, "public.people",
                              [f"[{p[0]}]" for p in PEOPLE])
-        _check_people(people, _schema(tmp_path, "public.people"))
+        document = _schema(tmp_path, "public.people")
+        _check_people(people, document, ("notes", "domain"))
+        assert document["key"] == ["id"]
+        assert [g["name"] for g in document["generated"]] == ["name_len"]
         assert KEY not in worker.log()
         yield config, target
     finally:
@@ -222,8 +232,10 @@ def test_postgresql_masks_on_both_paths_then_merge_and_verify(
             "SELECT column_name, data_type FROM information_schema.columns "
             "WHERE table_name = 'people'").fetchall())
         assert columns["email"] == "text" and "notes" not in columns
-        ann = conn.execute("SELECT email, ssn FROM public.people WHERE id = 1").fetchone()
-    assert ann == (_hash('"ann@example.com"'), "XXX-XX-XXXX")
+        assert "domain" not in columns and columns["name_len"] == "integer"
+        ann = conn.execute("SELECT email, ssn, name_len FROM public.people WHERE id = 1"
+                           ).fetchone()
+    assert ann == (_hash('"ann@example.com"'), "XXX-XX-XXXX", 3)
     result = verify(config)
     assert result.equal, result.to_json()
     with psycopg.connect(target, autocommit=True) as conn:
@@ -236,9 +248,11 @@ def test_postgresql_masks_on_both_paths_then_merge_and_verify(
 
 # -- MariaDB -------------------------------------------------------------------------------
 
+# No primary key: keyed by a unique index on a NOT NULL column.
 MY_PEOPLE_DDL = """
-CREATE TABLE people (id int PRIMARY KEY, email varchar(100), name text, notes text,
-                     ssn char(11), phone varchar(20), touched int NOT NULL DEFAULT 0)
+CREATE TABLE people (id int NOT NULL, email varchar(100), name text, notes text,
+                     ssn char(11), phone varchar(20), touched int NOT NULL DEFAULT 0,
+                     UNIQUE KEY people_id (id))
 """
 
 
@@ -278,7 +292,10 @@ def test_mariadb_masks_on_both_paths_then_merge_and_verify(
         assert row1["c_int"] == _hash("-2147483648") and row1["c_dec"] == _hash('"1.50"')
         assert row1["c_char"] == _hash('"ab"')  # CHAR padding is not data, on both paths
         assert row1["c_bit"] == _hash("513") and row1["c_blob"] == _hash('"AP8="')
-        assert json.loads(rows["[3]"])["c_date"] is None  # a zero date is null: not hashed
+        row3 = json.loads(rows["[3]"])  # zero dates land as MySQL's text: hashed so
+        assert row3["c_date"] == _hash('"0000-00-00"')
+        assert row3["c_uuid"] == _hash('"00000000-0000-0000-0000-000000000000"')
+        assert row3["c_inet6"] == _hash('"::"')
         people_table = f"{mariadb_database}.people"
         people = _both_paths(config_path, redis_url, worker, tmp_path, people_table,
                              [f"[{p[0]}]" for p in PEOPLE])
