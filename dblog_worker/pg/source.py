@@ -267,7 +267,7 @@ class PgSource:
         ).fetchone()
         publication = queries.ident(self.options.publication)
         if exists is None:
-            names = ", ".join(queries.qualified(s, n) for s, n in sorted(wanted))
+            names = ", ".join(f"{queries.ident(s)}.{queries.ident(n)}" for s, n in sorted(wanted))
             conn.execute(f"CREATE PUBLICATION {publication} FOR TABLE {names} "
                          "WITH (publish_via_partition_root = true)".encode(), ())
             return
@@ -280,10 +280,10 @@ class PgSource:
         }
         added, dropped = sorted(wanted - current), sorted(current - wanted)
         if dropped:
-            names = ", ".join(queries.qualified(s, n) for s, n in dropped)
+            names = ", ".join(f"{queries.ident(s)}.{queries.ident(n)}" for s, n in dropped)
             conn.execute(f"ALTER PUBLICATION {publication} DROP TABLE {names}".encode(), ())
         if added:
-            names = ", ".join(queries.qualified(s, n) for s, n in added)
+            names = ", ".join(f"{queries.ident(s)}.{queries.ident(n)}" for s, n in added)
             conn.execute(f"ALTER PUBLICATION {publication} ADD TABLE {names}".encode(), ())
             row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text"
                                ).fetchone()
