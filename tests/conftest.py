@@ -68,10 +68,28 @@ def markers_of(item: pytest.Item) -> set[str]:
     return found
 
 
+def shared_scope_group(item: pytest.Item) -> str | None:
+    """The ``xdist_group`` of a test that uses a module- or class-scoped fixture (a server,
+    an Airflow, a Spark cluster of its module): its module's path, so that under
+    ``pytest -n N --dist loadgroup`` (scripts/test) the module's tests run on one worker and
+    start that fixture once. Other tests go to whichever worker is free."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for definitions in info.name2fixturedefs.values():
+        if any(d.scope in ("module", "class", "package") for d in definitions):
+            return str(Path(str(item.path)).relative_to(TESTS))
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for marker in sorted(markers_of(item)):
             item.add_marker(marker)
+        group = shared_scope_group(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
