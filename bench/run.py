@@ -15,8 +15,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench import (
+    cascade_merge,
     dump_throughput,
     filtered_dumps,
+    landing_stores,
     live_latency,
     log_capture,
     memory,
@@ -32,8 +34,10 @@ from bench import (
 from bench.common import SOURCES, Options, Result, emit, progress
 
 BENCHMARKS: dict[str, Callable[[Options], Result]] = {
+    cascade_merge.NAME: cascade_merge.run,
     dump_throughput.NAME: dump_throughput.run,
     filtered_dumps.NAME: filtered_dumps.run,
+    landing_stores.NAME: landing_stores.run,
     log_capture.NAME: log_capture.run,
     live_latency.NAME: live_latency.run,
     memory.NAME: memory.run,
@@ -48,6 +52,7 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
 }
 # Benchmarks that run for some source kinds only; the others run for every kind.
 SOURCE_KINDS: dict[str, tuple[str, ...]] = {
+    landing_stores.NAME: landing_stores.SOURCE_KINDS,
     merge_throughput.NAME: merge_throughput.SOURCE_KINDS,
     metrics_exposition.NAME: metrics_exposition.SOURCE_KINDS,
     replica_identity.NAME: replica_identity.SOURCE_KINDS,

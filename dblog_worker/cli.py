@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import cast
 
 from dblog_worker import __version__, cli_dumps
 from dblog_worker import config as config_module
@@ -123,6 +124,10 @@ def _parser() -> argparse.ArgumentParser:
                       help='the first primary key to dump (included): 100 or [1,"a"]')
     dump.add_argument("--to-key", type=key_argument, metavar="KEY",
                       help="the last primary key to dump (included)")
+    dump.add_argument("--prune", action="store_true",
+                      help="also remove, downstream, the rows the source no longer has: once "
+                           "each table is read, its rows no event wrote since the dump began "
+                           "are gone (whole tables only)")
     _throttle_options(dump)
     dump.add_argument("--client-token", metavar="TOKEN",
                       help="idempotency token: the same token, one request (default: none)")
@@ -189,6 +194,20 @@ def _parser() -> argparse.ArgumentParser:
                              "({table} in FILE: one file per table)")
     verify.add_argument("--json", action="store_true")
 
+    landing = command("landing", _landing,
+                      "the landing zone's files: status, compact small segments, remove "
+                      "merged ones (retention)")
+    landing.add_argument("action", choices=["status", "compact", "retain", "maintain"],
+                         help="status: files, bytes, oldest unmerged position per table; "
+                              "compact: small segments into large ones; retain: remove "
+                              "segments every target merged, past landing.retention; "
+                              "maintain: both")
+    landing.add_argument("--table", "-t", action="append", dest="tables", default=[],
+                         metavar="SCHEMA.TABLE", help="only this table (repeat)")
+    landing.add_argument("--dry-run", action="store_true",
+                         help="list what would be written and removed; change nothing")
+    landing.add_argument("--json", action="store_true")
+
     reset = command("reset", _reset, "forget the checkpoint, to start capture anew")
     reset.add_argument("--yes", action="store_true", help="really do it")
     reset.add_argument("--force", action="store_true",
@@ -237,6 +256,7 @@ def _preflight(config: Config, args: argparse.Namespace) -> int:
     try:
         problems = source.preflight()
         modes = source.modes()
+        cascades = source.cascades()
     finally:
         source.close()
     if not problems:
@@ -248,6 +268,9 @@ def _preflight(config: Config, args: argparse.Namespace) -> int:
             print(f"- {problem.what}\n  fix: {problem.fix}")
     print("modes:")
     for line in modes:
+        print(f"  {line}")
+    print("foreign-key cascades:")
+    for line in cascades:
         print(f"  {line}")
     return 1 if problems else 0
 
@@ -349,6 +372,52 @@ def _verify(config: Config, args: argparse.Namespace) -> int:
     print(json.dumps(result.to_json(), indent=2, ensure_ascii=False) if args.json
           else verify_report.render(result))
     return 0 if result.equal else 1
+
+
+def _landing(config: Config, args: argparse.Namespace) -> int:
+    try:
+        return _landing_action(config, args)
+    except OSError as exc:  # the store (S3Unavailable) or the folder
+        print(f"error: cannot reach the landing zone {config.landing_path}: {exc}",
+              file=sys.stderr)
+        return 3
+
+
+def _landing_action(config: Config, args: argparse.Namespace) -> int:
+    from dblog_worker import lifecycle
+
+    if args.action == "status":
+        rows = lifecycle.landing_status(config, args.tables)
+        if args.json:
+            print(json.dumps([r.as_dict() for r in rows], indent=2))
+        for row in [] if args.json else rows:
+            merged = ("" if row.merged_segment is None else
+                      f", merged to {row.merged_segment}, oldest unmerged "
+                      f"{row.oldest_unmerged or '-'}")
+            print(f"{row.table}: {row.files} file(s), {row.bytes:,} bytes, segments "
+                  f"{row.first_segment}-{row.last_segment} in {row.active_files} file(s)"
+                  f"{merged}{'  ERROR: ' + row.error if row.error else ''}")
+        return 0 if not any(r.error for r in rows) else 1
+    report = lifecycle.maintain(config, compact=args.action in ("compact", "maintain"),
+                                retain=args.action in ("retain", "maintain"),
+                                dry_run=args.dry_run, tables=args.tables)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        verb = "would" if args.dry_run else "did"
+        for entry in report.tables:
+            if entry.get("error"):
+                print(f"{entry['table']}: ERROR: {entry['error']}")
+                continue
+            runs = cast(list[dict[str, object]], entry.get("compact") or [])
+            gone = cast(list[dict[str, object]], [*entry.get("remove_replaced", []),  # type: ignore[misc]
+                                                  *entry.get("remove_merged", [])])
+            print(f"{entry['table']}: {verb} compact {len(runs)} run(s)"
+                  f" ({', '.join(str(r['segments']) for r in runs)})"
+                  f", {verb} remove {len(gone)} file(s)")
+            for item in gone:
+                print(f"  remove {item['location']} ({item['bytes']:,} bytes)")
+    return 0 if report.ok else 1
 
 
 def _reset(config: Config, args: argparse.Namespace) -> int:

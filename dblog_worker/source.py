@@ -76,6 +76,11 @@ class Setup(Protocol):
         """For ``dblog preflight``: the ways this source can write watermarks and read
         chunks, each with whether it can here and why. Changes nothing."""
 
+    def cascades(self) -> list[str]:
+        """For ``dblog preflight``, after :meth:`preflight`: the foreign keys whose cascades
+        the log does not carry and that reach captured tables, and what the worker does
+        about each (:mod:`dblog_worker.foreign_keys`). Changes nothing."""
+
     def capture_exists(self) -> bool:
         """Whether the database already keeps a log position for us (a slot)."""
 
@@ -94,8 +99,10 @@ class Setup(Protocol):
 class LogReader(Protocol):
     """The log from a checkpoint on: events, watermarks and checkpoints in log order."""
 
-    def start(self, checkpoint: str | None) -> str:
-        """Stream the log after ``checkpoint``; returns where it starts."""
+    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
+        """Stream the log after ``checkpoint``; returns where it starts. ``landed`` is the
+        last position durable in the output: what the worker writes from now on goes
+        after it."""
 
     def poll(self, timeout: float, out: list[LogItem]) -> None:
         """Append what arrived (events, watermarks, checkpoints) to ``out``, in log order."""

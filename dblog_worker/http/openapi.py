@@ -55,6 +55,9 @@ TABLE_PROGRESS: Schema = {
         "dropped": {"type": "integer", "minimum": 0,
                     "description": "removed by log events inside their window"},
         "missing": {"type": "integer", "minimum": 0, "description": "keys dumps: keys not found"},
+        "prune_from": {**_nullable("string"),
+                       "description": "pruning dumps: the position (48 hex digits) of the low "
+                                      "watermark of the window that read the upper bound"},
     },
     "required": ["table", "done", "started", "chunks", "selected", "rows", "dropped",
                  "missing"],
@@ -72,6 +75,9 @@ REQUEST_FIELDS: Schema = {
     "key_count": {"type": "integer", "minimum": 0},
     "filter": {"oneOf": [{"type": "null"}, _ref("RowFilter")],
                "description": "a filtered dump's conditions and key range"},
+    "prune": {"type": "boolean",
+              "description": "a pruning dump: once each table is read, the rows no event "
+                             "wrote since it began are removed downstream"},
     "created_at": {"type": "number", "description": "Unix time, seconds"},
     "updated_at": {"type": "number", "description": "Unix time, seconds"},
     "error": {**_nullable("string"), "description": "why it failed or was cancelled"},
@@ -88,6 +94,9 @@ PARALLELISM: Schema = {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELI
                        "description": "chunk SELECTs per window of a table dump, each on a "
                                       "source connection of its own (a primary-key dump "
                                       "reads one batch per window)"}
+PRUNE: Schema = {"type": "boolean", "default": False,
+                 "description": "also remove, downstream, the rows the source no longer has "
+                                "(whole tables: no filter)"}
 
 KEY: Schema = {"oneOf": [KEY_VALUE, {"type": "array", "minItems": 1, "items": KEY_VALUE}]}
 CONDITION: Schema = {
@@ -208,7 +217,8 @@ SCHEMAS: dict[str, Schema] = {
         "type": "object",
         "properties": {"kind": {"const": "all"}, "chunk_size": CHUNK_SIZE,
                        "delay_ms": DELAY_MS, "parallelism": PARALLELISM,
-                       "throttle": _ref("Throttle"), "client_token": _ref("ClientToken")},
+                       "throttle": _ref("Throttle"), "client_token": _ref("ClientToken"),
+                       "prune": PRUNE},
         "required": ["kind"],
         "additionalProperties": False,
     },
@@ -224,6 +234,7 @@ SCHEMAS: dict[str, Schema] = {
             "parallelism": PARALLELISM,
             "throttle": _ref("Throttle"),
             "client_token": _ref("ClientToken"),
+            "prune": PRUNE,
             **FILTER_FIELDS,
         },
         "required": ["kind", "tables"],
@@ -335,6 +346,55 @@ SCHEMAS: dict[str, Schema] = {
                      "position", "checkpoint",
                      "checkpoint_age_s", "lag_bytes", "lag_s", "window", "active_request",
                      "events_per_s", "uptime_s", "reconnects", "dump", "http", "redis"],
+    },
+    "LandingTable": {
+        "type": "object",
+        "properties": {
+            "table": {"type": "string"},
+            "files": {"type": "integer", "minimum": 0,
+                      "description": "segment files, compacted runs and replaced files too"},
+            "bytes": {"type": "integer", "minimum": 0},
+            "active_files": {"type": "integer", "minimum": 0,
+                             "description": "the files readers use"},
+            "first_segment": {"type": "integer", "minimum": 0},
+            "last_segment": {"type": "integer", "minimum": 0},
+            "merged_segment": {"type": ["integer", "null"],
+                               "description": "every target merged up to this segment "
+                                              "(null: no target configured)"},
+            "oldest_unmerged": {"type": "string",
+                                "description": "the first position some target has not "
+                                               "merged (empty: none)"},
+            "oldest_unmerged_age_s": {"type": ["number", "null"]},
+            "error": {"type": "string"},
+        },
+        "required": ["table", "files", "bytes", "active_files", "first_segment",
+                     "last_segment", "merged_segment", "oldest_unmerged",
+                     "oldest_unmerged_age_s", "error"],
+    },
+    "Landing": {
+        "type": "object",
+        "properties": {"source": {"type": "string"},
+                       "where": {"type": "string", "description": "a folder or s3://..."},
+                       "tables": {"type": "array", "items": {"$ref":
+                                                             "#/components/schemas/LandingTable"}}},
+        "required": ["source", "where", "tables"],
+    },
+    "Maintain": {
+        "type": "object",
+        "properties": {"tables": {"type": "array", "items": {"type": "string"},
+                                  "description": "default: every landed table"},
+                       "dry_run": {"type": "boolean", "default": False,
+                                   "description": "list what would be written and removed"}},
+        "additionalProperties": False,
+    },
+    "MaintenanceReport": {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "dry_run": {"type": "boolean"},
+                       "compact": {"type": "boolean"}, "retain": {"type": "boolean"},
+                       "tables": {"type": "array", "items": {"type": "object"},
+                                  "description": "per table: the runs compacted, the files "
+                                                 "removed (location, bytes), or an error"}},
+        "required": ["ok", "dry_run", "compact", "retain", "tables"],
     },
     "Feed": {
         "type": "object",
@@ -471,6 +531,25 @@ def document(*, auth: bool) -> dict[str, Any]:
         "/api/v1/requests/{id}/pause": command("pause", "between chunks (running only)"),
         "/api/v1/requests/{id}/resume": command("resume", "a paused request"),
         "/api/v1/requests/{id}/cancel": command("cancel", "a request that has not ended"),
+        "/api/v1/landing": {"get": _operation(
+            "The landing zone's files per table: files, bytes, how far every target merged, "
+            "the oldest unmerged position",
+            {"200": _json(_ref("Landing"), "The figures (also in /metrics)")},
+            public=False, errors=(409, 503), parameters=[{
+                "name": "table", "in": "query", "required": False,
+                "schema": {"type": "string"}, "description": "one table only"}], auth=auth)},
+        "/api/v1/landing/compact": {"post": _operation(
+            "Compact small segments into large ones (landing.compaction); remove the files "
+            "compacted runs replaced a grace period ago",
+            {"200": _json(_ref("MaintenanceReport"), "What was done, or would be")},
+            public=False, errors=(400, 409, 411, 413, 415, 503),
+            requestBody=_body(_ref("Maintain"), required=False), auth=auth)},
+        "/api/v1/landing/retain": {"post": _operation(
+            "Remove segments every target merged that landed longer ago than "
+            "landing.retention.keep_h (never a table's newest)",
+            {"200": _json(_ref("MaintenanceReport"), "What was removed, or would be")},
+            public=False, errors=(400, 409, 411, 413, 415, 503),
+            requestBody=_body(_ref("Maintain"), required=False), auth=auth)},
         "/api/v1/feed": {"get": _operation(
             "Recent events of the worker (windows, flushes, dumps, errors), after a sequence "
             "number",

@@ -140,6 +140,10 @@ class PgSource:
             else "on the source (set [source.replica] to read them on a hot standby)"))
         return lines
 
+    def cascades(self) -> list[str]:
+        return ["PostgreSQL's logical decoding carries every row a foreign-key cascade "
+                "changes: nothing to derive"]
+
     def prepare(self) -> str | None:
         """Create what capture needs; returns the new slot's position if it was created now."""
         try:
@@ -214,8 +218,9 @@ class PgSource:
 
     # -- the log --------------------------------------------------------------
 
-    def start(self, checkpoint: str | None) -> str:
-        """Start the log after ``checkpoint`` (the slot's own position when None)."""
+    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
+        """Start the log after ``checkpoint`` (the slot's own position when None); the
+        positions of its events and windows never need ``landed``."""
         with connection_errors("reading the slot"):
             row = self.conn.execute(
                 "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s",
