@@ -98,15 +98,22 @@ def long_first(item: pytest.Item) -> int:
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the same order in every worker
         items.sort(key=long_first)
+    loadgroup = getattr(config.option, "loadgroup", False)  # set in pytest-xdist's workers
     for item in items:
         for marker in sorted(markers_of(item)):
             item.add_marker(marker)
         group = shared_scope_group(item)
         if group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
+            if loadgroup:
+                # --dist loadgroup schedules by the node id's "@group" suffix, which
+                # pytest-xdist 3.8 writes where pytest 9 no longer reads it (._nodeid)
+                from _pytest.nodeid import coerce_node_id
+
+                item._id = coerce_node_id(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
 
 
 # Lines a test reports for the end of the run: a user property named "<something> report"
