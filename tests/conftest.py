@@ -113,7 +113,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 # pytest-xdist 3.8 writes where pytest 9 no longer reads it (._nodeid)
                 from _pytest.nodeid import coerce_node_id
 
-                item._id = coerce_node_id(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
+                item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
 # Lines a test reports for the end of the run: a user property named "<something> report"
