@@ -43,6 +43,7 @@ from dblog_worker.requests import (
     MAX_PARALLELISM,
 )
 from dblog_worker.row_filter import key_argument
+from dblog_worker.source import Source
 from dblog_worker.throttle import LIMITS
 
 
@@ -246,7 +247,7 @@ def _run(config: Config, args: argparse.Namespace) -> int:
 
     setup_logging(args.log_format or config.logs.format, args.log_level or config.logs.level,
                   config.source.name)
-    Worker(config, adopt_slot=args.adopt_slot).run_forever()
+    Worker(config, adopt_slot=args.adopt_slot, config_path=Path(args.config)).run_forever()
     return 0
 
 
@@ -257,22 +258,52 @@ def _preflight(config: Config, args: argparse.Namespace) -> int:
         problems = source.preflight()
         modes = source.modes()
         cascades = source.cascades()
+        selection = source.selection()
+        masked = _masked(config, source, selection.existing)
     finally:
         source.close()
-    if not problems:
+    stopping = [p for p in problems if p.capture]
+    if not stopping:
         print(f"source {config.source.name} ({config.source.safe_dsn()}) is ready: "
-              f"{len(config.source.tables)} table(s)")
+              f"{len(selection.existing)} table(s)")
     else:
-        print(f"source {config.source.name}: {len(problems)} problem(s)")
-        for problem in problems:
-            print(f"- {problem.what}\n  fix: {problem.fix}")
+        print(f"source {config.source.name}: {len(stopping)} problem(s)")
+    for problem in problems:
+        warning = "" if problem.capture else "warning: "
+        print(f"- {warning}{problem.what}\n  fix: {problem.fix}")
+    print("tables:")
+    for table, why in selection.captured.items():
+        print(f"  captured {table}: {why}")
+    for table, why in selection.excluded.items():
+        print(f"  left out {table}: {why}")
+    if config.source.columns:
+        rules = config.source.columns
+        print("columns ([source.columns]"
+              + (f"; the HMAC key from ${rules.key_env}" if rules.key_env else "") + "):")
+        for table, columns in masked.items():
+            done = ", ".join(f"{c} {how}" for c, how in columns.items())
+            print(f"  {table}: {done or 'no column matches its rules'}")
     print("modes:")
     for line in modes:
         print(f"  {line}")
     print("foreign-key cascades:")
     for line in cascades:
         print(f"  {line}")
-    return 1 if problems else 0
+    return 1 if stopping else 0
+
+
+def _masked(config: Config, source: Source, tables: Sequence[str]
+            ) -> dict[str, dict[str, str]]:
+    """For ``dblog preflight``: what ``[source.columns]`` does to each captured table its
+    rules reach, or why it cannot say."""
+    found: dict[str, dict[str, str]] = {}
+    for table in tables:
+        if config.source.columns.reaches(table):
+            try:
+                found[table] = source.masked_columns(table)
+            except DblogError as exc:
+                found[table] = {"(not read)": str(exc)}
+    return found
 
 
 def _merge(config: Config, args: argparse.Namespace) -> int:
@@ -312,9 +343,16 @@ def _status(config: Config, args: argparse.Namespace) -> int:
         checkpoint, malformed = state.checkpoint(), None
     except CorruptState as exc:  # shown; the worker stops on it with the same message
         checkpoint, malformed = None, str(exc)
+    from dblog_worker.capture import dumped_since, needs_dump, status_lines
+
+    captured, excluded = state.captured(), state.excluded()
+    dumped = dumped_since(state.list_records())
     document = {"source": config.source.name, "checkpoint": checkpoint,
                 "checkpoint_error": malformed, "worker": status, "lease": lease,
-                "members": members}
+                "members": members,
+                "tables": {"captured": {t: {**e, "needs_dump": needs_dump(t, e, dumped)}
+                                        for t, e in captured.items()},
+                           "excluded": excluded}}
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
@@ -328,6 +366,8 @@ def _status(config: Config, args: argparse.Namespace) -> int:
     for member in members:
         print(f"  {member.get('role', '?'):8} {member['holder']}  http {member.get('http') or '-'}"
               f"  seen {cli_dumps.ago(member.get('updated_at'))}")
+    for line in status_lines(captured, excluded, dumped):
+        print(line)
     if not status:
         print("no worker has reported yet")
         return 0
@@ -356,8 +396,9 @@ def _throttle_options(parser: argparse.ArgumentParser) -> None:
 
 def _verify(config: Config, args: argparse.Namespace) -> int:
     from dblog_worker import verify, verify_report
+    from dblog_worker.control import captured_tables
 
-    tables = list(dict.fromkeys(args.tables or config.source.tables))
+    tables = list(dict.fromkeys(args.tables or captured_tables(config)))
     config.source.check_captured(tables)  # before the names make keys file names
     paths = verify_report.keys_paths(args.keys_out, tables) if args.keys_out else {}
     options = verify.VerifyOptions(range_rows=args.range_rows, delay_ms=args.delay_ms,

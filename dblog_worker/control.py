@@ -38,13 +38,27 @@ def create_dump(config: Config, state: StateStore, spec: DumpSpec) -> DumpReques
     key columns. With a client token already used, the request made with it is returned.
     Raises :class:`RequestRejected` (nothing queued) or a transient error.
     """
-    tables = spec.table_names(config.source.tables)
+    tables = spec.table_names(captured_tables(config) if spec.kind is DumpKind.ALL else ())
     keys = source_keys(config, spec, tables)
     return state.create_request(spec.kind, tables, chunk_size=spec.chunk_size,
                                 delay_ms=spec.delay_ms, keys=keys,
                                 client_token=spec.client_token, parallelism=spec.parallelism,
                                 row_filter=spec.row_filter, throttle=spec.throttle,
                                 prune=spec.prune)
+
+
+def captured_tables(config: Config) -> list[str]:
+    """The tables the source captures now (that exist): the names of ``source.tables``, or,
+    when it holds patterns, the catalog's tables they match (the source is asked)."""
+    selector = config.source.selector
+    if not selector.has_patterns:
+        return list(selector.names)
+    source = open_source(_with_connect_timeout(config.source), lambda table, schema: 0)
+    source.connect()
+    try:
+        return list(source.selection().existing)
+    finally:
+        source.close()
 
 
 def source_keys(config: Config, spec: DumpSpec, tables: Sequence[str]) -> list[KeyTexts]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dblog_worker.admission import follow_queue, queue_prunes, queue_repairs
+from dblog_worker.capture import TableFollower
 from dblog_worker.chunks import NOTHING_READ, BoundRead, KeyColumn
 from dblog_worker.dialect import dialect
 from dblog_worker.dump import ActiveDump, WindowRead
@@ -137,11 +138,13 @@ class Session:
         self.ended = ""  # the dump whose ending write was submitted
         self.pacer = Pacer(self.source)  # the dump's automatic throttle, between windows
         self.readers: dict[str, str] = {}  # which implementation reads what (Setup.readers)
+        self.tables = TableFollower(self.state, self.source, self.config.source,
+                                    worker.telemetry)  # the captured tables, as they change
 
     def run(self) -> None:
         try:
             self._start()
-            while not self.worker.stopping:
+            while not self.worker.ending:
                 self._step()
             self._drain()
             self._flush()
@@ -175,6 +178,7 @@ class Session:
             raise not_ready([problem for problem in problems if problem.capture])
         created = self.source.prepare()
         self._renew(time.monotonic())
+        first = saved is None and created is not None  # capture begins now
         if saved is None and created is not None:
             saved = created
             self.state.save_progress(saved, {}, {})
@@ -182,6 +186,7 @@ class Session:
         with landing_errors():
             self.worker.sink.mark_capture_started()
         self.output = OutputBuffer(self.worker.sink, landed)
+        self.tables.start(first)
         log.info("session %s streaming %s from %s (lease token %d)", self.run_id,
                  self.config.source.safe_dsn(), self.checkpoint, self.token)
         self.readers = self.source.readers()
@@ -265,6 +270,8 @@ class Session:
             or (dump is not None and dump.ending and dump.id != self.ended)
         ):
             self._submit()
+        if self.tables.due(now):
+            self.tables.look(now)
         if now - self.last_heartbeat >= self.config.heartbeat_interval_s:
             self.source.heartbeat()
             self.last_heartbeat = now
@@ -305,7 +312,7 @@ class Session:
         their way (windows stay apart in the log: the next LW is written after HW)."""
         paused = dump.request.delay_ms or dump.throttle.delay_ms
         most = 1 if paused else MAX_OPEN_WINDOWS
-        return (not self.worker.stopping and dump.runnable and now >= dump.next_window_at
+        return (not self.worker.ending and dump.runnable and now >= dump.next_window_at
                 and self.reconciler.open_windows < most and len(dump.open_reads) < most
                 and dump.current_table() is not None)
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dblog_worker import lifecycle
 from dblog_worker.config import Config
@@ -147,6 +147,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/v1/landing/compact", "landing_compact", body=True),
     Route("POST", "/api/v1/landing/retain", "landing_retain", body=True),
     Route("GET", "/api/v1/feed", "feed", query=("after", "limit")),
+    Route("POST", "/api/v1/reload", "reload"),
     Route("GET", "/metrics", "metrics"),
     Route("GET", "/api/v1/openapi.json", "openapi"),
     Route("GET", "/", "index", public=True, any_query=True),
@@ -154,13 +155,24 @@ ROUTES: tuple[Route, ...] = (
 )
 
 
+class Reloaded(Protocol):
+    """What a reload of the configuration answers (``dblog_worker.reload.ReloadResult``)."""
+
+    @property
+    def accepted(self) -> bool: ...
+
+    def to_json(self) -> dict[str, object]: ...
+
+
 class Api:
     """The handlers, over one source's Redis state and the worker's telemetry."""
 
-    def __init__(self, config: Config, telemetry: Telemetry, url: Callable[[], str]) -> None:
-        self.config = config
+    def __init__(self, config: Config, telemetry: Telemetry, url: Callable[[], str],
+                 reload: Callable[[], Reloaded] | None = None) -> None:
+        self.config = config  # the worker puts a reloaded configuration here
         self.telemetry = telemetry
         self.url = url
+        self._reload = reload
         self.state = StateStore(config.redis_url, config.source.name, socket_timeout=2.0)
         self._scanning = threading.Lock()
         self._openapi = json.dumps(openapi.document(auth=config.http.token is not None),
@@ -196,7 +208,8 @@ class Api:
     def status(self, call: Call) -> Response:
         document: dict[str, Any] = self.telemetry.snapshot()
         redis: dict[str, Any] = {"checkpoint": None, "checkpoint_error": None, "worker": None,
-                                 "members": [], "error": None}
+                                 "members": [], "captured": {}, "excluded": {},
+                                 "error": None}
         try:
             try:
                 redis["checkpoint"] = self.state.checkpoint()
@@ -204,6 +217,8 @@ class Api:
                 redis["checkpoint_error"] = str(exc)
             redis["worker"] = self.state.status()
             redis["members"] = self.state.members()
+            redis["captured"] = self.state.captured()
+            redis["excluded"] = self.state.excluded()
         except StateUnavailable as exc:
             redis["error"] = str(exc)
         document["http"] = self.url()
@@ -377,6 +392,14 @@ class Api:
         after = _query_integer(call.query, "after", 0, 0, 2**63 - 1)
         limit = _query_integer(call.query, "limit", FEED_LIMIT, 1, FEED_LIMIT)
         return json_response(200, self.telemetry.feed(after, limit))
+
+    def reload(self, call: Call) -> Response:
+        """Read the worker's configuration file again (as SIGHUP does): 200 with what
+        changed, or 409 with the one-line reason it was refused (nothing changed)."""
+        if self._reload is None:
+            raise ApiError(409, "reload refused: this server does not run in a worker")
+        result = self._reload()
+        return json_response(200 if result.accepted else 409, result.to_json())
 
     def metrics(self, call: Call) -> Response:
         self._scan_landing()

@@ -317,6 +317,8 @@ SCHEMAS: dict[str, Schema] = {
             "reconnects": {"type": "integer", "minimum": 0},
             "dump": {"type": ["object", "null"],
                      "description": "the running dump's per-table progress and eta_s"},
+            "tables": {**_ref("Tables"),
+                       "description": "the captured tables (empty before the first session)"},
             "http": {"type": "string", "examples": ["http://127.0.0.1:8750"]},
             "redis": {
                 "type": "object",
@@ -336,16 +338,51 @@ SCHEMAS: dict[str, Schema] = {
                                 "description": "every worker of the source seen lately, "
                                                "leader first: holder, role, host, pid, http, "
                                                "token, updated_at"},
+                    "captured": {"type": "object", "additionalProperties": {"type": "object"},
+                                 "description": "the captured tables as the leader recorded "
+                                                "them: table -> why, since, joined (while "
+                                                "capture ran), dump (queued for it)"},
+                    "excluded": {"type": "object", "additionalProperties": {"type": "string"},
+                                 "description": "tables a pattern matched that are not "
+                                                "captured, and why"},
                     "error": {**_nullable("string"),
                               "description": "set when Redis is unreachable"},
                 },
-                "required": ["checkpoint", "checkpoint_error", "worker", "members", "error"],
+                "required": ["checkpoint", "checkpoint_error", "worker", "members", "captured",
+                             "excluded", "error"],
             },
         },
         "required": ["source", "connected", "role", "lease_token", "leader", "last_error",
                      "position", "checkpoint",
                      "checkpoint_age_s", "lag_bytes", "lag_s", "window", "active_request",
                      "events_per_s", "uptime_s", "reconnects", "dump", "http", "redis"],
+    },
+    "Reloaded": {
+        "type": "object",
+        "description": "A reload of the configuration file that was taken: a new session "
+                       "starts with it (the lease kept).",
+        "properties": {
+            "reloaded": {"const": True},
+            "changed": {"type": "array", "items": {"type": "string"},
+                        "description": "the options that changed (none: the file is as it "
+                                       "was)"},
+            "notes": {"type": "array", "items": {"type": "string"},
+                      "description": "what the user must do, such as dumping tables whose "
+                                     "column rules changed"},
+        },
+        "required": ["reloaded", "changed", "notes"],
+    },
+    "Tables": {
+        "type": "object",
+        "description": "What source.tables captures now (table -> why: the name, or the "
+                       "pattern that matched) and what its patterns matched but it leaves "
+                       "out (table -> why not).",
+        "properties": {
+            "captured": {"type": "object", "additionalProperties": {"type": "string"}},
+            "excluded": {"type": "object", "additionalProperties": {"type": "string"}},
+            "missing": {"type": "array", "items": {"type": "string"},
+                        "description": "tables named in source.tables that do not exist"},
+        },
     },
     "LandingTable": {
         "type": "object",
@@ -421,7 +458,7 @@ ERRORS = {
     404: "No such request, file or route",
     405: "The route does not take this method (see the Allow header)",
     409: "The request's state does not allow this (e.g. resume a request that is not paused), "
-         "or its record in Redis is malformed",
+         "or its record in Redis is malformed; a reload refused (the reason, one line)",
     411: "A chunked body: send a Content-Length instead",
     413: f"The body is larger than {MAX_BODY_BYTES // 1024 // 1024} MiB",
     415: "The body is not application/json",
@@ -561,6 +598,14 @@ def document(*, auth: bool) -> dict[str, Any]:
                 {"name": "limit", "in": "query", "required": False,
                  "schema": {"type": "integer", "minimum": 1, "maximum": FEED_LIMIT,
                             "default": FEED_LIMIT}}], auth=auth)},
+        "/api/v1/reload": {"post": _operation(
+            "Read the worker's configuration file again (as SIGHUP does). What may change "
+            "without a restart: source.tables, exclude_tables, dump_new_tables, "
+            "rescan_interval_s, [source.columns], the [landing] and [worker] timings; the "
+            "new configuration is checked against the source first. Anything else is refused "
+            "(409) with the one-line reason, and nothing changes",
+            {"200": _json(_ref("Reloaded"), "Taken: a new session starts with it")},
+            public=False, errors=(409, 503), auth=auth)},
         "/metrics": {"get": _operation(
             "Prometheus metrics: the text format 0.0.4, or OpenMetrics 1.0 when the Accept "
             "header asks for application/openmetrics-text",

@@ -55,6 +55,7 @@ class Telemetry:
         self._landed = Landed(lag_points)
         self._windows = Windows()
         self._dump = DumpProgress()
+        self._tables: dict[str, Any] = {}  # the selection: captured and excluded, with why
         self._landing_files = LandingFiles()
         self.registry = CollectorRegistry()  # the worker's own, not prometheus_client's global
         self.registry.register(TelemetryCollector(source, self.write_metrics))
@@ -206,6 +207,16 @@ class Telemetry:
             self._feed.add("dump", state=state, request_id=request_id, error=error,
                            progress=progress)
 
+    def tables(self, selection: Mapping[str, Any]) -> None:
+        """What the source captures now (``Selection.to_json``)."""
+        with self._lock:
+            self._tables = dict(selection)
+
+    def tables_changed(self, joined: Sequence[str], left: Sequence[str]) -> None:
+        """Tables joined or left capture while the worker ran."""
+        with self._lock:
+            self._feed.add("tables", joined=list(joined), left=list(left))
+
     # -- readers: called by any thread ------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
@@ -248,6 +259,7 @@ class Telemetry:
                 "reconnects": life.reconnects,
                 "errors": dict(life.errors),
                 "dump": self._dump.copy(),
+                "tables": dict(self._tables),
             }
 
     def feed(self, after: int, limit: int = 500) -> dict[str, Any]:
@@ -288,4 +300,9 @@ class Telemetry:
             self._checkpoint.metrics(out, now)
             self._windows.metrics(out)
             self._dump.metrics(out)
+            captured = self._tables.get("captured")
+            if isinstance(captured, dict):
+                out.metric("dblog_captured_tables", "gauge",
+                           "The tables the source captures now (source.tables, its patterns "
+                           "matched against the catalog).", [({}, float(len(captured)))])
             self._landing_files.metrics(out)

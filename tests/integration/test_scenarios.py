@@ -38,6 +38,7 @@ from dblog_worker.requests import KeyTexts
 from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion, Source
 from dblog_worker.state import StateStore
+from dblog_worker.table_patterns import Rescan, Selection
 from dblog_worker.worker import Worker
 from tests.integration.harness import (
     HOSTILE,
@@ -368,6 +369,15 @@ class HookedSource:
 
     def capture_exists(self) -> bool:
         return self.inner.capture_exists()
+
+    def selection(self) -> Selection:
+        return self.inner.selection()
+
+    def rescan(self) -> Rescan:
+        return self.inner.rescan()
+
+    def masked_columns(self, table: str) -> dict[str, str]:
+        return self.inner.masked_columns(table)
 
     def prepare(self) -> str | None:
         return self.inner.prepare()

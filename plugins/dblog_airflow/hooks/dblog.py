@@ -35,7 +35,7 @@ from airflow.sdk import BaseHook
 
 from dblog_worker import config as config_module
 from dblog_worker.config import NAME, Config
-from dblog_worker.control import source_keys
+from dblog_worker.control import captured_tables, source_keys
 from dblog_worker.dump_spec import DumpSpec
 from dblog_worker.errors import (
     ConfigError,
@@ -406,7 +406,8 @@ class DblogHook(BaseHook):
                 'scope "all" needs the captured tables: add the worker\'s configuration to '
                 f'connection {self.dblog_conn_id!r} ("config" in its extra), or use scope '
                 '"tables" and name them')
-        tables_of = spec.tables if config is None else spec.table_names(config.source.tables)
+        tables_of = spec.tables if config is None else spec.table_names(
+            captured_tables(config) if spec.kind is DumpKind.ALL else ())
         parsed = self._check_with_source(config, spec, tables_of)
         started = time.time()
         request = self.state().create_request(
