@@ -262,14 +262,14 @@ def _preflight(config: Config, args: argparse.Namespace) -> int:
         masked = _masked(config, source, selection.existing)
     finally:
         source.close()
-    stopping = [p for p in problems if p.capture]
+    stopping = [p for p in problems if not p.warning]  # all but a pattern's tables
     if not stopping:
         print(f"source {config.source.name} ({config.source.safe_dsn()}) is ready: "
               f"{len(selection.existing)} table(s)")
     else:
         print(f"source {config.source.name}: {len(stopping)} problem(s)")
     for problem in problems:
-        warning = "" if problem.capture else "warning: "
+        warning = "warning: " if problem.warning else ""
         print(f"- {warning}{problem.what}\n  fix: {problem.fix}")
     print("tables:")
     for table, why in selection.captured.items():

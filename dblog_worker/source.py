@@ -31,11 +31,14 @@ class Problem:
     """Something that stops capture, and the change that fixes it. A problem that stops
     only part of it (``capture`` False: a read replica unreachable, whose dumps wait; a
     table with a column of a type the worker does not read, which it leaves out) is
-    reported by ``dblog preflight`` and logged by the worker, which streams the log anyway."""
+    reported by ``dblog preflight`` and logged by the worker, which streams the log anyway.
+    ``dblog preflight`` fails on every problem but a ``warning`` (one of a table a pattern
+    brought in, which capture leaves out)."""
 
     what: str
     fix: str
     capture: bool = True
+    warning: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -239,7 +239,7 @@ class MySqlSource:
             found = self._table_problems(table, scopes, account)
             problems += found if selector.named(table) else [
                 replace(p, what=f"{p.what} (a table a pattern matched: capture goes on)",
-                        capture=False) for p in found]
+                        capture=False, warning=True) for p in found]
         captured = list(selection.existing)
         keys, unseen = cascades.foreign_keys(self._rows, captured)
         self._cascades = cascades.plan(keys, captured)

@@ -563,7 +563,7 @@ class PgSource:
 def _warnings(problems: Sequence[Problem]) -> list[Problem]:
     """Problems of a table a pattern brought in: reported, but capture goes on."""
     return [replace(p, what=f"{p.what} (a table a pattern matched: capture goes on)",
-                    capture=False) for p in problems]
+                    capture=False, warning=True) for p in problems]
 
 
 
