@@ -314,7 +314,7 @@ def test_dump_of_a_table_not_captured_fails(capture: Capture,
         "check": "success", "submit": "success", "wait": "failed",
         "should_merge": "upstream_failed", "merge": "upstream_failed",
         "verify": "upstream_failed"})
-    message = (f"dump-1 failed: table public.nope is not captured by source {SOURCE}; "
+    message = (f"dump-1 failed: table public.nope is not captured by source {SOURCE} (now); "
                f"captured: {TABLE}")
     assert message in log_text()
 
