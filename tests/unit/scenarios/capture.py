@@ -21,7 +21,7 @@ from dblog_worker.landing.parquet import LandingZone, read_events
 from dblog_worker.state import StateStore
 from dblog_worker.worker import Worker
 from tests.fakedb import DATABASES, KIND
-from tests.fakedb.database import FakeDatabase, Key, Row
+from tests.fakedb.database import FakeDatabase, Key, Row, Transaction
 from tests.fakedb.source import key_json
 
 SOURCE = "src"
@@ -88,6 +88,24 @@ def replay(landing: Path, table: str) -> Replay:
 def texts(db: FakeDatabase, table: str, text: str) -> Row:
     """``text`` in each text column the table has now (the test's writes follow DDL)."""
     return {c.name: text for c in db.table(table).columns if c.type == "text"}
+
+
+def random_write(tx: Transaction, db: FakeDatabase, rnd: random.Random, table: str,
+                 key_space: int, text: str) -> bool:
+    """One random write in ``tx``: an upsert, an update of the text columns, a delete, or a
+    key change (then True) of a key below ``key_space``."""
+    key = rnd.randrange(1, key_space)
+    action = rnd.random()
+    if action < 0.35:
+        tx.upsert(table, {"id": key, **texts(db, table, text)})
+    elif action < 0.7:
+        tx.update(table, (key,), texts(db, table, text))
+    elif action < 0.85:
+        tx.delete(table, (key,))
+    else:
+        tx.update(table, (key,), {"id": rnd.randrange(1, key_space)})
+        return True
+    return False
 
 
 def race_chunks(db: FakeDatabase, seed: int, share: float = 0.3) -> None:

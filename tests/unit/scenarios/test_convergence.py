@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.fakedb import DATABASES
 from tests.fakedb.database import FakeDatabase
-from tests.unit.scenarios.capture import Capture, items_table, race_chunks, texts
+from tests.unit.scenarios.capture import Capture, items_table, race_chunks, random_write
 from tests.unit.scenarios.test_dumps import T1, T2
 
 Step = tuple[str, int, int]
@@ -46,18 +46,7 @@ class History:
         for _ in range(count):
             with self.db.transaction() as tx:
                 for _ in range(rnd.choice([1, 1, 3])):
-                    table = rnd.choice([T1, T2])
-                    key = rnd.randrange(1, 120)
-                    values = texts(self.db, table, f"v{seed}")
-                    action = rnd.random()
-                    if action < 0.4:
-                        tx.upsert(table, {"id": key, **values})
-                    elif action < 0.7:
-                        tx.update(table, (key,), values)
-                    elif action < 0.85:
-                        tx.delete(table, (key,))
-                    else:
-                        tx.update(table, (key,), {"id": rnd.randrange(1, 120)})
+                    random_write(tx, self.db, rnd, rnd.choice([T1, T2]), 120, f"v{seed}")
 
     def apply(self, step: Step) -> None:
         name, size, seed = step

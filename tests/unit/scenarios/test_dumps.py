@@ -14,7 +14,13 @@ import pytest
 from dblog_worker import kinds
 from dblog_worker.requests import RequestState
 from tests.fakedb.database import DatabaseError, FakeDatabase
-from tests.unit.scenarios.capture import Capture, items_table, race_chunks, texts, wait_for
+from tests.unit.scenarios.capture import (
+    Capture,
+    items_table,
+    race_chunks,
+    random_write,
+    wait_for,
+)
 
 T1, T2 = "shop.items", "shop.orders"
 
@@ -47,17 +53,8 @@ class Writer(threading.Thread):
         rnd = self.random
         with self.db.transaction() as tx:
             for _ in range(rnd.choice([1, 1, 2, 4])):
-                table, key = rnd.choice(self.tables), rnd.randrange(1, self.key_space)
-                values = texts(self.db, table, f"w{self.transactions}")
-                action = rnd.random()
-                if action < 0.35:
-                    tx.upsert(table, {"id": key, **values})
-                elif action < 0.7:
-                    tx.update(table, (key,), values)
-                elif action < 0.85:
-                    tx.delete(table, (key,))
-                else:
-                    tx.update(table, (key,), {"id": rnd.randrange(1, self.key_space)})
+                if random_write(tx, self.db, rnd, rnd.choice(self.tables), self.key_space,
+                                f"w{self.transactions}"):
                     self.key_changes += 1
         self.transactions += 1
 
