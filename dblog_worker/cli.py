@@ -28,6 +28,7 @@ from dblog_worker.errors import CorruptState, DblogError, RequestRejected, Termi
 from dblog_worker.requests import (
     COMMANDS,
     DEFAULT_CHUNK_SIZE,
+    Priority,
 )
 from dblog_worker.row_filter import key_argument
 
@@ -94,6 +95,10 @@ def _parser() -> argparse.ArgumentParser:
                       help='the first primary key to dump (included): 100 or [1,"a"]')
     dump.add_argument("--to-key", type=key_argument, metavar="KEY",
                       help="the last primary key to dump (included)")
+    dump.add_argument("--priority", choices=[p.value for p in Priority],
+                      help="its share of windows while other dumps run, and its place in the "
+                           "queue: urgent (weight 16), normal (4), background (1); default: "
+                           "urgent for --keys, else normal")
     _throttle_options(dump)
     dump.add_argument("--client-token", help="idempotency token: the same token, one request")
     dump.add_argument("--wait", action="store_true", help="show progress until it ends")
@@ -117,12 +122,15 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(command=name)
 
     knobs = command("set", cli_dumps.set_knobs,
-                    "change chunk size, delay, parallelism and/or throttle limits of a dump "
-                    "that runs")
+                    "change chunk size, delay, parallelism, throttle limits and/or priority "
+                    "of a dump that has not ended")
     knobs.add_argument("id")
     knobs.add_argument("--chunk-size", type=int)
     knobs.add_argument("--delay-ms", type=int)
     knobs.add_argument("--parallelism", type=int)
+    knobs.add_argument("--priority", choices=[p.value for p in Priority],
+                       help="urgent, normal or background: its share of windows from its "
+                            "next turn, and its place in the queue")
     _throttle_options(knobs)
     knobs.add_argument("--no-throttle", action="store_true",
                        help="turn every throttle limit off")
@@ -259,9 +267,13 @@ def _status(config: Config, args: argparse.Namespace) -> int:
     print(f"leader pid {status.get('pid')} on {status.get('host')} (token "
           f"{status.get('token') or '-'}), last report {cli_dumps.ago(status.get('updated_at'))}")
     for name in ("http", "checkpoint", "lag_bytes", "watermarks", "readers", "window", "windows",
-                 "active_request", "dump_waiting", "dump_throttle", "events_emitted",
-                 "events_replayed"):
+                 "active_requests", "events_emitted", "events_replayed"):
         print(f"  {name}: {status.get(name) or '-'}")
+    for request_id, dump in state.dump_statuses().items():
+        print(f"  dump {request_id}: {dump.get('state', '?')}, priority "
+              f"{dump.get('priority', '?')}"
+              + (f", waiting: {dump['waiting']}" if dump.get("waiting") else "")
+              + (f", throttle: {dump['throttle']}" if dump.get("throttle") else ""))
     return 0
 
 

@@ -25,7 +25,8 @@ from airflow.sdk.definitions.param import ParamsDict
 from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
 from dblog_airflow.operators.dump import DblogDumpOperator
 
-from dblog_worker.requests import DumpKind, DumpRequest, RequestState
+from dblog_worker.dump_spec import DumpSpec
+from dblog_worker.requests import DumpKind, DumpRequest, Priority, RequestState
 from dblog_worker.state import StateStore
 from tests.airflow.conftest import DblogConnection
 from tests.airflow.dag_files import DAGS, dag_bag, load_dags
@@ -394,19 +395,36 @@ def test_check_dump_carries_the_filter() -> None:
     assert form.row_filter is not None
     assert form.row_filter.describe() == ('region in ("EU", "US") AND qty > "3" AND '
                                           'key >= ["10"] AND key <= ["abc"]')
-    assert form.as_xcom() == {
-        "scope": "tables", "tables": ["public.a"], "keys": None,
-        "where": '[{"column": "region", "op": "in", "values": ["EU", "US"]}, '
-                 '{"column": "qty", "op": ">", "value": "3"}]',
-        "from_key": '["10"]', "to_key": '["abc"]', "filter": form.row_filter.describe()}
-    assert check_dump("all", [], None, [{"column": "deleted_at", "op": "is null"}],
-                      "", None).as_xcom()["where"] == (
-        '[{"column": "deleted_at", "op": "is null"}]')
+    assert json.loads(form.spec.to_json()) == {
+        "kind": "tables", "tables": ["public.a"], "keys": None, "chunk_size": 5000,
+        "delay_ms": 0, "parallelism": 1, "client_token": None, "throttle": None,
+        "priority": None,
+        "where": [{"column": "region", "op": "in", "values": ["EU", "US"]},
+                  {"column": "qty", "op": ">", "value": "3"}],
+        "from_key": ["10"], "to_key": ["abc"]}
+    assert DumpSpec.from_json(form.spec.to_json()) == form.spec
+    assert json.loads(check_dump("all", [], None, [{"column": "deleted_at", "op": "is null"}],
+                                 "", None).spec.to_json())["where"] == [
+        {"column": "deleted_at", "op": "is null"}]
     plain = check_dump("tables", ["public.a"], None, [], "  ", None)
     assert plain.row_filter is None
-    assert plain.as_xcom() | {"tables": []} == {
-        "scope": "tables", "tables": [], "keys": None, "where": None, "from_key": None,
-        "to_key": None, "filter": None}
+    assert json.loads(plain.spec.to_json())["where"] is None
+
+
+def test_check_dump_takes_the_forms_knobs_and_priority() -> None:
+    form = {"chunk_size": 70, "delay_ms": 5, "parallelism": 2, "priority": "background",
+            "throttle_max_chunk_ms": 40, "throttle_max_active_sessions": 0,
+            "throttle_max_replica_lag_ms": 0, "throttle_max_log_lag_mb": 0}
+    spec = check_dump("all", [], None, pace=form, delay_ms=900).spec
+    assert (spec.chunk_size, spec.delay_ms, spec.parallelism, spec.priority) == (
+        70, 900, 2, Priority.BACKGROUND)
+    assert spec.throttle.limits()["max_chunk_ms"] == 40
+    unthrottled = check_dump("keys", ["public.a"], "[1]", pace={**form, "priority": None,
+                                                                "throttle_max_chunk_ms": 0})
+    assert (unthrottled.spec.throttle.on, unthrottled.spec.queue_priority) == (
+        False, Priority.URGENT)
+    with pytest.raises(ValueError, match="priority must be one of urgent, normal, background"):
+        check_dump("all", [], None, pace={"priority": "soon"})
 
 
 @pytest.mark.parametrize(("scope", "tables", "keys", "where", "from_key", "to_key", "message"), [
@@ -503,10 +521,10 @@ def test_the_backfill_renders_its_filter_for_the_request(
     since = [{"column": "updated_at", "op": ">=", "value": "{{ data_interval_start }}"}]
     plan, context = run_check(dag, {"scope": "tables", "tables": ["public.orders"],
                                     "where": since}, task_context, data_interval_start=start)
-    assert plan["delay_ms"] == 0
+    assert json.loads(plan)["delay_ms"] == 0
     request = submit_after(dag, plan, context, store)
-    assert (request.kind, request.tables, request.delay_ms) == (
-        DumpKind.TABLES, ("public.orders",), 0)
+    assert (request.kind, request.tables, request.delay_ms, request.priority) == (
+        DumpKind.TABLES, ("public.orders",), 0, Priority.BACKGROUND)
     assert request.row_filter is not None
     assert request.row_filter.describe() == 'updated_at >= "2026-11-16 00:00:00+00:00"'
     # a run triggered by hand has no data interval: refused with a sentence
@@ -520,12 +538,13 @@ def test_the_repair_dumps_the_keys_or_the_slice(
     dag = dags["dblog_repair"]
     context = task_context(dag_id=dag.dag_id, task_id="submit",
                            params=resolve(dag, {"table": "public.orders"}))
-    keys = {**check_dump("tables", ["public.orders"], None).as_xcom(), "scope": "keys",
-            "keys": "[5, 7]", "extra": []}
+    keys = {"spec": check_dump("keys", ["public.orders"], "[5, 7]").spec.to_json(),
+            "extra": []}
     by_keys = submit_after(dag, keys, context, store)
     assert (by_keys.kind, by_keys.key_count, by_keys.row_filter) == (DumpKind.KEYS, 2, None)
-    sliced = {**check_dump("tables", ["public.orders"], None, WHERE, None, "100").as_xcom(),
-              "scope": "tables", "keys": "[5, 7]", "extra": []}
+    assert by_keys.priority is Priority.URGENT
+    sliced = {"spec": check_dump("tables", ["public.orders"], None, WHERE, None, "100",
+                                 priority="normal").spec.to_json(), "extra": []}
     context = task_context(dag_id=dag.dag_id, run_id="other", task_id="submit",
                            params=resolve(dag, {"table": "public.orders"}))
     by_slice = submit_after(dag, sliced, context, store)
@@ -533,6 +552,7 @@ def test_the_repair_dumps_the_keys_or_the_slice(
         DumpKind.TABLES, ("public.orders",), 0)
     assert by_slice.row_filter is not None and by_slice.row_filter.describe() == (
         'region in ("EU", "US") AND qty > "3" AND key <= ["100"]')
+    assert by_slice.priority is Priority.NORMAL
 
 
 # -- the backfill's pace ------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import random
@@ -23,6 +25,7 @@ import pymysql.cursors
 import pytest
 import redis
 
+from dblog_worker.cli import main as cli_main
 from dblog_worker.landing.parquet import LandingZone, read_events
 from dblog_worker.mysql.catalog import ident as my_ident
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
@@ -47,10 +50,12 @@ def write_config(
     kind: str = "postgresql",
     http: str = 'listen = "127.0.0.1:0"',
     source_extra: str = "",
+    worker_extra: str = "",
 ) -> Path:
     """A worker configuration; ``http`` is the body of its [http] section (by default any
     free port, so that workers of parallel tests do not collide); ``source_extra`` lines
-    of [source] (``watermarks = "position"``)."""
+    of [source] (``watermarks = "position"``), ``worker_extra`` of [worker]
+    (``max_active_dumps = 1``)."""
     path = directory / f"{name}.toml"
     path.write_text(
         f"""
@@ -72,6 +77,7 @@ flush_interval_s = {flush_interval_s}
 heartbeat_interval_s = {heartbeat_interval_s}
 control_interval_s = 0.05
 reconnect_max_s = 1.0
+{worker_extra}
 
 [http]
 {http}
@@ -777,6 +783,67 @@ def dump_through_kills(backend: Backend, config: Path, start: Callable[[Path], W
     assert_landed_once(backend, t1, t2)
 
 
+def overlapping_dumps_through_kills(backend: Backend, config: Path,
+                                    start: Callable[[Path], WorkerProcess],
+                                    requests: Sequence[Sequence[str]], kills: Sequence[int],
+                                    rnd: random.Random) -> list[str]:
+    """Several dumps at once (``requests``: the arguments of each ``dblog dump``) of
+    ``backend.t1`` and ``t2`` while the workload writes to both; the worker is killed with
+    SIGKILL once every dump still running has closed each of ``kills`` windows (or has
+    ended), at a random moment of a window, with at least two dumps running, and started
+    again. Each dump resumes from its last durable window (its saved progress never goes
+    back), all complete, the output converges and no event landed twice. Returns the ids."""
+    t1, t2 = backend.t1, backend.t2
+    worker = start(config)
+    workload = backend.workload([t1, t2], seed=rnd.randrange(1000))
+    workload.start()
+    try:
+        ids = [dump_here(config, *arguments) for arguments in requests]  # within ms
+        saved = dict.fromkeys(ids, 0)
+
+        def running() -> list[str]:
+            return [i for i in ids
+                    if redis_request(backend.redis_url, SOURCE, i)["state"] == "running"]
+
+        def reached(at: int) -> bool:
+            """Every dump that takes windows (not queued, nor waiting for a slot) has closed
+            ``at``, and two are still running (one may wait for a slot)."""
+            states = {i: redis_request(backend.redis_url, SOURCE, i)["state"] for i in ids}
+            store = StateStore(backend.redis_url, SOURCE)
+            try:
+                parked = {i for i, d in store.dump_statuses().items()
+                          if "a slot" in str(d.get("waiting"))}
+            finally:
+                store.close()
+            live = [i for i in ids if states[i] == "running" and i not in parked]
+            return (sum(state == "running" for state in states.values()) >= 2
+                    and all(chunks(backend, i) >= at for i in live))
+
+        for at in kills:
+            wait_for(lambda at=at: reached(at), 90,  # type: ignore[misc]
+                     f"every dump to close {at} windows", worker.log)
+            time.sleep(rnd.uniform(0, 0.03))
+            in_flight = running()
+            worker.kill()
+            assert len(in_flight) >= 2, f"one dump in flight at the kill: {in_flight}"
+            for request_id in ids:  # durable progress: never behind what was saved before
+                now = chunks(backend, request_id)
+                assert now >= saved[request_id], (request_id, now, saved[request_id])
+                saved[request_id] = now
+            worker = start(config)
+        for request_id in ids:
+            state = wait_request(backend.redis_url, SOURCE, request_id,
+                                 ["completed", "failed"], 180, worker)
+            assert state["state"] == "completed", state
+            assert chunks(backend, request_id) >= saved[request_id]
+        time.sleep(0.5)
+    finally:
+        workload.stop()
+    assert_converged(backend, t1, t2)
+    assert_landed_once(backend, t1, t2)
+    return ids
+
+
 def assert_landed_once(backend: Backend, *tables: str) -> None:
     """No event landed twice (a replay after a kill skips what is durable), in order."""
     for table in tables:
@@ -812,6 +879,17 @@ def _difference(backend: Backend, table: str) -> str:
 def dump(config: Path, *args: str) -> str:
     result = cli(config, "dump", *args, "--json")
     request_id: str = json.loads(result.stdout)["id"]
+    return request_id
+
+
+def dump_here(config: Path, *args: str) -> str:
+    """``dblog dump`` in this process (no interpreter to start): requests queued one after
+    the other within milliseconds."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli_main(["dump", *args, "--config", str(config), "--json"])
+    assert code == 0, out.getvalue()
+    request_id: str = json.loads(out.getvalue())["id"]
     return request_id
 
 
