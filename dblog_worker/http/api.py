@@ -244,7 +244,7 @@ class Api:
     def set_knobs(self, call: Call) -> Response:
         body = _object(call.body, KNOB_FIELDS, required=True)
         if not body:
-            raise ApiError(400, f"give {', '.join(KNOB_FIELDS)} (any of them)")
+            raise ApiError(400, f"give {', '.join(KNOB_FIELDS[:-1])} and/or {KNOB_FIELDS[-1]}")
         throttle = _throttle(body)
         if throttle == {}:
             raise ApiError(400, "throttle must name at least one limit: "
@@ -359,11 +359,11 @@ def _integer(body: Mapping[str, Any], name: str, default: int | None) -> Any:
 
 
 def _priority(body: Mapping[str, Any]) -> str | None:
-    """The ``priority`` of a body: a name (checked by the spec or the knobs), or None (left
-    out, or null: the kind's when creating, unchanged in a PATCH)."""
-    value = body.get("priority")
-    if value is None:
+    """The ``priority`` of a body: a name (checked by the spec or the knobs), or None when
+    left out (the kind's when creating, unchanged in a PATCH)."""
+    if "priority" not in body:
         return None
+    value = body["priority"]
     if not isinstance(value, str):
         raise ApiError(400, f"priority must be one of urgent, normal, background, got "
                             f"{json.dumps(value)}")
