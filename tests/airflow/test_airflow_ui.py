@@ -26,6 +26,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.error
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -296,7 +297,18 @@ def test_a_repair_during_a_backfill_finishes_first(rig: Rig, tmp_path: Path) -> 
     dump is sped up; once it completes, its run ends with it (merge, and the *pace* task
     woken by the dump's end rather than at its next poke, five minutes on)."""
     live = rig.live
-    live.api("PATCH", "/api/v2/dags/dblog_backfill", {"is_paused": False})  # its run starts
+
+    def unpaused() -> bool:  # its scheduled run starts; the file may not be parsed yet
+        try:
+            live.api("PATCH", "/api/v2/dags/dblog_backfill", {"is_paused": False})
+            return True
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise
+            return False
+
+    wait_for(unpaused, 120, "Airflow to list dblog_backfill",
+             lambda: str(live.api("GET", "/api/v2/importErrors")))
     backfill: dict[str, DumpRequest] = {}
 
     def backfill_runs() -> bool:
@@ -311,7 +323,6 @@ def test_a_repair_during_a_backfill_finishes_first(rig: Rig, tmp_path: Path) -> 
              lambda: live.logs())
     [(backfill_run, dump)] = backfill.items()
     assert (dump.priority, dump.delay_ms, dump.chunk_size) == (Priority.BACKGROUND, 10000, 10)
-    live.api("PATCH", "/api/v2/dags/dblog_backfill", {"is_paused": True})  # no second run
 
     with psycopg.connect(rig.target, autocommit=True) as target:
         target.execute("UPDATE public.items SET qty = -1 WHERE id IN (150, 250)")
@@ -346,4 +357,5 @@ def test_a_repair_during_a_backfill_finishes_first(rig: Rig, tmp_path: Path) -> 
                            "/taskInstances/pace")
     pace_ended = datetime.fromisoformat(pace["end_date"]).timestamp()
     assert pace_ended - done.updated_at < 60, (pace["end_date"], done.updated_at)
+    live.api("PATCH", "/api/v2/dags/dblog_backfill", {"is_paused": True})
     assert rig.equal()
