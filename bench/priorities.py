@@ -14,9 +14,11 @@ time, the order swapped every other run:
   dump's *time to completion* is from its request's ``created_at`` to its ``completed``
   state as Redis records them (the worker's control interval, 0.2 s, included).
 
-Reported (medians of the runs, with min and max): the window time; each key dump's time to
-completion, in seconds and in window times (the goal: under two); the full dump's duration
-alone and with the repairs, and its slowdown (the per-run ratio's median, minus one).
+Reported (medians of the runs, with the 90th percentile, min and max): the window time;
+each key dump's time to completion, in seconds and in window times (the goal: under two;
+``under_goal`` is the share of key dumps that met it, ``goal_met`` says whether the median
+did); the full dump's duration alone and with the repairs, and its slowdown (the per-run
+ratio, minus one).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from bench.common import (
     dump_timeout,
     machine,
     median,
+    percentile,
     progress,
     rounded,
     wait_until,
@@ -113,8 +116,8 @@ def with_repairs(env: Environment, source: str, table: str, rows: int, repairs: 
 
 
 def spread(values: list[float]) -> dict[str, float]:
-    return {"median": rounded(median(values)), "min": rounded(min(values)),
-            "max": rounded(max(values))}
+    return {"median": rounded(median(values)), "p90": rounded(percentile(values, 90)),
+            "min": rounded(min(values)), "max": rounded(max(values))}
 
 
 def run(options: Options) -> Result:
@@ -158,7 +161,8 @@ def run(options: Options) -> Result:
         "repair_s": spread(repair_s),
         "repair_windows": spread(in_windows),
         "goal_windows": GOAL_WINDOWS,
-        "goal_met": median(in_windows) < GOAL_WINDOWS and max(in_windows) < GOAL_WINDOWS,
+        "under_goal": rounded(sum(w < GOAL_WINDOWS for w in in_windows) / len(in_windows)),
+        "goal_met": median(in_windows) < GOAL_WINDOWS,
         "full_dump_alone_s": spread(alone_s),
         "full_dump_with_repairs_s": spread(with_s),
         "full_dump_slowdown": spread([w / a - 1 for w, a in zip(with_s, alone_s,

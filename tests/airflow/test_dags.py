@@ -22,8 +22,14 @@ from zoneinfo import ZoneInfo
 import pytest
 from airflow.sdk import DAG, Context
 from airflow.sdk.definitions.param import ParamsDict
-from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    ParamValidationError,
+    TaskDeferred,
+)
 from dblog_airflow.operators.dump import DblogDumpOperator
+from dblog_airflow.triggers.dump import DblogDumpTrigger
 
 from dblog_worker.dump_spec import DumpSpec
 from dblog_worker.requests import DumpKind, DumpRequest, Priority, RequestState
@@ -607,6 +613,45 @@ def test_the_pace_sensor_sets_the_delay_of_the_hour(
         assert f"{request.id}: delay 2500 ms was set by hand; left as it is" in log_text()
         state.transition(request.id, RequestState.COMPLETED)
         assert sensor.poke(context) is True
+    finally:
+        state.close()
+
+
+def test_the_pace_waits_deferred_on_the_dump_and_ends_with_it(
+        redis_url: str, dblog_connection: DblogConnection,
+        task_context: Callable[..., Context]) -> None:
+    """Between two settings the pace defers to the dump's trigger, which wakes it for the
+    next setting or when the dump ends: the run ends with its dump, not at the next poke."""
+    dblog_connection(redis_url, "shop")
+    state = StateStore(redis_url, "shop")
+    try:
+        request = state.create_request(DumpKind.TABLES, ["public.a"], chunk_size=100,
+                                       delay_ms=0)
+        state.transition(request.id, RequestState.RUNNING)
+        sensor = DumpPaceSensor(task_id="pace", request_id=request.id,
+                                dblog_conn_id="dblog_default", poll_interval=2,
+                                timeout=3600)
+        context = task_context(params={"delay_ms": 0, "busy_delay_ms": 700,
+                                       "busy_hours": "00-24"})
+        with pytest.raises(TaskDeferred) as deferred:
+            sensor.execute(context)
+        assert state.get_request(request.id).delay_ms == 700  # set before it defers
+        trigger = deferred.value.trigger
+        assert isinstance(trigger, DblogDumpTrigger)
+        assert trigger.serialize()[1] == {"request_id": request.id,
+                                          "dblog_conn_id": "dblog_default",
+                                          "poll_interval": 2.0, "wake_after": 300.0,
+                                          "log_progress": False}
+        assert deferred.value.method_name == "execute_complete"
+        with pytest.raises(TaskDeferred):  # woken for the next setting: set, defer again
+            sensor.execute_complete(context, {"status": "running",
+                                              "request_id": request.id})
+        state.transition(request.id, RequestState.COMPLETED)
+        assert sensor.execute_complete(context, {"status": "completed",
+                                                 "message": f"{request.id} completed"}) \
+            is None  # the dump ended: nothing more to pace, the task succeeds
+        with pytest.raises(AirflowException, match="cannot follow"):
+            sensor.execute_complete(context, {"status": "error", "message": "cannot follow"})
     finally:
         state.close()
 
