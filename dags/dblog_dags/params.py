@@ -54,7 +54,6 @@ __all__ = [
     "table_param",
     "tables_param",
     "throttle_params",
-    "throttle_templates",
     "where_param",
 ]
 
@@ -246,11 +245,6 @@ def throttle_params() -> dict[str, Param]:
             section="Pace")
         for name, (high, _unit, what) in LIMITS.items()
     }
-
-
-def throttle_templates() -> dict[str, str]:
-    """The operator's ``throttle``, rendered from the form's :func:`throttle_params`."""
-    return {name: f"{{{{ params.throttle_{name} }}}}" for name in LIMITS}
 
 
 @dataclass(frozen=True)
