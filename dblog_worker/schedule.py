@@ -51,11 +51,11 @@ class Scheduler:
             return None
         return min(ready, key=lambda r: (self.pass_of(r.id), r.order))
 
-    def opened(self, chosen: Ready) -> None:
-        """``chosen`` opened a window: it moves on by its stride."""
-        start = self.pass_of(chosen.id)
+    def opened(self, dump_id: str, weight: int) -> None:
+        """The dump opened a window: it moves on by its stride, ``STRIDE / weight``."""
+        start = self.pass_of(dump_id)
         self.virtual = start
-        self._passes[chosen.id] = start + STRIDE / max(1, chosen.weight)
+        self._passes[dump_id] = start + STRIDE / max(1, weight)
 
     def forget(self, dump_id: str) -> None:
         """The dump ended or left this worker."""

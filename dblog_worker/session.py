@@ -402,7 +402,7 @@ class Session:
         self.reconciler.open(plan.table, tokens, KeyColumn(chunk.selected, chunk.rows),
                              dump.id, chunk.schema_version)
         dump.window_opened(read)
-        self.scheduler.opened(Ready(dump.id, dump.request.priority.weight, (0, 0)))
+        self.scheduler.opened(dump.id, dump.request.priority.weight)
         self.windows += 1
         self.worker.telemetry.window_opened(plan.table, dump.id, tokens.low, chunk.selected,
                                             chunk.rows if plan.first else None,

@@ -28,7 +28,7 @@ def run(scheduler: Scheduler, windows: int,
     for i in range(windows):
         chosen = scheduler.pick(ready_at(i))
         assert chosen is not None
-        scheduler.opened(chosen)
+        scheduler.opened(chosen.id, chosen.weight)
         opened.append(chosen.id)
     return opened
 
