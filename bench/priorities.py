@@ -53,11 +53,13 @@ REPAIRS = 5
 QUICK_REPAIRS = 3
 KEYS_PER_REPAIR = 3
 GOAL_WINDOWS = 2.0
+FIGURES = ("window_s.median", "repair_s.median", "repair_windows.median",
+           "full_dump_alone_s.median", "full_dump_with_repairs_s.median")
 
 
 def chunk_size(rows: int) -> int:
     """Some 100 windows for the full dump, at most ``CHUNK_SIZE`` rows each."""
-    return min(CHUNK_SIZE, max(100, rows // 100))
+    return min(CHUNK_SIZE, max(10, rows // 100))
 
 
 def backfill(worker: WorkerRun, table: str, rows: int) -> str:
