@@ -322,7 +322,7 @@ def test_set_knobs_on_running_and_paused(store: StateStore, state: RequestState)
 @pytest.mark.parametrize(
     ("knobs", "message"),
     [
-        ({}, "give a chunk size, a delay, a parallelism or a throttle limit"),
+        ({}, "give a chunk size, a delay, a parallelism, a throttle limit or a priority"),
         ({"chunk_size": 0}, "chunk size must be an integer from 1 to 100000, got 0"),
         ({"chunk_size": True}, "chunk size must be an integer from 1 to 100000, got True"),
         ({"chunk_size": 5, "delay_ms": 3_600_001},
