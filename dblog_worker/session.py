@@ -186,7 +186,7 @@ class Session:
             refuse_lost_state(self.config, self.source, self.worker.sink, lost)
         problems = self.source.preflight()
         for problem in problems:
-            if not problem.capture:  # the dumps wait for it; the log goes on
+            if not problem.capture:  # the log goes on (without that table, or its dumps)
                 log.warning("%s (fix: %s)", problem.what, problem.fix)
         if any(problem.capture for problem in problems):
             raise not_ready([problem for problem in problems if problem.capture])

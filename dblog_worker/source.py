@@ -28,8 +28,9 @@ SchemaVersion = Callable[[str, Mapping[str, object]], int]  # (table, schema) â†
 @dataclass(frozen=True, slots=True)
 class Problem:
     """Something that stops capture, and the change that fixes it. A problem that stops
-    only the dumps (``capture`` False: a read replica unreachable) is reported by
-    ``dblog preflight`` and logged by the worker, which streams the log anyway."""
+    only part of it (``capture`` False: a read replica unreachable, whose dumps wait; a
+    table with a column of a type the worker does not read, which it leaves out) is
+    reported by ``dblog preflight`` and logged by the worker, which streams the log anyway."""
 
     what: str
     fix: str

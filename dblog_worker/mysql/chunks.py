@@ -35,6 +35,7 @@ from dblog_worker.mysql.catalog import TableShape
 from dblog_worker.mysql.columns import (
     COLUMNS_SQL,
     MyColumn,
+    UnsupportedType,
     column_from_information_schema,
     schema_document,
     select_list,
@@ -50,8 +51,8 @@ from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, KeysChunk
 from dblog_worker.tables import TableCache
 
-__all__ = ["DENIED", "LOCK_WAIT_S", "CapturedTables", "connect", "connection_errors",
-           "replica_errors"]
+__all__ = ["DENIED", "LOCK_WAIT_S", "CapturedTables", "UnsupportedTable", "connect",
+           "connection_errors", "replica_errors", "unsupported"]
 
 # The longest a read waits for a lock (s): the chunk is read again later, the log goes on.
 LOCK_WAIT_S = 1
@@ -66,6 +67,23 @@ _LOST = frozenset({1040, 1053, 1927, 2002, 2003, 2006, 2013, 2014, 2055, 4031})
 _LOCK_WAIT = 1205  # lock_wait_timeout (a DDL statement's metadata lock) or a row lock
 _TABLE_DEF_CHANGED = 1412  # a snapshot older than the table's definition (a DDL after it)
 Described = tuple[tuple[str, int, int, int], ...]  # (name, type code, length, decimals)
+
+
+class UnsupportedTable(DumpFailed):
+    """A captured table has a column of a type the worker does not read: the worker leaves
+    the table out (its dumps are refused, its log events skipped) and captures the others."""
+
+
+def unsupported(table: str, exc: UnsupportedType) -> str:
+    """What to tell the user of a table with a column of a type the worker does not read."""
+    database, name = split_table(table)
+    column = f"{catalog.quote_ident(database)}.{catalog.quote_ident(name)}"
+    wanted = "YEAR" if exc.type_name.startswith("year(") else "<a supported type>"
+    return (f"table {table} cannot be captured: its column {exc.column!r} has type "
+            f"{exc.type_name}, which dblog does not read (docs/mysql.md lists the types it "
+            "does); the worker captures the other tables and leaves this one out. Fix: ALTER "
+            f"TABLE {column} MODIFY {catalog.quote_ident(exc.column)} {wanted}; then `dblog dump "
+            f"--table {table}`")
 
 
 @contextmanager
@@ -205,7 +223,10 @@ class CapturedTables:
                 break
         else:
             raise ChunkStale(f"the columns of {table} keep changing; reading them again later")
-        columns = [column_from_information_schema(r) for r in rows]
+        try:
+            columns = [column_from_information_schema(r) for r in rows]
+        except UnsupportedType as exc:
+            raise UnsupportedTable(unsupported(table, exc)) from None
         by_name = {c.name: c for c in columns}
         shape = TableShape(table, tuple(c.name for c in columns), key,
                            select_list(columns), select_list(columns, "t"),

@@ -3,8 +3,14 @@
 A :class:`MyColumn` is a column as far as its canonical encoding goes (see the module
 docstring of :mod:`dblog_worker.mysql.values`).  It is read from ``information_schema``
 (:data:`COLUMNS_SQL`, :func:`column_from_information_schema`) or from a table map event
-of the binary log (:func:`column_from_binlog`); :func:`select_list` is the dump SELECT
-of the columns, :func:`schema_document` the schema the landing zone records.
+of the binary log (:func:`columns_from_binlog`); :func:`select_list` is the dump SELECT
+of the columns, :func:`schema_document` the schema the landing zone records.  A type the
+worker does not read raises :class:`UnsupportedType`, which names the column and the type.
+
+MariaDB's ``UUID``, ``INET6`` and ``INET4`` are in a table map what ``BINARY(16)`` and
+``BINARY(4)`` are (a fixed binary string), and a spatial column's type (``POINT``, ...)
+is not in mysql-replication's columns: :func:`columns_from_binlog` takes both from the
+catalog's description of such columns.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ __all__ = [
     "COLUMNS_SQL",
     "Kind",
     "MyColumn",
+    "UnsupportedType",
     "column_from_binlog",
     "column_from_information_schema",
+    "columns_from_binlog",
     "schema_document",
     "select_list",
 ]
@@ -56,6 +64,19 @@ class Kind(StrEnum):
     SET = "set"
     BIT = "bit"
     JSON = "json"
+    GEOMETRY = "geometry"  # every spatial type: ``spatial`` says which
+    UUID = "uuid"  # MariaDB 10.7+
+    INET4 = "inet4"  # MariaDB 10.10+
+    INET6 = "inet6"  # MariaDB 10.5+
+
+
+class UnsupportedType(ValueError):
+    """A column of a type the worker does not read: the table cannot be captured."""
+
+    def __init__(self, column: str, type_name: str) -> None:
+        super().__init__(f"column {column!r}: type {type_name!r} is not supported")
+        self.column = column
+        self.type_name = type_name
 
 
 _NUMERIC_KINDS = frozenset({Kind.INTEGER, Kind.DECIMAL, Kind.FLOAT, Kind.DOUBLE})
@@ -73,6 +94,7 @@ class MyColumn:
     fsp: int = 0  # DATETIME, TIMESTAMP, TIME: fraction digits, 0..6
     length: int = 0  # BINARY(n): n; 0 for every other type
     members: tuple[str, ...] = ()  # ENUM, SET: in definition order
+    spatial: str = ""  # GEOMETRY: the spatial type (geometry, point, linestring, ...)
 
 
 _INFORMATION_SCHEMA_KINDS: Mapping[str, Kind] = {
@@ -105,7 +127,12 @@ _INFORMATION_SCHEMA_KINDS: Mapping[str, Kind] = {
     "set": Kind.SET,
     "bit": Kind.BIT,
     "json": Kind.JSON,
+    "uuid": Kind.UUID,
+    "inet4": Kind.INET4,
+    "inet6": Kind.INET6,
 }
+SPATIAL_TYPES = ("geometry", "point", "linestring", "polygon", "multipoint",
+                 "multilinestring", "multipolygon", "geometrycollection")
 
 
 def _text(value: object) -> str:
@@ -121,9 +148,11 @@ def column_from_information_schema(row: Sequence[object]) -> MyColumn:
     values as PyMySQL gives them with or without :data:`session.DUMP_CONV`)."""
     name, data_type, column_type = _text(row[0]), _text(row[1]).lower(), _text(row[2]).lower()
     scale, fsp, octet_length = row[4], row[5], row[7]
+    if data_type in SPATIAL_TYPES:
+        return MyColumn(name, Kind.GEOMETRY, spatial=data_type)
     kind = _INFORMATION_SCHEMA_KINDS.get(data_type)
     if kind is None or column_type.startswith("year(2)"):
-        raise ValueError(f"column {name!r}: type {column_type!r} is not supported")
+        raise UnsupportedType(name, column_type)
     unsigned = kind in _NUMERIC_KINDS and " unsigned" in column_type
     if kind is Kind.DECIMAL:
         return MyColumn(name, kind, unsigned=unsigned, scale=_number(scale))
@@ -195,18 +224,52 @@ _BINLOG_TYPE_NAMES: Mapping[int, str] = {
 }
 
 
-def column_from_binlog(column: Any) -> MyColumn:
+_FIXED_BINARY_KINDS = {16: (Kind.UUID, Kind.INET6), 4: (Kind.INET4,)}
+
+
+def _ambiguous(column: Any) -> bool:
+    """A fixed binary string of 16 or 4 bytes: a BINARY(n), or a UUID or INET type."""
+    return (column.type == FIELD_TYPE.STRING and column.character_set_name == "binary"
+            and getattr(column, "max_length", 0) in _FIXED_BINARY_KINDS)
+
+
+def columns_from_binlog(columns: Sequence[Any],
+                        catalog: Mapping[str, MyColumn] | None = None) -> list[MyColumn]:
+    """The descriptors of a table map event's columns (``event.columns``); the spatial
+    type of a GEOMETRY column, and whether a fixed binary column is a UUID or INET type,
+    are the ``catalog``'s (its descriptors by column name: information_schema's now)."""
+    described = []
+    for column in columns:
+        known = (catalog or {}).get(getattr(column, "name", "") or "")
+        if column.type == FIELD_TYPE.GEOMETRY:
+            spatial = known.spatial if known is not None and known.spatial else "geometry"
+            described.append(column_from_binlog(column, spatial=spatial))
+        elif known is not None and _ambiguous(column) and (
+                known.kind in _FIXED_BINARY_KINDS[column.max_length]):
+            described.append(column_from_binlog(column, kind=known.kind))
+        else:
+            described.append(column_from_binlog(column))
+    return described
+
+
+def column_from_binlog(column: Any, *, spatial: str = "geometry",
+                       kind: Kind | None = None) -> MyColumn:
     """The descriptor of a ``pymysqlreplication.column.Column`` of a table map event (the
-    server must log with ``binlog_row_metadata=FULL``)."""
+    server must log with ``binlog_row_metadata=FULL``); ``spatial``: a GEOMETRY column's
+    type, ``kind``: a fixed binary column's kind where the catalog says it is a UUID or
+    INET type (see :func:`columns_from_binlog`)."""
     name = getattr(column, "name", None)
     if not name or name.startswith("UNKNOWN_COL"):
         raise ValueError(
             "the binlog carries no column names: the server needs binlog_row_metadata=FULL"
         )
+    if kind is not None:
+        return MyColumn(name, kind)
+    if column.type == FIELD_TYPE.GEOMETRY:
+        return MyColumn(name, Kind.GEOMETRY, spatial=spatial)
     kind = _BINLOG_KINDS.get(column.type)
     if kind is None:
-        type_name = _BINLOG_TYPE_NAMES.get(column.type, str(column.type))
-        raise ValueError(f"column {name!r}: type {type_name!r} is not supported")
+        raise UnsupportedType(name, _BINLOG_TYPE_NAMES.get(column.type, str(column.type)))
     if kind is Kind.TEXT and column.character_set_name == "binary":
         fixed = column.type == FIELD_TYPE.STRING
         return MyColumn(name, Kind.BINARY, length=column.max_length if fixed else 0)
@@ -266,5 +329,7 @@ def schema_document(columns: Sequence[MyColumn], key_columns: Sequence[str]) -> 
             entry["length"] = column.length
         if column.kind is Kind.ENUM or column.kind is Kind.SET:
             entry["members"] = [_OUTSIDE_BMP.sub("?", member) for member in column.members]
+        if column.spatial:
+            entry["spatial"] = column.spatial
         described.append(entry)
     return {"columns": described, "key": list(key_columns)}

@@ -22,19 +22,21 @@ from dblog_worker.mysql.texts import (
     base64_text,
     binlog_bit,
     binlog_date,
+    binlog_inet4,
+    binlog_inet6,
     binlog_integer,
+    binlog_spatial,
     binlog_text,
+    binlog_uuid,
     binlog_year,
     datetime_text,
     double_text,
     dump_binary,
     dump_bit,
-    dump_date,
     dump_decimal,
     dump_double,
     dump_float,
     dump_integer,
-    dump_timestamp,
     dump_year,
     float32_text,
     mysql_json_text,
@@ -43,11 +45,14 @@ from dblog_worker.mysql.texts import (
     param_double,
     param_enum,
     param_float,
+    param_inet,
     param_integer,
     param_matching,
     param_set,
     param_text,
+    param_uuid,
     time_text,
+    zero_timestamp,
 )
 
 __all__ = ["NUMBER", "PLAIN", "STRING", "Encoding", "encoding_of"]
@@ -63,22 +68,20 @@ _EPOCH = datetime.datetime(1970, 1, 1)  # naive UTC, as mysql-replication decode
 class Encoding:
     """How one column's values become its canonical text and JSON.
 
-    ``dump``/``binlog`` give the canonical text of a non-NULL cell/value, None for a value
-    that is null in JSON (zero dates, then ``nullable``); ``dump`` None means the cell is
-    the text.  ``style`` says how the text becomes JSON.  ``dump_inline`` is the generated
-    dump code's ``(extra null test or "", text)`` of a cell ``{v}``, ``{d}`` being ``dump``:
-    the same result as ``dump`` with fewer calls.
+    ``dump``/``binlog`` give the canonical text of a non-NULL cell/value; ``dump`` None
+    means the cell is the text.  ``style`` says how the text becomes JSON.
+    ``dump_inline`` is the generated dump code's ``(extra null test or "", text)`` of a cell
+    ``{v}``, ``{d}`` being ``dump``: the same result as ``dump`` with fewer calls.
     """
 
-    dump: Callable[[Any], str | None] | None
-    binlog: Callable[[Any], str | None]
+    dump: Callable[[Any], str] | None
+    binlog: Callable[[Any], str]
     style: str
     param: Callable[[str], object]
-    nullable: bool = False
     dump_inline: tuple[str, str] | None = None
 
 
-def _binlog_set(members: tuple[str, ...]) -> Callable[[Any], str | None]:
+def _binlog_set(members: tuple[str, ...]) -> Callable[[Any], str]:
     def text(value: set[str] | frozenset[str]) -> str:
         ordered = [member for member in members if member in value]
         if len(ordered) != len(value):
@@ -93,7 +96,7 @@ def _binlog_set(members: tuple[str, ...]) -> Callable[[Any], str | None]:
     return text
 
 
-def _binlog_binary(length: int) -> Callable[[Any], str | None]:
+def _binlog_binary(length: int) -> Callable[[Any], str]:
     def text(value: bytes | str) -> str:
         if isinstance(value, str):
             if value:
@@ -104,7 +107,7 @@ def _binlog_binary(length: int) -> Callable[[Any], str | None]:
     return text
 
 
-def _binlog_decimal(scale: int) -> Callable[[Any], str | None]:
+def _binlog_decimal(scale: int) -> Callable[[Any], str]:
     spec = f".{scale}f"
 
     def text(value: Decimal) -> str:
@@ -113,22 +116,25 @@ def _binlog_decimal(scale: int) -> Callable[[Any], str | None]:
     return text
 
 
-def _binlog_datetime(fsp: int) -> Callable[[Any], str | None]:
+def _binlog_datetime(fsp: int) -> Callable[[Any], str]:
+    def text(value: datetime.datetime | str) -> str:
+        # rowimage.py gives the text of a date Python cannot hold (with fsp digits)
+        return value if isinstance(value, str) else datetime_text(value, fsp)
+
+    return text
+
+
+def _binlog_timestamp(fsp: int) -> Callable[[Any], str]:
+    zero = zero_timestamp(fsp)
+
     def text(value: datetime.datetime) -> str:
-        return datetime_text(value, fsp)
-
-    return text
-
-
-def _binlog_timestamp(fsp: int) -> Callable[[Any], str | None]:
-    def text(value: datetime.datetime) -> str | None:
         # The zero TIMESTAMP is stored as 0 seconds, decoded as the epoch.
-        return None if value == _EPOCH else datetime_text(value, fsp)
+        return zero if value == _EPOCH else datetime_text(value, fsp)
 
     return text
 
 
-def _binlog_time(fsp: int) -> Callable[[Any], str | None]:
+def _binlog_time(fsp: int) -> Callable[[Any], str]:
     def text(value: datetime.timedelta) -> str:
         return time_text(value, fsp)
 
@@ -166,26 +172,19 @@ def encoding_of(column: MyColumn) -> Encoding:
         return Encoding(None, binlog_text, STRING, param_text)
     if kind is Kind.BINARY:
         return Encoding(dump_binary, _binlog_binary(column.length), PLAIN, param_binary)
+    # Dates are MySQL's text, zero and invalid dates too (0000-00-00, 2020-02-31).
     if kind is Kind.DATE:
-        return Encoding(
-            dump_date, binlog_date, PLAIN, param_matching(DATE_TEXT, "DATE"), nullable=True
-        )
+        return Encoding(None, binlog_date, PLAIN, param_matching(DATE_TEXT, "DATE"))
     if kind is Kind.DATETIME:
         return Encoding(
-            dump_date,
-            _binlog_datetime(column.fsp),
-            PLAIN,
-            param_matching(DATETIME_TEXT, "DATETIME"),
-            nullable=True,
+            None, _binlog_datetime(column.fsp), PLAIN, param_matching(DATETIME_TEXT, "DATETIME")
         )
     if kind is Kind.TIMESTAMP:
         return Encoding(
-            dump_timestamp,
+            None,
             _binlog_timestamp(column.fsp),
             PLAIN,
             param_matching(DATETIME_TEXT, "TIMESTAMP"),
-            nullable=True,
-            dump_inline=("{v}[0] == '0'", "{v}"),
         )
     if kind is Kind.TIME:
         return Encoding(
@@ -201,4 +200,12 @@ def encoding_of(column: MyColumn) -> Encoding:
         return Encoding(dump_bit, binlog_bit, NUMBER, param_integer)
     if kind is Kind.JSON:
         return Encoding(None, mysql_json_text, STRING, param_text)
+    if kind is Kind.GEOMETRY:
+        return Encoding(dump_binary, binlog_spatial, PLAIN, param_binary)
+    if kind is Kind.UUID:
+        return Encoding(None, binlog_uuid, PLAIN, param_uuid)
+    if kind is Kind.INET4:
+        return Encoding(None, binlog_inet4, PLAIN, param_inet(4))
+    if kind is Kind.INET6:
+        return Encoding(None, binlog_inet6, PLAIN, param_inet(6))
     raise ValueError(f"column {column.name!r}: unknown kind {kind!r}")

@@ -2,19 +2,24 @@
 
 mysql-replication frames the binary log (connection, table maps, rotation, GTIDs) and
 decodes a rows event's header; its row decoding, one method call and a dozen checks per
-cell, is the ceiling of MariaDB's capture. For a table whose columns are all of the types
-below, :func:`row_images` generates straight-line Python that reads each row image from
-the event's bytes into *the very values mysql-replication gives* (same types, same
-conversions, written after its ``row_event.py`` 1.0.17), so the canonical encoding that
-follows, and with it "same value, same bytes", is unchanged: tests/integration/
-test_mysql_values.py decodes every event both ways and compares.
+cell, is the ceiling of MariaDB's capture, and it loses values: a zero or invalid date
+(``0000-00-00``, ``2020-00-15``, ``2020-02-31``) is None to it, like NULL. For a table
+whose columns are all of the types below, :func:`row_images` generates straight-line
+Python that reads each row image from the event's bytes into *the values
+mysql-replication gives* (same types, same conversions, written after its
+``row_event.py`` 1.0.17), with two exceptions where the library's value is lossy: a date
+Python cannot hold is its text as MySQL prints it (``"0000-00-00"``, ``"2020-05-00
+10:00:00.100"``), and the empty SET is an empty set (the library gives None and says
+"empty set" in ``none_sources``). tests/integration/test_mysql_values.py decodes every
+event both ways and compares.
 
 Integers (signed and unsigned), FLOAT, DOUBLE, DECIMAL, YEAR, CHAR/VARCHAR/TEXT/BINARY/
-VARBINARY/BLOB, DATE, DATETIME(fsp) and TIMESTAMP(fsp) are decoded here. A table with any
-other type (ENUM, SET, BIT, TIME, JSON, GEOMETRY, the pre-5.6.4 temporal formats), or
-without column names, keeps mysql-replication's decoding; so does an event whose
-row images are not full (``binlog_row_image`` other than FULL) or that does not decode
-here (the library then decodes it, and raises what it raises).
+VARBINARY/BLOB (so MariaDB's UUID, INET4 and INET6), DATE, DATETIME(fsp), TIMESTAMP(fsp),
+TIME(fsp), ENUM, SET, BIT and the spatial types are decoded here: every type of MariaDB. A
+table with a MySQL 8 ``JSON`` column or a pre-5.6.4 temporal column, or without column
+names, keeps mysql-replication's decoding; so does an event whose row images are not full
+(``binlog_row_image`` other than FULL) or that does not decode here (the library then
+decodes it, and raises what it raises).
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ class RowImages:
 
     def rows(self, event: Any, *, keep: bool = False) -> list[dict[str, Any]] | None:
         """The rows as mysql-replication's ``event.rows`` has them (without
-        ``none_sources``: none of these types needs one), or None when this event is not
+        ``none_sources``: no value decoded here needs one), or None when this event is not
         for this decoder (the caller uses ``event.rows``). The bytes are read where the
         event's packet holds them and consumed only once every row decoded, so a row this
         code cannot read leaves the event to the library whole. ``keep``: consume nothing,
@@ -134,11 +139,35 @@ class RowImages:
         return images
 
 
+def odd_datetime(t: int, us: int, fsp: int) -> str:
+    """The text of a DATETIME2 (its 5 bytes ``t``, fraction ``us``) that Python cannot
+    hold: MySQL's digits, ``fsp`` of the fraction (ValueError past 999,999 µs, a corrupt
+    image, as the library's ``datetime.replace``)."""
+    if us > 999_999:
+        raise ValueError(us)
+    ym = t >> 22 & 0x1FFFF
+    text = (f"{ym // 13:04d}-{ym % 13:02d}-{t >> 17 & 0x1F:02d} "
+            f"{t >> 12 & 0x1F:02d}:{t >> 6 & 0x3F:02d}:{t & 0x3F:02d}")
+    return text + f".{max(us, 0) // 10 ** (6 - fsp):0{fsp}d}" if fsp else text
+
+
+def _time2(t: int, us: int) -> datetime.timedelta:
+    """A TIME2 (3 bytes, ``t`` their signed big-endian value; fraction ``us``) as
+    mysql-replication's ``__read_time2`` decodes it."""
+    if not t >> 23 & 1:
+        t = ~t + 1
+        return -datetime.timedelta(hours=t >> 12 & 0x3FF, minutes=t >> 6 & 0x3F,
+                                   seconds=t & 0x3F, microseconds=us)
+    return datetime.timedelta(hours=t >> 12 & 0x3FF, minutes=t >> 6 & 0x3F,
+                              seconds=t & 0x3F, microseconds=us)
+
+
 # Names the generated decoders use (besides the per-column ones they bind).
 NAMES: dict[str, object] = {
     "date": datetime.date, "datetime": datetime.datetime,
     "utcfromtimestamp": datetime.datetime.utcfromtimestamp,
     "Decimal": decimal.Decimal, "int_from": int.from_bytes, "BIG": "big",
+    "odd_datetime": odd_datetime, "time2": _time2,
 }
 
 
@@ -204,17 +233,48 @@ def column_lines(i: int, column: Any, namespace: dict[str, object]) -> list[str]
         return _string(i, column, 2 if column.max_length > 255 else 1, namespace)
     if kind == FIELD_TYPE.BLOB:
         return _string(i, column, column.length_size, namespace)
-    if kind == FIELD_TYPE.DATE:
+    if kind == FIELD_TYPE.DATE:  # a date Python cannot hold: its text
         return ["t = data[p] | data[p + 1] << 8 | data[p + 2] << 16", "p += 3",
                 "y, m, d = t >> 9 & 0x7FFF, t >> 5 & 0xF, t & 0x1F",
-                f"{v} = None if t == 0 or y == 0 or m == 0 or d == 0 else date(y, m, d)"]
+                "try:", f"    {v} = date(y, m, d)",
+                "except ValueError:", f"    {v} = f'{{y:04d}}-{{m:02d}}-{{d:02d}}'"]
     if kind == FIELD_TYPE.DATETIME2:
+        fsp = column.fsp
         return ["t = int_from(data[p:p + 5], 'big')", "p += 5", "ym = t >> 22 & 0x1FFFF",
                 "try:",
                 f"    {v} = datetime(ym // 13, ym % 13, t >> 17 & 0x1F, t >> 12 & 0x1F,"
                 " t >> 6 & 0x3F, t & 0x3F)",
                 "except ValueError:",
-                f"    {v} = None", *_fractions(v, column.fsp, skip_when_none=True)]
+                f"    {v} = None", *_fractions(v, fsp, skip_when_none=True),
+                f"if {v} is None: {v} = odd_datetime(t, {'us' if fsp else 0}, {fsp})"]
+    if kind == FIELD_TYPE.TIME2:
+        fraction = fraction_lines(column.fsp)
+        return ["t = int_from(data[p:p + 3], 'big', signed=True)", "p += 3", *fraction,
+                f"{v} = time2(t, {'us' if fraction else 0})"]
+    if kind == FIELD_TYPE.GEOMETRY:
+        size = column.length_size
+        if size not in (1, 2, 3, 4):
+            return None
+        return [f"n = int_from(data[p:p + {size}], 'little')",
+                f"{v} = data[p + {size}:p + {size} + n]", f"p += {size} + n"]
+    if kind == FIELD_TYPE.BIT:
+        bits, size = column.bits, column.bytes
+        namespace[f"f{i}"] = f"0{bits}b"
+        return [f"{v} = format(int_from(data[p:p + {size}], 'big') & {(1 << bits) - 1}, f{i})",
+                f"p += {size}"]
+    if kind == FIELD_TYPE.ENUM:
+        if not column.enum_values or column.size not in (1, 2):
+            return None
+        namespace[f"e{i}"] = tuple(column.enum_values)
+        return [f"{v} = e{i}[int_from(data[p:p + {column.size}], 'little')]",
+                f"p += {column.size}"]
+    if kind == FIELD_TYPE.SET:  # the empty set is an empty set (the library: None)
+        if not column.set_values or column.size not in range(1, 9):
+            return None
+        namespace[f"s{i}"] = tuple((1 << n, member) for n, member
+                                   in enumerate(column.set_values))
+        return [f"m = int_from(data[p:p + {column.size}], 'little')", f"p += {column.size}",
+                f"{v} = {{member for bit, member in s{i} if m & bit}}"]
     if kind == FIELD_TYPE.TIMESTAMP2:
         return [f"{v} = utcfromtimestamp(int_from(data[p:p + 4], 'big', signed=True))",
                 "p += 4", *_fractions(v, column.fsp, skip_when_none=False)]

@@ -5,8 +5,9 @@ codec (``values.py``) encodes those: for the types most tables have, that works 
 ``datetime`` made only to be printed, a ``Decimal`` made from digits only to be printed
 again. :func:`key_row_reader` generates, per table, one function that reads an image and
 returns its key and row JSON: integers, YEAR, DECIMAL, DATE, DATETIME, TIMESTAMP and text
-strings go from their bytes to their canonical text; every other column is decoded as
-``rowimage.py`` decodes it and encoded by the codec's own lines.
+strings go from their bytes to their canonical text (zero and invalid dates too: MySQL's
+text, never checked); every other column is decoded as ``rowimage.py`` decodes it and
+encoded by the codec's own lines.
 
 Same value, same bytes: tests/integration/test_mysql_values.py reads every event of its
 type tables both ways (this reader, and the codec over mysql-replication's rows) and
@@ -36,6 +37,7 @@ from dblog_worker.mysql.rowimage import (
     null_bitmap,
     text_encoding,
 )
+from dblog_worker.mysql.texts import zero_timestamp
 from dblog_worker.mysql.values import MyRowCodec
 
 __all__ = ["key_row_reader"]
@@ -49,10 +51,8 @@ _STRUCT_CODES = {1: "b", 2: "h", 4: "i"}  # signed big-endian integers of these 
 def key_row_reader(columns: Sequence[Any], codec: MyRowCodec) -> KeyRow | None:
     """The reader of a row image of a table with these binlog columns (a table map's
     ``Column`` objects, in the codec's column order) to ``((key, row), position after)``;
-    None where ``rowimage.py`` decodes no image of the table, or the codec needs what an
-    image does not say (a SET column: its empty set is told from NULL by ``none_sources``)."""
-    if len(columns) != len(codec.columns) or any(
-            c.kind is Kind.SET for c in codec.columns):
+    None where ``rowimage.py`` decodes no image of the table."""
+    if len(columns) != len(codec.columns):
         return None
     lines = ["def key_row(data, p):", *null_bitmap(len(columns))]
     namespace = {**NAMES, **_CALENDAR, "quote": encode_basestring}
@@ -95,20 +95,23 @@ def _json_lines(i: int, column: Any, codec: MyRowCodec, namespace: dict[str, obj
         return ["t = data[p] | data[p + 1] << 8 | data[p + 2] << 16", "p += 3",
                 f"{x} = dates.get(t) or date_json(t)"]
     if kind == FIELD_TYPE.DATETIME2 and mine.kind is Kind.DATETIME and mine.fsp == column.fsp:
-        # datetime() refuses what is no date or no time: the library's value is None
-        return ["t = int_from(data[p:p + 5], 'big')", "p += 5", *_fraction_lines(column.fsp),
+        # a time past its range (a corrupt image) is printed as rowimage.py prints it
+        fsp = column.fsp
+        return ["t = int_from(data[p:p + 5], 'big')", "p += 5", *_fraction_lines(fsp),
                 "k = t >> 17 & 0x3FFFFF", "day = days.get(k) or day_text(k)",
                 "h, mi, se = t >> 12 & 0x1F, t >> 6 & 0x3F, t & 0x3F",
-                f"{x} = 'null' if day == '-' or h > 23 or mi > 59 or se > 59 else "
-                f"f'\"{{day}}{{clock[h * 60 + mi]}}{{seconds[se]}}{_fraction(column.fsp)}\"'"]
+                f"{x} = f'\"{{day}}{{clock[h * 60 + mi]}}{{seconds[se]}}{_fraction(fsp)}\"'"
+                f" if h < 24 and mi < 60 and se < 60 else"
+                f" quote(odd_datetime(t, {'us' if fsp else 0}, {fsp}))"]
     if kind == FIELD_TYPE.TIMESTAMP2 and mine.kind is Kind.TIMESTAMP and (
             mine.fsp == column.fsp):
-        # The zero TIMESTAMP is stored as 0 seconds: decoded as the epoch, it is null.
+        # The zero TIMESTAMP is stored as 0 seconds (decoded as the epoch).
         zero = "s == 0 and us <= 0" if column.fsp else "s == 0"
+        namespace[f"z{i}"] = '"' + zero_timestamp(column.fsp) + '"'
         namespace["unix"] = struct.Struct(">i").unpack_from
         return ["s = unix(data, p)[0]", "p += 4", *_fraction_lines(column.fsp),
                 "d, r = divmod(s, 86400)",
-                f"{x} = 'null' if {zero} else f'\"{{unix_days.get(d) or unix_day(d)}}"
+                f"{x} = z{i} if {zero} else f'\"{{unix_days.get(d) or unix_day(d)}}"
                 f"{{clock[r // 60]}}{{seconds[r % 60]}}{_fraction(column.fsp)}\"'"]
     return None
 
@@ -133,16 +136,13 @@ def _fraction(fsp: int) -> str:
 _KEPT = 25_000  # about 70 years of days: some 2.5 MB in each table below, at most
 _EPOCH = datetime.date(1970, 1, 1)
 _DATES: dict[int, str] = {}  # DATE's 3 bytes → its JSON
-_DAYS: dict[int, str] = {}  # DATETIME2's year*13+month and day bits → "YYYY-MM-DD "; "-": none
+_DAYS: dict[int, str] = {}  # DATETIME2's year*13+month and day bits → "YYYY-MM-DD "
 _UNIX_DAYS: dict[int, str] = {}  # days since 1970-01-01 → "YYYY-MM-DD "
 
 
 def _date_json(t: int) -> str:
-    """A DATE's JSON from its 3 bytes: null for the zero date and dates with a zero part;
-    ValueError for an impossible date (the library raises it too)."""
-    y, m, d = t >> 9 & 0x7FFF, t >> 5 & 0xF, t & 0x1F
-    text = "null" if t == 0 or y == 0 or m == 0 or d == 0 else (
-        '"' + datetime.date(y, m, d).isoformat() + '"')
+    """A DATE's JSON from its 3 bytes: MySQL's text, zero and invalid dates too."""
+    text = f'"{t >> 9 & 0x7FFF:04d}-{t >> 5 & 0xF:02d}-{t & 0x1F:02d}"'
     if len(_DATES) < _KEPT:
         _DATES[t] = text
     return text
@@ -150,10 +150,7 @@ def _date_json(t: int) -> str:
 
 def _day_text(bits: int) -> str:
     ym = bits >> 5
-    try:
-        text = datetime.date(ym // 13, ym % 13, bits & 0x1F).isoformat() + " "
-    except ValueError:
-        text = "-"
+    text = f"{ym // 13:04d}-{ym % 13:02d}-{bits & 0x1F:02d} "
     if len(_DAYS) < _KEPT:
         _DAYS[bits] = text
     return text

@@ -38,8 +38,22 @@ from dblog_worker.mysql import catalog, pressure
 from dblog_worker.mysql.binlog import BinlogReader
 from dblog_worker.mysql.catalog import qualified
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
-from dblog_worker.mysql.chunks import DENIED, CapturedTables, connect, connection_errors
-from dblog_worker.mysql.columns import column_from_binlog, schema_document
+from dblog_worker.mysql.chunks import (
+    DENIED,
+    CapturedTables,
+    UnsupportedTable,
+    connect,
+    connection_errors,
+    unsupported,
+)
+from dblog_worker.mysql.columns import (
+    COLUMNS_SQL,
+    MyColumn,
+    UnsupportedType,
+    column_from_information_schema,
+    columns_from_binlog,
+    schema_document,
+)
 from dblog_worker.mysql.options import my_options, server_id, url_args
 from dblog_worker.mysql.replica import MyReplica
 from dblog_worker.mysql.resultset import DumpConnection
@@ -109,6 +123,7 @@ class MySqlSource:
         self._server = ""  # which server: "server_id=1" (MariaDB), "server_uuid=…" (MySQL)
         self._status_sql = "SHOW BINARY LOG STATUS"
         self._lanes: list[_Lane] = []
+        self._catalog_conn: DumpConnection | None = None  # the binlog reader thread's
 
     # -- connection and checks ------------------------------------------------
 
@@ -276,6 +291,13 @@ class MySqlSource:
         if not may_select:
             problems.append(Problem(f"{account} may not SELECT from {table}",
                                     f"GRANT SELECT ON {qualified(table)} TO {account};"))
+        for row in self._rows(COLUMNS_SQL, (database, name)):
+            try:
+                column_from_information_schema(row)
+            except UnsupportedType as exc:  # the other tables are captured
+                what, _, fix = unsupported(table, exc).partition(" Fix: ")
+                problems.append(Problem(what, fix, capture=False))
+                break
         return problems
 
     def _configured_key_problems(self, table: str, key: Sequence[str]) -> list[Problem]:
@@ -300,8 +322,7 @@ class MySqlSource:
         """Create the watermark table (unless the watermarks are positions), and return the
         log's end now."""
         if self._snapshots is not None:
-            for table in self.config.tables:
-                self.captured.load(table)
+            self._load_tables()
             return self._current().encode()
         try:
             # Only what is missing: CREATE ... IF NOT EXISTS needs the CREATE privilege
@@ -318,9 +339,17 @@ class MySqlSource:
                     f"the worker may not set up capture on the source: {exc}; "
                     "run `dblog preflight` for the grants it needs") from exc
             raise
-        for table in self.config.tables:
-            self.captured.load(table)
+        self._load_tables()
         return self._current().encode()
+
+    def _load_tables(self) -> None:
+        """Read the captured tables' columns; one of a type the worker does not read is left
+        out (preflight says which, and so does the log), the others are captured."""
+        for table in self.config.tables:
+            try:
+                self.captured.load(table)
+            except UnsupportedTable as exc:
+                log.error("%s", exc)
 
     def _schema_exists(self) -> bool:
         return bool(self._rows(
@@ -413,8 +442,16 @@ class MySqlSource:
         return max(0, end.minor - received.minor) if end.major == received.major else 0
 
     def _describe(self, table: str, event: Any) -> TableView:
-        """A captured table's codec for rows decoded from the binlog (in the reader)."""
-        columns = [column_from_binlog(c) for c in event.columns]
+        """A captured table's codec for rows decoded from the binlog (in the reader),
+        with what only the catalog says (a spatial column's type; whether a fixed binary
+        column is a UUID or INET type or a BINARY(n)). A table with a column of a type the
+        worker does not read (in the log or the catalog: YEAR(2) is a YEAR in the log) gets
+        no codec: its rows are skipped (said once per table version)."""
+        try:
+            columns = columns_from_binlog(event.columns, self._catalog_columns(table))
+        except UnsupportedType as exc:
+            log.error("%s", unsupported(table, exc))
+            return TableView(table, None, 0)
         key = event.primary_key  # in column order, which need not be the key's order
         key_columns = [key] if isinstance(key, str) else list(key or ())
         known = self.captured.known_key(table)
@@ -430,6 +467,18 @@ class MySqlSource:
         codec = MyRowCodec(columns, key_columns)
         return TableView(table, codec, version,
                          row_images(event.columns, key_row_reader(event.columns, codec)))
+
+    def _catalog_columns(self, table: str) -> dict[str, MyColumn]:
+        """The table's columns as information_schema describes them now, by name, read on
+        a connection of the binlog reader's thread (which alone calls this);
+        UnsupportedType for a column of a type the worker does not read."""
+        if self._catalog_conn is None or not self._catalog_conn.open:
+            self._catalog_conn = connect(self.config.dsn)
+        with connection_errors("reading the catalog"), self._catalog_conn.cursor() as cursor:
+            cursor.execute(COLUMNS_SQL, split_table(table))
+            rows = list(cursor.fetchall())
+        columns = (column_from_information_schema(row) for row in rows)
+        return {column.name: column for column in columns}
 
     # -- watermarks -----------------------------------------------------------
 
@@ -541,6 +590,10 @@ class MySqlSource:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        if self._catalog_conn is not None:
+            with contextlib.suppress(Exception):
+                self._catalog_conn.close()
+            self._catalog_conn = None
         if self._conn is not None:
             with contextlib.suppress(Exception):  # a broken connection may not close cleanly
                 self._conn.close()

@@ -2,9 +2,11 @@
 
 Row images are parsed once per row with ``JSON_TABLE`` into text columns; the
 insert converts each text to its column's type (strict SQL mode: a value that
-does not fit is an error, not a warning). Tables the merge creates use the
-``utf8mb4_nopad_bin`` collation, so that every key the source tells apart stays
-apart. Positions are ``ascii_bin``: byte order is position order.
+does not fit is an error, not a warning; ``ALLOW_INVALID_DATES`` and no
+``NO_ZERO_DATE``: a source's zero and invalid dates are held as they are). Values of
+another kind's source that MySQL cannot hold are stored as :func:`convert` says.
+Tables the merge creates use the ``utf8mb4_nopad_bin`` collation, so that every key
+the source tells apart stays apart. Positions are ``ascii_bin``: byte order is position order.
 
 PyMySQL formats every statement here with Python's ``%`` (each is run with parameters,
 ``()`` when it has none): names are spelled with :func:`~dblog_worker.mysql.catalog.ident`
@@ -27,7 +29,7 @@ from dblog_worker.mysql.catalog import ident, quote_ident
 from dblog_worker.mysql.options import MYSQL, parse_dsn
 from dblog_worker.names import split_table
 from dblog_worker.target.base import POSITION_COLUMN, TARGET_GONE, Applied, Target
-from dblog_worker.target.columns import Encoding, SourceColumn
+from dblog_worker.target.columns import Encoding, SourceColumn, logical_of
 from dblog_worker.target.plan import Batch
 
 __all__ = ["MySQLTarget"]
@@ -38,7 +40,8 @@ _COLLATION = "utf8mb4_nopad_bin"
 _POSITION = "VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin"
 # explicit_defaults_for_timestamp: a TIMESTAMP column the merge creates is a plain nullable
 # column (older servers give the first one NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE ...).
-_SESSION = ("SET time_zone = '+00:00', sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION',"
+_SESSION = ("SET time_zone = '+00:00',"
+            " sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,ALLOW_INVALID_DATES',"
             " explicit_defaults_for_timestamp = 1")
 # Server error numbers that mean the connection is gone rather than the statement wrong.
 _CONNECTION_ERRORS = frozenset({2002, 2003, 2006, 2013, 2055, 1927, 1053})
@@ -80,21 +83,51 @@ def _json_path(name: str) -> str:
     return _formatted(_string(path))
 
 
+_FLOAT_MAX = "3.4028234663852886e38"  # the largest float32
+_DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)( unsigned)?")
+_NOT_A_NUMBER = "('NaN', 'Infinity', '-Infinity')"
+
+
 def convert(column: SourceColumn, text: str, type_sql: str) -> str:
-    """SQL that turns ``text`` into a value an insert into ``type_sql`` takes strictly."""
+    """SQL that turns ``text`` into a value an insert into ``type_sql`` takes strictly.
+
+    A source value MySQL cannot hold (of another kind's source) is stored so: a decimal
+    or float ``NaN`` or ``±Infinity`` as NULL; a date or time stamp outside the years 1 to
+    9999 (``±infinity``, BC) as the zero date. A decimal of more fraction digits than a
+    DECIMAL column's scale is refused (the database names it), not rounded. A FLOAT
+    column takes the largest float32 from its shortest text (``3.4028235e+38``, past the
+    largest as a double).
+    """
     if column.encoding is Encoding.BASE64:
         return f"FROM_BASE64({text})"
     if column.encoding is Encoding.BOOL:
         return f"(CASE {text} WHEN 'true' THEN 1 WHEN 'false' THEN 0 END)"
-    if column.encoding is Encoding.TIMESTAMPTZ:  # '... +00': the session is in UTC
-        return f"LEFT({text}, CHAR_LENGTH({text}) - 3)"
-    if type_sql.lower().startswith("bit"):
+    logical = None if column.kind == MYSQL else logical_of(column)
+    if logical is not None and logical.name in ("date", "datetime", "timestamptz"):
+        zero = "'0000-00-00'" if logical.name == "date" else "'0000-00-00 00:00:00'"
+        outside = (f"{text} IN ('infinity', '-infinity') OR {text} LIKE '%% BC'"
+                   f" OR LOCATE('-', {text}) > 5")
+        if column.encoding is Encoding.TIMESTAMPTZ:  # '... +00': the session is in UTC
+            return f"IF({outside}, {zero}, LEFT({text}, CHAR_LENGTH({text}) - 3))"
+        return f"IF({outside}, {zero}, {text})"
+    lower = type_sql.lower()
+    if logical is not None and logical.name in ("decimal", "float32", "float64"):
+        value = text
+        decimal = _DECIMAL.match(lower)
+        if decimal:  # more fraction digits than the scale: refused, not rounded
+            fraction = f"TRIM(TRAILING '0' FROM SUBSTRING_INDEX({text}, '.', -1))"
+            value = (f"IF(LOCATE('.', {text}) > 0 AND CHAR_LENGTH({fraction}) > {decimal[2]},"
+                     f" CONCAT('more than {decimal[2]} digits after the point: ', {text}),"
+                     f" {text})")
+        text = f"IF({text} IN {_NOT_A_NUMBER}, NULL, {value})"
+    if lower.startswith(("bit", "year")):  # YEAR: the number 0 is 0000, the text '0' 2000
         return f"CAST({text} AS UNSIGNED)"
+    if lower.startswith("float"):
+        return f"LEAST(GREATEST(CAST({text} AS DOUBLE), -{_FLOAT_MAX}), {_FLOAT_MAX})"
     return text
 
 
 _FSP = re.compile(r"(datetime|timestamp|time)(?:\((\d)\))?$")
-_DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)( unsigned)?")
 _MEMBER = re.compile(r"'((?:[^'\\]|''|\\.)*)'")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import ipaddress
 import math
 import re
 import struct
@@ -27,32 +28,38 @@ __all__ = [
     "base64_text",
     "binlog_bit",
     "binlog_date",
+    "binlog_inet4",
+    "binlog_inet6",
     "binlog_integer",
+    "binlog_spatial",
     "binlog_text",
+    "binlog_uuid",
     "binlog_year",
     "datetime_text",
     "double_text",
     "dump_binary",
     "dump_bit",
-    "dump_date",
     "dump_decimal",
     "dump_double",
     "dump_float",
     "dump_integer",
-    "dump_timestamp",
     "dump_year",
     "float32_text",
+    "inet6_text",
     "mysql_json_text",
     "param_binary",
     "param_decimal",
     "param_double",
     "param_enum",
     "param_float",
+    "param_inet",
     "param_integer",
     "param_matching",
     "param_set",
     "param_text",
+    "param_uuid",
     "time_text",
+    "zero_timestamp",
 ]
 
 
@@ -129,29 +136,6 @@ def dump_binary(data: bytes | str) -> str:
     return base64_text(data)
 
 
-def _valid_date_text(text: str) -> bool:
-    """Whether ``YYYY-MM-DD...`` is a calendar date (the log has None for the others)."""
-    year, month, day = text[0:4], text[5:7], text[8:10]
-    if year == "0000" or month == "00" or day == "00":
-        return False
-    if day <= "28":
-        return True
-    try:
-        datetime.date(int(year), int(month), int(day))
-    except ValueError:
-        return False
-    return True
-
-
-def dump_date(text: str) -> str | None:
-    return text if _valid_date_text(text) else None
-
-
-def dump_timestamp(text: str) -> str | None:
-    # A TIMESTAMP is 1970..2038 or the zero value 0000-00-00 00:00:00.
-    return text if text[0] != "0" else None
-
-
 def dump_year(text: str) -> str:
     return str(int(text))
 
@@ -178,8 +162,69 @@ def binlog_bit(bits: str) -> str:
     return str(int(bits, 2))
 
 
-def binlog_date(value: datetime.date) -> str:
-    return value.isoformat()
+def binlog_date(value: datetime.date | str) -> str:
+    # rowimage.py gives the text of a date Python cannot hold (0000-00-00, 2020-02-31)
+    return value if isinstance(value, str) else value.isoformat()
+
+
+def zero_timestamp(fsp: int) -> str:
+    """The zero TIMESTAMP's text with ``fsp`` fraction digits, as MySQL prints it."""
+    return "0000-00-00 00:00:00" + ("." + "0" * fsp if fsp else "")
+
+
+def binlog_spatial(value: bytes) -> str:
+    """A spatial value: its SRID (4 bytes, little-endian) and WKB, as MySQL stores them."""
+    return base64_text(value)
+
+
+def _fixed(value: bytes | str, length: int) -> bytes:
+    """A fixed binary string of the log (its trailing zero bytes stripped) at its length."""
+    if isinstance(value, str):
+        if value:
+            raise ValueError("the binlog gave text for a binary column")
+        value = b""
+    return value.ljust(length, b"\0")
+
+
+def binlog_uuid(value: bytes | str) -> str:
+    """A MariaDB UUID's 16 bytes as MariaDB prints them: lower-case, hyphenated."""
+    hexed = _fixed(value, 16).hex()
+    return f"{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:]}"
+
+
+def binlog_inet4(value: bytes | str) -> str:
+    return ".".join(str(b) for b in _fixed(value, 4))
+
+
+def binlog_inet6(value: bytes | str) -> str:
+    return inet6_text(_fixed(value, 16))
+
+
+def inet6_text(data: bytes) -> str:
+    """An IPv6 address as MariaDB prints an INET6: lower-case groups without leading
+    zeros; the first longest run of zero groups, even a single one, as ``::``; an
+    IPv4-compatible (``::a.b.c.d``) or IPv4-mapped (``::ffff:a.b.c.d``) address with its
+    last 4 bytes dotted."""
+    words = [data[i] << 8 | data[i + 1] for i in range(0, 16, 2)]
+    gap_at, gap, run_at, run = -1, 0, -1, 0
+    for i, word in enumerate([*words, 1]):  # a sentinel ends the last run
+        if word == 0:
+            run_at, run = (i, 1) if run_at < 0 else (run_at, run + 1)
+        elif run_at >= 0:
+            if run > gap:
+                gap_at, gap = run_at, run
+            run_at, run = -1, 0
+    if gap_at == 0 and (gap == 6 or (gap == 5 and words[5] == 0xFFFF)):
+        return ("::" if gap == 6 else "::ffff:") + ".".join(str(b) for b in data[12:])
+    parts, i = [], 0
+    while i < 8:
+        if i == gap_at:
+            parts.append("::" if i == 0 else ":")
+            i += gap
+            continue
+        parts.append(f"{words[i]:x}" + (":" if i < 7 else ""))
+        i += 1
+    return "".join(parts)
 
 
 def binlog_year(value: int) -> str:
@@ -337,3 +382,25 @@ def param_set(members: tuple[str, ...]) -> Callable[[str], object]:
 
 def param_text(text: str) -> str:
     return text
+
+
+_UUID_TEXT = re.compile(r"[0-9a-fA-F]{8}(-?[0-9a-fA-F]{4}){3}-?[0-9a-fA-F]{12}")
+
+
+def param_uuid(text: str) -> str:
+    if _UUID_TEXT.fullmatch(text) is None:
+        raise ValueError(f"not a UUID: {text!r}")
+    return text
+
+
+def param_inet(version: int) -> Callable[[str], object]:
+    def param(text: str) -> str:
+        try:
+            address = ipaddress.ip_address(text)
+        except ValueError:
+            address = None
+        if address is None or (version == 4 and address.version != 4):
+            raise ValueError(f"not an INET{version} address: {text!r}")
+        return text
+
+    return param

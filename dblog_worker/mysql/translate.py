@@ -18,16 +18,22 @@ part of the binary log reader (:mod:`dblog_worker.mysql.binlog`).
   start. After ``XA ROLLBACK`` nothing of it is emitted.
 * An event the reader cannot decode but that carries changes (compressed, partial JSON)
   stops the worker: the setting that writes it loses changes.
+* A row image decoded by mysql-replication (not by ``rowimage.py``: a table with a MySQL 8
+  JSON column) with a zero or invalid date, which the library gives as None like NULL,
+  was cut short: an insert or the new image of an update becomes an
+  :class:`IncompleteRow` (its key is dumped again, and the dump reads the true value);
+  an old image (of a delete, of an update) is left out (``before`` null).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.event import (
     GtidEvent,
     MariadbGtidEvent,
@@ -46,7 +52,15 @@ from pymysqlreplication.row_event import (
 )
 
 from dblog_worker.errors import ConfigError, ProtocolError
-from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin, Watermark
+from dblog_worker.events import (
+    ChangeEvent,
+    Checkpoint,
+    IncompleteRow,
+    LogItem,
+    Op,
+    Origin,
+    Watermark,
+)
 from dblog_worker.mysql.checkpoint import (
     BinlogCheckpoint,
     PreparedXa,
@@ -99,15 +113,34 @@ class RowEncoder(Protocol):
         self, values: Mapping[str, object], none_sources: Mapping[str, str] | None = None
     ) -> tuple[str, str]: ...
 
+    def key_texts_from_binlog(
+        self, values: Mapping[str, object], none_sources: Mapping[str, str] | None = None
+    ) -> tuple[str, ...]: ...
+
+    def key_from_texts(self, texts: Sequence[str]) -> str: ...
+
+
+# What mysql-replication says of a value it could not decode (a zero or invalid date).
+_LOST = frozenset({NONE_SOURCE.OUT_OF_DATE_RANGE, NONE_SOURCE.OUT_OF_DATETIME_RANGE,
+                   NONE_SOURCE.OUT_OF_DATETIME2_RANGE})
+
+
+@dataclass(frozen=True, slots=True)
+class _CutShort:
+    """A row image whose values mysql-replication could not all decode: its key's texts."""
+
+    key: tuple[str, ...]
+
 
 @dataclass(frozen=True, slots=True)
 class TableView:
     """A captured table as its rows event describes it: codec and schema version, and the
     decoder of its row images when mysql-replication's is not needed (``rowimage.py``,
-    ``rowtext.py``)."""
+    ``rowtext.py``). No codec: a table the worker cannot read (a column of a type it
+    does not read), whose rows are skipped."""
 
     table: str
-    codec: RowEncoder
+    codec: RowEncoder | None
     schema_version: int
     images: RowImages | None = None
 
@@ -118,6 +151,32 @@ _LAYOUT = ("max_length", "length_size", "precision", "decimals", "fsp", "unsigne
            "character_set_name", "bits", "bytes", "size")
 
 Describe = Callable[[str, Any], TableView]  # (database.table, rows event) → view
+
+
+def _cut_short(table: str, codec: RowEncoder, values: Mapping[str, object],
+               sources: Mapping[str, str]) -> tuple[str, str] | _CutShort:
+    """An image with values mysql-replication could not decode, as its key's texts (to
+    be dumped again); an image whose key itself is lost is encoded as it is (null where the
+    library gave None), with an error in the log."""
+    try:
+        return _CutShort(codec.key_texts_from_binlog(values, sources))
+    except ValueError:
+        log.error("a row of %s has a primary key the binary log reader could not decode (a "
+                  "zero or invalid date): its change lands with null for it; dump the table",
+                  table)
+        return codec.key_row_from_binlog(values, sources)
+
+
+def _whole(view: TableView, image: tuple[str, str] | _CutShort) -> tuple[str, str | None]:
+    """An old image: its key and row JSON, the row None where the log cut it short."""
+    if isinstance(image, _CutShort):
+        return _key_json(view, image), None
+    return image
+
+
+def _key_json(view: TableView, image: _CutShort) -> str:
+    assert view.codec is not None
+    return view.codec.key_from_texts(image.key)
 
 
 _TRUNCATE = re.compile(
@@ -355,8 +414,10 @@ class BinlogTranslator:
                  out: list[LogItem]) -> int:
         """The rows of a rows event as change events: row ``i`` at (``at``'s file number
         and event position, twice (``first`` + i)), a key change's create at the next one.
-        Returns how many rows the event has."""
+        Returns how many rows the event has (none for a table the worker cannot read)."""
         view = self._view(table, event)
+        if view.codec is None:
+            return 0
         version = view.schema_version
         kind = type(event)
         major, minor = at.major, at.minor
@@ -367,15 +428,26 @@ class BinlogTranslator:
         for index in range(0, len(encoded), step):
             position = _new(Position, (major, minor, 2 * (first + index // step)))
             if kind is WriteRowsEvent:
-                key, after = encoded[index]
+                image = encoded[index]
+                if isinstance(image, _CutShort):
+                    out.append(IncompleteRow(table, image.key))
+                    continue
+                key, after = image
                 out.append(_new(ChangeEvent, (table, create, position, key, after, None, origin,
                                               ts, version, None)))
             elif kind is DeleteRowsEvent:
-                key, before = encoded[index]
+                key, before = _whole(view, encoded[index])
                 out.append(_new(ChangeEvent, (table, Op.DELETE, position, key, None, before,
                                               origin, ts, version, None)))
             else:
-                (old_key, before), (new_key, after) = encoded[index], encoded[index + 1]
+                (old_key, before), new = _whole(view, encoded[index]), encoded[index + 1]
+                if isinstance(new, _CutShort):  # the key's row is dumped again
+                    if _key_json(view, new) != old_key:
+                        out.append(_new(ChangeEvent, (table, Op.DELETE, position, old_key,
+                                                      None, before, origin, ts, version, None)))
+                    out.append(IncompleteRow(table, new.key))
+                    continue
+                new_key, after = new
                 if old_key == new_key:
                     out.append(_new(ChangeEvent, (table, Op.UPDATE, position, new_key, after,
                                                   before, origin, ts, version, None)))
@@ -388,24 +460,33 @@ class BinlogTranslator:
         return len(encoded) // step
 
     @staticmethod
-    def _encoded(view: TableView, event: Any) -> list[tuple[str, str]]:
+    def _encoded(view: TableView, event: Any) -> Sequence[tuple[str, str] | _CutShort]:
         """Each row image's ``(key, row)`` JSON, an update's before and after images one
         after the other: decoded and encoded from the event's bytes where the table's
-        reader can (``rowtext.py``), else from mysql-replication's rows."""
+        reader can (``rowtext.py``), else from mysql-replication's rows (an image with a
+        value the library could not decode is :class:`_CutShort`)."""
         images = view.images
         if images is not None:
             encoded = images.key_rows(event)
             if encoded is not None:
                 return encoded
-        key_row = view.codec.key_row_from_binlog
+        codec = view.codec
+        assert codec is not None
         rows = images.rows(event) if images is not None else None
         if rows is None:
             rows = event.rows
-        if type(event) is UpdateRowsEvent:
-            return [pair for row in rows for pair in (
-                key_row(row["before_values"], row.get("before_none_sources")),
-                key_row(row["after_values"], row.get("after_none_sources")))]
-        return [key_row(row["values"], row.get("none_sources")) for row in rows]
+        names = (("before_values", "before_none_sources"), ("after_values",
+                                                            "after_none_sources")) \
+            if type(event) is UpdateRowsEvent else (("values", "none_sources"),)
+        result: list[tuple[str, str] | _CutShort] = []
+        for row in rows:
+            for values_name, sources_name in names:
+                values, sources = row[values_name], row.get(sources_name)
+                if sources and not _LOST.isdisjoint(sources.values()):
+                    result.append(_cut_short(view.table, codec, values, sources))
+                else:
+                    result.append(codec.key_row_from_binlog(values, sources))
+        return result
 
     def _view(self, table: str, event: Any) -> TableView:
         signature = (table, hash(tuple(

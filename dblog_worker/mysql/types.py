@@ -21,7 +21,12 @@ _FROM_LOGICAL = {
 }
 _SAME_KIND = {"float": "float32", "double": "float64", "text": "text", "enum": "text",
               "set": "text", "json": "json", "binary": "binary", "date": "date",
-              "time": "duration", "year": "year"}
+              "time": "duration", "year": "year", "geometry": "binary", "uuid": "uuid",
+              "inet4": "inet", "inet6": "text"}
+_BASE64 = ("binary", "geometry")  # the landing zone has their bytes in base64
+# MariaDB's own types, created as such (a MySQL target has none of them: create the
+# target table yourself, with CHAR(36) for a UUID and VARCHAR(39) for an address)
+_MARIADB_TYPES = {"uuid": "UUID", "inet4": "INET4", "inet6": "INET6"}
 
 
 class MySqlTypes:
@@ -32,12 +37,13 @@ class MySqlTypes:
             name=str(entry["name"]),
             kind=MYSQL,
             type=kind,
-            encoding=Encoding.BASE64 if kind == "binary" else Encoding.TEXT,
+            encoding=Encoding.BASE64 if kind in _BASE64 else Encoding.TEXT,
             unsigned=bool(entry.get("unsigned", False)),
             scale=int(str(entry.get("scale", 0))),
             fsp=int(str(entry.get("fsp", 0))),
             length=int(str(entry.get("length", 0))),
             members=tuple(str(m) for m in members) if isinstance(members, list) else (),
+            subtype=str(entry.get("spatial", "")),
         )
 
     def logical(self, column: SourceColumn) -> Logical | None:
@@ -79,7 +85,9 @@ class MySqlTypes:
         if kind in ("enum", "set"):
             members = ",".join(string_literal(m) for m in column.members)
             return f"{kind.upper()}({members})"
-        return None
+        if kind == "geometry":
+            return (column.subtype or kind).upper()
+        return _MARIADB_TYPES.get(kind)
 
     def from_logical(self, logical: Logical, key_bytes: int) -> str | None:
         name = logical.name

@@ -55,9 +55,11 @@ DATE                        string: ``"2024-02-29"``
 DATETIME(fsp)               string, exactly fsp fraction digits: ``"2024-02-29 12:34:56"``,
                             DATETIME(3) ``"9999-12-31 23:59:59.999"``
 TIMESTAMP(fsp)              string in UTC, like DATETIME: ``"2038-01-19 03:14:07.999999"``
-zero and invalid dates      ``null`` on both paths (the log cannot tell them from NULL): DATE
-                            ``0000-00-00``, ``2020-05-00``, ``0000-01-01``; the same in
-                            DATETIME; TIMESTAMP ``0000-00-00 00:00:00``
+zero and invalid dates      string, MySQL's text, on both paths (the log path reads them from
+                            the row image's bytes, ``rowimage.py``): DATE ``"0000-00-00"``,
+                            ``"2020-05-00"``, ``"2020-02-31"`` (``ALLOW_INVALID_DATES``);
+                            DATETIME ``"0000-00-00 00:00:00.000"``; the zero TIMESTAMP
+                            ``"0000-00-00 00:00:00"`` (with its fraction digits)
 TIME(fsp)                   string, exactly fsp fraction digits, hours beyond 24 and negative
                             values as MySQL prints them: ``"-838:59:59"``,
                             ``"-00:00:01.2345"``, ``"100:00:01.500000"``
@@ -73,11 +75,19 @@ JSON (MySQL 8 only)         string, MySQL's text of the document: ``"{\"a\": [1,
                             is known to differ for doubles written in other forms than
                             MySQL's and for a document that is the JSON literal ``null``
                             (decoded as SQL NULL)
-GEOMETRY and the spatial    unsupported: :func:`columns.column_from_information_schema`
-types, MariaDB UUID, INET4, and :func:`columns.column_from_binlog` raise ValueError naming
-INET6, YEAR(2), others      the column and type (the log shows UUID/INET4/INET6 as
-                            BINARY(16)/BINARY(4), which :func:`columns.column_from_binlog`
-                            cannot tell apart)
+GEOMETRY, POINT, ... (every string, standard base64 of the value as MySQL stores it: its
+spatial type)               SRID (4 bytes, little-endian) then its WKB; the same bytes on
+                            both paths (``SELECT c`` and the row image)
+UUID (MariaDB)              string, lower-case and hyphenated as MariaDB prints it:
+                            ``"123e4567-e89b-12d3-a456-426655440000"``
+INET4 (MariaDB)             string, dotted: ``"192.168.0.1"``
+INET6 (MariaDB)             string as MariaDB prints it (:func:`texts.inet6_text`): the
+                            first longest run of zero groups, even one, is ``::``:
+                            ``"2001:db8::ff00:42:8329"``, ``"1::2:3:4:5:6:7"``,
+                            ``"::ffff:1.2.3.4"``
+YEAR(2), others             unsupported: :func:`columns.column_from_information_schema`
+                            and :func:`columns.column_from_binlog` raise
+                            :class:`columns.UnsupportedType` naming the column and type
 ==========================  ================================================================
 
 Strings are JSON-escaped like ``json.dumps(s, ensure_ascii=False)``.  A row is a JSON
@@ -95,20 +105,22 @@ SET (both sort by number), ``str`` otherwise.
 
 Known limits: ENUM/SET members with characters outside the BMP (emoji) are shown as ``?``
 by MariaDB's ``information_schema`` (utf8mb3), so such a column's descriptor differs
-between the two sources, and a codec built from
-``information_schema`` raises ValueError for a logged SET value holding such a member and
-for such an ENUM/SET key text in :meth:`MyRowCodec.key_params`; a codec built from the
-binlog's descriptors has the true members and encodes the dump path identically.
-Non-UTF-8 character sets are read by the log path with Python's codec of that name
-(latin1 as cp1252, as PyMySQL does); bytes that codec rejects make mysql-replication
-raise, and so does a DATE with an impossible day (``2020-02-31``, possible only with
-``ALLOW_INVALID_DATES``).  TIMESTAMP values after 2038 (MariaDB 11.5+) are not decoded by
-mysql-replication 1.0.17.  An ENUM's explicit ``''`` member and its invalid value (index 0)
+between the two sources, and a codec built from ``information_schema`` raises ValueError
+for a logged SET value holding such a member and for such an ENUM/SET key text in
+:meth:`MyRowCodec.key_params`; a codec built from the binlog's descriptors has the true
+members and encodes the dump path identically. Non-UTF-8 character sets are read by the
+log path with Python's codec of that name (latin1 as cp1252, as PyMySQL does); bytes that
+codec rejects make mysql-replication raise. Zero and invalid dates reach the codec as text
+only from ``rowimage.py``, which decodes the row images of every table of MariaDB's types;
+mysql-replication (tables with a MySQL 8 ``JSON`` column or a pre-5.6.4 temporal column)
+gives None for them, which the translator treats as a value the log cut short (its key is
+dumped again). TIMESTAMP values after 2038 (MariaDB 11.5+) are not decoded by
+mysql-replication 1.0.17. An ENUM's explicit ``''`` member and its invalid value (index 0)
 print the same, so both are ``""`` and :meth:`MyRowCodec.key_params` takes ``""`` for the
-member.  The log path undoes mysql-replication 1.0.17's decoding of negative TIME values
+member. The log path undoes mysql-replication 1.0.17's decoding of negative TIME values
 with a fraction (``-00:00:01.25`` comes as ``-00:00:01.75``, see
 :func:`texts._negative_fraction_fix`); tests/integration/test_mysql_values.py fails if a
-release changes it.  The pre-MySQL-5.6.4 DATETIME/TIME/TIMESTAMP binlog formats are mapped
+release changes it. The pre-MySQL-5.6.4 DATETIME/TIME/TIMESTAMP binlog formats are mapped
 but untested.
 """
 
@@ -174,10 +186,6 @@ def _dump_fragment(function: _GeneratedFunction, i: int, encoding: Encoding) -> 
         function.add(f"x{i} = 'null' if {null_test} else {_styled(style, text)}")
     elif encoding.dump is None:
         function.add(f"x{i} = 'null' if {v} is None else {_styled(style, v)}")
-    elif encoding.nullable:
-        d = function.bind(f"d{i}", encoding.dump)
-        styled = _styled(style, f"t{i}")
-        function.add(f"x{i} = 'null' if {v} is None or (t{i} := {d}({v})) is None else {styled}")
     else:
         d = function.bind(f"d{i}", encoding.dump)
         function.add(f"x{i} = 'null' if {v} is None else {_styled(style, f'{d}({v})')}")
@@ -194,17 +202,13 @@ def _binlog_fragment(
     b = function.bind(f"b{i}", encoding.binlog)
     if not positional:
         function.add(f"{v} = values[{n}]")
-    if column.kind is Kind.SET:
+    if column.kind is Kind.SET and not positional:
         # mysql-replication gives None for the empty set; none_sources tells it from NULL.
         absent = f"('\"\"' if none_sources and none_sources.get({n}) == EMPTY_SET else 'null')"
         function.bind("EMPTY_SET", NONE_SOURCE.EMPTY_SET)
     else:
         absent = "'null'"
-    if encoding.nullable:
-        styled = _styled(encoding.style, f"t{i}")
-        function.add(f"x{i} = {absent} if {v} is None or (t{i} := {b}({v})) is None else {styled}")
-    else:
-        function.add(f"x{i} = {absent} if {v} is None else {_styled(encoding.style, f'{b}({v})')}")
+    function.add(f"x{i} = {absent} if {v} is None else {_styled(encoding.style, f'{b}({v})')}")
 
 
 def _key_array(positions: Sequence[int]) -> str:
@@ -303,9 +307,8 @@ class MyRowCodec:
 
     def json_lines(self, i: int, namespace: dict[str, object]) -> list[str]:
         """For code generated elsewhere (``rowtext.py``): lines computing ``x{i}``, the JSON
-        of column ``i``'s value ``v{i}`` as mysql-replication gives it (not for a SET
-        column, whose empty set needs ``none_sources``); the names they use are put in
-        ``namespace``."""
+        of column ``i``'s value ``v{i}`` as ``rowimage.py`` decodes it (None is NULL: the
+        empty SET is an empty set there); the names they use are put in ``namespace``."""
         function = _GeneratedFunction("lines()")
         _binlog_fragment(function, i, self.columns[i], self._encodings[i], positional=True)
         namespace.update(function.namespace)
@@ -432,7 +435,7 @@ class MyRowCodec:
     def _key_text(self, i: int, text: str | None) -> str:
         if text is None:
             column = self.columns[i]
-            raise ValueError(f"key column {column.name!r} is NULL or a zero date")
+            raise ValueError(f"key column {column.name!r} is NULL")
         return text
 
     def key_params(self, texts: Sequence[str]) -> list[object]:

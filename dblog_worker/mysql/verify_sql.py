@@ -10,10 +10,15 @@ FLOAT     as DOUBLE: shortest digits (see verify_sql); MySQL → MySQL
           ``CAST(CAST(c AS DOUBLE) AS CHAR)``
 TEXT      ``CAST(c AS CHAR)`` (utf8mb4)
 BINARY    ``LOWER(HEX(c))``
-DATE      ``%Y-%m-%d``; zero dates are NULL
-DATETIME  ``%Y-%m-%d %H:%i:%s.%f`` in UTC; zero dates are NULL
+DATE      ``%Y-%m-%d``, zero and invalid dates too (``0000-00-00``); against another
+          kind, a value that is no date (``c + INTERVAL 0 DAY`` is NULL: a zero year,
+          month or day, an impossible day) is ``-infinity``, as its target has it
+DATETIME  ``%Y-%m-%d %H:%i:%s.%f`` in UTC; no date: as for DATE
 TIME      microseconds, ``TIME_TO_SEC``
 ========  ==========================================================
+
+GEOMETRY and the spatial types are BINARY (their SRID and WKB); UUID, INET4 and INET6
+are TEXT (MariaDB's text of them).
 
 Key ranges spell row comparisons out so the index is used, ``k1 > b1 OR (k1 = b1 AND k2 >
 b2)``; in ``binary`` key order text keys compare as ``CAST(CONVERT(c USING utf8mb4) AS
@@ -52,6 +57,8 @@ _FAMILIES = {
     Kind.TEXT: Family.TEXT, Kind.ENUM: Family.TEXT, Kind.SET: Family.TEXT,
     Kind.JSON: Family.TEXT, Kind.BINARY: Family.BINARY, Kind.DATE: Family.DATE,
     Kind.DATETIME: Family.DATETIME, Kind.TIMESTAMP: Family.DATETIME, Kind.TIME: Family.TIME,
+    Kind.GEOMETRY: Family.BINARY, Kind.UUID: Family.TEXT, Kind.INET4: Family.TEXT,
+    Kind.INET6: Family.TEXT,
 }
 _INTEGER_KINDS = (Kind.INTEGER, Kind.YEAR, Kind.BIT)
 
@@ -101,9 +108,12 @@ def _my_float(ref: str, cross: bool) -> str:
             f"{_my_float_digits(text)})")
 
 
-def _my_not_a_date(ref: str) -> str:
-    """Zero and invalid dates, which the landing zone has as null."""
-    return f"YEAR({ref}) = 0 OR MONTH({ref}) = 0 OR DAYOFMONTH({ref}) = 0"
+def _my_date(ref: str, text: str, cross: bool) -> str:
+    """A DATE's or DATETIME's ``text``; against another kind, ``-infinity`` for a value
+    that is no date (what the merge gives the other kind's target for it)."""
+    if not cross:
+        return text
+    return f"IF({ref} IS NOT NULL AND ({ref} + INTERVAL 0 DAY) IS NULL, '-infinity', {text})"
 
 
 _UNREACHABLE = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
@@ -179,10 +189,9 @@ class MySqlVerifySql:
         if family is Family.BINARY:
             return f"LOWER(HEX({ref}))"
         if family is Family.DATE:
-            return f"IF({_my_not_a_date(ref)}, NULL, DATE_FORMAT({ref}, '%%Y-%%m-%%d'))"
+            return _my_date(ref, f"DATE_FORMAT({ref}, '%%Y-%%m-%%d')", cross)
         if family is Family.DATETIME:
-            return (f"IF({_my_not_a_date(ref)}, NULL, "
-                    f"DATE_FORMAT({ref}, '%%Y-%%m-%%d %%H:%%i:%%s.%%f'))")
+            return _my_date(ref, f"DATE_FORMAT({ref}, '%%Y-%%m-%%d %%H:%%i:%%s.%%f')", cross)
         if family is Family.TIME:
             return f"CAST(CAST(TIME_TO_SEC({ref}) * 1000000 AS SIGNED) AS CHAR)"
         return f"CAST({ref} AS CHAR)"

@@ -2,7 +2,10 @@
 
 A schema document names each column's ``typname``; arrays carry their element's. A
 column from PostgreSQL keeps its type on a PostgreSQL target; a column from another kind
-gets the type of its neutral form.
+gets the type of its neutral form. In neutral terms, a built-in type without a closer
+one (interval, timetz, xml, money, bit strings, network and geometric types, ranges, text
+search, ...) is text: PostgreSQL's own text of the value. Arrays and the types the source
+database defined, but for enums and domains (below), have no neutral form.
 
 Types the source database defined (``pg/chunks.user_type``): a domain is its base type
 (its constraints held at the source); an enum keeps its type on a PostgreSQL target
@@ -34,12 +37,13 @@ _LOGICAL = {
     "jsonb": Logical("json"), "uuid": Logical("uuid"), "text": Logical("text"),
     "varchar": Logical("text"), "bpchar": Logical("text"), "name": Logical("text", length=64),
 }
+_TEXT = Logical("text")
 _FROM_LOGICAL = {
     "int16": "smallint", "int32": "integer", "int64": "bigint", "uint32": "bigint",
     "uint64": "numeric(20,0)", "decimal": "numeric", "float32": "real",
     "float64": "double precision", "bool": "boolean", "binary": "bytea", "text": "text",
     "json": "json", "uuid": "uuid", "date": "date", "time": "time", "duration": "interval",
-    "datetime": "timestamp", "timestamptz": "timestamptz", "year": "smallint",
+    "datetime": "timestamp", "timestamptz": "timestamptz", "year": "smallint", "inet": "inet",
 }
 
 
@@ -73,7 +77,9 @@ class PgTypes:
     def logical(self, column: SourceColumn) -> Logical | None:
         if column.enum and not column.element:
             return Logical("text", length=63)
-        return None if column.element else _LOGICAL.get(column.type)
+        if column.element or column.type not in _NAMES or column.type in _UNSUPPORTED:
+            return None
+        return _LOGICAL.get(column.type, _TEXT)
 
     def native_type(self, column: SourceColumn, key_bytes: int) -> str | None:
         if column.enum:

@@ -4,14 +4,23 @@
 ========  ==========================================================
 family    PostgreSQL
 ========  ==========================================================
-NUMBER    integers ``c::text``; numeric ``trim_scale(c)::text``; bool ``1``/``0``
-FLOAT     as float8: shortest digits (see verify_sql); 2^53 to 2^90 as exact integers
-TEXT      ``c::text`` (bpchar keeps its padding)
+NUMBER    integers ``c::text``; numeric ``trim_scale(c)::text``, ``NaN`` and
+          ``±Infinity`` NULL; bool ``1``/``0``
+FLOAT     as float8: shortest digits (see verify_sql); 2^53 to 2^90 as exact integers;
+          ``NaN`` and ``±Infinity`` NULL
+TEXT      the type's text output, as the landing zone has it (``concat(c)``: bpchar keeps
+          its padding, inet has no ``/32``)
 BINARY    ``encode(c, 'hex')``
-DATE      ``c::text`` (ISO)
-DATETIME  ``YYYY-MM-DD HH24:MI:SS.US`` in UTC
+DATE      ``c::text`` (ISO); outside the years 1 to 9999 (``±infinity``, BC) ``-infinity``
+DATETIME  ``YYYY-MM-DD HH24:MI:SS.US`` in UTC; outside the years 1 to 9999 ``-infinity``
 TIME      microseconds, ``extract(epoch ...)``
 ========  ==========================================================
+
+These are the forms of the merge's mappings between kinds (docs/merge.md, "Types"): a
+MySQL target has NULL for a ``NaN`` and the zero date for a date it cannot hold, a
+PostgreSQL target ``-infinity`` for a MySQL date that is no date. An ``interval`` goes to
+other kinds as its text: it is TEXT in a source table, TIME (a MySQL ``TIME``'s form) in
+a target one.
 
 PostgreSQL → PostgreSQL compares ``c::text`` whatever the family. Key ranges compare row
 values, ``(k1, k2) > (b1, b2)``; in ``binary`` key order text keys compare ``COLLATE "C"``.
@@ -54,8 +63,11 @@ INTEGERS = frozenset({"int2", "int4", "int8", "oid"})
 _CROSS_TEXT_KEYS = frozenset({"text", "varchar", "uuid"})
 
 
-def pg_family(typname: str, category: str) -> Family:
-    """The family of a PostgreSQL type (``typcategory`` 'A' array, 'C' composite)."""
+def pg_family(typname: str, category: str, role: str = "target") -> Family:
+    """The family of a PostgreSQL type (``typcategory`` 'A' array, 'C' composite) in a
+    ``source`` or ``target`` table."""
+    if typname == "interval" and role == "source":
+        return Family.TEXT  # its form for other kinds: its text
     if typname in _FAMILIES:
         return _FAMILIES[typname]
     return Family.OTHER if category in ("A", "C") else Family.TEXT
@@ -116,7 +128,14 @@ def _pg_float(ref: str) -> str:
     high = f"trunc({value} / 4294967296)"
     return (f"CASE WHEN abs({value}) >= 2::float8 ^ 53 AND abs({value}) < 2::float8 ^ 90 "
             f"THEN ({high}::int8::numeric * 4294967296 + ({value} - {high} * 4294967296)::int8)"
-            f"::text WHEN {text} !~ '^-?[0-9]' THEN {text} ELSE {_pg_float_digits(text)} END")
+            f"::text WHEN {text} !~ '^-?[0-9]' THEN NULL ELSE {_pg_float_digits(text)} END")
+
+
+def _pg_date(ref: str, text: str) -> str:
+    """A date's or time stamp's ``text``; ``-infinity`` outside the years 1 to 9999."""
+    return (f"CASE WHEN {ref} IS NULL THEN NULL WHEN isfinite({ref})"
+            f" AND {ref} >= '0001-01-01' AND {ref} < '10000-01-01' THEN {text}"
+            " ELSE '-infinity' END")
 
 
 class PgConnection:
@@ -166,7 +185,8 @@ class PgVerifySql:
         for attname, typname, cast, category, collation in query(PG_COLUMNS_SQL, [oid]):
             effective = None if collation is None else (
                 default if collation == "default" else str(collation))
-            columns.append(Column(attname, typname, pg_family(typname, category), cast=cast,
+            columns.append(Column(attname, typname, pg_family(typname, category, role),
+                                  cast=cast,
                                   collation="C" if effective == "POSIX" else effective))
         key = tuple(str(row[0]) for row in query(PG_KEY_SQL, [oid]))
         return TableDescription(POSTGRESQL, table, tuple(columns), key)
@@ -176,20 +196,21 @@ class PgVerifySql:
             return f"{ref}::text"
         if family is Family.NUMBER:
             if column.type == "numeric":
-                return f"trim_scale({ref})::text"
+                return (f"CASE WHEN {ref}::text IN ('NaN', 'Infinity', '-Infinity') THEN NULL"
+                        f" ELSE trim_scale({ref})::text END")
             return f"{ref}::int::text" if column.type == "bool" else f"{ref}::text"
         if family is Family.FLOAT:
             return _pg_float(ref)
         if family is Family.BINARY:
             return f"encode({ref}, 'hex')"
+        if family is Family.DATE:
+            return _pg_date(ref, f"{ref}::text")
         if family is Family.DATETIME:
-            return (f"CASE WHEN isfinite({ref}) THEN to_char({ref}, 'YYYY-MM-DD HH24:MI:SS.US') "
-                    f"ELSE {ref}::text END")
+            return _pg_date(ref, f"to_char({ref}, 'YYYY-MM-DD HH24:MI:SS.US')")
         if family is Family.TIME:
             return f"(extract(epoch FROM {ref}) * 1000000)::int8::text"
-        if column.type == "bpchar":  # the landing zone keeps the padding; ::text drops it
-            return f"CASE WHEN {ref} IS NULL THEN NULL ELSE concat({ref}) END"
-        return f"{ref}::text"
+        # the type's output, as landed: ::text drops bpchar's padding, adds inet's /32
+        return f"CASE WHEN {ref} IS NULL THEN NULL ELSE concat({ref}) END"
 
     def row_sql(self, values: Sequence[str], free: Sequence[bool]) -> str:
         items = []

@@ -52,6 +52,7 @@ class SourceColumn:
     members: tuple[str, ...] = ()
     element: str = ""  # PostgreSQL arrays: the element's typname
     enum: str = ""  # PostgreSQL enums (and arrays of them): the type's schema.name
+    subtype: str = ""  # MySQL spatial columns: the spatial type (point, polygon, ...)
 
     def describe(self) -> str:
         return f"{self.element}[]" if self.element else self.type
@@ -81,7 +82,15 @@ class Logical:
     """A source column's type in neutral terms, for a target of another kind.
 
     ``name``: int16, int32, int64, uint32, uint64, decimal, float32, float64, bool,
-    binary, text, json, uuid, date, time (of day), duration, datetime, timestamptz, year.
+    binary, text, json, uuid, inet (an IPv4 or IPv6 address), date, time (of day),
+    duration, datetime, timestamptz, year.
+
+    Values in neutral terms are the landing zone's texts. A source may have values a
+    target type cannot hold, and each target says in its ``convert`` what it stores then
+    (docs/merge.md, "Types"): decimal and float values ``NaN``, ``Infinity``,
+    ``-Infinity``; date, datetime and timestamptz values outside the years 1 to 9999
+    (``infinity``, ``-infinity``, BC) and not a date (MySQL's zero date ``0000-00-00``,
+    a zero month or day, an impossible day).
     """
 
     name: str

@@ -10,6 +10,8 @@ as well.
 
 from __future__ import annotations
 
+import base64
+import ipaddress
 import itertools
 import json
 import math
@@ -26,9 +28,11 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from dblog_worker.mysql.columns import (
     COLUMNS_SQL,
+    Kind,
     MyColumn,
-    column_from_binlog,
+    UnsupportedType,
     column_from_information_schema,
+    columns_from_binlog,
     select_list,
 )
 from dblog_worker.mysql.resultset import DumpConnection
@@ -159,12 +163,16 @@ def capture(db: Db, ddl: str, writes: Sequence[Statement]) -> Captured:
 
     seen = {"insert": 0, "update": 0, "delete": 0}
     for event in db.binlog(start):
-        logged = [column_from_binlog(c) for c in event.columns]
-        _same_images(event, MyRowCodec(logged, ["id"]))
+        logged = columns_from_binlog(event.columns, {c.name: c for c in columns})
+        # the rows as the worker reads them: rowimage.py's (the library's where it cannot)
+        direct, library_rows = _same_images(event, MyRowCodec(logged, ["id"]))
+        worker_rows = direct or library_rows or []
         assert len(logged) == len(columns)
         assert all(map(same_column, columns, logged)), (columns, logged)
+        library_rows = library_rows or [{} for _ in worker_rows]
         for log_codec in (codec, MyRowCodec(logged, ["id"])):
-            for image in event.rows:
+            for image, library in zip(worker_rows, library_rows, strict=True):
+                image = {**_NO_SOURCES, **library, **image}  # the library's none_sources
                 if isinstance(event, WriteRowsEvent):
                     pairs = [(image["values"], image["none_sources"], inserted)]
                 elif isinstance(event, UpdateRowsEvent):
@@ -177,7 +185,7 @@ def capture(db: Db, ddl: str, writes: Sequence[Statement]) -> Captured:
                 for values, none_sources, dumped in pairs:
                     _same_bytes(codec, log_codec, dumped[values["id"]], values, none_sources)
         kind = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
-        seen[kind[type(event)]] += len(event.rows)
+        seen[kind[type(event)]] += len(worker_rows)
     assert seen == {"insert": len(inserted), "update": len(inserted), "delete": len(inserted)}
     return captured
 
@@ -185,32 +193,80 @@ def capture(db: Db, ddl: str, writes: Sequence[Statement]) -> Captured:
 DECODED: list[int] = []  # how many events rowimage.py decoded (and matched)
 
 
-def _same_images(event: Any, codec: MyRowCodec) -> None:
+Rows = list[dict[str, Any]]
+
+
+def _same_images(event: Any, codec: MyRowCodec) -> tuple[Rows | None, Rows | None]:
     """Where rowimage.py decodes the event's row images, it gets mysql-replication's values:
-    the same types and the same values (repr: ``Decimal('1.50')`` is not ``Decimal('1.5')``);
-    and the key and row JSON the worker makes from them without a dictionary
-    (``key_rows``: rowtext.py's reader, straight from the bytes) are those of the library's
-    rows, byte for byte."""
+    the same types and the same values (repr: ``Decimal('1.50')`` is not ``Decimal('1.5')``),
+    except where the library loses them (zero and invalid dates, the empty SET); and the
+    key and row JSON the worker makes from them without a dictionary (``key_rows``:
+    rowtext.py's reader, straight from the bytes) are those of its rows, byte for byte.
+    Returns rowimage.py's rows (None where it does not decode the event) and the library's
+    (None where it cannot)."""
     images = row_images(event.columns, key_row_reader(event.columns, codec))
     direct = None if images is None else images.rows(event, keep=True)
     if direct is None:
-        return
+        return None, _library_rows(event)
     assert images is not None
     encoded = images.key_rows(event, keep=True)
     assert encoded is not None, "a table rowimage.py decodes has no rowtext.py reader"
-    names = ("before", "after") if "before_values" in direct[0] else ("",)
-    assert encoded == [codec.key_row_from_binlog(row[f"{n}_values" if n else "values"],
-                                                 row.get(f"{n}_none_sources" if n else
-                                                         "none_sources"))
-                       for row in event.rows for n in names]
-    images_of = ("before_values", "after_values") if "before_values" in direct[0] else (
-        "values",)
-    typed = [[{k: (type(v), repr(v)) for k, v in row[i].items()} for i in images_of]
+    assert encoded == [codec.key_row_from_binlog(values) for row in direct
+                       for values in _images_of(row)]
+    library = _library_rows(event)
+    if library is None:  # an impossible date: the library raises, rowimage.py has its text
+        DECODED.append(len(direct))
+        return direct, None
+    typed = [[{k: (type(v), repr(v)) for k, v in values.items()} for values in _images_of(row)]
              for row in direct]
-    expected = [[{k: (type(v), repr(v)) for k, v in row[i].items()} for i in images_of]
-                for row in event.rows]
+    expected = [[{k: _library_value(v, sources.get(k), direct_value)
+                  for (k, v), direct_value in zip(values.items(), mine.values(), strict=True)}
+                 for (values, sources), mine in zip(_with_sources(row), _images_of(ours),
+                                                    strict=True)]
+                for row, ours in zip(library, direct, strict=True)]
     assert typed == expected
     DECODED.append(len(direct))
+    return direct, library
+
+
+_NO_SOURCES: dict[str, dict[str, str]] = {
+    "none_sources": {}, "before_none_sources": {}, "after_none_sources": {}}
+
+
+def _library_rows(event: Any) -> list[dict[str, Any]] | None:
+    """mysql-replication's rows of the event; None where it cannot decode them (a DATE
+    with an impossible day, ``ALLOW_INVALID_DATES``: it raises ValueError)."""
+    try:
+        return list(event.rows)
+    except ValueError:
+        return None
+
+
+def _images_of(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return [row["before_values"], row["after_values"]] if "before_values" in row else [
+        row["values"]]
+
+
+def _with_sources(row: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    if "before_values" in row:
+        return [(row["before_values"], row["before_none_sources"]),
+                (row["after_values"], row["after_none_sources"])]
+    return [(row["values"], row["none_sources"])]
+
+
+LOST = {"out of date range", "out of datetime2 range"}
+
+
+def _library_value(value: Any, source: str | None, ours: Any) -> tuple[type, str]:
+    """mysql-replication's value as rowimage.py gives it: the same, except that a date the
+    library cannot hold (None, said "out of ... range") is MySQL's text, and the empty
+    SET (None, said "empty set") an empty set."""
+    if value is None and source in LOST:
+        assert isinstance(ours, str), ours
+        return str, repr(ours)
+    if value is None and source == "empty set":
+        return set, repr(set())
+    return type(value), repr(value)
 
 
 def _same_bytes(
@@ -522,35 +578,44 @@ def test_dates_and_times(db: Db) -> None:
     assert field_of(captured, 2, "y") == "2155"
 
 
-def test_zero_and_invalid_dates_are_null(db: Db) -> None:
+def test_zero_and_invalid_dates_are_their_text(db: Db) -> None:
+    """What MySQL prints on both paths, the log's read from the row images' bytes (where
+    mysql-replication gives None, as for NULL): none of them lands as null."""
     captured = capture(
         db,
         "CREATE TABLE t (id int PRIMARY KEY, d date, dt datetime, dt3 datetime(3),"
-        " ts timestamp NULL, ts6 timestamp(6) NULL)",
+        " ts timestamp NULL, ts6 timestamp(6) NULL, e enum('a'), s set('x','y'))",
         [
             "SET sql_mode = 'ALLOW_INVALID_DATES'",
             "INSERT INTO t VALUES (1, '0000-00-00', '0000-00-00 00:00:00',"
-            " '0000-00-00 00:00:00', '0000-00-00 00:00:00', '0000-00-00 00:00:00')",
+            " '0000-00-00 00:00:00', '0000-00-00 00:00:00', '0000-00-00 00:00:00', 'a', '')",
             "INSERT INTO t VALUES (2, '2020-05-00', '2020-00-05 00:00:00',"
-            " '2020-05-00 10:00:00.1', NULL, NULL)",
+            " '2020-05-00 10:00:00.1', NULL, NULL, NULL, NULL)",
             "INSERT INTO t VALUES (3, '0000-05-05', '0000-01-01 00:00:00',"
-            " '2020-04-31 00:00:00', '2020-01-01', '2020-01-01')",
+            " '2020-04-31 00:00:00', '2020-01-01', '2020-01-01', 'a', 'y')",
             # Not the zero TIMESTAMP, though its seconds are 0.
-            "INSERT INTO t VALUES (4, NULL, NULL, NULL, NULL, '1970-01-01 00:00:00.5')",
+            "INSERT INTO t VALUES (4, NULL, NULL, NULL, NULL, '1970-01-01 00:00:00.5', NULL,"
+            " 'x,y')",
+            "INSERT INTO t VALUES (5, '2020-02-31', '2021-02-29 23:59:59', NULL, NULL, NULL,"
+            " NULL, NULL)",
         ],
     )
     assert json.loads(captured.dump[1]) == {
         "id": 1,
-        "d": None,
-        "dt": None,
-        "dt3": None,
-        "ts": None,
-        "ts6": None,
+        "d": "0000-00-00",
+        "dt": "0000-00-00 00:00:00",
+        "dt3": "0000-00-00 00:00:00.000",
+        "ts": "0000-00-00 00:00:00",
+        "ts6": "0000-00-00 00:00:00.000000",
+        "e": "a",
+        "s": "",
     }
-    assert json.loads(captured.dump[2])["d"] is None
-    assert json.loads(captured.dump[3])["dt3"] is None
+    assert json.loads(captured.dump[2])["d"] == "2020-05-00"
+    assert json.loads(captured.dump[2])["dt3"] == "2020-05-00 10:00:00.100"
+    assert json.loads(captured.dump[3])["dt3"] == "2020-04-31 00:00:00.000"
     assert json.loads(captured.dump[3])["ts"] == "2020-01-01 00:00:00"
     assert json.loads(captured.dump[4])["ts6"] == "1970-01-01 00:00:00.500000"
+    assert json.loads(captured.dump[5])["d"] == "2020-02-31"
 
 
 # --- enum, set, bit -----------------------------------------------------------------------
@@ -594,7 +659,7 @@ def test_members_outside_the_bmp(db: Db) -> None:
     shown = db.columns()
     dumped = _cells_by_id(db.dump(shown))
     (event,) = list(db.binlog(start))
-    logged = [column_from_binlog(c) for c in event.columns]
+    logged = columns_from_binlog(event.columns)
     assert shown[1].members == ("a", "?")
     assert logged[1].members == ("a", "😀")
     assert all(map(same_column, shown, logged))
@@ -607,26 +672,77 @@ def test_members_outside_the_bmp(db: Db) -> None:
     assert codec.row_from_dump(dumped[1]) == '{"id":1,"e":"😀","s":"b,🎉"}'
 
 
-# --- unsupported types --------------------------------------------------------------------
+# --- spatial, UUID, INET: MariaDB's types ------------------------------------------------
+
+SPATIAL = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+           "multipolygon", "geometrycollection")
 
 
-@pytest.mark.parametrize("column_type", ["geometry", "point", "uuid", "inet6", "inet4"])
-def test_unsupported_types_are_refused(db: Db, column_type: str) -> None:
-    db.execute([f"CREATE TABLE t (id int PRIMARY KEY, x {column_type})"])
+def test_spatial_types_uuid_and_inet(db: Db) -> None:
+    """Every spatial type (with and without an SRID), UUID, INET4 and INET6: the same JSON
+    from the dump and from the log; UUID and INET columns are told from BINARY(16) and
+    BINARY(4) by the catalog (the log shows them alike)."""
+    wkt = {
+        "geometry": "POLYGON((0 0,1 0,1 1,0 0))", "point": "POINT(1.5 -2)",
+        "linestring": "LINESTRING(0 0,1 1,2 5)",
+        "polygon": "POLYGON((0 0,10 0,10 10,0 10,0 0),(5 5,7 5,7 7,5 7,5 5))",
+        "multipoint": "MULTIPOINT(0 0,1 1)", "multilinestring": "MULTILINESTRING((0 0,1 1))",
+        "multipolygon": "MULTIPOLYGON(((0 0,1 0,1 1,0 0)))",
+        "geometrycollection": "GEOMETRYCOLLECTION(POINT(1 1),LINESTRING(0 0,1 1))",
+    }
+    columns = ", ".join(f"g_{name} {name}" for name in SPATIAL)
+    inserts = []
+    for i, srid in enumerate((0, 4326, 3857), 1):
+        shapes = ", ".join(f"ST_GeomFromText('{wkt[name]}', {srid})" for name in SPATIAL)
+        inserts.append(f"INSERT INTO t VALUES ({i}, {shapes}, %s, %s, %s, %s, %s)")
+    values = [("550e8400-e29b-41d4-a716-446655440000", "192.168.0.1", "2001:db8::ff00:42:8329",
+               b"\x01" * 16, b"\x02\0\0\0"),
+              ("00000000-0000-0000-0000-000000000000", "0.0.0.0", "::", b"\0" * 16,  # noqa: S104
+               b"\0" * 4),
+              ("ffffffff-ffff-4fff-bfff-ffffffffffff", "255.255.255.255", "::ffff:1.2.3.4",
+               b"\xff" * 16, b"\xff" * 4)]
+    captured = capture(
+        db,
+        f"CREATE TABLE t (id int PRIMARY KEY, {columns}, u uuid, i4 inet4, i6 inet6,"
+        " b16 binary(16), b4 binary(4))",
+        [(sql, params) for sql, params in zip(inserts, values, strict=True)]
+        + ["INSERT INTO t (id) VALUES (4)"],
+    )
+    assert [c.spatial for c in captured.columns[1:9]] == list(SPATIAL)
+    assert [c.kind for c in captured.columns[9:]] == [Kind.UUID, Kind.INET4, Kind.INET6,
+                                                      Kind.BINARY, Kind.BINARY]
+    row = json.loads(captured.dump[2])
+    point = base64.b64decode(row["g_point"])
+    assert point[:4] == (4326).to_bytes(4, "little") and point[4:9] == b"\x01\x01\0\0\0"
+    assert (row["u"], row["i4"], row["i6"]) == (
+        "00000000-0000-0000-0000-000000000000", "0.0.0.0", "::")  # noqa: S104
+    assert json.loads(captured.dump[3])["i6"] == "::ffff:1.2.3.4"
+    assert json.loads(captured.dump[4])["u"] is None
+
+
+def test_inet6_texts_are_mariadbs(db: Db) -> None:
+    """Random addresses, many with runs of zero groups: the log path's text of the 16
+    bytes (texts.inet6_text) is the text MariaDB prints for the column."""
+    rng = random.Random(28)
+    addresses = []
+    for _ in range(400):
+        words = [rng.choice([0, 0, 0, 1, 0xFFFF, rng.randrange(1 << 16)]) for _ in range(8)]
+        addresses.append(ipaddress.IPv6Address(b"".join(w.to_bytes(2, "big") for w in words)))
+    addresses += [ipaddress.IPv6Address(f"::{v}") for v in ("1.2.3.4", "ffff:1.2.3.4", "1:2")]
+    capture(db, "CREATE TABLE t (id int PRIMARY KEY, a inet6)",
+            [("INSERT INTO t VALUES (%s, %s)",
+              [(i, str(a)) for i, a in enumerate(addresses, 1)])])
+
+
+def test_a_type_the_worker_does_not_read_is_named(db: Db) -> None:
+    """YEAR(2), still accepted by MariaDB 10.11: refused by both descriptors, naming the
+    column and its type."""
+    db.execute(["CREATE TABLE t (id int PRIMARY KEY, y year(2))"])
     with db.dumper() as conn, conn.cursor() as cur:
         cur.execute(COLUMNS_SQL, (db.database, "t"))
         rows = cur.fetchall()
-    with pytest.raises(ValueError, match=f"column 'x': type '{column_type}' is not supported"):
+    with pytest.raises(UnsupportedType, match=r"column 'y': type 'year\(2\)' is not supported"):
         [column_from_information_schema(row) for row in rows]
-
-
-def test_geometry_in_the_binlog_is_refused(db: Db) -> None:
-    db.execute(["CREATE TABLE t (id int PRIMARY KEY, g geometry)"])
-    start = db.position()
-    db.execute(["INSERT INTO t VALUES (1, ST_GeomFromText('POINT(1 1)'))"])
-    (event,) = list(db.binlog(start))
-    with pytest.raises(ValueError, match="column 'g': type 'geometry' is not supported"):
-        [column_from_binlog(c) for c in event.columns]
 
 
 # --- keys ---------------------------------------------------------------------------------
@@ -700,9 +816,9 @@ def test_keyset_pagination_with_key_params(db: Db) -> None:
 # --- rowimage.py: the row images decoded without mysql-replication's row decoding -------
 
 
-def test_row_images_decode_the_common_types(db: Db) -> None:
-    """A table of the types rowimage.py decodes: every event is decoded by it (and matches
-    mysql-replication, in capture); a table with an ENUM keeps the library's decoding."""
+def test_row_images_decode_every_type(db: Db) -> None:
+    """A table of the common types: every event is decoded by rowimage.py (and matches
+    mysql-replication, in capture); a table of MariaDB's other types gets a decoder too."""
     before = sum(DECODED)
     capture(
         db,
@@ -726,8 +842,11 @@ def test_row_images_decode_the_common_types(db: Db) -> None:
     )
     assert sum(DECODED) - before >= 3 * 199  # inserts, updates, deletes
 
-    db.execute(["DROP TABLE t", "CREATE TABLE t (id int PRIMARY KEY, e enum('x', 'y'))"])
+    # every other type of MariaDB too: no table is left to mysql-replication's decoding
+    db.execute(["DROP TABLE t", "CREATE TABLE t (id int PRIMARY KEY, e enum('x', 'y'),"
+                " s set('a'), b bit(3), t time(2), g point, u uuid, i inet6, j json)"])
     start = db.position()
-    db.execute(["INSERT INTO t VALUES (1, 'y')"])
+    db.execute(["INSERT INTO t VALUES (1, 'y', 'a', b'101', '-1:00:00.5',"
+                " ST_GeomFromText('POINT(1 1)'), UUID(), '::1', '[]')"])
     events = list(db.binlog(start))
-    assert events and all(row_images(event.columns) is None for event in events)
+    assert events and all(row_images(event.columns) is not None for event in events)

@@ -501,7 +501,8 @@ CREATE TABLE all_types (
     c_binary binary(4), c_varbinary varbinary(10), c_blob blob,
     c_date date, c_datetime datetime, c_datetime3 datetime(3), c_ts timestamp NULL,
     c_ts6 timestamp(6) NULL, c_time time, c_time6 time(6), c_year year,
-    c_enum enum('x','y''q','é'), c_set set('p','q','r'), c_bit bit(10)
+    c_enum enum('x','y''q','é'), c_set set('p','q','r'), c_bit bit(10),
+    c_point point, c_geometry geometry, c_uuid uuid, c_inet4 inet4, c_inet6 inet6
 )
 """
 
@@ -509,7 +510,7 @@ MY_COLUMNS = (
     "id, c_tiny, c_utiny, c_small, c_umedium, c_int, c_big, c_ubig, c_zero, c_bool, c_dec, "
     "c_dec30, c_float, c_double, c_char, c_varchar, c_text, c_latin, c_json, c_binary, "
     "c_varbinary, c_blob, c_date, c_datetime, c_datetime3, c_ts, c_ts6, c_time, c_time6, c_year, "
-    "c_enum, c_set, c_bit"
+    "c_enum, c_set, c_bit, c_point, c_geometry, c_uuid, c_inet4, c_inet6"
 )
 
 MY_ROWS = (
@@ -519,20 +520,26 @@ MY_ROWS = (
         0.30000000000000004, 'ab  ', 'x  ', 'Grüße 😀 "q" \\\\ tab\\tnl\\n', 'é',
         '{"a":  [1, 2]}', x'61', x'6200', x'00ff', '2024-02-29', '2024-01-02 03:04:05',
         '2024-01-02 03:04:05.678', '2024-01-02 03:04:05', '2038-01-19 03:14:07.999999',
-        '-838:59:59', '-00:00:01.234567', 2024, 'y''q', 'r,p', b'1000000001')""",
+        '-838:59:59', '-00:00:01.234567', 2024, 'y''q', 'r,p', b'1000000001',
+        ST_GeomFromText('POINT(1 2)', 4326), ST_GeomFromText('LINESTRING(0 0,1 1)'),
+        '550e8400-e29b-41d4-a716-446655440000', '192.168.0.1', '2001:db8::ff00:42:8329')""",
     # 2: NULL in every column but the key
-    "(2" + ", NULL" * 32 + ")",
+    "(2" + ", NULL" * 37 + ")",
     # 3: the edges: zero dates, the empty set, the invalid enum, 0 and maxima
     """(3, 127, 0, 32767, 0, 2147483647, 9223372036854775807, 0, 0, false, -0.50, 0, -0e0,
         1.7976931348623157e308, '', '', '', '', 'null', x'', x'', x'', '0000-00-00',
         '0000-00-00 00:00:00', '2020-05-00 10:00:00.1', '0000-00-00 00:00:00',
-        '1970-01-01 05:00:01.5', '838:59:59', '24:00:00', 0, '', '', b'0')""",
+        '1970-01-01 05:00:01.5', '838:59:59', '24:00:00', 0, '', '', b'0',
+        ST_GeomFromText('POINT(0 0)'), ST_GeomFromText('GEOMETRYCOLLECTION EMPTY'),
+        '00000000-0000-0000-0000-000000000000', '0.0.0.0', '::')""",
     # 4: more floating point
     """(4, 0, 1, 0, 1, 0, 0, 1, 99999, 127, 9999999999.99, 1.5, 3.4028234e38, 5e-324,
         'abcde', '😀', NULL, 'ÿ', '[]', x'ffffffff', x'00', NULL, '1000-01-01',
         '9999-12-31 23:59:59', '9999-12-31 23:59:59.999', '2020-01-01 00:00:00',
         '2020-01-01 00:00:00.000001', '00:00:00', '00:00:00.000001', 1901, 'é', 'p,q,r',
-        b'1111111111')""",
+        b'1111111111', ST_GeomFromText('POINT(-1.5 1e300)', 3857),
+        ST_GeomFromText('MULTIPOLYGON(((0 0,1 0,1 1,0 0)))'),
+        'ffffffff-ffff-4fff-bfff-ffffffffffff', '255.255.255.255', '1:0:2:3:4:5:6:7')""",
 )
 MY_KEYS = [f"[{i}]" for i in range(1, len(MY_ROWS) + 1)]
 
@@ -595,7 +602,10 @@ def test_mariadb_every_type_dump_and_log_give_identical_bytes(
     assert '"c_datetime3":"2024-01-02 03:04:05.678",' in row1
     assert '"c_ts":"2024-01-01 22:04:05",' in row1  # written at +05:00, in UTC
     assert '"c_time":"-838:59:59","c_time6":"-00:00:01.234567","c_year":2024,' in row1
-    assert row1.endswith('"c_enum":"y\'q","c_set":"p,r","c_bit":513}')
+    assert '"c_enum":"y\'q","c_set":"p,r","c_bit":513,' in row1
+    assert '"c_point":"5hAAAAEBAAAAAAAAAAAA8D8AAAAAAAAAQA==",' in row1  # SRID 4326, WKB
+    assert row1.endswith('"c_uuid":"550e8400-e29b-41d4-a716-446655440000",'
+                         '"c_inet4":"192.168.0.1","c_inet6":"2001:db8::ff00:42:8329"}')
 
     doc2 = json.loads(inserted["[2]"])
     assert all(v is None for k, v in doc2.items() if k not in ("id", "touched"))
@@ -603,14 +613,18 @@ def test_mariadb_every_type_dump_and_log_give_identical_bytes(
     row3 = inserted["[3]"]
     assert '"c_dec":"-0.50","c_dec30":"0.000000000000000000000000000000","c_float":0,' in row3
     assert '"c_binary":"AAAAAA==","c_varbinary":"","c_blob":"",' in row3
-    assert ('"c_date":null,"c_datetime":null,"c_datetime3":null,"c_ts":null,'
-            '"c_ts6":"1970-01-01 00:00:01.500000",') in row3  # zero dates are null
-    assert '"c_time6":"24:00:00.000000","c_year":0,"c_enum":"","c_set":"","c_bit":0}' in row3
+    assert ('"c_date":"0000-00-00","c_datetime":"0000-00-00 00:00:00",'
+            '"c_datetime3":"2020-05-00 10:00:00.100","c_ts":"0000-00-00 00:00:00",'
+            '"c_ts6":"1970-01-01 00:00:01.500000",') in row3  # zero dates are MySQL's text
+    assert '"c_time6":"24:00:00.000000","c_year":0,"c_enum":"","c_set":"","c_bit":0,' in row3
+    assert row3.endswith('"c_uuid":"00000000-0000-0000-0000-000000000000",'
+                         '"c_inet4":"0.0.0.0","c_inet6":"::"}')
 
     row4 = inserted["[4]"]
     assert '"c_float":3.4028235e+38,"c_double":5e-324,' in row4
     assert '"c_zero":99999,"c_bool":127,' in row4
     assert '"c_ts6":"2019-12-31 19:00:00.000001",' in row4
-    assert row4.endswith('"c_enum":"é","c_set":"p,q,r","c_bit":1023}')
+    assert '"c_enum":"é","c_set":"p,q,r","c_bit":1023,' in row4
+    assert row4.endswith('"c_inet6":"1::2:3:4:5:6:7"}')
     for key in MY_KEYS:
         json.loads(logged[key])

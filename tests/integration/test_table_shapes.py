@@ -216,6 +216,70 @@ def test_generated_columns_reach_a_postgresql_target(
     dblog_verify(config, table)
 
 
+
+@pytest.mark.parametrize("target_kind", ["postgresql", "mariadb"])
+def test_mariadb_generated_columns_land_and_merge_as_values(
+        target_kind: str, mariadb_server: MariaDBServer, mariadb_database: str,
+        redis_url: str, tmp_path: Path, spark: SparkSession,
+        request: pytest.FixtureRequest) -> None:
+    """MariaDB logs PERSISTENT and VIRTUAL columns' values in its row images (binlog_row_image
+    FULL) and a chunk SELECT reads them: both paths land them, with the same bytes, and the
+    merge writes them as plain columns of either target kind."""
+    database = mariadb_database
+    table = f"{database}.orderlines"
+    with pymysql.connect(**mariadb_server.connect_args(database)) as conn, \
+            conn.cursor() as cur:
+        cur.execute("CREATE TABLE orderlines (id int PRIMARY KEY, price decimal(10,2) NOT NULL, "
+                    "qty int NOT NULL, total decimal(12,2) AS (price * qty) PERSISTENT, "
+                    "label varchar(20) AS (CONCAT('#', id)) VIRTUAL)")
+        cur.execute("INSERT INTO orderlines (id, price, qty) VALUES "
+                    + ", ".join(f"({i}, {i}.5, {i % 4})" for i in range(1, 41)))
+
+    def run(statement: str) -> None:
+        with pymysql.connect(**mariadb_server.connect_args(database)) as c, c.cursor() as cu:
+            cu.execute(statement)
+
+    if target_kind == "postgresql":
+        target_dsn = request.getfixturevalue("pg_target")
+        section = pg_target_section(target_dsn)
+    else:
+        target_db = f"t_{uuid.uuid4().hex[:16]}"
+        mariadb_server.create_database(target_db)
+        request.addfinalizer(lambda: mariadb_server.drop_database(target_db))
+        request.addfinalizer(lambda: mariadb_server.drop_database(f"{target_db}_state"))
+        section = my_target_section(mariadb_server, target_db, [table])
+    config = write_config(tmp_path, mariadb_server.url(), redis_url, [table], name=SOURCE,
+                          kind="mariadb", extra=section)
+    capture(config, table, during=["UPDATE orderlines SET qty = qty + 10 WHERE id % 3 = 0",
+                                   "INSERT INTO orderlines (id, price, qty) VALUES (99, 2, 2)"],
+            run=run)
+    wait_for(lambda: any(e["key"] == "[99]" for e in events_of_table(tmp_path, table)), 30,
+             "the last insert to land")
+    landed = events_of_table(tmp_path, table)
+    origins = {str(e["origin"]) for e in landed if e["after"]}
+    assert origins == {"dump", "log"}, origins
+    for event in landed:
+        if event["after"] is not None:
+            after = json.loads(str(event["after"]))
+            price, qty = Decimal(after["price"]), after["qty"]
+            assert (after["total"], after["label"]) == (
+                f"{price * qty:.2f}", f"#{after['id']}"), event
+    merge(config, spark)
+    query = "SELECT id, price, qty, total, label FROM {} ORDER BY id"
+    with pymysql.connect(**mariadb_server.connect_args(database)) as conn, \
+            conn.cursor() as cur:
+        cur.execute(query.format("orderlines"))
+        source = as_text(cur.fetchall())
+    if target_kind == "postgresql":
+        target = as_text(pg(target_dsn, query.format(table)))
+    else:
+        with pymysql.connect(**mariadb_server.connect_args(target_db)) as conn, \
+                conn.cursor() as cur:
+            cur.execute(query.format("orderlines"))
+            target = as_text(cur.fetchall())
+    assert target == source
+    dblog_verify(config, table)
+
 # -- 5. tables without a primary key ------------------------------------------------------
 
 NO_KEY_TABLES = {  # the key is (tenant, id) in both

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -41,6 +41,13 @@ class Codec:
     def key_row_from_binlog(self, values: Mapping[str, object],
                             none_sources: Mapping[str, str] | None = None) -> tuple[str, str]:
         return json.dumps([values["id"]]), json.dumps(dict(values))
+
+    def key_texts_from_binlog(self, values: Mapping[str, object],
+                              none_sources: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        return (str(values["id"]),)
+
+    def key_from_texts(self, texts: Sequence[str]) -> str:
+        return json.dumps([int(t) for t in texts])
 
 
 def describe(table: str, event: Any) -> TableView:

@@ -7,7 +7,9 @@ returns with DUMP_CONV.
 
 from __future__ import annotations
 
+import base64
 import datetime
+import ipaddress
 import json
 import math
 import re
@@ -25,8 +27,10 @@ from dblog_worker.mysql.columns import (
     COLUMNS_SQL,
     Kind,
     MyColumn,
+    UnsupportedType,
     column_from_binlog,
     column_from_information_schema,
+    columns_from_binlog,
     schema_document,
     select_list,
 )
@@ -37,10 +41,12 @@ from dblog_worker.mysql.session import (
     dump_connection_options,
     session_init_command,
 )
+from dblog_worker.mysql.texts import inet6_text
 from dblog_worker.mysql.values import MyRowCodec
 from tests.mysql_columns import same_column
 
 ID = MyColumn("id", Kind.INTEGER)
+POINT = bytes.fromhex("e61000000101000000000000000000f03f0000000000000040")
 EMPTY_SET = {"c": "empty set"}
 
 
@@ -227,26 +233,49 @@ def test_information_schema_values_may_be_ints_or_bytes() -> None:
 @pytest.mark.parametrize(
     ("data_type", "column_type"),
     [
-        ("geometry", "geometry"),
-        ("point", "point"),
-        ("uuid", "uuid"),
-        ("inet6", "inet6"),
-        ("inet4", "inet4"),
         ("year", "year(2)"),
         ("vector", "vector(3)"),
     ],
 )
 def test_unsupported_information_schema_types_are_refused(data_type: str, column_type: str) -> None:
     message = re.escape(f"column 'g': type '{column_type}' is not supported")
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UnsupportedType, match=message) as raised:
         column_from_information_schema(is_row("g", data_type, column_type))
+    assert (raised.value.column, raised.value.type_name) == ("g", column_type)
 
 
 def test_unsupported_binlog_types_are_refused() -> None:
-    with pytest.raises(ValueError, match="column 'g': type 'geometry' is not supported"):
-        column_from_binlog(binlog_column(FIELD_TYPE.GEOMETRY, "g", length_size=4))
-    with pytest.raises(ValueError, match="column 'g': type '200' is not supported"):
+    with pytest.raises(UnsupportedType, match="column 'g': type '200' is not supported"):
         column_from_binlog(binlog_column(200, "g"))
+
+
+@pytest.mark.parametrize("spatial", ["geometry", "point", "linestring", "polygon", "multipoint",
+                                     "multilinestring", "multipolygon", "geometrycollection"])
+def test_spatial_types_are_read_with_their_type(spatial: str) -> None:
+    column = column_from_information_schema(is_row("g", spatial, spatial))
+    assert column == MyColumn("g", Kind.GEOMETRY, spatial=spatial)
+    assert schema_document([column], []) == {
+        "columns": [{"name": "g", "type": "geometry", "spatial": spatial}], "key": []}
+
+
+def test_uuid_inet_and_spatial_types_come_from_the_catalog() -> None:
+    """The table map shows MariaDB's UUID/INET6 as BINARY(16) and INET4 as BINARY(4), and
+    mysql-replication's columns have no spatial type: the catalog's descriptors decide."""
+    table_map = [binlog_column(FIELD_TYPE.STRING, name, character_set_name="binary",
+                               max_length=length)
+                 for name, length in (("u", 16), ("i6", 16), ("i4", 4), ("b16", 16), ("b4", 4))]
+    table_map += [binlog_column(FIELD_TYPE.GEOMETRY, name, character_set_name="binary",
+                                length_size=4) for name in ("g", "p")]
+    catalog = {"u": MyColumn("u", Kind.UUID), "i6": MyColumn("i6", Kind.INET6),
+               "i4": MyColumn("i4", Kind.INET4), "b16": MyColumn("b16", Kind.BINARY),
+               "b4": MyColumn("b4", Kind.UUID),  # no UUID has 4 bytes: BINARY(4) stays
+               "p": MyColumn("p", Kind.GEOMETRY, spatial="point")}
+    assert columns_from_binlog(table_map, catalog) == [
+        MyColumn("u", Kind.UUID), MyColumn("i6", Kind.INET6), MyColumn("i4", Kind.INET4),
+        MyColumn("b16", Kind.BINARY, length=16), MyColumn("b4", Kind.BINARY, length=4),
+        MyColumn("g", Kind.GEOMETRY, spatial="geometry"),
+        MyColumn("p", Kind.GEOMETRY, spatial="point")]
+    assert [c.kind for c in columns_from_binlog(table_map)][:3] == [Kind.BINARY] * 3
 
 
 def test_binlog_without_metadata_is_refused() -> None:
@@ -592,6 +621,28 @@ CASES: list[tuple[MyColumn, str | bytes, object, str, str]] = [
         "18446744073709551615",
         "18446744073709551615",
     ),
+    # SRID 4326, POINT(1 2): the same bytes from SELECT and from the row image
+    (
+        MyColumn("g", Kind.GEOMETRY, spatial="point"),
+        POINT,
+        POINT,
+        '"' + base64.b64encode(POINT).decode() + '"',
+        base64.b64encode(POINT).decode(),
+    ),
+    (
+        MyColumn("u", Kind.UUID),
+        "550e8400-e29b-41d4-a716-446655440000",
+        bytes.fromhex("550e8400e29b41d4a71644665544"),  # the log strips trailing zeros
+        '"550e8400-e29b-41d4-a716-446655440000"',
+        "550e8400-e29b-41d4-a716-446655440000",
+    ),
+    (MyColumn("i", Kind.INET4), "192.168.0.1", b"\xc0\xa8\x00\x01", '"192.168.0.1"',
+     "192.168.0.1"),
+    (MyColumn("i", Kind.INET4), "10.0.0.0", b"\x0a", '"10.0.0.0"', "10.0.0.0"),
+    (MyColumn("i", Kind.INET6), "2001:db8::ff00:42:8329",
+     bytes.fromhex("20010db8000000000000ff0000428329"), '"2001:db8::ff00:42:8329"',
+     "2001:db8::ff00:42:8329"),
+    (MyColumn("i", Kind.INET6), "fe80::", b"\xfe\x80", '"fe80::"', "fe80::"),
 ]
 
 
@@ -654,15 +705,17 @@ def test_null_is_null_on_both_paths(column: MyColumn) -> None:
         (MyColumn("t", Kind.TIMESTAMP, fsp=6), "0000-00-00 00:00:00.000000", D(1970, 1, 1)),
     ],
 )
-def test_zero_and_invalid_dates_are_null_on_both_paths(
+def test_zero_and_invalid_dates_are_their_text_on_both_paths(
     column: MyColumn, cell: str, value: object
 ) -> None:
-    assert dump_json(column, cell) == binlog_json(column, value) == row(column, "null")
+    """The dump reads MySQL's text; the log path gets it from rowimage.py (a date Python
+    cannot hold is its text) or, for the zero TIMESTAMP, the epoch."""
+    logged = cell if value is None else value
+    assert dump_json(column, cell) == binlog_json(column, logged) == row(column, f'"{cell}"')
     codec = MyRowCodec([column], [column.name])
-    with pytest.raises(ValueError, match="is NULL or a zero date"):
-        codec.key_texts_from_dump((cell,))
-    with pytest.raises(ValueError, match="is NULL or a zero date"):
-        codec.key_texts_from_binlog({column.name: value})
+    assert codec.key_texts_from_dump((cell,)) == codec.key_texts_from_binlog(
+        {column.name: logged}) == (cell,)
+    assert codec.key_params([cell]) == [cell]
 
 
 def test_valid_dates_near_the_end_of_a_month_are_kept() -> None:
@@ -941,3 +994,35 @@ def test_key_params_and_texts_need_one_text_per_key_column() -> None:
         codec.key_params(["1", "2"])
     with pytest.raises(ValueError, match="0 key texts for 1 key columns"):
         codec.key_from_texts([])
+
+
+@pytest.mark.parametrize(
+    ("hexed", "text"),
+    [  # as MariaDB 10.11 prints them (SELECT of an INET6 column)
+        ("00000000000000000000000000000000", "::"),
+        ("00000000000000000000000000000001", "::1"),
+        ("00010000000200030004000500060007", "1::2:3:4:5:6:7"),
+        ("00010000000000020000000000000003", "1:0:0:2::3"),
+        ("00000000000000000000000001020304", "::1.2.3.4"),
+        ("00000000000000000000ffff01020304", "::ffff:1.2.3.4"),
+        ("00000000000000000000000000000100", "::100"),
+        ("fe800000000000000000000000000000", "fe80::"),
+        ("00000002000300040005000600070008", "::2:3:4:5:6:7:8"),
+        ("20010db8000000000000ff0000428329", "2001:db8::ff00:42:8329"),
+        ("ffffffffffffffffffffffffffffffff", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"),
+    ],
+)
+def test_inet6_text_is_mariadbs(hexed: str, text: str) -> None:
+    assert inet6_text(bytes.fromhex(hexed)) == text
+    assert ipaddress.IPv6Address(text).packed == bytes.fromhex(hexed)
+
+
+def test_uuid_and_inet_key_texts_are_checked() -> None:
+    for column, good, bad in (
+            (MyColumn("u", Kind.UUID), "550e8400-e29b-41d4-a716-446655440000", "550e8400"),
+            (MyColumn("i", Kind.INET4), "1.2.3.4", "::1"),
+            (MyColumn("i", Kind.INET6), "::1", "x")):
+        codec = MyRowCodec([column], [column.name])
+        assert codec.key_params([good]) == [good]
+        with pytest.raises(ValueError, match=f"key column '{column.name}'"):
+            codec.key_params([bad])

@@ -16,6 +16,7 @@ from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.mysql.options import MYSQL, url_args
 from dblog_worker.mysql.target import MySQLTarget, typed, widened
+from dblog_worker.mysql.target import convert as my_convert
 from dblog_worker.pg import target as postgres
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.position import Position
@@ -432,3 +433,61 @@ def test_names_a_target_cannot_take_are_refused_before_anything(kind: str, batch
     with pytest.raises(TargetError) as refused:
         target.prepare_table(batch)  # not connected: it must not get that far
     assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(
+    ("column", "target", "expected"),
+    [
+        (SourceColumn("g", MYSQL, "geometry", Encoding.BASE64, subtype="point"), MYSQL,
+         "POINT"),
+        (SourceColumn("g", MYSQL, "geometry", Encoding.BASE64), MYSQL, "GEOMETRY"),
+        (SourceColumn("g", MYSQL, "geometry", Encoding.BASE64, subtype="point"), POSTGRESQL,
+         "bytea"),
+        (_my("uuid"), MYSQL, "UUID"), (_my("uuid"), POSTGRESQL, "uuid"),
+        (_my("inet4"), MYSQL, "INET4"), (_my("inet4"), POSTGRESQL, "inet"),
+        (_my("inet6"), MYSQL, "INET6"), (_my("inet6"), POSTGRESQL, "text"),
+        (_pg("interval"), MYSQL, "LONGTEXT"), (_pg("point"), MYSQL, "LONGTEXT"),
+        (_pg("int4range"), MYSQL, "LONGTEXT"), (_pg("money"), MYSQL, "LONGTEXT"),
+        (_pg("timetz"), MYSQL, "LONGTEXT"), (_pg("xml"), MYSQL, "LONGTEXT"),
+    ],
+)
+def test_every_type_has_a_target_type(column: SourceColumn, target: str, expected: str) -> None:
+    assert target_type("t.t", column, target) == expected
+
+
+def test_mysql_schema_documents_carry_the_spatial_type() -> None:
+    (column,) = columns_of(MYSQL, {"columns": [{"name": "g", "type": "geometry",
+                                                "spatial": "polygon"}], "key": []})
+    assert (column.encoding, column.subtype) == (Encoding.BASE64, "polygon")
+
+
+@pytest.mark.parametrize(
+    ("column", "type_sql", "expected"),
+    [
+        (_my("year"), "year(4)", "CAST(x AS UNSIGNED)"),  # '0' would be 2000
+        (_my("float"), "float",
+         "LEAST(GREATEST(CAST(x AS DOUBLE), -3.4028234663852886e38), 3.4028234663852886e38)"),
+        (_my("date"), "date", "x"),  # zero and invalid dates as they are
+        (_pg("numeric"), "decimal(65,30)",
+         "IF(x IN ('NaN', 'Infinity', '-Infinity'), NULL, IF(LOCATE('.', x) > 0 AND"
+         " CHAR_LENGTH(TRIM(TRAILING '0' FROM SUBSTRING_INDEX(x, '.', -1))) > 30,"
+         " CONCAT('more than 30 digits after the point: ', x), x))"),
+        (_pg("float8"), "double", "IF(x IN ('NaN', 'Infinity', '-Infinity'), NULL, x)"),
+        (_pg("date"), "date", "IF(x IN ('infinity', '-infinity') OR x LIKE '%% BC'"
+                              " OR LOCATE('-', x) > 5, '0000-00-00', x)"),
+        (SourceColumn("c", POSTGRESQL, "timestamptz", Encoding.TIMESTAMPTZ), "datetime(6)",
+         "IF(x IN ('infinity', '-infinity') OR x LIKE '%% BC' OR LOCATE('-', x) > 5,"
+         " '0000-00-00 00:00:00', LEFT(x, CHAR_LENGTH(x) - 3))"),
+    ],
+)
+def test_mysql_target_conversions(column: SourceColumn, type_sql: str, expected: str) -> None:
+    """What a MySQL target stores of values it cannot hold as they are (docs/merge.md)."""
+    assert my_convert(column, "x", type_sql) == expected
+
+
+def test_postgresql_target_takes_mysql_dates_that_are_no_date_as_minus_infinity() -> None:
+    converted = postgres.convert(_my("date"), "x", "date", '"dblog"')
+    assert converted.startswith("CAST(CASE WHEN substr(x, 1, 4) = '0000' OR substr(x, 6, 2)"
+                                " = '00' OR substr(x, 9, 2) = '00' THEN '-infinity'")
+    assert converted.endswith("ELSE x END AS date)")
+    assert postgres.convert(_pg("date"), "x", "date", '"dblog"') == "CAST(x AS date)"

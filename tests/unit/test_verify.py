@@ -171,7 +171,14 @@ def test_rows_mark_null_and_prefix_free_text_with_its_length() -> None:
 
 
 @pytest.mark.parametrize(("dialect", "column", "expected"), [
-    (POSTGRESQL, pg("n", "numeric", "numeric"), 'trim_scale("n")::text'),
+    (POSTGRESQL, pg("n", "numeric", "numeric"),
+     "CASE WHEN \"n\"::text IN ('NaN', 'Infinity', '-Infinity') THEN NULL"
+     " ELSE trim_scale(\"n\")::text END"),
+    (POSTGRESQL, pg("i", "inet", "inet"),
+     'CASE WHEN "i" IS NULL THEN NULL ELSE concat("i") END'),
+    (POSTGRESQL, pg("d", "date", "date"),
+     "CASE WHEN \"d\" IS NULL THEN NULL WHEN isfinite(\"d\") AND \"d\" >= '0001-01-01'"
+     " AND \"d\" < '10000-01-01' THEN \"d\"::text ELSE '-infinity' END"),
     (POSTGRESQL, pg("b", "bool", "boolean"), '"b"::int::text'),
     (POSTGRESQL, pg("b", "bytea", "bytea"), "encode(\"b\", 'hex')"),
     (POSTGRESQL, pg("t", "interval", "interval"),
@@ -184,8 +191,10 @@ def test_rows_mark_null_and_prefix_free_text_with_its_length() -> None:
     (MYSQL, my("v", "varbinary", "varbinary(8)"), "LOWER(HEX(`v`))"),
     (MYSQL, my("t", "time", "time(6)"),
      "CAST(CAST(TIME_TO_SEC(`t`) * 1000000 AS SIGNED) AS CHAR)"),
-    (MYSQL, my("d", "date", "date"), "IF(YEAR(`d`) = 0 OR MONTH(`d`) = 0 OR DAYOFMONTH(`d`) = 0, "
-                                     "NULL, DATE_FORMAT(`d`, '%%Y-%%m-%%d'))"),
+    (MYSQL, my("d", "date", "date"), "IF(`d` IS NOT NULL AND (`d` + INTERVAL 0 DAY) IS NULL,"
+                                     " '-infinity', DATE_FORMAT(`d`, '%%Y-%%m-%%d'))"),
+    (MYSQL, my("g", "point", "point"), "LOWER(HEX(`g`))"),
+    (MYSQL, my("u", "uuid", "uuid"), "CAST(`u` AS CHAR)"),
 ])
 def test_cross_dialect_normalizations(dialect: str, column: Column, expected: str) -> None:
     ref = vs.sql_of(dialect).quote(column.name)
