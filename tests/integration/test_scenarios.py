@@ -53,7 +53,9 @@ from tests.integration.harness import (
     checkpoint_position,
     chunks,
     cli,
+    cli_here,
     dump,
+    dump_here,
     dump_through_kills,
     dumps_under_load,
     events_of,
@@ -570,28 +572,28 @@ def test_a_repair_runs_at_once_next_to_a_paced_backfill(
     backend.create(t2, 300)
     config = backend.config_path([t1, t2])
     worker = worker_process(config)
-    backfill = dump(config, "--all", "--chunk-size", "50", "--delay-ms", "200",
+    backfill = dump_here(config, "--all", "--chunk-size", "50", "--delay-ms", "200",
                     "--priority", "background", "--max-chunk-ms", "1")
     wait_for(lambda: chunks(backend, backfill) >= 2, 30, "the backfill's windows", worker.log)
-    repair = dump(config, "--table", t2, "--keys", "[10, 20, 30]")
+    repair = dump_here(config, "--table", t2, "--keys", "[10, 20, 30]")
     done = wait_request(backend.redis_url, SOURCE, repair, ["completed", "failed"], 30, worker)
     assert (done["state"], done["priority"]) == ("completed", "urgent"), done
     assert redis_request(backend.redis_url, SOURCE, backfill)["state"] == "running"
     assert chunks(backend, backfill) < 30  # of 66: it goes on in the background
-    listing = cli(config, "list").stdout
+    listing = cli_here(config, "list")
     assert re.search(rf"^{backfill} +running +background +all ", listing, re.M), listing
     assert re.search(rf"^{repair} +completed +urgent +keys ", listing, re.M), listing
 
-    cli(config, "pause", backfill)  # a paused dump gives its turns to the others
-    other = dump(config, "--table", t2, "--chunk-size", "20")
+    cli_here(config, "pause", backfill)  # a paused dump gives its turns to the others
+    other = dump_here(config, "--table", t2, "--chunk-size", "20")
     done = wait_request(backend.redis_url, SOURCE, other, ["completed", "failed"], 30, worker)
     assert (done["state"], done["priority"]) == ("completed", "normal"), done
     assert redis_request(backend.redis_url, SOURCE, backfill)["state"] == "paused"
 
-    shown = cli(config, "set", backfill, "--priority", "urgent", "--delay-ms", "0",
-                "--no-throttle").stdout
+    shown = cli_here(config, "set", backfill, "--priority", "urgent", "--delay-ms", "0",
+                     "--no-throttle")
     assert shown.startswith(f"{backfill}: priority urgent, chunk size 50, delay 0 ms"), shown
-    cli(config, "resume", backfill)
+    cli_here(config, "resume", backfill)
     done = wait_request(backend.redis_url, SOURCE, backfill, ["completed", "failed"], 60,
                         worker)
     assert (done["state"], done["priority"]) == ("completed", "urgent"), done
@@ -607,10 +609,10 @@ def test_an_urgent_dump_takes_the_slot_of_a_background_one(
     backend.create(t1, 2000)
     config = backend.config_path([t1], worker_extra="max_active_dumps = 1")
     worker = worker_process(config)
-    backfill = dump(config, "--table", t1, "--chunk-size", "20", "--delay-ms", "100",
+    backfill = dump_here(config, "--table", t1, "--chunk-size", "20", "--delay-ms", "100",
                     "--priority", "background")
     wait_for(lambda: chunks(backend, backfill) >= 3, 30, "the backfill's windows", worker.log)
-    repair = dump(config, "--table", t1, "--keys", json.dumps(list(range(10, 2001, 10))),
+    repair = dump_here(config, "--table", t1, "--keys", json.dumps(list(range(10, 2001, 10))),
                   "--chunk-size", "5", "--delay-ms", "500")
     store = StateStore(backend.redis_url, SOURCE)
     try:
@@ -618,13 +620,13 @@ def test_an_urgent_dump_takes_the_slot_of_a_background_one(
                  "the backfill to wait for a slot", worker.log)
     finally:
         store.close()
-    status = cli(config, "status").stdout
+    status = cli_here(config, "status")
     assert f"dump {backfill}: running, priority background, waiting: a slot" in status, status
     assert f"dump {repair}: running, priority urgent" in status, status
     parked_at = chunks(backend, backfill)
     wait_for(lambda: chunks(backend, repair) >= 5, 30, "the repair's windows", worker.log)
     assert chunks(backend, backfill) <= parked_at + 1  # a window open at the switch closes
-    cli(config, "set", repair, "--delay-ms", "0")
+    cli_here(config, "set", repair, "--delay-ms", "0")
     done = wait_request(backend.redis_url, SOURCE, repair, ["completed", "failed"], 60, worker)
     assert done["state"] == "completed", done
     done = wait_request(backend.redis_url, SOURCE, backfill, ["completed", "failed"], 60,
