@@ -316,7 +316,8 @@ def _status(config: Config, args: argparse.Namespace) -> int:
     if not status:
         print("no worker has reported yet")
         return 0
-    print(f"leader pid {status.get('pid')} on {status.get('host')} (token "
+    who = "last leader (stopped)" if status.get("role") == "stopped" else "leader"
+    print(f"{who} pid {status.get('pid')} on {status.get('host')} (token "
           f"{status.get('token') or '-'}), last report {cli_dumps.ago(status.get('updated_at'))}")
     for name in ("http", "checkpoint", "lag_bytes", "watermarks", "readers", "window", "windows",
                  "active_requests", "events_emitted", "events_replayed"):
@@ -380,7 +381,8 @@ def _reset(config: Config, args: argparse.Namespace) -> int:
     status = state.status()
     # None: not a time, so maybe a moment ago
     age = cli_dumps.age_s(status.get("updated_at", "0"))
-    if (age is None or age < 60) and not args.force:
+    stopped = status.get("role") == "stopped"
+    if (age is None or age < 60) and not stopped and not args.force:
         raise RequestRejected(
             f"a worker (pid {status.get('pid')} on {status.get('host')}) reported "
             f"{'at an unknown time' if age is None else f'{age:.0f} s ago'}: stop it first "
