@@ -792,7 +792,8 @@ def overlapping_dumps_through_kills(backend: Backend, config: Path,
     ``backend.t1`` and ``t2`` while the workload writes to both; the worker is killed with
     SIGKILL once every dump still running has closed each of ``kills`` windows (or has
     ended), at a random moment of a window, with at least two dumps running, and started
-    again. Each dump resumes from its last durable window (its saved progress never goes
+    again (the kills left when fewer than two run are not made; the first one must be).
+    Each dump resumes from its last durable window (its saved progress never goes
     back), all complete, the output converges and no event landed twice. Returns the ids."""
     t1, t2 = backend.t1, backend.t2
     worker = start(config)
@@ -820,9 +821,14 @@ def overlapping_dumps_through_kills(backend: Backend, config: Path,
             return (sum(state == "running" for state in states.values()) >= 2
                     and all(chunks(backend, i) >= at for i in live))
 
-        for at in kills:
-            wait_for(lambda at=at: reached(at), 90,  # type: ignore[misc]
+        for killed, at in enumerate(kills):
+            wait_for(lambda at=at: reached(at) or len(running()) < 2, 90,  # type: ignore[misc]
                      f"every dump to close {at} windows", worker.log)
+            if len(running()) < 2:
+                # a background dump earns a sixteenth of the turns of an urgent one: on a
+                # loaded machine the others may end before it closes ``at`` windows
+                assert killed, "no kill with two dumps in flight"
+                break
             time.sleep(rnd.uniform(0, 0.03))
             in_flight = running()
             worker.kill()
