@@ -807,6 +807,11 @@ def overlapping_dumps_through_kills(backend: Backend, config: Path,
             return [i for i in ids
                     if redis_request(backend.redis_url, SOURCE, i)["state"] == "running"]
 
+        def ongoing() -> int:
+            """The dumps that have not ended (queued ones included: taken up soon)."""
+            return sum(redis_request(backend.redis_url, SOURCE, i)["state"] in
+                       ("queued", "running", "paused") for i in ids)
+
         def reached(at: int) -> bool:
             """Every dump that takes windows (not queued, nor waiting for a slot) has closed
             ``at``, and two are still running (one may wait for a slot)."""
@@ -822,9 +827,9 @@ def overlapping_dumps_through_kills(backend: Backend, config: Path,
                     and all(chunks(backend, i) >= at for i in live))
 
         for killed, at in enumerate(kills):
-            wait_for(lambda at=at: reached(at) or len(running()) < 2, 90,  # type: ignore[misc]
+            wait_for(lambda at=at: reached(at) or ongoing() < 2, 90,  # type: ignore[misc]
                      f"every dump to close {at} windows", worker.log)
-            if len(running()) < 2:
+            if ongoing() < 2:
                 # a background dump earns a sixteenth of the turns of an urgent one: on a
                 # loaded machine the others may end before it closes ``at`` windows
                 assert killed, "no kill with two dumps in flight"
