@@ -15,8 +15,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench import (
+    cascade_merge,
     dump_throughput,
     filtered_dumps,
+    landing_stores,
     live_latency,
     log_capture,
     memory,
@@ -33,8 +35,10 @@ from bench import (
 from bench.common import SOURCES, Options, Result, emit, progress
 
 BENCHMARKS: dict[str, Callable[[Options], Result]] = {
+    cascade_merge.NAME: cascade_merge.run,
     dump_throughput.NAME: dump_throughput.run,
     filtered_dumps.NAME: filtered_dumps.run,
+    landing_stores.NAME: landing_stores.run,
     log_capture.NAME: log_capture.run,
     live_latency.NAME: live_latency.run,
     memory.NAME: memory.run,
@@ -50,6 +54,7 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
 }
 # Benchmarks that run for some source kinds only; the others run for every kind.
 SOURCE_KINDS: dict[str, tuple[str, ...]] = {
+    landing_stores.NAME: landing_stores.SOURCE_KINDS,
     merge_throughput.NAME: merge_throughput.SOURCE_KINDS,
     metrics_exposition.NAME: metrics_exposition.SOURCE_KINDS,
     replica_identity.NAME: replica_identity.SOURCE_KINDS,
@@ -82,6 +87,9 @@ def parse_options(
     parser.add_argument("--kills", type=int,
                         help="takeover: leader kills per run and lease configuration "
                              f"(default {Options.kills}; --quick {QUICK_KILLS})")
+    parser.add_argument("--masks", action="store_true",
+                        help="the workers hash, mask and exclude columns of the benchmark "
+                             "tables ([source.columns]; bench.common.MASKS)")
     parser.add_argument("--out", type=Path, help="also append the JSON lines to this file")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="sample every worker with py-spy into DIR (raw collapsed stacks)")
@@ -100,7 +108,7 @@ def parse_options(
     idle_s = args.idle_s if args.idle_s is not None else (QUICK_IDLE_S if args.quick else 30.0)
     options = Options(rows=rows, runs=runs, quick=args.quick, memory_rows=memory_rows,
                       idle_s=idle_s, profile_dir=args.profile,
-                      profile_gil=args.profile_gil, kills=kills)
+                      profile_gil=args.profile_gil, kills=kills, masks=args.masks)
     sources = list(SOURCES) if args.source == "all" else [args.source]
     return options, sources, args.only or list(BENCHMARKS), args.out
 
@@ -117,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             progress(f"== {name} ({source})")
             result = BENCHMARKS[name](dataclasses.replace(options, source=source))
-            emit({"benchmark": result["benchmark"], "source": source, **result}, out)
+            emit({"benchmark": result["benchmark"], "source": source,
+                  **({"masks": True} if options.masks else {}), **result}, out)
     return 0
 
 

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import cast
 
 from dblog_worker import __version__, cli_dumps
 from dblog_worker import config as config_module
@@ -43,6 +44,7 @@ from dblog_worker.requests import (
     Priority,
 )
 from dblog_worker.row_filter import key_argument
+from dblog_worker.source import Source
 from dblog_worker.throttle import LIMITS
 
 
@@ -124,10 +126,14 @@ def _parser() -> argparse.ArgumentParser:
                       help='the first primary key to dump (included): 100 or [1,"a"]')
     dump.add_argument("--to-key", type=key_argument, metavar="KEY",
                       help="the last primary key to dump (included)")
+    dump.add_argument("--prune", action="store_true",
+                      help="also remove, downstream, the rows the source no longer has: once "
+                           "each table is read, its rows no event wrote since the dump began "
+                           "are gone (whole tables only)")
     dump.add_argument("--priority", choices=[p.value for p in Priority],
                       help="its share of windows while other dumps run, and its place in the "
                            "queue: urgent (weight 16), normal (4), background (1); default: "
-                           "urgent for --keys, else normal")
+                           "urgent for --keys and --prune, else normal")
     _throttle_options(dump)
     dump.add_argument("--client-token", metavar="TOKEN",
                       help="idempotency token: the same token, one request (default: none)")
@@ -197,6 +203,20 @@ def _parser() -> argparse.ArgumentParser:
                              "({table} in FILE: one file per table)")
     verify.add_argument("--json", action="store_true")
 
+    landing = command("landing", _landing,
+                      "the landing zone's files: status, compact small segments, remove "
+                      "merged ones (retention)")
+    landing.add_argument("action", choices=["status", "compact", "retain", "maintain"],
+                         help="status: files, bytes, oldest unmerged position per table; "
+                              "compact: small segments into large ones; retain: remove "
+                              "segments every target merged, past landing.retention; "
+                              "maintain: both")
+    landing.add_argument("--table", "-t", action="append", dest="tables", default=[],
+                         metavar="SCHEMA.TABLE", help="only this table (repeat)")
+    landing.add_argument("--dry-run", action="store_true",
+                         help="list what would be written and removed; change nothing")
+    landing.add_argument("--json", action="store_true")
+
     reset = command("reset", _reset, "forget the checkpoint, to start capture anew")
     reset.add_argument("--yes", action="store_true", help="really do it")
     reset.add_argument("--force", action="store_true",
@@ -235,7 +255,7 @@ def _run(config: Config, args: argparse.Namespace) -> int:
 
     setup_logging(args.log_format or config.logs.format, args.log_level or config.logs.level,
                   config.source.name)
-    Worker(config, adopt_slot=args.adopt_slot).run_forever()
+    Worker(config, adopt_slot=args.adopt_slot, config_path=Path(args.config)).run_forever()
     return 0
 
 
@@ -245,19 +265,53 @@ def _preflight(config: Config, args: argparse.Namespace) -> int:
     try:
         problems = source.preflight()
         modes = source.modes()
+        cascades = source.cascades()
+        selection = source.selection()
+        masked = _masked(config, source, selection.existing)
     finally:
         source.close()
-    if not problems:
+    stopping = [p for p in problems if p.capture]
+    if not stopping:
         print(f"source {config.source.name} ({config.source.safe_dsn()}) is ready: "
-              f"{len(config.source.tables)} table(s)")
+              f"{len(selection.existing)} table(s)")
     else:
-        print(f"source {config.source.name}: {len(problems)} problem(s)")
-        for problem in problems:
-            print(f"- {problem.what}\n  fix: {problem.fix}")
+        print(f"source {config.source.name}: {len(stopping)} problem(s)")
+    for problem in problems:
+        warning = "" if problem.capture else "warning: "
+        print(f"- {warning}{problem.what}\n  fix: {problem.fix}")
+    print("tables:")
+    for table, why in selection.captured.items():
+        print(f"  captured {table}: {why}")
+    for table, why in selection.excluded.items():
+        print(f"  left out {table}: {why}")
+    if config.source.columns:
+        rules = config.source.columns
+        print("columns ([source.columns]"
+              + (f"; the HMAC key from ${rules.key_env}" if rules.key_env else "") + "):")
+        for table, columns in masked.items():
+            done = ", ".join(f"{c} {how}" for c, how in columns.items())
+            print(f"  {table}: {done or 'no column matches its rules'}")
     print("modes:")
     for line in modes:
         print(f"  {line}")
-    return 1 if problems else 0
+    print("foreign-key cascades:")
+    for line in cascades:
+        print(f"  {line}")
+    return 1 if stopping else 0
+
+
+def _masked(config: Config, source: Source, tables: Sequence[str]
+            ) -> dict[str, dict[str, str]]:
+    """For ``dblog preflight``: what ``[source.columns]`` does to each captured table its
+    rules reach, or why it cannot say."""
+    found: dict[str, dict[str, str]] = {}
+    for table in tables:
+        if config.source.columns.reaches(table):
+            try:
+                found[table] = source.masked_columns(table)
+            except DblogError as exc:
+                found[table] = {"(not read)": str(exc)}
+    return found
 
 
 def _merge(config: Config, args: argparse.Namespace) -> int:
@@ -297,9 +351,16 @@ def _status(config: Config, args: argparse.Namespace) -> int:
         checkpoint, malformed = state.checkpoint(), None
     except CorruptState as exc:  # shown; the worker stops on it with the same message
         checkpoint, malformed = None, str(exc)
+    from dblog_worker.capture import dumped_since, needs_dump, status_lines
+
+    captured, excluded = state.captured(), state.excluded()
+    dumped = dumped_since(state.list_records())
     document = {"source": config.source.name, "checkpoint": checkpoint,
                 "checkpoint_error": malformed, "worker": status, "lease": lease,
-                "members": members}
+                "members": members,
+                "tables": {"captured": {t: {**e, "needs_dump": needs_dump(t, e, dumped)}
+                                        for t, e in captured.items()},
+                           "excluded": excluded}}
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
@@ -313,6 +374,8 @@ def _status(config: Config, args: argparse.Namespace) -> int:
     for member in members:
         print(f"  {member.get('role', '?'):8} {member['holder']}  http {member.get('http') or '-'}"
               f"  seen {cli_dumps.ago(member.get('updated_at'))}")
+    for line in status_lines(captured, excluded, dumped):
+        print(line)
     if not status:
         print("no worker has reported yet")
         return 0
@@ -345,8 +408,9 @@ def _throttle_options(parser: argparse.ArgumentParser) -> None:
 
 def _verify(config: Config, args: argparse.Namespace) -> int:
     from dblog_worker import verify, verify_report
+    from dblog_worker.control import captured_tables
 
-    tables = list(dict.fromkeys(args.tables or config.source.tables))
+    tables = list(dict.fromkeys(args.tables or captured_tables(config)))
     config.source.check_captured(tables)  # before the names make keys file names
     paths = verify_report.keys_paths(args.keys_out, tables) if args.keys_out else {}
     options = verify.VerifyOptions(range_rows=args.range_rows, delay_ms=args.delay_ms,
@@ -361,6 +425,52 @@ def _verify(config: Config, args: argparse.Namespace) -> int:
     print(json.dumps(result.to_json(), indent=2, ensure_ascii=False) if args.json
           else verify_report.render(result))
     return 0 if result.equal else 1
+
+
+def _landing(config: Config, args: argparse.Namespace) -> int:
+    try:
+        return _landing_action(config, args)
+    except OSError as exc:  # the store (S3Unavailable) or the folder
+        print(f"error: cannot reach the landing zone {config.landing_path}: {exc}",
+              file=sys.stderr)
+        return 3
+
+
+def _landing_action(config: Config, args: argparse.Namespace) -> int:
+    from dblog_worker import lifecycle
+
+    if args.action == "status":
+        rows = lifecycle.landing_status(config, args.tables)
+        if args.json:
+            print(json.dumps([r.as_dict() for r in rows], indent=2))
+        for row in [] if args.json else rows:
+            merged = ("" if row.merged_segment is None else
+                      f", merged to {row.merged_segment}, oldest unmerged "
+                      f"{row.oldest_unmerged or '-'}")
+            print(f"{row.table}: {row.files} file(s), {row.bytes:,} bytes, segments "
+                  f"{row.first_segment}-{row.last_segment} in {row.active_files} file(s)"
+                  f"{merged}{'  ERROR: ' + row.error if row.error else ''}")
+        return 0 if not any(r.error for r in rows) else 1
+    report = lifecycle.maintain(config, compact=args.action in ("compact", "maintain"),
+                                retain=args.action in ("retain", "maintain"),
+                                dry_run=args.dry_run, tables=args.tables)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        verb = "would" if args.dry_run else "did"
+        for entry in report.tables:
+            if entry.get("error"):
+                print(f"{entry['table']}: ERROR: {entry['error']}")
+                continue
+            runs = cast(list[dict[str, object]], entry.get("compact") or [])
+            gone = cast(list[dict[str, object]], [*entry.get("remove_replaced", []),  # type: ignore[misc]
+                                                  *entry.get("remove_merged", [])])
+            print(f"{entry['table']}: {verb} compact {len(runs)} run(s)"
+                  f" ({', '.join(str(r['segments']) for r in runs)})"
+                  f", {verb} remove {len(gone)} file(s)")
+            for item in gone:
+                print(f"  remove {item['location']} ({item['bytes']:,} bytes)")
+    return 0 if report.ok else 1
 
 
 def _reset(config: Config, args: argparse.Namespace) -> int:

@@ -60,7 +60,8 @@ def create_dump(config: Config | None, state: StateStore, spec: DumpSpec, *,
                                   "name the tables")
         tables, keys = spec.tables, spec.key_texts(spec.guessed_arity())
     else:
-        tables = spec.table_names(config.source.tables)
+        tables = spec.table_names(captured_tables(config) if spec.kind is DumpKind.ALL
+                                  else ())
         try:
             keys = source_keys(config, spec, tables)
         except SourceUnavailable as exc:
@@ -72,7 +73,7 @@ def create_dump(config: Config | None, state: StateStore, spec: DumpSpec, *,
                                 delay_ms=spec.delay_ms, keys=keys,
                                 client_token=spec.client_token, parallelism=spec.parallelism,
                                 row_filter=spec.row_filter, throttle=spec.throttle,
-                                priority=spec.queue_priority)
+                                prune=spec.prune, priority=spec.queue_priority)
 
 
 def command(state: StateStore, request_id: str, name: str) -> RequestState:
@@ -107,6 +108,20 @@ def describe_knobs(request: DumpRequest) -> str:
     return (f"{request.id}: priority {request.priority.value}, chunk size "
             f"{request.chunk_size}, delay {request.delay_ms} ms, parallelism "
             f"{request.parallelism}, throttle limits {request.throttle.describe()}")
+
+
+def captured_tables(config: Config) -> list[str]:
+    """The tables the source captures now (that exist): the names of ``source.tables``, or,
+    when it holds patterns, the catalog's tables they match (the source is asked)."""
+    selector = config.source.selector
+    if not selector.has_patterns:
+        return list(selector.names)
+    source = open_source(_with_connect_timeout(config.source), lambda table, schema: 0)
+    source.connect()
+    try:
+        return list(source.selection().existing)
+    finally:
+        source.close()
 
 
 def source_keys(config: Config, spec: DumpSpec, tables: Sequence[str]) -> list[KeyTexts]:
@@ -153,6 +168,7 @@ def request_json(request: DumpRequest, progress: dict[str, TableProgress]) -> di
         "throttle": request.throttle.limits(),
         "key_count": request.key_count,
         "filter": None if request.row_filter is None else request.row_filter.to_json(),
+        "prune": request.prune,
         "created_at": request.created_at,
         "updated_at": request.updated_at,
         "error": request.error,

@@ -55,6 +55,7 @@ class DumpSpec:
     parallelism: int = 1
     row_filter: RowFilter | None = None
     throttle: ThrottlePolicy = NO_THROTTLE
+    prune: bool = False  # also remove the rows the source does not have (whole tables)
     priority: Priority | None = None  # None: the kind's (Priority.default_for)
 
     def __post_init__(self) -> None:
@@ -66,6 +67,7 @@ class DumpSpec:
         _check_tables(self.kind, self.tables)
         _check_keys(self.kind, self.keys)
         _check_filter(self.kind, self.tables, self.row_filter)
+        _check_prune(self.kind, self.row_filter, self.prune)
         if self.client_token is not None and not (
                 isinstance(self.client_token, str)
                 and 1 <= len(self.client_token) <= MAX_CLIENT_TOKEN):
@@ -78,7 +80,7 @@ class DumpSpec:
            delay_ms: int = 0, client_token: str | None = None,
            parallelism: int = 1, where: object = None, from_key: object = None,
            to_key: object = None,
-           throttle: Mapping[str, object] | None = None,
+           throttle: Mapping[str, object] | None = None, prune: object = False,
            priority: object = None) -> DumpSpec:
         """A spec from a front end's values: ``kind`` as text (``all``, ``tables``,
         ``keys``), tables in the order given (duplicates dropped), a filter's conditions
@@ -96,16 +98,18 @@ class DumpSpec:
             raise RequestRejected('tables must be a non-empty list of "schema.table" names')
         if keys is not None and (isinstance(keys, str) or not isinstance(keys, Sequence)):
             raise RequestRejected(f"keys must be a non-empty JSON array such as {KEYS_EXAMPLE}")
+        if not isinstance(prune, bool):
+            raise RequestRejected(f"prune must be true or false, got {prune!r}")
         return cls(dump_kind, tuple(dict.fromkeys(tables or ())),
                    None if keys is None else tuple(keys), chunk_size, delay_ms, client_token,
                    parallelism, RowFilter.of(where, from_key, to_key),
-                   ThrottlePolicy.of(throttle),
+                   ThrottlePolicy.of(throttle), prune,
                    None if priority in (None, "") else check_priority(priority))
 
     @property
     def queue_priority(self) -> Priority:
         """The priority the request is queued with."""
-        return self.priority or Priority.default_for(self.kind)
+        return self.priority or Priority.default_for(self.kind, self.prune)
 
     def to_json(self, *, keys: bool = True) -> str:
         """The spec as JSON (:data:`SPEC_FIELDS`), which :meth:`from_json` reads back to an
@@ -116,6 +120,7 @@ class DumpSpec:
             "chunk_size": self.chunk_size, "delay_ms": self.delay_ms,
             "parallelism": self.parallelism, "client_token": self.client_token,
             "throttle": self.throttle.limits() if self.throttle.on else None,
+            "prune": self.prune,
             "priority": None if self.priority is None else self.priority.value,
             **(self.row_filter.to_json() if self.row_filter is not None
                else {"where": None, "from_key": None, "to_key": None}),
@@ -153,6 +158,7 @@ class DumpSpec:
                       where=document.get("where"), from_key=document.get("from_key"),
                       to_key=document.get("to_key"),
                       throttle=_throttle_field(document.get("throttle")),
+                      prune=False if document.get("prune") is None else document["prune"],
                       priority=document.get("priority"))
 
     def table_names(self, captured: Sequence[str]) -> tuple[str, ...]:
@@ -171,7 +177,7 @@ class DumpSpec:
 
 
 SPEC_FIELDS = ("kind", "tables", "keys", "chunk_size", "delay_ms", "parallelism",
-               "client_token", "where", "from_key", "to_key", "throttle", "priority")
+               "client_token", "where", "from_key", "to_key", "throttle", "prune", "priority")
 """The fields of a dump spec's JSON (and of the HTTP API's request body)."""
 
 
@@ -287,6 +293,17 @@ def _check_filter(kind: DumpKind, tables: tuple[str, ...],
         given = "kind all" if kind is DumpKind.ALL else f"{len(tables)} tables"
         raise RequestRejected("a key range (from_key, to_key) is of one table's key: use kind "
                               f"tables with one table, got {given}")
+
+
+def _check_prune(kind: DumpKind, row_filter: RowFilter | None, prune: bool) -> None:
+    if not prune:
+        return
+    if kind is DumpKind.KEYS:
+        raise RequestRejected("a pruning dump reads whole tables: use kind tables (or all), "
+                              "not keys")
+    if row_filter is not None:
+        raise RequestRejected("a pruning dump reads whole tables: give it no where, from_key "
+                              "or to_key")
 
 
 def _check_keys(kind: DumpKind, keys: tuple[object, ...] | None) -> None:

@@ -153,6 +153,7 @@ class RequestStore(RedisStore):
         parallelism: int = 1,
         row_filter: RowFilter | None = None,
         throttle: ThrottlePolicy = NO_THROTTLE,
+        prune: bool = False,
         priority: Priority | None = None,
     ) -> DumpRequest:
         """Queue a request; with a ``client_token`` already used, return that request.
@@ -166,6 +167,8 @@ class RequestStore(RedisStore):
             raise RequestRejected("a primary-key dump names exactly one table and some keys")
         if row_filter is not None and kind is DumpKind.KEYS:
             raise RequestRejected("a primary-key dump reads the keys it names: it takes no filter")
+        if prune and (kind is DumpKind.KEYS or row_filter is not None):
+            raise RequestRejected("a pruning dump reads whole tables: no keys, no filter")
         with redis_errors():
             self.ensure_layout()
             if client_token is not None:
@@ -180,7 +183,8 @@ class RequestStore(RedisStore):
                 key_count=len(keys), client_token=client_token, parallelism=parallelism,
                 row_filter=row_filter,
                 throttle=throttle,
-                priority=priority or Priority.default_for(kind),
+                prune=prune,
+                priority=priority or Priority.default_for(kind, prune),
             )
 
             def fill(pipe: Any) -> None:

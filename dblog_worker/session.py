@@ -35,8 +35,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dblog_worker.admission import follow_requests, queue_repairs
-from dblog_worker.chunks import NOTHING_READ, KeyColumn
+from dblog_worker.admission import follow_requests, queue_prunes, queue_repairs
+from dblog_worker.capture import TableFollower
+from dblog_worker.chunks import NOTHING_READ, BoundRead, KeyColumn
 from dblog_worker.dialect import dialect
 from dblog_worker.dump import ActiveDump, WindowRead
 from dblog_worker.errors import (
@@ -47,15 +48,19 @@ from dblog_worker.errors import (
     TransientError,
 )
 from dblog_worker.events import (
+    Cascaded,
     ChangeEvent,
     Checkpoint,
     Encoded,
     IncompleteRow,
     LogItem,
+    Op,
+    Origin,
     PendingRows,
     Unseen,
     Watermark,
 )
+from dblog_worker.foreign_keys import prune_image
 from dblog_worker.output import OutputBuffer, landing_errors
 from dblog_worker.pacing import Pacer
 from dblog_worker.position import Position
@@ -121,6 +126,7 @@ class Covered:
     endings: list[Ending] = field(default_factory=list)
     progress: dict[str, list[TableProgress]] = field(default_factory=dict)
     missing: dict[str, list[KeyTexts]] = field(default_factory=dict)
+    prunes: set[str] = field(default_factory=set)  # tables to prune (foreign-key cascades)
 
 
 class Session:
@@ -149,6 +155,7 @@ class Session:
         self.last_renew = time.monotonic()
         self.windows = 0
         self.incomplete: dict[str, dict[KeyTexts, None]] = {}  # keys to dump: rows the log cut
+        self.prunes: set[str] = set()  # tables to prune: cascades no event says (foreign_keys)
         # the open windows' chunks (keys, rows) and the log's end once their HW committed
         self.window_rows: deque[tuple[Future[Encoded], Position]] = deque()
         self.encoder = ThreadPoolExecutor(1, thread_name_prefix="dblog-encode")
@@ -156,11 +163,13 @@ class Session:
         self.ended: set[str] = set()  # the dumps whose ending write was submitted
         self.pacer = Pacer(self.source)  # the dumps' automatic throttles, between windows
         self.readers: dict[str, str] = {}  # which implementation reads what (Setup.readers)
+        self.tables = TableFollower(self.state, self.source, self.config.source,
+                                    worker.telemetry)  # the captured tables, as they change
 
     def run(self) -> None:
         try:
             self._start()
-            while not self.worker.stopping:
+            while not self.worker.ending:
                 self._step()
             self._drain()
             self._flush()
@@ -194,6 +203,7 @@ class Session:
             raise not_ready([problem for problem in problems if problem.capture])
         created = self.source.prepare()
         self._renew(time.monotonic())
+        first = saved is None and created is not None  # capture begins now
         if saved is None and created is not None:
             saved = created
             self.state.save_progress(saved, {}, {})
@@ -201,6 +211,7 @@ class Session:
         with landing_errors():
             self.worker.sink.mark_capture_started()
         self.output = OutputBuffer(self.worker.sink, landed)
+        self.tables.start(first)
         log.info("session %s streaming %s from %s (lease token %d)", self.run_id,
                  self.config.source.safe_dsn(), self.checkpoint, self.token)
         self.readers = self.source.readers()
@@ -256,12 +267,16 @@ class Session:
                     self._emit_survivors(closed)
                     closed_dump = self.dumps.get(closed.dump_id)
                     if closed_dump is not None:
-                        closed_dump.window_closed(closed, time.monotonic())
+                        finished = closed_dump.window_closed(closed, time.monotonic())
+                        if finished is not None:
+                            self._emit_prune(closed, finished)
                     telemetry.window_closed(closed)
             elif type(item) is Unseen:
                 reconciler.on_unseen(item)
             elif type(item) is IncompleteRow:
                 self.incomplete.setdefault(item.table, {})[item.key] = None
+            elif type(item) is Cascaded:
+                self.prunes.update(item.tables)
         telemetry.polled(items, self.pending_checkpoint, output.log_events_by_table)
         now = time.monotonic()
         if now - self.last_control >= self.config.control_interval_s:
@@ -282,6 +297,8 @@ class Session:
             or any(d.ending and d.id not in self.ended for d in self.dumps.values())
         ):
             self._submit()
+        if self.tables.due(now):
+            self.tables.look(now)
         if now - self.last_heartbeat >= self.config.heartbeat_interval_s:
             self.source.heartbeat()
             self.last_heartbeat = now
@@ -306,8 +323,17 @@ class Session:
             self.output.add_rows(PendingRows(
                 closed.table, rows, closed.survivors, len(closed.survivors),
                 closed.high.position, closed.high.commit_ts_us, closed.schema_version,
-                closed.dump_id,
+                closed.dump_id, closed.replaced,
             ))
+
+    def _emit_prune(self, closed: WindowClosed, table: TableProgress) -> None:
+        """A pruning dump read the whole table: its prune event, right after the last
+        window's rows. The output drops it if any row of the dump failed to encode."""
+        assert self.output is not None and table.prune_from is not None
+        self.output.add(ChangeEvent(
+            table.table, Op.PRUNE, closed.high.position.dump_row(len(closed.survivors)),
+            None, None, prune_image(table.prune_from), Origin.DUMP, closed.high.commit_ts_us,
+            closed.schema_version, closed.dump_id))
 
     def _may_open(self, dump: ActiveDump, now: float) -> bool:
         """Whether ``dump`` could open a window at ``now``: running, its delay passed, and
@@ -316,7 +342,7 @@ class Session:
         open too, up to MAX_OPEN_WINDOWS in all (windows stay apart in the log: the next LW
         is written after the last HW)."""
         most = 1 if dump.paced else MAX_OPEN_WINDOWS
-        return (not self.worker.stopping and dump.runnable and now >= dump.next_window_at
+        return (not self.worker.ending and dump.runnable and now >= dump.next_window_at
                 and len(dump.open_reads) < most and dump.current_table() is not None)
 
     def _next_window(self, now: float) -> ActiveDump | None:
@@ -333,7 +359,7 @@ class Session:
         """Whether a write would carry anything: events, a checkpoint, dump progress."""
         assert self.output is not None
         return (self.output.count > 0 or self.pending_checkpoint != self.checkpoint
-                or bool(self.incomplete) or bool(self.dumps))
+                or bool(self.incomplete) or bool(self.prunes) or bool(self.dumps))
 
     def _next_write(self) -> float:
         """When the next write is due: an interval after the last write of events (events
@@ -402,7 +428,9 @@ class Session:
         chunk = read.chunk
         self.window_rows.append((chunk.rows, self.source.log_position()))
         self.reconciler.open(plan.table, tokens, KeyColumn(chunk.selected, chunk.rows),
-                             dump.id, chunk.schema_version)
+                             dump.id, chunk.schema_version,
+                             KeyColumn(chunk.selected, chunk.rows, 1),
+                             bound=isinstance(plan, BoundRead))
         dump.window_opened(read)
         self.scheduler.opened(dump.id, dump.request.priority.weight)
         self.windows += 1
@@ -415,8 +443,10 @@ class Session:
     def _submit(self) -> None:
         """Hand the output to the writer, with what it covers: saved once it is durable."""
         assert self.output is not None and self.in_flight is None
-        covered = Covered(checkpoint=self.pending_checkpoint, incomplete=self.incomplete)
+        covered = Covered(checkpoint=self.pending_checkpoint, incomplete=self.incomplete,
+                          prunes=self.prunes)
         self.incomplete = {}
+        self.prunes = set()
         for dump in self.dumps.values():
             if dump.ending:
                 self.ended.add(dump.id)  # this write ends it: no more writes out of turn
@@ -450,6 +480,8 @@ class Session:
             if dump_id in self.dumps:
                 self.dumps[dump_id].failure = self.dumps[dump_id].failure or failure
         queue_repairs(self.state, self.dialect, covered.incomplete, covered.checkpoint)
+        if covered.prunes:
+            queue_prunes(self.state, covered.prunes)
         checkpoint = covered.checkpoint
         if checkpoint == self.checkpoint:
             checkpoint = None

@@ -14,6 +14,9 @@ Layout 2 (every key under ``dblog:v1:<source>:``; the layout version is in ``met
     request:<id>:missing      list   primary-key dumps: keys that did not exist
     request:<id>:progress     hash   table -> TableProgress JSON
     worker                    hash   status of the leading worker (position, window, ...)
+    captured                  hash   table -> JSON: why it is captured, since when, whether it
+                                     joined while capture ran (dblog_worker.capture)
+    excluded                  hash   table -> why a pattern matched it but it is not captured
     lease, lease:epoch, members, member:<id>    the leader lease (dblog_worker.lease)
 
 Every state change of a request goes through one Lua script that checks the
@@ -131,6 +134,46 @@ class StateStore(RequestStore):
                 if keys:
                     pipe.rpush(self.key("request", request_id, "missing"),
                                *(json.dumps(list(k)) for k in keys))
+
+        self._write(fill)
+
+    # -- the captured tables -------------------------------------------------
+
+    def captured(self) -> dict[str, dict[str, Any]]:
+        """The captured tables as the leader recorded them: table -> ``why``, ``since``,
+        ``joined`` (while capture ran), ``dump`` (the request queued for it); an entry that
+        is not such a JSON object is shown as ``{"malformed": text}``."""
+        with redis_errors():
+            raw = cast(dict[str, str], self.redis.hgetall(self.key("captured")))
+        found: dict[str, dict[str, Any]] = {}
+        for table, text in sorted(raw.items()):
+            try:
+                entry = json.loads(text)
+            except ValueError:
+                entry = None
+            found[table] = entry if isinstance(entry, dict) else {"malformed": text}
+        return found
+
+    def excluded(self) -> dict[str, str]:
+        """The tables a pattern matched that are not captured, and why."""
+        with redis_errors():
+            return dict(sorted(cast(dict[str, str],
+                                    self.redis.hgetall(self.key("excluded"))).items()))
+
+    def save_captured(self, joined: Mapping[str, Mapping[str, Any]], left: Sequence[str],
+                      excluded: Mapping[str, str]) -> None:
+        """Record the tables that joined capture, forget those that left it, and replace
+        the tables left out."""
+        key, out = self.key("captured"), self.key("excluded")
+
+        def fill(pipe: Any) -> None:
+            if left:
+                pipe.hdel(key, *left)
+            if joined:
+                pipe.hset(key, mapping={t: json.dumps(dict(e)) for t, e in joined.items()})
+            pipe.delete(out)
+            if excluded:
+                pipe.hset(out, mapping=dict(excluded))
 
         self._write(fill)
 

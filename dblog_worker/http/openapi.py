@@ -56,6 +56,9 @@ TABLE_PROGRESS: Schema = {
         "dropped": {"type": "integer", "minimum": 0,
                     "description": "removed by log events inside their window"},
         "missing": {"type": "integer", "minimum": 0, "description": "keys dumps: keys not found"},
+        "prune_from": {**_nullable("string"),
+                       "description": "pruning dumps: the position (48 hex digits) of the low "
+                                      "watermark of the window that read the upper bound"},
     },
     "required": ["table", "done", "started", "chunks", "selected", "rows", "dropped",
                  "missing"],
@@ -74,6 +77,9 @@ REQUEST_FIELDS: Schema = {
     "key_count": {"type": "integer", "minimum": 0},
     "filter": {"oneOf": [{"type": "null"}, _ref("RowFilter")],
                "description": "a filtered dump's conditions and key range"},
+    "prune": {"type": "boolean",
+              "description": "a pruning dump: once each table is read, the rows no event "
+                             "wrote since it began are removed downstream"},
     "created_at": {"type": "number", "description": "Unix time, seconds"},
     "updated_at": {"type": "number", "description": "Unix time, seconds"},
     "error": {**_nullable("string"), "description": "why it failed or was cancelled"},
@@ -90,6 +96,9 @@ PARALLELISM: Schema = {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELI
                        "description": "chunk SELECTs per window of a table dump, each on a "
                                       "source connection of its own (a primary-key dump "
                                       "reads one batch per window)"}
+PRUNE: Schema = {"type": "boolean", "default": False,
+                 "description": "also remove, downstream, the rows the source no longer has "
+                                "(whole tables: no filter)"}
 
 KEY: Schema = {"oneOf": [KEY_VALUE, {"type": "array", "minItems": 1, "items": KEY_VALUE}]}
 CONDITION: Schema = {
@@ -211,7 +220,7 @@ SCHEMAS: dict[str, Schema] = {
         "properties": {"kind": {"const": "all"}, "chunk_size": CHUNK_SIZE,
                        "delay_ms": DELAY_MS, "parallelism": PARALLELISM,
                        "throttle": _ref("Throttle"), "priority": _ref("Priority"),
-                       "client_token": _ref("ClientToken")},
+                       "client_token": _ref("ClientToken"), "prune": PRUNE},
         "required": ["kind"],
         "additionalProperties": False,
     },
@@ -228,6 +237,7 @@ SCHEMAS: dict[str, Schema] = {
             "throttle": _ref("Throttle"),
             "priority": _ref("Priority"),
             "client_token": _ref("ClientToken"),
+            "prune": PRUNE,
             **FILTER_FIELDS,
         },
         "required": ["kind", "tables"],
@@ -327,6 +337,8 @@ SCHEMAS: dict[str, Schema] = {
                                      "waiting (why it reads nothing, or null), throttle, "
                                      "per-table progress and eta_s"},
             "dump": {"type": ["object", "null"], "description": "the first of dumps"},
+            "tables": {**_ref("Tables"),
+                       "description": "the captured tables (empty before the first session)"},
             "http": {"type": "string", "examples": ["http://127.0.0.1:8750"]},
             "redis": {
                 "type": "object",
@@ -346,10 +358,18 @@ SCHEMAS: dict[str, Schema] = {
                                 "description": "every worker of the source seen lately, "
                                                "leader first: holder, role, host, pid, http, "
                                                "token, updated_at"},
+                    "captured": {"type": "object", "additionalProperties": {"type": "object"},
+                                 "description": "the captured tables as the leader recorded "
+                                                "them: table -> why, since, joined (while "
+                                                "capture ran), dump (queued for it)"},
+                    "excluded": {"type": "object", "additionalProperties": {"type": "string"},
+                                 "description": "tables a pattern matched that are not "
+                                                "captured, and why"},
                     "error": {**_nullable("string"),
                               "description": "set when Redis is unreachable"},
                 },
-                "required": ["checkpoint", "checkpoint_error", "worker", "members", "error"],
+                "required": ["checkpoint", "checkpoint_error", "worker", "members", "captured",
+                             "excluded", "error"],
             },
         },
         "required": ["source", "connected", "role", "lease_token", "leader", "last_error",
@@ -357,6 +377,82 @@ SCHEMAS: dict[str, Schema] = {
                      "checkpoint_age_s", "lag_bytes", "lag_s", "window", "active_requests",
                      "active_request", "events_per_s", "uptime_s", "reconnects", "dumps",
                      "dump", "http", "redis"],
+    },
+    "Reloaded": {
+        "type": "object",
+        "description": "A reload of the configuration file that was taken: a new session "
+                       "starts with it (the lease kept).",
+        "properties": {
+            "reloaded": {"const": True},
+            "changed": {"type": "array", "items": {"type": "string"},
+                        "description": "the options that changed (none: the file is as it "
+                                       "was)"},
+            "notes": {"type": "array", "items": {"type": "string"},
+                      "description": "what the user must do, such as dumping tables whose "
+                                     "column rules changed"},
+        },
+        "required": ["reloaded", "changed", "notes"],
+    },
+    "Tables": {
+        "type": "object",
+        "description": "What source.tables captures now (table -> why: the name, or the "
+                       "pattern that matched) and what its patterns matched but it leaves "
+                       "out (table -> why not).",
+        "properties": {
+            "captured": {"type": "object", "additionalProperties": {"type": "string"}},
+            "excluded": {"type": "object", "additionalProperties": {"type": "string"}},
+            "missing": {"type": "array", "items": {"type": "string"},
+                        "description": "tables named in source.tables that do not exist"},
+        },
+    },
+    "LandingTable": {
+        "type": "object",
+        "properties": {
+            "table": {"type": "string"},
+            "files": {"type": "integer", "minimum": 0,
+                      "description": "segment files, compacted runs and replaced files too"},
+            "bytes": {"type": "integer", "minimum": 0},
+            "active_files": {"type": "integer", "minimum": 0,
+                             "description": "the files readers use"},
+            "first_segment": {"type": "integer", "minimum": 0},
+            "last_segment": {"type": "integer", "minimum": 0},
+            "merged_segment": {"type": ["integer", "null"],
+                               "description": "every target merged up to this segment "
+                                              "(null: no target configured)"},
+            "oldest_unmerged": {"type": "string",
+                                "description": "the first position some target has not "
+                                               "merged (empty: none)"},
+            "oldest_unmerged_age_s": {"type": ["number", "null"]},
+            "error": {"type": "string"},
+        },
+        "required": ["table", "files", "bytes", "active_files", "first_segment",
+                     "last_segment", "merged_segment", "oldest_unmerged",
+                     "oldest_unmerged_age_s", "error"],
+    },
+    "Landing": {
+        "type": "object",
+        "properties": {"source": {"type": "string"},
+                       "where": {"type": "string", "description": "a folder or s3://..."},
+                       "tables": {"type": "array", "items": {"$ref":
+                                                             "#/components/schemas/LandingTable"}}},
+        "required": ["source", "where", "tables"],
+    },
+    "Maintain": {
+        "type": "object",
+        "properties": {"tables": {"type": "array", "items": {"type": "string"},
+                                  "description": "default: every landed table"},
+                       "dry_run": {"type": "boolean", "default": False,
+                                   "description": "list what would be written and removed"}},
+        "additionalProperties": False,
+    },
+    "MaintenanceReport": {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "dry_run": {"type": "boolean"},
+                       "compact": {"type": "boolean"}, "retain": {"type": "boolean"},
+                       "tables": {"type": "array", "items": {"type": "object"},
+                                  "description": "per table: the runs compacted, the files "
+                                                 "removed (location, bytes), or an error"}},
+        "required": ["ok", "dry_run", "compact", "retain", "tables"],
     },
     "Feed": {
         "type": "object",
@@ -383,7 +479,7 @@ ERRORS = {
     404: "No such request, file or route",
     405: "The route does not take this method (see the Allow header)",
     409: "The request's state does not allow this (e.g. resume a request that is not paused), "
-         "or its record in Redis is malformed",
+         "or its record in Redis is malformed; a reload refused (the reason, one line)",
     411: "A chunked body: send a Content-Length instead",
     413: f"The body is larger than {MAX_BODY_BYTES // 1024 // 1024} MiB",
     415: "The body is not application/json",
@@ -493,6 +589,25 @@ def document(*, auth: bool) -> dict[str, Any]:
         "/api/v1/requests/{id}/pause": command("pause", "between chunks (running only)"),
         "/api/v1/requests/{id}/resume": command("resume", "a paused request"),
         "/api/v1/requests/{id}/cancel": command("cancel", "a request that has not ended"),
+        "/api/v1/landing": {"get": _operation(
+            "The landing zone's files per table: files, bytes, how far every target merged, "
+            "the oldest unmerged position",
+            {"200": _json(_ref("Landing"), "The figures (also in /metrics)")},
+            public=False, errors=(409, 503), parameters=[{
+                "name": "table", "in": "query", "required": False,
+                "schema": {"type": "string"}, "description": "one table only"}], auth=auth)},
+        "/api/v1/landing/compact": {"post": _operation(
+            "Compact small segments into large ones (landing.compaction); remove the files "
+            "compacted runs replaced a grace period ago",
+            {"200": _json(_ref("MaintenanceReport"), "What was done, or would be")},
+            public=False, errors=(400, 409, 411, 413, 415, 503),
+            requestBody=_body(_ref("Maintain"), required=False), auth=auth)},
+        "/api/v1/landing/retain": {"post": _operation(
+            "Remove segments every target merged that landed longer ago than "
+            "landing.retention.keep_h (never a table's newest)",
+            {"200": _json(_ref("MaintenanceReport"), "What was removed, or would be")},
+            public=False, errors=(400, 409, 411, 413, 415, 503),
+            requestBody=_body(_ref("Maintain"), required=False), auth=auth)},
         "/api/v1/feed": {"get": _operation(
             "Recent events of the worker (windows, flushes, dumps, errors), after a sequence "
             "number",
@@ -504,6 +619,14 @@ def document(*, auth: bool) -> dict[str, Any]:
                 {"name": "limit", "in": "query", "required": False,
                  "schema": {"type": "integer", "minimum": 1, "maximum": FEED_LIMIT,
                             "default": FEED_LIMIT}}], auth=auth)},
+        "/api/v1/reload": {"post": _operation(
+            "Read the worker's configuration file again (as SIGHUP does). What may change "
+            "without a restart: source.tables, exclude_tables, dump_new_tables, "
+            "rescan_interval_s, [source.columns], the [landing] and [worker] timings; the "
+            "new configuration is checked against the source first. Anything else is refused "
+            "(409) with the one-line reason, and nothing changes",
+            {"200": _json(_ref("Reloaded"), "Taken: a new session starts with it")},
+            public=False, errors=(409, 503), auth=auth)},
         "/metrics": {"get": _operation(
             "Prometheus metrics: the text format 0.0.4, or OpenMetrics 1.0 when the Accept "
             "header asks for application/openmetrics-text",

@@ -53,6 +53,7 @@ class TableReport:
     events: int = 0
     upserted: int = 0
     deleted: int = 0
+    derived: int = 0  # of those deleted, and rows changed: by foreign-key and prune events
     truncated: bool = False
     seconds: float = 0.0
     started_at: float = 0.0  # wall clock (epoch seconds) when the table's merge began
@@ -110,7 +111,7 @@ def merge_source(config: Config, stage: Stager, tables: Sequence[str] = ()) -> M
     target_config = config.require_target()
     config.source.check_table_names(tables)
     reader = open_reader(config.landing_path, config.source.name, config.landing_format)
-    chosen = list(tables) or sorted(set(reader.tables()) | set(config.source.tables))
+    chosen = list(tables) or sorted(set(reader.tables()) | set(config.source.selector.names))
     report = MergeReport(parallel_tables=config.merge.parallel_tables)
     report.tables = [TableReport(table=t, target_table=target_config.table(t)) for t in chosen]
     setup = open_target(target_config)
@@ -178,11 +179,14 @@ def _merge_table(reader: LandedReader, config: Config, target: Target, stage: St
             result.events += batch.events
             result.upserted += applied.upserted
             result.deleted += applied.deleted
+            result.derived += applied.derived
             result.truncated |= applied.truncated
             result.merged_to = batch.last_position
-            log.info("%s -> %s: segments %d-%d, %d events: %d upserted, %d deleted%s",
-                     result.table, result.target_table, batch.segments[0].seq,
-                     batch.last_segment, batch.events, applied.upserted, applied.deleted,
+            log.info("%s -> %s: segments %d-%d%s, %d events: %d upserted, %d deleted%s",
+                     result.table, result.target_table, batch.segments[0].lo,
+                     batch.last_segment,
+                     f" after position {batch.after_position}" if batch.after_position else "",
+                     batch.events, applied.upserted, applied.deleted,
                      ", truncated" if applied.truncated else "")
     finally:
         with contextlib.suppress(TargetUnavailable):  # a lost session lost its lock too

@@ -24,6 +24,7 @@ from dblog_worker.telemetry.exposition import MetricWriter, TelemetryCollector, 
 from dblog_worker.telemetry.feed import FEED_SIZE, Feed
 from dblog_worker.telemetry.lag import LAG_POINTS, Lag
 from dblog_worker.telemetry.landed import Landed
+from dblog_worker.telemetry.landing_files import LandingFiles
 from dblog_worker.telemetry.lifecycle import Lifecycle
 from dblog_worker.telemetry.log_lines import LogLines
 from dblog_worker.telemetry.positions import describe_position
@@ -54,6 +55,8 @@ class Telemetry:
         self._landed = Landed(lag_points)
         self._windows = Windows()
         self._dump = DumpProgress()
+        self._tables: dict[str, Any] = {}  # the selection: captured and excluded, with why
+        self._landing_files = LandingFiles()
         self.registry = CollectorRegistry()  # the worker's own, not prometheus_client's global
         self.registry.register(TelemetryCollector(source, self.write_metrics))
 
@@ -211,6 +214,16 @@ class Telemetry:
             self._feed.add("dump", state=state, request_id=request_id, error=error,
                            progress=progress)
 
+    def tables(self, selection: Mapping[str, Any]) -> None:
+        """What the source captures now (``Selection.to_json``)."""
+        with self._lock:
+            self._tables = dict(selection)
+
+    def tables_changed(self, joined: Sequence[str], left: Sequence[str]) -> None:
+        """Tables joined or left capture while the worker ran."""
+        with self._lock:
+            self._feed.add("tables", joined=list(joined), left=list(left))
+
     # -- readers: called by any thread ------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
@@ -256,6 +269,7 @@ class Telemetry:
                 "errors": dict(life.errors),
                 "dumps": dumps,
                 "dump": dumps[0] if dumps else None,
+                "tables": dict(self._tables),
             }
 
     def feed(self, after: int, limit: int = 500) -> dict[str, Any]:
@@ -263,6 +277,15 @@ class Telemetry:
         ``after`` of the next call (entries pushed out of the ring meanwhile are lost)."""
         with self._lock:
             return self._feed.after(after, limit)
+
+    def landing_scanned(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """The landing zone's files per table, as just listed (HTTP threads)."""
+        with self._lock:
+            self._landing_files.scanned(self._clock(), rows)
+
+    def landing_scanned_at(self) -> float | None:
+        with self._lock:
+            return self._landing_files.scanned_at
 
     def prometheus(self) -> str:
         """The metrics in the Prometheus text format 0.0.4 (docs/observability.md)."""
@@ -287,3 +310,9 @@ class Telemetry:
             self._checkpoint.metrics(out, now)
             self._windows.metrics(out)
             self._dump.metrics(out)
+            captured = self._tables.get("captured")
+            if isinstance(captured, dict):
+                out.metric("dblog_captured_tables", "gauge",
+                           "The tables the source captures now (source.tables, its patterns "
+                           "matched against the catalog).", [({}, float(len(captured)))])
+            self._landing_files.metrics(out)

@@ -27,7 +27,10 @@ import redis
 
 from dblog_worker.cli import main as cli_main
 from dblog_worker.errors import RequestRejected
-from dblog_worker.landing.parquet import LandingZone, read_events
+from dblog_worker.foreign_keys import apply_actions, parse_actions, parse_prune
+from dblog_worker.landing.parquet import read_events
+from dblog_worker.landing.s3_objects import S3Location
+from dblog_worker.landing.sink import LandingRoot, open_reader
 from dblog_worker.mysql.catalog import ident as my_ident
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.pg.pgoutput import parse_lsn
@@ -52,12 +55,15 @@ def write_config(
     http: str = 'listen = "127.0.0.1:0"',
     source_extra: str = "",
     worker_extra: str = "",
+    landing: str = "",
 ) -> Path:
     """A worker configuration; ``http`` is the body of its [http] section (by default any
     free port, so that workers of parallel tests do not collide); ``source_extra`` lines
     of [source] (``watermarks = "position"``), ``worker_extra`` of [worker]
-    (``max_active_dumps = 1``)."""
+    (``max_active_dumps = 1``); ``landing`` the [landing] path and its lines (default:
+    ``directory/landing``)."""
     path = directory / f"{name}.toml"
+    landing = landing or f'path = "{directory / "landing"}"'
     path.write_text(
         f"""
 [source]
@@ -71,7 +77,7 @@ tables = {toml_list(tables)}
 url = "{redis_url}"
 
 [landing]
-path = "{directory / 'landing'}"
+{landing}
 flush_interval_s = {flush_interval_s}
 
 [worker]
@@ -185,13 +191,21 @@ class Replay:
     time_travel: list[str] = field(default_factory=list)
 
 
-def replay(landing: Path, source: str, table: str, version_column: str = "version") -> Replay:
-    """Apply the landed events in order; check that no key's version ever goes back."""
+def replay(landing: LandingRoot, source: str, table: str, version_column: str = "version"
+           ) -> Replay:
+    """Apply the landed events in order; check that no key's version ever goes back.
+
+    A foreign-key action event (``f``) applies to every row it matches, a prune event
+    (``p``) removes every row last written before the position it names
+    (``dblog_worker/foreign_keys.py``): the order is the log's, so each meets only older
+    rows."""
     result = Replay()
-    zone = LandingZone(landing, source)
+    zone = open_reader(landing, source)
     events = read_events(zone, table)
     last_position = ""
     seen: dict[str, tuple[int, bool]] = {}  # key -> (version, deleted)
+    images: dict[str, str] = {}  # key -> its row's JSON, as landed or as an f event left it
+    written: dict[str, str] = {}  # key -> the position of its row's last write
     for event in events:
         position = str(event["position"])
         assert position > last_position or position == last_position, "output out of order"
@@ -201,10 +215,29 @@ def replay(landing: Path, source: str, table: str, version_column: str = "versio
         if op == "t":
             result.rows.clear()
             seen.clear()
+            images.clear()
+            written.clear()
+            continue
+        if op == "f":
+            actions = parse_actions(str(event["before"]), str(event["after"]))
+            for row_key, image in list(images.items()):
+                changed = apply_actions(image, [actions])
+                if changed is None:
+                    del result.rows[row_key], images[row_key], written[row_key]
+                elif changed is not image:
+                    result.rows[row_key], images[row_key] = json.loads(changed), changed
+                    written[row_key] = position
+            continue
+        if op == "p":
+            older = parse_prune(str(event["before"]))
+            for row_key in [k for k, at in written.items() if at < older]:
+                del result.rows[row_key], images[row_key], written[row_key]
             continue
         assert isinstance(key, str)
         if op == "d":
             result.rows.pop(key, None)
+            images.pop(key, None)
+            written.pop(key, None)
             before = json.loads(str(event["before"])) if event["before"] else None
             if before is not None and version_column in before:
                 seen[key] = (int(before[version_column]), True)
@@ -221,6 +254,7 @@ def replay(landing: Path, source: str, table: str, version_column: str = "versio
         if version is not None:
             seen[key] = (int(version), False)
         result.rows[key] = after
+        images[key], written[key] = str(event["after"]), position
     return result
 
 
@@ -312,6 +346,9 @@ class TableFlavour:
     a name quoted already). ``pg_options`` follows the column list of PostgreSQL's
     ``CREATE TABLE`` (``PARTITION BY ...``); ``pg_after`` are statements run after it,
     ``{table}`` standing for the table in SQL; ``my_options`` follows MariaDB's column list.
+    ``parent`` and ``ref`` name the columns of a child table's foreign keys
+    (:meth:`Database.cascade`), which a flavour whose tables cannot have one (InnoDB's
+    partitioned tables) leaves out (``foreign_keys``).
     """
 
     name: str = "plain"
@@ -323,11 +360,14 @@ class TableFlavour:
     pg_options: str = ""
     pg_after: tuple[str, ...] = ()
     my_options: str = ""
+    parent: str = "parent"
+    ref: str = "ref"
+    foreign_keys: bool = True
 
 
 PLAIN = TableFlavour()
 HOSTILE = TableFlavour("hostile", prefix='odd "na%me".', key="i d%", version="ver`sion",
-                       payload="pay load", quote=True)
+                       payload="pay load", quote=True, parent='pa"re`nt %s', ref="ré f")
 """Names that need quoting everywhere: a dot, double quotes, ``%``, a space, a backtick."""
 PARTITIONED = TableFlavour(
     "partitioned",
@@ -338,6 +378,7 @@ PARTITIONED = TableFlavour(
         f"ALTER TABLE {{table}}_p{i} REPLICA IDENTITY FULL",
     )),
     my_options=" PARTITION BY HASH (id) PARTITIONS 4",
+    foreign_keys=False,  # InnoDB's partitioned tables have no foreign keys
 )
 """Tables partitioned by their key: a key change moves the row to another partition."""
 
@@ -435,6 +476,11 @@ class Database(ABC):
         by default the flavour's key)."""
         ...
 
+    def cascade(self, parent: str, child: str) -> bool:
+        """Make ``child`` a child of ``parent`` by foreign keys that cascade (only where the
+        log does not carry cascades: MariaDB); whether it did."""
+        return False
+
 
 def _keyed(rows: Sequence[dict[str, Any]], key: Sequence[str]) -> dict[str, dict[str, Any]]:
     return {json.dumps([row[k] for k in key], ensure_ascii=False, separators=(",", ":")): row
@@ -506,7 +552,14 @@ class PgDatabase(Database):
 
 
 class MariaDatabase(Database):
-    """A database of a MariaDB server; the version sequence is ``versions`` in it."""
+    """A database of a MariaDB server; the version sequence is ``versions`` in it.
+
+    A child table (:meth:`cascade`) has two foreign keys to its parent's key, which InnoDB
+    applies without a row event of the child in the binary log: ``parent`` (ON DELETE
+    CASCADE, ON UPDATE CASCADE), the parent of the same key, and ``ref`` (ON DELETE SET
+    NULL, ON UPDATE SET NULL), the parent of the key 10 above. The workload's inserts and
+    updates of a child point both at those parents when they exist (else null); its
+    deletes and key changes of the parent cascade."""
 
     kind = "mariadb"
     next_version = "NEXTVAL(versions)"
@@ -516,6 +569,55 @@ class MariaDatabase(Database):
         self.server = server
         self.name = name
         self.dsn = server.url()
+        self.parents: dict[str, str] = {}  # child table -> its parent (cascade)
+
+    def cascade(self, parent: str, child: str) -> bool:
+        f = self.flavour
+        if not f.foreign_keys:
+            return False
+        key, version, _ = self.names
+        up, ref = self.ident(f.parent), self.ident(f.ref)
+        target = f"{self.sql(parent)} ({key})"
+        self.parents[child] = parent
+        with self.connect() as session:
+            session.run(
+                f"ALTER TABLE {self.sql(child)} ADD COLUMN {up} int NULL,"
+                f" ADD COLUMN {ref} int NULL,"
+                f" ADD FOREIGN KEY ({up}) REFERENCES {target} ON DELETE CASCADE"
+                " ON UPDATE CASCADE,"
+                f" ADD FOREIGN KEY ({ref}) REFERENCES {target} ON DELETE SET NULL"
+                " ON UPDATE SET NULL")
+            session.run(f"UPDATE {self.sql(child)} AS c SET {version} = {self.next_version},"
+                        f" {self._pointers(child, 'c')}")
+        return True
+
+    def _pointers(self, child: str, row: str) -> str:
+        """SQL that points a row of ``child`` (``row``: its key in SQL) at its parents."""
+        f, key = self.flavour, self.names[0]
+        parent = self.sql(self.parents[child])
+        return (f"{self.ident(f.parent)} = (SELECT p.{key} FROM {parent} p"
+                f" WHERE p.{key} = {row}.{key}), {self.ident(f.ref)} = (SELECT p.{key}"
+                f" FROM {parent} p WHERE p.{key} = {row}.{key} + 10)")
+
+    def upsert(self, table: str) -> str:
+        if table not in self.parents:
+            return self._plain_upsert(table)
+        f, (key, version, payload) = self.flavour, self.names
+        parent, sql = self.sql(self.parents[table]), self.sql(table)
+        return (f"INSERT INTO {sql} ({key}, {version}, {payload}, {self.ident(f.parent)},"
+                f" {self.ident(f.ref)}) SELECT k.g, {self.next_version}, {self.random_text},"
+                f" (SELECT p.{key} FROM {parent} p WHERE p.{key} = k.g),"
+                f" (SELECT p.{key} FROM {parent} p WHERE p.{key} = k.g + 10)"
+                f" FROM (SELECT %s AS g) k ON DUPLICATE KEY UPDATE"
+                f" {sql}.{version} = {self.next_version}, {sql}.{payload} = VALUES({payload})")
+
+    def update(self, table: str) -> str:
+        if table not in self.parents:
+            return super().update(table)
+        key, version, payload = self.names
+        return (f"UPDATE {self.sql(table)} AS c SET {version} = {self.next_version},"
+                f" {payload} = {self.random_text}, {self._pointers(table, 'c')}"
+                f" WHERE c.{key} = %s")
 
     def table(self, name: str) -> str:
         return f"{self.name}.{self.flavour.prefix}{name}"
@@ -540,7 +642,7 @@ class MariaDatabase(Database):
     def series(self, first: int, last: int) -> str:
         return f"(SELECT seq AS g FROM seq_{int(first)}_to_{int(last)}) AS series"
 
-    def upsert(self, table: str) -> str:
+    def _plain_upsert(self, table: str) -> str:
         key, version, payload = self.names
         return (f"INSERT INTO {self.sql(table)} ({key}, {version}, {payload}) VALUES "
                 f"(%s, NEXTVAL(versions), {self.random_text}) ON DUPLICATE KEY "
@@ -649,6 +751,7 @@ class Backend:
     restart_source: Callable[[], None]  # a clean restart of the source's server
     config_extra: str = ""  # appended to every configuration (a [source.replica] section)
     source_extra: str = ""  # lines of every configuration's [source] (its watermarks)
+    s3: S3Location | None = None  # the landing zone in this bucket, not in tmp/landing
 
     @property
     def kind(self) -> str:
@@ -692,18 +795,44 @@ class Backend:
     def log_end(self) -> tuple[int, int]:
         return self.db.log_end()
 
+    def delete_unlogged(self, table: str, where: str) -> int:
+        """Delete rows of ``table`` (``where``: a condition) without the log carrying it,
+        as a restore, a replica's own write or a cascade would: MariaDB, with the session's
+        binary log off; PostgreSQL, with the table out of the worker's publication. The
+        number of rows deleted."""
+        sql = self.db.sql(table)
+        if self.kind != "postgresql":
+            with self.connect() as session:  # autocommit: the DELETE commits at once
+                session.run("SET SESSION sql_log_bin = 0")
+                return session.run(f"DELETE FROM {sql} WHERE {where}")
+        publication = self.db.ident(f"dblog_{SOURCE}")
+        with self.connect() as session:
+            session.run(f"ALTER PUBLICATION {publication} DROP TABLE {sql}")
+            count = session.run(f"DELETE FROM {sql} WHERE {where}")
+            session.run(f"ALTER PUBLICATION {publication} ADD TABLE {sql}")
+        return count
+
     def workload(self, tables: list[str], seed: int) -> Workload:
         return Workload(self.db, tables, seed)
 
     def config_path(self, tables: list[str], **kwargs: Any) -> Path:
         kwargs["extra"] = kwargs.get("extra", "") + self.config_extra
         kwargs.setdefault("source_extra", self.source_extra)
+        if self.s3 is not None:
+            ca = f', ca_bundle = "{self.s3.ca_bundle}"' if self.s3.ca_bundle else ""
+            kwargs.setdefault("landing", f'path = "{self.s3.url}"\n'
+                              f's3 = {{ endpoint = "{self.s3.endpoint}", path_style = true{ca} }}')
         return write_config(self.tmp, self.db.dsn, self.redis_url, tables, name=SOURCE,
                             kind=self.db.kind, **kwargs)
 
     @property
     def landing(self) -> Path:
         return self.tmp / "landing"
+
+    @property
+    def landing_root(self) -> LandingRoot:
+        """Where the worker lands: the bucket, else :attr:`landing`."""
+        return self.s3 if self.s3 is not None else self.landing
 
     def only_postgresql(self, why: str) -> None:
         if self.kind != "postgresql":
@@ -714,10 +843,13 @@ def dumps_under_load(backend: Backend, config: Path, worker: WorkerProcess,
                      kind: str) -> list[str]:
     """Dumps of ``backend.t1`` and ``t2`` while the workload writes to both: ``all``
     (chunks of 37), ``tables`` (53), ``parallel`` (29, three ranges a window), ``filtered``
-    (47, two ranges a window, with conditions every row meets: the whole table converges)
-    or ``keys`` (t1's keys and one that never existed, in batches of 41; t2 by table, 64);
-    returns the requests' ids once each completed."""
+    (47, two ranges a window, with conditions every row meets: the whole table converges),
+    ``keys`` (t1's keys and one that never existed, in batches of 41; t2 by table, 64) or
+    ``prune`` (a pruning dump of both, 43: no row the source has may be pruned); returns
+    the requests' ids once each completed. On MariaDB, ``t2`` becomes a child of ``t1`` by
+    foreign keys that cascade, while the worker streams (:meth:`Database.cascade`)."""
     t1, t2 = backend.t1, backend.t2
+    cascades = backend.db.cascade(t1, t2)
     workload = backend.workload([t1, t2], seed=sum(map(ord, kind)))
     workload.start()
     try:
@@ -729,6 +861,8 @@ def dumps_under_load(backend: Backend, config: Path, worker: WorkerProcess,
         elif kind == "parallel":
             ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "29",
                         "--parallelism", "3")]
+        elif kind == "prune":
+            ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "43", "--prune")]
         elif kind == "filtered":
             flavour = backend.db.flavour
             ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "47",
@@ -747,7 +881,15 @@ def dumps_under_load(backend: Backend, config: Path, worker: WorkerProcess,
     finally:
         workload.stop()
     assert workload.transactions > 20 and workload.key_changes > 0
+    if cascades:
+        assert_cascaded(backend, t2)
     return ids
+
+
+def assert_cascaded(backend: Backend, table: str) -> None:
+    """The output of ``table`` holds foreign-key action events: cascades were derived."""
+    wait_for(lambda: any(e["op"] == "f" for e in events_of(backend, table)), 30,
+             f"a foreign-key action event of {table}")
 
 
 def dump_through_kills(backend: Backend, config: Path, start: Callable[[Path], WorkerProcess],
@@ -756,9 +898,11 @@ def dump_through_kills(backend: Backend, config: Path, start: Callable[[Path], W
     """A dump of ``backend.t1`` and ``t2`` (``dump_args``) while the workload writes; the
     worker is killed with SIGKILL once the dump has closed each of ``kills`` windows (at
     least one more than at the last kill), at a random moment of a window, and started
-    again. The dump completes, the output converges, and no event landed twice."""
+    again. The dump completes, the output converges, and no event landed twice. On
+    MariaDB, ``t2`` is a child of ``t1`` by foreign keys that cascade."""
     t1, t2 = backend.t1, backend.t2
     worker = start(config)
+    cascades = backend.db.cascade(t1, t2)
     workload = backend.workload([t1, t2], seed=rnd.randrange(1000))
     workload.start()
     try:
@@ -782,6 +926,8 @@ def dump_through_kills(backend: Backend, config: Path, start: Callable[[Path], W
         workload.stop()
     assert_converged(backend, t1, t2)
     assert_landed_once(backend, t1, t2)
+    if cascades:
+        assert_cascaded(backend, t2)
 
 
 def overlapping_dumps_through_kills(backend: Backend, config: Path,
@@ -883,17 +1029,17 @@ def assert_converged(backend: Backend, *tables: str) -> None:
         expected = backend.rows(table)
 
         def caught_up(table: str = table, expected: dict[str, Any] = expected) -> bool:
-            return replay(backend.landing, SOURCE, table, version).rows == expected
+            return replay(backend.landing_root, SOURCE, table, version).rows == expected
 
         wait_for(caught_up, 30, f"the output of {table} to equal the table",
                  lambda table=table: _difference(backend, table))  # type: ignore[misc]
-        result = replay(backend.landing, SOURCE, table, version)
+        result = replay(backend.landing_root, SOURCE, table, version)
         assert result.time_travel == [], result.time_travel[:10]
 
 
 def _difference(backend: Backend, table: str) -> str:
     expected = backend.rows(table)
-    got = replay(backend.landing, SOURCE, table, backend.db.flavour.version).rows
+    got = replay(backend.landing_root, SOURCE, table, backend.db.flavour.version).rows
     missing = sorted(set(expected) - set(got))[:10]
     extra = sorted(set(got) - set(expected))[:10]
     wrong = [k for k in expected if k in got and got[k] != expected[k]][:10]
@@ -949,7 +1095,7 @@ def chunks(backend: Backend, request_id: str) -> int:
 
 
 def events_of(backend: Backend, table: str) -> list[dict[str, Any]]:
-    return read_events(LandingZone(backend.landing, SOURCE), table)
+    return read_events(open_reader(backend.landing_root, SOURCE), table)
 
 
 def outage_mid_dump(backend: Backend, worker_process: Callable[..., WorkerProcess],
