@@ -241,24 +241,25 @@ class RequestStore(RedisStore):
                     continue
 
     def _priorities(self, request_ids: Sequence[str]) -> list[tuple[Priority, bool]]:
-        """Each request's priority as its hash says, or its kind's default (and whether the
-        field must be written); a hash that is not one (the worker quarantines it) or a
+        """Each request's priority as its hash says, or its kind's default (urgent for a
+        pruning dump; and whether the field must be written); a hash that is not one (the worker quarantines it) or a
         field that is garbage: normal, nothing written."""
         pipe = self.redis.pipeline(transaction=False)
         for request_id in request_ids:
             pipe.execute_command(  # type: ignore[no-untyped-call]
-                "HMGET", self.key("request", request_id), "kind", "priority",
+                "HMGET", self.key("request", request_id), "kind", "priority", "prune",
                 **{NEVER_DECODE: True})
         found: list[tuple[Priority, bool]] = []
         for reply in pipe.execute(raise_on_error=False):
             if not isinstance(reply, list) or reply[0] is None:
                 found.append((Priority.NORMAL, False))
                 continue
-            kind, priority = (None if v is None else v.decode(errors="replace") for v in reply)
+            kind, priority, prune = (None if v is None else v.decode(errors="replace")
+                                     for v in reply)
             if priority in {p.value for p in Priority}:
                 found.append((Priority(priority), False))
             elif priority is None and kind in {k.value for k in DumpKind}:
-                found.append((Priority.default_for(DumpKind(kind)), True))
+                found.append((Priority.default_for(DumpKind(kind), prune == "1"), True))
             else:
                 found.append((Priority.NORMAL, False))
         return found

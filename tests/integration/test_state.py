@@ -186,35 +186,39 @@ def test_the_queue_is_read_page_by_page(store: StateStore, monkeypatch: pytest.M
 def test_layout_1_is_migrated(store: StateStore) -> None:
     """State written by a dblog of layout 1: the queue scored by number, requests without a
     priority. The first store of this dblog to use it gives each request not yet final its
-    kind's priority and its place by priority, once; a dblog of layout 1 refuses it then."""
+    kind's priority (urgent for a pruning dump) and its place by priority, once; a dblog of
+    layout 1 refuses it then."""
     client = store.redis
     client.hset(store.key("meta"), mapping={"layout": "1", "created_at": "1.0"})
-    for number, kind in ((1, "tables"), (2, "keys"), (3, "all")):
+    for number, kind in ((1, "tables"), (2, "keys"), (3, "all"), (4, "tables")):
         fields: dict[str | bytes | bytearray | memoryview | int | float, str] = {
             "id": f"dump-{number}", "kind": kind, "chunk_size": "10", "delay_ms": "0",
             "state": "queued", "created_at": "1.0", "updated_at": "1.0",
             "tables": json.dumps([A]), "key_count": "1" if kind == "keys" else "0"}
+        if number == 4:
+            fields["prune"] = "1"  # a pruning dump a foreign-key cascade queued
         client.hset(store.key("request", f"dump-{number}"), mapping=fields)
         client.zadd(store.key("requests"), {f"dump-{number}": number})
         client.zadd(store.key("active"), {f"dump-{number}": number})
     client.hset(store.key("request", "dump-1"), "state", "completed")  # ended, not queued
     client.zrem(store.key("active"), "dump-1")
-    client.set(store.key("seq"), 3)
-    assert [r.priority for r in store.list_requests()] == [Priority.NORMAL, Priority.URGENT,
-                                                            Priority.NORMAL]  # read as-is
+    client.set(store.key("seq"), 4)
+    assert [r.priority for r in store.list_requests()] == [
+        Priority.NORMAL, Priority.URGENT, Priority.NORMAL, Priority.URGENT]  # read as-is
 
     store.ensure_layout()
     assert client.hget(store.key("meta"), "layout") == "2"
     assert client.hget(store.key("request", "dump-2"), "priority") == "urgent"
     assert client.hget(store.key("request", "dump-3"), "priority") == "normal"
+    assert client.hget(store.key("request", "dump-4"), "priority") == "urgent"
     assert client.hget(store.key("request", "dump-1"), "priority") is None  # final: as it was
-    assert client.zrange(store.key("active"), 0, -1, withscores=True) == [
-        ("dump-2", 2.0), ("dump-3", 2.0**40 + 3)]
+    queue = [("dump-2", 2.0), ("dump-4", 4.0), ("dump-3", 2.0**40 + 3)]
+    assert client.zrange(store.key("active"), 0, -1, withscores=True) == queue
+    assert store.get_request("dump-4").prune
     store.ensure_layout()  # again: nothing changes
-    assert client.zrange(store.key("active"), 0, -1, withscores=True) == [
-        ("dump-2", 2.0), ("dump-3", 2.0**40 + 3)]
-    assert tables_dump(store, priority=Priority.URGENT).id == "dump-4"
-    assert ids_of(store.queue_head(9)) == ["dump-2", "dump-4", "dump-3"]
+    assert client.zrange(store.key("active"), 0, -1, withscores=True) == queue
+    assert tables_dump(store, priority=Priority.URGENT).id == "dump-5"
+    assert ids_of(store.queue_head(9)) == ["dump-2", "dump-4", "dump-5", "dump-3"]
 
 
 def test_transitions_return_the_previous_state(store: StateStore) -> None:
