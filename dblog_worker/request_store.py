@@ -242,8 +242,8 @@ class RequestStore(RedisStore):
 
     def _priorities(self, request_ids: Sequence[str]) -> list[tuple[Priority, bool]]:
         """Each request's priority as its hash says, or its kind's default (urgent for a
-        pruning dump; and whether the field must be written); a hash that is not one (the worker quarantines it) or a
-        field that is garbage: normal, nothing written."""
+        pruning dump; and whether the field must be written); a hash that is not one (the
+        worker quarantines it) or a field that is garbage: normal, nothing written."""
         pipe = self.redis.pipeline(transaction=False)
         for request_id in request_ids:
             pipe.execute_command(  # type: ignore[no-untyped-call]
