@@ -405,7 +405,7 @@ def test_check_dump_carries_the_filter() -> None:
     assert json.loads(form.spec.to_json()) == {
         "kind": "tables", "tables": ["public.a"], "keys": None, "chunk_size": 5000,
         "delay_ms": 0, "parallelism": 1, "client_token": None, "throttle": None,
-        "priority": None,
+        "prune": False, "priority": None,
         "where": [{"column": "region", "op": "in", "values": ["EU", "US"]},
                   {"column": "qty", "op": ">", "value": "3"}],
         "from_key": ["10"], "to_key": ["abc"]}

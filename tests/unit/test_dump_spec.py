@@ -100,10 +100,11 @@ SPECS = [
                 from_key=10, to_key=[20], throttle={"max_chunk_ms": 50},
                 priority="background"),
     DumpSpec.of("keys", ["public.a"], [[1, "x"], [2, "y"]], priority=" urgent "),
+    DumpSpec.of("tables", ["public.b", "public.c"], prune=True),
 ]
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=["all", "tables", "keys"])
+@pytest.mark.parametrize("spec", SPECS, ids=["all", "tables", "keys", "prune"])
 def test_a_spec_travels_as_its_json(spec: DumpSpec) -> None:
     """What the DAGs' check task returns is what the operator queues: one spec, its JSON
     read back (or the object, rendered natively) to an equal spec."""
@@ -128,6 +129,10 @@ def test_the_priority_of_a_spec() -> None:
     assert DumpSpec.of("keys", ["public.a"], [1]).queue_priority is Priority.URGENT
     assert DumpSpec.of("keys", ["public.a"], [1], priority="").queue_priority is \
         Priority.URGENT
+    # a pruning dump repairs what a cascade two tables away changed: urgent unless told
+    assert DumpSpec.of("tables", ["public.a"], prune=True).queue_priority is Priority.URGENT
+    assert DumpSpec.of("tables", ["public.a"], prune=True,
+                       priority="background").queue_priority is Priority.BACKGROUND
     assert DumpSpec.of("all", priority="background").queue_priority is Priority.BACKGROUND
     with pytest.raises(RequestRejected, match='urgent, normal, background, got "now"'):
         DumpSpec.of("all", priority="now")

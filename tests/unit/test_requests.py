@@ -273,9 +273,11 @@ def test_to_fields_exact() -> None:
 
 
 def test_a_record_without_a_priority_has_its_kinds() -> None:
-    """Records written before priorities (layout 1): urgent for a primary-key dump."""
+    """Records written before priorities (layout 1): urgent for a primary-key dump and a
+    pruning dump (a foreign-key cascade's), normal otherwise."""
     fields = {k: v for k, v in BASE_FIELDS.items() if k != "priority"}
     assert DumpRequest.from_fields(fields).priority is Priority.NORMAL
+    assert DumpRequest.from_fields({**fields, "prune": "1"}).priority is Priority.URGENT
     keys = {**fields, "kind": "keys", "key_count": "2", "tables": '["public.orders"]'}
     assert DumpRequest.from_fields(keys).priority is Priority.URGENT
     assert DumpRequest.from_fields({**keys, "priority": "background"}).priority is \
