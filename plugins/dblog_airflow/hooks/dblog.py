@@ -399,12 +399,13 @@ class DblogHook(BaseHook):
         request = control.create_dump(config, self.state(), spec, unreachable=unreachable)
         again = spec.client_token is not None and request.created_at < started
         self.log.info(
-            "%s %s: %s dump of %s%s%s, priority %s, chunk size %d, delay %d ms, parallelism "
-            "%d, throttle limits %s%s",
+            "%s %s: %s dump of %s%s%s%s, priority %s, chunk size %d, delay %d ms, "
+            "parallelism %d, throttle limits %s%s",
             request.id,
             request.state.value, request.kind.value, ", ".join(request.tables),
             f" ({request.key_count} keys)" if request.key_count else "",
             f" where {request.row_filter.describe()}" if request.row_filter else "",
+            ", pruning" if request.prune else "",
             request.priority.value, request.chunk_size, request.delay_ms,
             request.parallelism, request.throttle.describe(),
             f"; client token {spec.client_token} was used before: this is that request, no "
