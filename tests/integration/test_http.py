@@ -868,7 +868,7 @@ def test_answers_conform_to_the_openapi_document(
             capture_output=True, text=True, timeout=120, cwd=tmp_path,
         )
         assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-        assert "17 selected / 17 total" in result.stdout, result.stdout
+        assert "18 selected / 18 total" in result.stdout, result.stdout
         assert api.worker.alive()
 
 
