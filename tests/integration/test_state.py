@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 
+from dblog_worker.admission import queue_prunes
 from dblog_worker.errors import ConfigError, RequestRejected, StateUnavailable
 from dblog_worker.requests import (
     TRANSITIONS,
@@ -437,6 +438,28 @@ def test_save_progress(store: StateStore) -> None:
     store.save_progress("0/2000000", {}, {})
     assert store.checkpoint() == "0/2000000"
     assert store.progress("dump-1") == {A: a, B: b}
+
+
+def test_a_pruning_dump_is_urgent_and_keeps_its_prune_start(store: StateStore) -> None:
+    """The pruning dumps a foreign-key cascade queues (``queue_prunes``): urgent, ahead of
+    the dumps queued before them, one per table while one waits; the low watermark a
+    pruning dump prunes from is saved with its progress and read back."""
+    backfill = tables_dump(store, B, priority=Priority.BACKGROUND)
+    normal = tables_dump(store, B)
+    queued = queue_prunes(store, [A, B])
+    assert [(r.tables, r.prune, r.priority) for r in queued] == [
+        ((A,), True, Priority.URGENT), ((B,), True, Priority.URGENT)]
+    assert queue_prunes(store, [A]) == []  # one waits already: it prunes from later on
+    assert ids_of(store.queue_head(9)) == [*(r.id for r in queued), normal.id, backfill.id]
+    pruning = queued[0]
+    assert store.transition(pruning.id, RequestState.RUNNING) is RequestState.QUEUED
+    start = "0" * 32 + "00000000000000a1"
+    read = TableProgress(A, started=True, upper_bound=["9"], last_key=["4"], chunks=1,
+                         prune_from=start)
+    store.save_progress(None, {pruning.id: [read]}, {})
+    assert store.progress(pruning.id) == {A: read}
+    assert store.get_request(pruning.id).prune
+    assert [r.tables for r in queue_prunes(store, [A])] == [(A,)]  # it runs: a new one waits
 
 
 def test_save_progress_is_one_transaction(
