@@ -566,9 +566,10 @@ def overlapping(backend: Backend, mix: str) -> list[list[str]]:
                  "--priority", "background"],
                 ["--table", t2, "--keys", json.dumps([*keys_of[t2], 999_999]),
                  "--chunk-size", "25", *pace]]
-    if mix == "three":  # one slot for two of them: the repair takes the backfill's slot
+    if mix == "three":  # one slot for two of them: the repairs take the backfill's slot
+        # a pruning dump (urgent unless told): its prune start kept through the kills
         return [["--table", t1, "--chunk-size", "50", *pace, "--priority", "background"],
-                ["--table", t2, "--chunk-size", "25", *pace],
+                ["--table", t2, "--chunk-size", "25", *pace, "--prune"],
                 ["--table", t1, "--keys", json.dumps(keys_of[t1][::3]), "--chunk-size", "15",
                  *pace]]
     assert mix == "four"  # everything, a filtered dump, a key range, keys
@@ -591,7 +592,8 @@ def test_overlapping_dumps_converge_through_kills(
         backend: Backend, seed: int, mix: str, flavour: TableFlavour, worker_extra: str,
         worker_process: Callable[..., WorkerProcess]) -> None:
     """Two to four dumps of all kinds in flight at once (a table dump, one in parallel
-    ranges, a filtered one, a key range, primary keys; background, normal and urgent),
+    ranges, a filtered one, a key range, primary keys, a pruning dump; background, normal
+    and urgent),
     while the workload writes, and SIGKILL twice or three times with several of them
     running: each resumes from its own last durable window, all complete, the output
     converges, no event lands twice."""
