@@ -612,6 +612,10 @@ def test_overlapping_dumps_converge_through_kills(
     finally:
         store.close()
     assert priorities[0] == "background" and priorities[-1] == "urgent"
+    if mix == "three":  # the pruning dump: urgent by default, and its prune event landed
+        assert priorities[1] == "urgent"
+        ops = [str(e["op"]) for e in replay(backend.landing, SOURCE, backend.t2).events]
+        assert "p" in ops
 
 
 def test_a_repair_runs_at_once_next_to_a_paced_backfill(
