@@ -377,8 +377,10 @@ def test_the_worker_fails_bad_requests_and_goes_on(pg_dsn: str, redis_url: str,
         assert client.zrange(PREFIX + "active", 0, -1) == []  # dump-7, dump-8 left the queue
 
         # a running dump whose record goes bad fails; the next one runs
+        # 30 chunks a second apart: still running when its record goes bad, however slow
+        # the machine (it fails at its next chunk)
         slow = json.loads(run_cli(config, "dump", "--table", ITEMS, "--chunk-size", "1",
-                                  "--delay-ms", "100", "--json").stdout)
+                                  "--delay-ms", "1000", "--json").stdout)
         wait_for(lambda: redis_request(redis_url, SOURCE, slow["id"])["state"] == "running",
                  20, "the slow dump to run", worker.log)
         time.sleep(0.3)
