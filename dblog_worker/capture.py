@@ -27,7 +27,13 @@ from typing import Any
 
 from dblog_worker.config import SourceConfig
 from dblog_worker.errors import RequestRejected
-from dblog_worker.requests import DEFAULT_CHUNK_SIZE, DumpKind, DumpRequest, RequestState
+from dblog_worker.requests import (
+    DEFAULT_CHUNK_SIZE,
+    DumpKind,
+    DumpRequest,
+    Priority,
+    RequestState,
+)
 from dblog_worker.source import Source
 from dblog_worker.state import StateStore
 from dblog_worker.table_patterns import Rescan, Selection
@@ -116,11 +122,14 @@ class TableFollower:
             self._telemetry.tables_changed(found.added, found.removed)
 
     def _dump(self, table: str, since: float) -> str:
-        """Queue a table dump of a table that joined capture; its id ('' if refused)."""
+        """Queue a table dump of a table that joined capture; its id ('' if refused). Normal
+        priority: downstream the table lacks its earlier rows until the dump ends, and a
+        table that joins is mostly new and small; a backfill in the background does not
+        hold it back, and an urgent repair goes first."""
         try:
             request = self._state.create_request(
                 DumpKind.TABLES, [table], chunk_size=DEFAULT_CHUNK_SIZE, delay_ms=0,
-                client_token=new_table_token(table, since))
+                client_token=new_table_token(table, since), priority=Priority.NORMAL)
         except RequestRejected as exc:
             log.warning("the dump of %s, which joined capture, was refused: %s", table, exc)
             return ""

@@ -41,6 +41,7 @@ from dblog_worker.requests import (
     MAX_DELAY_MS,
     MAX_KEYS,
     MAX_PARALLELISM,
+    Priority,
 )
 from dblog_worker.row_filter import key_argument
 from dblog_worker.source import Source
@@ -129,6 +130,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="also remove, downstream, the rows the source no longer has: once "
                            "each table is read, its rows no event wrote since the dump began "
                            "are gone (whole tables only)")
+    dump.add_argument("--priority", choices=[p.value for p in Priority],
+                      help="its share of windows while other dumps run, and its place in the "
+                           "queue: urgent (weight 16), normal (4), background (1); default: "
+                           "urgent for --keys and --prune, else normal")
     _throttle_options(dump)
     dump.add_argument("--client-token", metavar="TOKEN",
                       help="idempotency token: the same token, one request (default: none)")
@@ -153,8 +158,8 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(command=name)
 
     knobs = command("set", cli_dumps.set_knobs,
-                    "change chunk size, delay, parallelism and/or throttle limits of a dump "
-                    "that runs")
+                    "change chunk size, delay, parallelism, throttle limits and/or priority "
+                    "of a dump that has not ended")
     knobs.add_argument("id")
     knobs.add_argument("--chunk-size", type=int, metavar="N",
                        help=f"rows per chunk (1-{MAX_CHUNK_SIZE:,}; default: unchanged)")
@@ -163,6 +168,9 @@ def _parser() -> argparse.ArgumentParser:
     knobs.add_argument("--parallelism", type=int, metavar="P",
                        help=f"chunk SELECTs per window (1-{MAX_PARALLELISM}; default: "
                             "unchanged)")
+    knobs.add_argument("--priority", choices=[p.value for p in Priority],
+                       help="urgent, normal or background: its share of windows from its "
+                            "next turn, and its place in the queue (default: unchanged)")
     _throttle_options(knobs)
     knobs.add_argument("--no-throttle", action="store_true",
                        help="turn every throttle limit off")
@@ -375,9 +383,13 @@ def _status(config: Config, args: argparse.Namespace) -> int:
     print(f"{who} pid {status.get('pid')} on {status.get('host')} (token "
           f"{status.get('token') or '-'}), last report {cli_dumps.ago(status.get('updated_at'))}")
     for name in ("http", "checkpoint", "lag_bytes", "watermarks", "readers", "window", "windows",
-                 "active_request", "dump_waiting", "dump_throttle", "events_emitted",
-                 "events_replayed"):
+                 "active_requests", "events_emitted", "events_replayed"):
         print(f"  {name}: {status.get(name) or '-'}")
+    for request_id, dump in state.dump_statuses().items():
+        print(f"  dump {request_id}: {dump.get('state', '?')}, priority "
+              f"{dump.get('priority', '?')}"
+              + (f", waiting: {dump['waiting']}" if dump.get("waiting") else "")
+              + (f", throttle: {dump['throttle']}" if dump.get("throttle") else ""))
     return 0
 
 

@@ -228,6 +228,10 @@ class TargetConfig:
         return kinds.rules(self.kind).redact(self.dsn)
 
 
+DEFAULT_ACTIVE_DUMPS = 4
+MAX_ACTIVE_DUMPS = 64
+
+
 @dataclass(frozen=True)
 class Config:
     source: SourceConfig
@@ -243,6 +247,7 @@ class Config:
     control_interval_s: float = 0.2
     reconnect_max_s: float = 30.0
     shutdown_timeout_s: float = 30.0
+    max_active_dumps: int = DEFAULT_ACTIVE_DUMPS  # dump requests running at once
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     target: TargetConfig | None = None
     merge: MergeConfig = field(default_factory=MergeConfig)
@@ -288,7 +293,7 @@ KNOWN: Mapping[str, frozenset[str]] = {
     "landing": frozenset({"path", "format", "flush_interval_s", "flush_max_events", "s3",
                           "compaction", "retention"}),
     "worker": frozenset({"heartbeat_interval_s", "status_interval_s", "control_interval_s",
-                         "reconnect_max_s", "shutdown_timeout_s"}),
+                         "reconnect_max_s", "shutdown_timeout_s", "max_active_dumps"}),
     "lease": frozenset({"ttl_s", "renew_interval_s", "standby_poll_s"}),
     "target": frozenset({"kind", "dsn", "dsn_env", "password_env", "state_schema", "tables"}),
     "merge": frozenset({"master", "jars", "batch_max_events", "tombstone_retention_h",
@@ -414,6 +419,8 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         control_interval_s=number(worker, "control_interval_s", 0.2, 0.01, 10),
         reconnect_max_s=number(worker, "reconnect_max_s", 30.0, 0.1, 600),
         shutdown_timeout_s=number(worker, "shutdown_timeout_s", 30.0, 1, 3600),
+        max_active_dumps=integer(worker, "max_active_dumps", DEFAULT_ACTIVE_DUMPS, 1,
+                                 MAX_ACTIVE_DUMPS),
         lease=lease_section(data),
         target=_target(data, env, kind),
         merge=merge_section(data),

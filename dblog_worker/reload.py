@@ -3,7 +3,9 @@
 What may change without a restart is what a new session picks up: the captured tables
 (``source.tables``, ``exclude_tables``, ``dump_new_tables``, ``rescan_interval_s``,
 ``keys``), the
-column rules (``[source.columns]``), the timings of ``[landing]`` and ``[worker]``, and the
+column rules (``[source.columns]``), the timings of ``[landing]`` and ``[worker]`` and
+``max_active_dumps`` (the new session's first look at the queue keeps the running dumps
+within its slots, parking the least urgent), and the
 sections the worker does not use (``[target]``, ``[merge]``). Anything else (the source's
 name, kind, DSN and kind options, ``[source.replica]``, ``[redis]``, where and how it
 lands, ``[lease]``, ``[http]``, ``[logging]``) needs a restart: a reload that changes it is
@@ -34,7 +36,7 @@ RELOADABLE_SOURCE = frozenset({"tables", "exclude_tables", "dump_new_tables",
                                "rescan_interval_s", "columns", "keys"})
 RELOADABLE = frozenset({"flush_interval_s", "flush_max_events", "heartbeat_interval_s",
                         "status_interval_s", "control_interval_s", "reconnect_max_s",
-                        "shutdown_timeout_s", "target", "merge"})
+                        "shutdown_timeout_s", "max_active_dumps", "target", "merge"})
 # how a field is named in the file, where it is not [source] <field>
 _OPTION = {
     "redis_url": "[redis] url", "landing_path": "landing.path",
@@ -43,6 +45,7 @@ _OPTION = {
     "server_id, watermarks, ...)", "dsn": "source.dsn (or its password)",
     "replica": "[source.replica]", "flush_interval_s": "landing.flush_interval_s",
     "flush_max_events": "landing.flush_max_events", "columns": "[source.columns]",
+    "max_active_dumps": "[worker] max_active_dumps",
 }
 
 

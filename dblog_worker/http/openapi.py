@@ -17,6 +17,7 @@ from dblog_worker.requests import (
     MAX_KEYS,
     MAX_PARALLELISM,
     DumpKind,
+    Priority,
     RequestState,
 )
 from dblog_worker.row_filter import MAX_CONDITIONS, MAX_VALUES, Op
@@ -72,6 +73,7 @@ REQUEST_FIELDS: Schema = {
     "delay_ms": {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS},
     "parallelism": {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELISM},
     "throttle": _ref("Throttle"),
+    "priority": _ref("Priority"),
     "key_count": {"type": "integer", "minimum": 0},
     "filter": {"oneOf": [{"type": "null"}, _ref("RowFilter")],
                "description": "a filtered dump's conditions and key range"},
@@ -217,8 +219,8 @@ SCHEMAS: dict[str, Schema] = {
         "type": "object",
         "properties": {"kind": {"const": "all"}, "chunk_size": CHUNK_SIZE,
                        "delay_ms": DELAY_MS, "parallelism": PARALLELISM,
-                       "throttle": _ref("Throttle"), "client_token": _ref("ClientToken"),
-                       "prune": PRUNE},
+                       "throttle": _ref("Throttle"), "priority": _ref("Priority"),
+                       "client_token": _ref("ClientToken"), "prune": PRUNE},
         "required": ["kind"],
         "additionalProperties": False,
     },
@@ -233,6 +235,7 @@ SCHEMAS: dict[str, Schema] = {
             "delay_ms": DELAY_MS,
             "parallelism": PARALLELISM,
             "throttle": _ref("Throttle"),
+            "priority": _ref("Priority"),
             "client_token": _ref("ClientToken"),
             "prune": PRUNE,
             **FILTER_FIELDS,
@@ -257,6 +260,7 @@ SCHEMAS: dict[str, Schema] = {
             "delay_ms": DELAY_MS,
             "parallelism": PARALLELISM,
             "throttle": _ref("Throttle"),
+            "priority": _ref("Priority"),
             "client_token": _ref("ClientToken"),
         },
         "required": ["kind", "tables", "keys"],
@@ -267,9 +271,18 @@ SCHEMAS: dict[str, Schema] = {
     "Knobs": {
         "type": "object",
         "properties": {"chunk_size": CHUNK_SIZE, "delay_ms": DELAY_MS,
-                       "parallelism": PARALLELISM, "throttle": _ref("Throttle")},
+                       "parallelism": PARALLELISM, "throttle": _ref("Throttle"),
+                       "priority": _ref("Priority")},
         "minProperties": 1,
         "additionalProperties": False,
+    },
+    "Priority": {
+        "type": "string", "enum": [p.value for p in Priority],
+        "description": "The request's share of the worker's windows while other dumps run, "
+                       "and its place in the queue (then age): "
+                       + ", ".join(f"{p.value} (weight {p.weight})" for p in Priority)
+                       + ". Left out when creating: urgent for kind keys, normal otherwise. "
+                       "Changed while the request runs by a PATCH.",
     },
     "Throttle": {
         "type": "object",
@@ -311,12 +324,19 @@ SCHEMAS: dict[str, Schema] = {
                        "properties": {"table": {"type": "string"},
                                       "dump_id": {"type": "string"},
                                       "opened_at": {"type": "number"}}},
-            "active_request": _nullable("string"),
+            "active_requests": {"type": "array", "items": {"type": "string"},
+                                "description": "the dump requests this worker runs, in "
+                                               "queue order (priority, then age)"},
+            "active_request": {**_nullable("string"),
+                               "description": "the first of active_requests"},
             "events_per_s": {"type": "number"},
             "uptime_s": {"type": "number"},
             "reconnects": {"type": "integer", "minimum": 0},
-            "dump": {"type": ["object", "null"],
-                     "description": "the running dump's per-table progress and eta_s"},
+            "dumps": {"type": "array", "items": {"type": "object"},
+                      "description": "each running dump: request_id, state, priority, "
+                                     "waiting (why it reads nothing, or null), throttle, "
+                                     "per-table progress and eta_s"},
+            "dump": {"type": ["object", "null"], "description": "the first of dumps"},
             "tables": {**_ref("Tables"),
                        "description": "the captured tables (empty before the first session)"},
             "http": {"type": "string", "examples": ["http://127.0.0.1:8750"]},
@@ -354,8 +374,9 @@ SCHEMAS: dict[str, Schema] = {
         },
         "required": ["source", "connected", "role", "lease_token", "leader", "last_error",
                      "position", "checkpoint",
-                     "checkpoint_age_s", "lag_bytes", "lag_s", "window", "active_request",
-                     "events_per_s", "uptime_s", "reconnects", "dump", "http", "redis"],
+                     "checkpoint_age_s", "lag_bytes", "lag_s", "window", "active_requests",
+                     "active_request", "events_per_s", "uptime_s", "reconnects", "dumps",
+                     "dump", "http", "redis"],
     },
     "Reloaded": {
         "type": "object",
@@ -560,8 +581,8 @@ def document(*, auth: bool) -> dict[str, Any]:
                               public=False, errors=(404, 503), parameters=[_id()],
                               auth=auth),
             "patch": _operation(
-                "Change the chunk size, delay, parallelism and/or throttle limits of a request "
-                "that has not ended",
+                "Change the chunk size, delay, parallelism, throttle limits and/or priority of "
+                "a request that has not ended",
                 {"200": request_ok}, public=False, errors=with_body, parameters=[_id()],
                 requestBody=_body(_ref("Knobs")), auth=auth),
         },

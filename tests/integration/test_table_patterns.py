@@ -31,6 +31,7 @@ from tests.integration.harness import (
     WorkerProcess,
     assert_converged,
     cli,
+    redis_request,
     replay,
     wait_for,
     wait_request,
@@ -102,6 +103,8 @@ def test_tables_join_and_leave_capture(backend: Backend,
     wait_for(lambda: b in _captured(config), 30, f"{b} to join capture", worker.log)
     entry = _captured(config)[b]
     assert entry["joined"] and entry["dump"], entry
+    # beside backfills (background), before them; after repairs (urgent)
+    assert redis_request(backend.redis_url, SOURCE, entry["dump"])["priority"] == "normal"
     _writes(backend, b, range(1, 60))
     wait_request(backend.redis_url, SOURCE, entry["dump"], ["completed"], 60, worker)
     _writes(backend, b, range(60, 90))

@@ -50,6 +50,8 @@ def test_what_a_new_session_takes_and_what_needs_a_restart(tmp_path: Path,
     assert differences(current, taken) == (
         ["source.tables", "source.exclude_tables", "source.dump_new_tables",
          "[source.columns]", "landing.flush_interval_s"], [])
+    slots = load(_write(tmp_path / "d.toml", "", "[worker]\nmax_active_dumps = 1"))
+    assert differences(current, slots) == (["[worker] max_active_dumps"], [])
     restart = load(_write(tmp_path / "c.toml", 'slot = "other"\nkind = "postgresql"',
                           'format = "parquet"\n'))
     assert differences(current, restart) == ([], ["a [source] option of its kind (slot, "

@@ -147,6 +147,7 @@ class Capture:
         self.tables = list(tables)
         self.flush_s = flush_s
         self.source_extra = dict(source_extra or {})
+        self.max_active_dumps: int | None = None  # [worker] max_active_dumps; None: default
         self.worker: Worker | None = None
         self.thread: threading.Thread | None = None
         self.failure: BaseException | None = None
@@ -164,7 +165,9 @@ class Capture:
             "landing": {"path": str(self.landing), "flush_interval_s": self.flush_s},
             "worker": {"heartbeat_interval_s": 0.2, "control_interval_s": 0.02,
                        "status_interval_s": 0.1, "reconnect_max_s": 0.1,
-                       "shutdown_timeout_s": 5},
+                       "shutdown_timeout_s": 5,
+                       **({} if self.max_active_dumps is None
+                          else {"max_active_dumps": self.max_active_dumps})},
             "lease": {"ttl_s": 5, "renew_interval_s": 1, "standby_poll_s": 0.05},
             "http": {"enabled": False},
         }, {})

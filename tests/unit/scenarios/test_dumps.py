@@ -120,14 +120,29 @@ def test_a_filtered_dump_lands_only_the_rows_it_selects(shop: Capture) -> None:
     assert dumped == {f"[{i * 10}]" for i in range(1, 10)}
 
 
-def test_several_requests_run_one_after_another(shop: Capture) -> None:
-    with writing(shop, [T1, T2], seed=7):
-        ids = [shop.dump("tables", [T1], chunk_size=50), shop.dump("tables", [T2], chunk_size=30),
-               shop.dump("keys", [T2], [10, 20, 30]), shop.dump("all", chunk_size=100)]
-        shop.wait_completed(*ids)
-    shop.assert_converged(T1, T2)
-    completed = sorted(float(shop.request(i)["updated_at"]) for i in ids)
-    assert len(completed) == 4
+@pytest.mark.parametrize("slots", [1, 4])
+def test_several_requests_run_by_priority(capture: Capture, slots: int) -> None:
+    """Requests of every priority, queued before the worker starts: with one slot
+    (``max_active_dumps``) they run one at a time, the most urgent first, then the oldest;
+    with four, side by side, their windows shared by weight. Each completes, under writes,
+    and the output converges."""
+    items_table(capture.db, T1, 300)
+    items_table(capture.db, T2, 200)
+    capture.tables = [T1, T2]
+    capture.max_active_dumps = slots
+    ids = [capture.dump("tables", [T1], chunk_size=50, priority="background"),
+           capture.dump("tables", [T2], chunk_size=30),
+           capture.dump("keys", [T2], [10, 20, 30]),  # urgent: a key dump's default
+           capture.dump("all", chunk_size=100, priority="urgent")]
+    assert [capture.request(i)["priority"] for i in ids] == [
+        "background", "normal", "urgent", "urgent"]
+    capture.start()
+    with writing(capture, [T1, T2], seed=7):
+        capture.wait_completed(*ids)
+    capture.assert_converged(T1, T2)
+    if slots == 1:
+        ended = sorted(ids, key=lambda i: float(capture.request(i)["updated_at"]))
+        assert ended == [ids[2], ids[3], ids[1], ids[0]], ended
 
 
 def test_the_fake_kind_is_not_one_the_product_ships() -> None:
