@@ -13,7 +13,7 @@ parent bulk delete), each batch landed and merged after the one before:
   of the child to one parent), parents 5, 7, 9, ...: the runs of several slots, which keep
   the rows' earlier positions aside.
 
-Each batch is one run of the merge's plan (``dblog_worker/target/derived.py``): a few
+Each batch is one run of the merge's plan (``dblog_worker/merge/derived.py``): a few
 set-based statements, whatever the number of events. The target is checked after every
 batch (rows left, rows whose ``r1``/``r2`` are null, tombstones), and a wrong count stops
 the benchmark. Reported per target kind (``--source postgresql``: a PostgreSQL target;
@@ -57,10 +57,10 @@ from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.foreign_keys import Action, action_images
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.landing.sink import LandedReader
+from dblog_worker.merge.loop import Stager, merge_source
+from dblog_worker.merge.plan import Batch
+from dblog_worker.merge.target import Target
 from dblog_worker.position import Position
-from dblog_worker.target.base import Target
-from dblog_worker.target.merge import Stager, merge_source
-from dblog_worker.target.plan import Batch
 from tests.services import MariaDBServer, PostgresServer
 
 NAME = "cascade_merge"

@@ -43,8 +43,8 @@ from bench.common import (
     rounded,
 )
 from dblog_worker.mysql import catalog as my_catalog
-from dblog_worker.mysql.columns import COLUMNS_SQL, column_from_information_schema, select_list
-from dblog_worker.mysql.session import dump_connection_options
+from dblog_worker.mysql.column_model import COLUMNS_SQL, column_from_information_schema, select_list
+from dblog_worker.mysql.connection import dump_connection_options
 from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
 from dblog_worker.pg.queries import TableShape, chunk_sql

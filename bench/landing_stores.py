@@ -67,10 +67,10 @@ from dblog_worker.landing.policy import CompactionPolicy
 from dblog_worker.landing.s3 import S3LandingZone
 from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.landing.sink import LandingRoot, Maintained, open_reader
+from dblog_worker.merge.loop import merge_source
+from dblog_worker.merge.plan import MergeLogEntry, pending_segments
+from dblog_worker.merge.submit import s3a_conf
 from dblog_worker.pg.pgoutput import parse_lsn
-from dblog_worker.target.merge import merge_source
-from dblog_worker.target.plan import MergeLogEntry, pending_segments
-from dblog_worker.target.submit import s3a_conf
 from tests.services import HOST, PostgresServer, SeaweedServer
 
 NAME = "landing_stores"

@@ -547,7 +547,7 @@ def binlog_reader_main(spec: dict[str, Any]) -> int:
     )
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    from dblog_worker.mysql.session import BINLOG_READER_OPTIONS
+    from dblog_worker.mysql.connection import BINLOG_READER_OPTIONS
     from dblog_worker.tables import WATERMARK_SCHEMA
 
     settings = {"host": spec["host"], "port": spec["port"], "user": spec["user"],

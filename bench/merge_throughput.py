@@ -69,10 +69,10 @@ from dblog_worker.config import Config, parse
 from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.landing.sink import LandedReader
+from dblog_worker.merge.loop import MergeReport, Stager, merge_source
+from dblog_worker.merge.plan import Batch
+from dblog_worker.merge.target import Target
 from dblog_worker.position import Position
-from dblog_worker.target.base import Target
-from dblog_worker.target.merge import MergeReport, Stager, merge_source
-from dblog_worker.target.plan import Batch
 from tests.services import PostgresServer
 
 NAME = "merge_throughput"

@@ -35,15 +35,15 @@ import pyarrow as pa
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import POSTGRESQL, Options, Result, machine, median, progress, rounded
-from dblog_worker.dump import ActiveDump
+from dblog_worker.capture.window import WindowClosed
+from dblog_worker.dump.active import ActiveDump
+from dblog_worker.dump.requests import DumpKind, DumpRequest, RequestState
+from dblog_worker.dump.throttle import Signals, ThrottlePolicy
 from dblog_worker.errors import SourceUnavailable
 from dblog_worker.events import ChangeEvent, Checkpoint, Encoded, Op, Origin, Watermark
 from dblog_worker.position import Position
-from dblog_worker.requests import DumpKind, DumpRequest, RequestState
 from dblog_worker.telemetry import Telemetry
 from dblog_worker.telemetry.exposition import TelemetryCollector
-from dblog_worker.throttle import Signals, ThrottlePolicy
-from dblog_worker.window import WindowClosed
 
 NAME = "metrics_exposition"
 # What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).

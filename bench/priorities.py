@@ -44,8 +44,8 @@ from bench.common import (
     wait_until,
 )
 from bench.dump_throughput import TABLE_NAME
-from dblog_worker.requests import DumpKind, RequestState
-from dblog_worker.state import StateStore
+from dblog_worker.control.store import StateStore
+from dblog_worker.dump.requests import DumpKind, RequestState
 
 NAME = "priorities"
 DELAY_MS = 250

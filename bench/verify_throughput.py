@@ -9,7 +9,7 @@ in the merge's target types and ``_dblog_position`` -- filled with the same rows
 ``INSERT ... SELECT generate_series``, primary key added after the load, ``VACUUM
 (ANALYZE, FREEZE)``.
 
-Per run: ``dblog_worker.verify.verify(config)`` with the default options (ranges of
+Per run: ``dblog_worker.verify.command.verify(config)`` with the default options (ranges of
 10 000 source rows). Rows/s is source rows / the result's wall time (connecting and
 reading the catalogs included). Verify sends each range's queries to both databases at
 once (the target's from a second thread); the result counts, around each query (so
@@ -48,8 +48,8 @@ from bench.common import (
     rounded,
 )
 from dblog_worker.config import Config, parse
-from dblog_worker.verify import verify
-from dblog_worker.verify_report import VerifyResult
+from dblog_worker.verify.command import verify
+from dblog_worker.verify.report import VerifyResult
 
 NAME = "verify_throughput"
 # What a run must produce: finite numbers above 0 (tests/bench: each benchmark, tiny).

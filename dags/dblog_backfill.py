@@ -64,8 +64,13 @@ from dblog_dags import params, settings
 from dblog_dags.pace import BUSY_HOURS_PATTERN, DumpPaceSensor, Pace, parse_busy_hours
 from dblog_dags.tasks import merge_after_dump, verify_dumped, wait_for_dump
 
+from dblog_worker.dump.requests import (
+    DEFAULT_CHUNK_SIZE,
+    MAX_CHUNK_SIZE,
+    MAX_DELAY_MS,
+    check_priority,
+)
 from dblog_worker.errors import RequestRejected
-from dblog_worker.requests import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_MS, check_priority
 
 CONN_ID = settings.env_str("DBLOG_CONN_ID", "dblog_default")
 SPARK_CONN_ID = settings.env_str("DBLOG_SPARK_CONN_ID", "spark_default")

@@ -52,7 +52,7 @@ from dblog_airflow.operators.dump import DblogDumpOperator
 from dblog_dags import params, settings
 from dblog_dags.tasks import merge_after_dump, verify_dumped, wait_for_dump
 
-from dblog_worker.requests import DumpKind
+from dblog_worker.dump.requests import DumpKind
 
 CONN_ID = settings.env_str("DBLOG_CONN_ID", "dblog_default")
 SPARK_CONN_ID = settings.env_str("DBLOG_SPARK_CONN_ID", "spark_default")

@@ -26,15 +26,7 @@ from dblog_worker import __version__, cli_dumps
 from dblog_worker import config as config_module
 from dblog_worker.config import Config
 from dblog_worker.dialect import dialect, open_source
-from dblog_worker.errors import (
-    ConfigInvalid,
-    CorruptState,
-    DblogError,
-    RequestRejected,
-    TerminalError,
-    TransientError,
-)
-from dblog_worker.requests import (
+from dblog_worker.dump.requests import (
     COMMANDS,
     DEFAULT_CHUNK_SIZE,
     MAX_CHUNK_SIZE,
@@ -43,9 +35,17 @@ from dblog_worker.requests import (
     MAX_PARALLELISM,
     Priority,
 )
-from dblog_worker.row_filter import key_argument
+from dblog_worker.dump.row_filter import key_argument
+from dblog_worker.dump.throttle import LIMITS
+from dblog_worker.errors import (
+    ConfigInvalid,
+    CorruptState,
+    DblogError,
+    RequestRejected,
+    TerminalError,
+    TransientError,
+)
 from dblog_worker.source import Source
-from dblog_worker.throttle import LIMITS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -250,8 +250,8 @@ def without_pandas() -> None:
 
 def _run(config: Config, args: argparse.Namespace) -> int:
     without_pandas()
+    from dblog_worker.capture.worker import Worker
     from dblog_worker.logs import setup_logging
-    from dblog_worker.worker import Worker
 
     setup_logging(args.log_format or config.logs.format, args.log_level or config.logs.level,
                   config.source.name)
@@ -318,7 +318,7 @@ def _merge(config: Config, args: argparse.Namespace) -> int:
     import shlex
     import tempfile
 
-    from dblog_worker.target.submit import (
+    from dblog_worker.merge.submit import (
         merge_job,
         run_merge,
         submit_command,
@@ -351,7 +351,7 @@ def _status(config: Config, args: argparse.Namespace) -> int:
         checkpoint, malformed = state.checkpoint(), None
     except CorruptState as exc:  # shown; the worker stops on it with the same message
         checkpoint, malformed = None, str(exc)
-    from dblog_worker.capture import dumped_since, needs_dump, status_lines
+    from dblog_worker.capture.follower import dumped_since, needs_dump, status_lines
 
     captured, excluded = state.captured(), state.excluded()
     dumped = dumped_since(state.list_records())
@@ -407,8 +407,9 @@ def _throttle_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _verify(config: Config, args: argparse.Namespace) -> int:
-    from dblog_worker import verify, verify_report
-    from dblog_worker.control import captured_tables
+    from dblog_worker.control.commands import captured_tables
+    from dblog_worker.verify import command as verify
+    from dblog_worker.verify import report as verify_report
 
     tables = list(dict.fromkeys(args.tables or captured_tables(config)))
     config.source.check_captured(tables)  # before the names make keys file names

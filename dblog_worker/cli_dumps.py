@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 
 from dblog_worker.config import Config
-from dblog_worker.control import (
+from dblog_worker.control.commands import (
     command,
     create_dump,
     describe_knobs,
@@ -20,12 +20,11 @@ from dblog_worker.control import (
     request_json,
     show_record_json,
 )
-from dblog_worker.control import (
+from dblog_worker.control.commands import (
     set_knobs as change_knobs,
 )
-from dblog_worker.dump_spec import DumpSpec, Knobs
-from dblog_worker.errors import RequestRejected
-from dblog_worker.requests import (
+from dblog_worker.control.store import StateStore
+from dblog_worker.dump.requests import (
     COMMANDS,
     DumpKind,
     DumpRequest,
@@ -33,8 +32,9 @@ from dblog_worker.requests import (
     RequestState,
     TableProgress,
 )
-from dblog_worker.state import StateStore
-from dblog_worker.throttle import LIMITS
+from dblog_worker.dump.spec import DumpSpec, Knobs
+from dblog_worker.dump.throttle import LIMITS
+from dblog_worker.errors import RequestRejected
 
 
 def state_of(config: Config) -> StateStore:

@@ -11,9 +11,9 @@ from typing import Protocol, cast
 
 from dblog_worker.config import SourceConfig, TargetConfig
 from dblog_worker.kinds import Rules, load
+from dblog_worker.merge.target import Target
 from dblog_worker.position import Position
 from dblog_worker.source import SchemaVersion, Source
-from dblog_worker.target.base import Target
 
 
 class Dialect(Rules, Protocol):

@@ -3,7 +3,7 @@
 
 Compaction and retention themselves are :mod:`dblog_worker.landing.maintenance`; this
 module adds what they need from outside the landing zone: how far every target has
-merged each table (its merge log, :meth:`~dblog_worker.target.base.Target.merged`), and
+merged each table (its merge log, :meth:`~dblog_worker.merge.target.Target.merged`), and
 per table the figures operators watch (files, bytes, the oldest position not merged by
 every target).
 """
@@ -21,7 +21,7 @@ from dblog_worker.config import Config, TargetConfig
 from dblog_worker.errors import ConfigInvalid
 from dblog_worker.landing.maintenance import TableReport, plan_table, run_plan
 from dblog_worker.landing.sink import Maintained, Segment, open_reader
-from dblog_worker.target.plan import MergeLogEntry
+from dblog_worker.merge.plan import MergeLogEntry
 
 __all__ = ["LandingTable", "MaintenanceReport", "MergedUpTo", "landing_status", "maintain",
            "merged_up_to"]
@@ -40,7 +40,7 @@ def targets_of(config: Config) -> list[TargetConfig]:
 def merged_up_to(config: Config, targets: Sequence[TargetConfig] | None = None) -> MergedUpTo:
     """How far every target has merged a table (0: some target merged nothing of it).
     Each call reads the merge logs now: retention asks right before it deletes."""
-    from dblog_worker.target.merge import open_target
+    from dblog_worker.merge.loop import open_target
 
     chosen = list(targets_of(config) if targets is None else targets)
     if not chosen:

@@ -17,10 +17,10 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from dblog_worker.dump.requests import KeyTexts
+from dblog_worker.dump.row_filter import RowFilter
 from dblog_worker.events import Checkpoint, Encoded, LogItem
 from dblog_worker.position import Position
-from dblog_worker.requests import KeyTexts
-from dblog_worker.row_filter import RowFilter
 from dblog_worker.table_patterns import Rescan, Selection
 
 SchemaVersion = Callable[[str, Mapping[str, object]], int]  # (table, schema) → version
@@ -208,7 +208,7 @@ class DumpReader(ChunkReader, Protocol):
 
 
 class Pressure(Protocol):
-    """What the throttle (:mod:`dblog_worker.throttle`) reads of the source: one light
+    """What the throttle (:mod:`dblog_worker.dump.throttle`) reads of the source: one light
     query on the worker's connection, between windows, at most about once a second."""
 
     def active_sessions(self) -> int:

@@ -17,8 +17,8 @@ import sys
 import time
 
 from dblog_worker import config as config_module
+from dblog_worker.control.store import StateStore
 from dblog_worker.errors import DblogError
-from dblog_worker.state import StateStore
 
 
 def main() -> int:

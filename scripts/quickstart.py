@@ -69,7 +69,7 @@ from quickstart_shop import (
     write_config,
 )
 
-from dblog_worker.state import StateStore
+from dblog_worker.control.store import StateStore
 from tests.services import RedisServer, free_port
 
 SHOPS: dict[str, type[Shop]] = {PostgresShop.kind: PostgresShop, MariaDBShop.kind: MariaDBShop}

@@ -44,14 +44,14 @@ import pymysql  # noqa: E402
 from dblog_worker.landing.parquet import LandingZone, read_events  # noqa: E402
 from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL  # noqa: E402
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number  # noqa: E402
-from dblog_worker.mysql.columns import (  # noqa: E402
+from dblog_worker.mysql.column_model import (  # noqa: E402
     COLUMNS_SQL,
     column_from_information_schema,
     select_list,
 )
+from dblog_worker.mysql.connection import dump_connection_options  # noqa: E402
 from dblog_worker.mysql.options import default_server_id  # noqa: E402
 from dblog_worker.mysql.options import url_args as mysql_url_args  # noqa: E402
-from dblog_worker.mysql.session import dump_connection_options  # noqa: E402
 from dblog_worker.mysql.values import MyRowCodec  # noqa: E402
 from dblog_worker.pg import catalog  # noqa: E402
 from dblog_worker.pg.pgoutput import parse_lsn  # noqa: E402

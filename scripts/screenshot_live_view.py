@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))  # tests/services.py starts the throwaway servers
 
 import psycopg  # noqa: E402
 
-from dblog_worker.state import StateStore  # noqa: E402
+from dblog_worker.control.store import StateStore  # noqa: E402
 from tests.services import PostgresServer, RedisServer  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"

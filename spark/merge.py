@@ -7,11 +7,11 @@
 Per table and batch of segments, Spark reads the segments, drops what a truncate
 in the batch cleared, keeps the latest event per key (greatest position) and every
 foreign-key action and prune event (they name no key: the driver applies them by
-predicate, after the keyed ones, ``dblog_worker/target/derived.py``), and
+predicate, after the keyed ones, ``dblog_worker/merge/derived.py``), and
 writes those rows into the batch's staging table in the target over JDBC; up to
 ``merge.parallel_tables`` tables at once, each on its own driver thread. The
 driver then applies the staging table in one transaction with the merge log
-(``dblog_worker/target``). No Python runs on the executors.
+(``dblog_worker/merge``). No Python runs on the executors.
 
 Exit status: 0 every table merged; 1 a table was left out (damaged segment, a
 target that cannot take it: see the report); 2 bad arguments or configuration;
@@ -37,10 +37,10 @@ from dblog_worker.errors import (
     TransientError,
 )
 from dblog_worker.landing.sink import LandedReader
-from dblog_worker.target.base import Target
-from dblog_worker.target.merge import MergeReport, Stager, merge_source
-from dblog_worker.target.plan import Batch
-from dblog_worker.target.submit import reach_target
+from dblog_worker.merge.loop import MergeReport, Stager, merge_source
+from dblog_worker.merge.plan import Batch
+from dblog_worker.merge.submit import reach_target
+from dblog_worker.merge.target import Target
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

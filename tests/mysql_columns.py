@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from dblog_worker.mysql.columns import MyColumn
+from dblog_worker.mysql.column_model import MyColumn
 
 _OUTSIDE_BMP = re.compile("[\U00010000-\U0010ffff]")
 

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 from dblog_worker.config import Config
 from dblog_worker.dialect import open_source
+from dblog_worker.dump.requests import KeyTexts, parse_keys
 from dblog_worker.errors import TargetError
-from dblog_worker.requests import KeyTexts, parse_keys
-from dblog_worker.target.base import POSITION_COLUMN
-from dblog_worker.target.merge import open_target
+from dblog_worker.merge.loop import open_target
+from dblog_worker.merge.target import POSITION_COLUMN
 
 __all__ = ["ExtraRemoval", "remove_extra"]
 

@@ -11,7 +11,7 @@ what was wrong and the field's schema, whose ``title`` says what is expected::
 Rules that join two fields (scope ``keys`` needs one table and keys; a key range needs one
 table) cannot be said in one field's schema: :func:`check_dump` checks them in the run's
 first task, ``check``, which fails at once with a plain sentence, and builds the request's
-:class:`~dblog_worker.dump_spec.DumpSpec` once: the task's XCom is its JSON, which the
+:class:`~dblog_worker.dump.spec.DumpSpec` once: the task's XCom is its JSON, which the
 *submit* task's operator reads back (``DblogDumpOperator(spec=...)``).
 """
 
@@ -26,17 +26,17 @@ import jinja2
 from airflow.sdk import Param
 
 from dblog_dags.settings import TABLE_PATTERN
-from dblog_worker.dump_spec import DumpSpec
-from dblog_worker.errors import RequestRejected
-from dblog_worker.requests import (
+from dblog_worker.dump.requests import (
     DEFAULT_CHUNK_SIZE,
     MAX_CHUNK_SIZE,
     MAX_DELAY_MS,
     MAX_PARALLELISM,
     Priority,
 )
-from dblog_worker.row_filter import MAX_CONDITIONS, Op, RowFilter, key_argument
-from dblog_worker.throttle import LIMITS
+from dblog_worker.dump.row_filter import MAX_CONDITIONS, Op, RowFilter, key_argument
+from dblog_worker.dump.spec import DumpSpec
+from dblog_worker.dump.throttle import LIMITS
+from dblog_worker.errors import RequestRejected
 
 __all__ = [
     "SCOPES",
@@ -273,7 +273,7 @@ def check_dump(scope: str, tables: Sequence[str] | None, keys: str | None,
                to_key: str | None = None, *, pace: Mapping[str, Any] | None = None,
                **overrides: Any) -> DumpForm:
     """The rules that join fields of a dump form (those of every dump request:
-    :class:`~dblog_worker.dump_spec.DumpSpec`); ValueError with a plain sentence. ``pace``:
+    :class:`~dblog_worker.dump.spec.DumpSpec`); ValueError with a plain sentence. ``pace``:
     the form's other fields (chunk size, delay, parallelism, throttle limits, priority),
     each as its Param gives it; ``overrides`` replace them (the delay of the hour)."""
     text = (keys or "").strip()

@@ -145,8 +145,8 @@ def env_tables(name: str, environ: Mapping[str, str] | None = None) -> list[str]
 def env_where(name: str, environ: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """A filter's conditions as the forms take them: a JSON array of objects such as
     ``{"column": "region", "op": "in", "values": ["EU", "US"]}``; empty: none."""
+    from dblog_worker.dump.row_filter import EXAMPLE, RowFilter
     from dblog_worker.errors import RequestRejected
-    from dblog_worker.row_filter import EXAMPLE, RowFilter
 
     text = env_str(name, "", environ)
     if not text:

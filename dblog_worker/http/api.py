@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from dblog_worker import lifecycle
 from dblog_worker.config import Config
-from dblog_worker.control import (
+from dblog_worker.control.commands import (
     command,
     create_dump,
     entry_json,
@@ -31,13 +31,21 @@ from dblog_worker.control import (
     show_json,
     show_record_json,
 )
-from dblog_worker.dump_spec import (
+from dblog_worker.control.store import StateStore
+from dblog_worker.dump.requests import (
+    COMMANDS,
+    DEFAULT_CHUNK_SIZE,
+    REQUEST_ID,
+    DumpRequest,
+)
+from dblog_worker.dump.spec import (
     KNOB_FIELDS,
     MAX_CLIENT_TOKEN,
     SPEC_FIELDS,
     DumpSpec,
     Knobs,
 )
+from dblog_worker.dump.throttle import LIMITS, check_limit
 from dblog_worker.errors import (
     ConfigError,
     CorruptRequest,
@@ -49,15 +57,7 @@ from dblog_worker.errors import (
 )
 from dblog_worker.http import openapi
 from dblog_worker.http.openapi import FEED_LIMIT
-from dblog_worker.requests import (
-    COMMANDS,
-    DEFAULT_CHUNK_SIZE,
-    REQUEST_ID,
-    DumpRequest,
-)
-from dblog_worker.state import StateStore
 from dblog_worker.telemetry import Telemetry
-from dblog_worker.throttle import LIMITS, check_limit
 
 log = logging.getLogger(__name__)
 JSON = "application/json"
@@ -159,7 +159,7 @@ ROUTES: tuple[Route, ...] = (
 
 
 class Reloaded(Protocol):
-    """What a reload of the configuration answers (``dblog_worker.reload.ReloadResult``)."""
+    """What a reload of the configuration answers (``dblog_worker.capture.reload.ReloadResult``)."""
 
     @property
     def accepted(self) -> bool: ...

@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from dblog_worker import __version__
-from dblog_worker.dump_spec import MAX_CLIENT_TOKEN
-from dblog_worker.requests import (
+from dblog_worker.dump.requests import (
     DEFAULT_CHUNK_SIZE,
     MAX_CHUNK_SIZE,
     MAX_DELAY_MS,
@@ -20,8 +19,9 @@ from dblog_worker.requests import (
     Priority,
     RequestState,
 )
-from dblog_worker.row_filter import MAX_CONDITIONS, MAX_VALUES, Op
-from dblog_worker.throttle import LIMITS
+from dblog_worker.dump.row_filter import MAX_CONDITIONS, MAX_VALUES, Op
+from dblog_worker.dump.spec import MAX_CLIENT_TOKEN
+from dblog_worker.dump.throttle import LIMITS
 
 Schema = dict[str, Any]
 

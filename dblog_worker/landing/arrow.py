@@ -17,9 +17,9 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dblog_worker.dump.requests import MAX_CHUNK_SIZE
 from dblog_worker.events import ChangeEvent, DumpRows
 from dblog_worker.position import Position
-from dblog_worker.requests import MAX_CHUNK_SIZE
 
 FORMAT_VERSION = "1"
 # a segment holding foreign-key action or prune events (ops f, p), which a reader of

@@ -43,7 +43,7 @@ from pymysqlreplication.row_event import (
 from dblog_worker.errors import ConfigError, LogGone, ProtocolError, SourceUnavailable
 from dblog_worker.events import LogItem, Watermark
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
-from dblog_worker.mysql.session import BINLOG_READER_OPTIONS
+from dblog_worker.mysql.connection import BINLOG_READER_OPTIONS
 from dblog_worker.mysql.snapshot import Marks
 from dblog_worker.mysql.translate import BinlogTranslator
 from dblog_worker.mysql.visibility import LogFacts

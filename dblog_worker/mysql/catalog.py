@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dblog_worker import names
+from dblog_worker.dump.row_filter import Op, RowFilter
 from dblog_worker.names import split_table
-from dblog_worker.row_filter import Op, RowFilter
 from dblog_worker.source import Problem
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 from dblog_worker.tables import UniqueIndex, choose_key

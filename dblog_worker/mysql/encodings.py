@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from dblog_worker.mysql.columns import Kind, MyColumn
+from dblog_worker.mysql.column_model import Kind, MyColumn
 from dblog_worker.mysql.texts import (
     DATE_TEXT,
     DATETIME_TEXT,

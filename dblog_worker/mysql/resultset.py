@@ -11,7 +11,7 @@ layout (a length byte, the slice, ``decode`` for a text column) — the very tup
 makes, a third of the time.
 
 Where a result is not that, PyMySQL reads it: a column with a converter (the dump
-connection has none: :data:`~dblog_worker.mysql.session.DUMP_CONV`), a row that does not
+connection has none: :data:`~dblog_worker.mysql.connection.DUMP_CONV`), a row that does not
 parse (PyMySQL then says what is wrong), an unbuffered result.
 """
 

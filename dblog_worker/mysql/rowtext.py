@@ -25,7 +25,7 @@ from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE
 
-from dblog_worker.mysql.columns import Kind
+from dblog_worker.mysql.column_model import Kind
 from dblog_worker.mysql.rowimage import (
     NAMES,
     KeyRow,

@@ -25,7 +25,10 @@ from typing import Any
 
 import pymysql
 
+from dblog_worker.capture.window import is_low_watermark
 from dblog_worker.config import SourceConfig
+from dblog_worker.dump.requests import KeyTexts
+from dblog_worker.dump.row_filter import RowFilter
 from dblog_worker.errors import (
     ConfigError,
     DumpFailed,
@@ -41,15 +44,7 @@ from dblog_worker.mysql import cascades, catalog, pressure
 from dblog_worker.mysql.binlog import BinlogReader
 from dblog_worker.mysql.catalog import qualified
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
-from dblog_worker.mysql.chunks import (
-    DENIED,
-    CapturedTables,
-    UnsupportedTable,
-    connect,
-    connection_errors,
-    unsupported,
-)
-from dblog_worker.mysql.columns import (
+from dblog_worker.mysql.column_model import (
     COLUMNS_SQL,
     MyColumn,
     UnsupportedType,
@@ -58,6 +53,14 @@ from dblog_worker.mysql.columns import (
     schema_document,
 )
 from dblog_worker.mysql.options import my_options, server_id, url_args
+from dblog_worker.mysql.reads import (
+    DENIED,
+    CapturedTables,
+    UnsupportedTable,
+    connect,
+    connection_errors,
+    unsupported,
+)
 from dblog_worker.mysql.replica import MyReplica
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.rowimage import row_images
@@ -68,13 +71,10 @@ from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.mysql.xa_visibility import XaCommits, xids_listed
 from dblog_worker.names import split_table
 from dblog_worker.position import Position
-from dblog_worker.requests import KeyTexts
-from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion
 from dblog_worker.table_patterns import Candidate, Rescan, Selection
 from dblog_worker.tables import HEARTBEAT, CapturedSet
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
-from dblog_worker.window import is_low_watermark
 
 log = logging.getLogger(__name__)
 

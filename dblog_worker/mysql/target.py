@@ -1,4 +1,4 @@
-"""A MySQL or MariaDB merge target: the SQL of :class:`~dblog_worker.target.base.Target`.
+"""A MySQL or MariaDB merge target: the SQL of :class:`~dblog_worker.merge.target.Target`.
 
 Row images are parsed once per row with ``JSON_TABLE`` into text columns; the
 insert converts each text to its column's type (strict SQL mode: a value that
@@ -13,7 +13,7 @@ PyMySQL formats every statement here with Python's ``%`` (each is run with param
 and other text taken from a name, a type or a member with :func:`_formatted`, which
 double ``%``.
 
-Foreign-key action and prune events (:mod:`dblog_worker.target.derived`) apply after the
+Foreign-key action and prune events (:mod:`dblog_worker.merge.derived`) apply after the
 keyed ones, by predicate. A row they delete leaves a tombstone keyed by its typed key
 (``typed:`` and the JSON array of its key columns' text: the event has no key JSON), which
 the upsert checks besides the landing's key JSON.
@@ -30,13 +30,13 @@ import pymysql
 
 from dblog_worker import names
 from dblog_worker.errors import ConfigError, TargetError, TargetUnavailable
+from dblog_worker.merge import derived
+from dblog_worker.merge.column_types import Encoding, SourceColumn, logical_of
+from dblog_worker.merge.plan import Batch
+from dblog_worker.merge.target import POSITION_COLUMN, TARGET_GONE, Applied, Target
 from dblog_worker.mysql.catalog import ident, quote_ident
 from dblog_worker.mysql.options import MYSQL, parse_dsn
 from dblog_worker.names import split_table
-from dblog_worker.target import derived
-from dblog_worker.target.base import POSITION_COLUMN, TARGET_GONE, Applied, Target
-from dblog_worker.target.columns import Encoding, SourceColumn, logical_of
-from dblog_worker.target.plan import Batch
 
 __all__ = ["MySQLTarget"]
 

@@ -1,7 +1,7 @@
 """Canonical texts of MySQL/MariaDB values, and key parameters parsed from such texts.
 
 The ``dump_*`` functions turn a dump cell (the server's text, see
-:data:`dblog_worker.mysql.session.DUMP_CONV`) into its canonical text, the ``binlog_*``
+:data:`dblog_worker.mysql.connection.DUMP_CONV`) into its canonical text, the ``binlog_*``
 functions a value decoded by mysql-replication; the ``param_*`` functions turn a canonical
 key text back into the value to bind in a keyset ``WHERE``.  The texts are listed in the
 module docstring of :mod:`dblog_worker.mysql.values`; :mod:`dblog_worker.mysql.encodings`

@@ -1,5 +1,5 @@
 """MySQL/MariaDB column types as the merge sees them (see
-:mod:`dblog_worker.target.columns`).
+:mod:`dblog_worker.merge.column_types`).
 
 A schema document names each column's kind (``integer``, ``decimal``, ...) with what
 qualifies it (unsigned, scale, fraction digits, length, members). Key columns share
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dblog_worker.merge.column_types import Encoding, Logical, SourceColumn
 from dblog_worker.mysql.options import MYSQL
-from dblog_worker.target.columns import Encoding, Logical, SourceColumn
 
 _FROM_LOGICAL = {
     "int16": "SMALLINT", "int32": "INT", "int64": "BIGINT", "uint32": "INT UNSIGNED",

@@ -133,9 +133,9 @@ from typing import Any
 from pymysqlreplication.constants import NONE_SOURCE
 
 from dblog_worker.masking import TableMasks
-from dblog_worker.mysql.columns import Kind, MyColumn
+from dblog_worker.mysql.column_model import Kind, MyColumn
+from dblog_worker.mysql.connection import Cell
 from dblog_worker.mysql.encodings import NUMBER, PLAIN, Encoding, encoding_of
-from dblog_worker.mysql.session import Cell
 
 __all__ = ["MyRowCodec"]
 

@@ -1,5 +1,5 @@
 """How ``dblog verify`` reads and normalizes MySQL/MariaDB tables (see
-:mod:`dblog_worker.verify_sql` for the families, rows and key ranges).
+:mod:`dblog_worker.verify.sql` for the families, rows and key ranges).
 
 ========  ==========================================================
 family    MySQL / MariaDB
@@ -37,12 +37,12 @@ import pymysql
 
 from dblog_worker.errors import ConfigError, RequestRejected, SourceUnavailable
 from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL, ident
-from dblog_worker.mysql.columns import Kind, MyColumn, column_from_information_schema
+from dblog_worker.mysql.column_model import Kind, MyColumn, column_from_information_schema
+from dblog_worker.mysql.connection import dump_connection_options
 from dblog_worker.mysql.options import MYSQL, parse_dsn
 from dblog_worker.mysql.resultset import DumpConnection
-from dblog_worker.mysql.session import dump_connection_options
 from dblog_worker.mysql.values import MyRowCodec
-from dblog_worker.verify_sql import (
+from dblog_worker.verify.sql import (
     Column,
     Family,
     KeyParam,

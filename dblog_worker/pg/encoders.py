@@ -6,7 +6,7 @@ encoder (numbers, floats, bool, bytea, int2vector/oidvector, JSON strings), an a
 encoder over its element's (the array-literal parser), a domain's base type's. The
 encodings themselves, and why they are the same for the log and the chunks, are in
 :mod:`dblog_worker.pg.values` (its table); :class:`~dblog_worker.pg.values.RowCodec`
-applies them a row at a time, :class:`~dblog_worker.pg.columns.ColumnCodec` a column at
+applies them a row at a time, :class:`~dblog_worker.pg.column_codec.ColumnCodec` a column at
 a time.
 """
 

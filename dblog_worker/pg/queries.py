@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dblog_worker.row_filter import Op, RowFilter
+from dblog_worker.dump.row_filter import Op, RowFilter
 
 
 def quote_ident(name: str) -> str:

@@ -22,7 +22,7 @@ import psycopg
 from dblog_worker.config import ReplicaConfig, SourceConfig
 from dblog_worker.errors import ReplicaBehind
 from dblog_worker.names import split_table
-from dblog_worker.pg.chunks import LOCK_TIMEOUT, Connection, replica_errors
+from dblog_worker.pg.reads import LOCK_TIMEOUT, Connection, replica_errors
 from dblog_worker.pg.values import libpq_options
 from dblog_worker.source import Problem
 

@@ -4,7 +4,7 @@ Two connections: the replication stream, and one autocommit connection for the
 catalog, the watermark writes (heartbeats too), and chunk SELECTs (single statements at
 read committed: non-stale reads, no locks). Both use the same session settings,
 so the log and the chunks print values identically (see :mod:`dblog_worker.pg.values`).
-The captured tables and the chunk reads are :class:`~dblog_worker.pg.chunks.PgChunkReader`'s
+The captured tables and the chunk reads are :class:`~dblog_worker.pg.reads.PgChunkReader`'s
 (``pg/chunks.py``): :class:`PgSource` hands those calls on to it.
 """
 
@@ -19,28 +19,28 @@ from dataclasses import replace
 import psycopg
 
 from dblog_worker.config import SourceConfig
+from dblog_worker.dump.requests import KeyTexts
+from dblog_worker.dump.row_filter import RowFilter
 from dblog_worker.errors import ConfigError, DumpFailed, LogGone, SourceUnavailable
 from dblog_worker.events import Checkpoint, LogItem
 from dblog_worker.masking import MaskConflict
 from dblog_worker.pg import catalog, cells, pressure, queries, replica
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.catalog import WATERMARK_DDL
-from dblog_worker.pg.chunks import (
+from dblog_worker.pg.options import pg_options
+from dblog_worker.pg.reads import (
     LOCK_TIMEOUT,
     Connection,
     PgChunkReader,
     connected,
     connection_errors,
 )
-from dblog_worker.pg.options import pg_options
 from dblog_worker.pg.replica import Replica
 from dblog_worker.pg.stream import ReplicationStream
 from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView, message_prefix
 from dblog_worker.pg.values import libpq_options
 from dblog_worker.pg.visibility import Snapshot
 from dblog_worker.position import Position
-from dblog_worker.requests import KeyTexts
-from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import (
     Chunk,
     ChunkReader,

@@ -1,4 +1,4 @@
-"""A PostgreSQL merge target: the SQL of :class:`~dblog_worker.target.base.Target`.
+"""A PostgreSQL merge target: the SQL of :class:`~dblog_worker.merge.target.Target`.
 
 Row images are parsed once per row with ``json_to_record`` into text columns and
 each text is cast to its target column's type (``format_type`` from the
@@ -8,7 +8,7 @@ Every statement is run with parameters (``()`` when it has none), so psycopg rea
 ``%`` as a placeholder: names are spelled with :func:`~dblog_worker.pg.queries.ident`
 and types with :func:`~dblog_worker.pg.queries.sql_text`, which double it.
 
-Foreign-key action and prune events (:mod:`dblog_worker.target.derived`) apply after the
+Foreign-key action and prune events (:mod:`dblog_worker.merge.derived`) apply after the
 keyed ones, by predicate. A row they delete leaves a tombstone keyed by its typed key
 (``typed:`` and the JSON array of its key columns' text output: the event has no key
 JSON), which the upsert checks besides the landing's key JSON.
@@ -29,15 +29,15 @@ from psycopg.conninfo import conninfo_to_dict
 
 from dblog_worker import names
 from dblog_worker.errors import TargetError, TargetUnavailable
+from dblog_worker.merge import derived
+from dblog_worker.merge.column_types import Encoding, SourceColumn, logical_of
+from dblog_worker.merge.plan import Batch
+from dblog_worker.merge.target import POSITION_COLUMN, TARGET_GONE, Applied, Target
 from dblog_worker.names import split_table
 from dblog_worker.pg.jdbc_tls import jdbc_properties
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.pg.queries import ident, quote_ident, sql_text
 from dblog_worker.pg.values import libpq_options
-from dblog_worker.target import derived
-from dblog_worker.target.base import POSITION_COLUMN, TARGET_GONE, Applied, Target
-from dblog_worker.target.columns import Encoding, SourceColumn, logical_of
-from dblog_worker.target.plan import Batch
 
 __all__ = ["PostgresTarget", "upsert_sql"]
 

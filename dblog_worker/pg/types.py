@@ -1,4 +1,4 @@
-"""PostgreSQL column types as the merge sees them (see :mod:`dblog_worker.target.columns`).
+"""PostgreSQL column types as the merge sees them (see :mod:`dblog_worker.merge.column_types`).
 
 A schema document names each column's ``typname``; arrays carry their element's. A
 column from PostgreSQL keeps its type on a PostgreSQL target; a column from another kind
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dblog_worker.merge.column_types import Encoding, Logical, SourceColumn
 from dblog_worker.pg.encoders import BUILTIN_TYPES
 from dblog_worker.pg.options import POSTGRESQL
-from dblog_worker.target.columns import Encoding, Logical, SourceColumn
 
 _NAMES = {t.name: t for t in BUILTIN_TYPES.values()}
 _ENCODINGS = {"bytea": Encoding.BASE64, "bool": Encoding.BOOL,

@@ -1,5 +1,5 @@
 """How ``dblog verify`` reads and normalizes PostgreSQL tables (see
-:mod:`dblog_worker.verify_sql` for the families, rows and key ranges).
+:mod:`dblog_worker.verify.sql` for the families, rows and key ranges).
 
 ========  ==========================================================
 family    PostgreSQL
@@ -41,7 +41,7 @@ from dblog_worker.pg.encoders import BUILTIN_TYPES, encoder_for
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.pg.queries import ident, sql_text
 from dblog_worker.pg.values import libpq_options
-from dblog_worker.verify_sql import (
+from dblog_worker.verify.sql import (
     Column,
     Family,
     KeyParam,

@@ -8,9 +8,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from dblog_worker.dump import ActiveDump
+from dblog_worker.dump.active import ActiveDump
+from dblog_worker.dump.requests import DumpKind
 from dblog_worker.events import Encoded
-from dblog_worker.requests import DumpKind
 from dblog_worker.telemetry.exposition import MetricWriter, Samples
 from dblog_worker.telemetry.key_ratio import key_ratio, scalar
 

@@ -15,7 +15,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 
 from dblog_worker import __version__
-from dblog_worker.dump import ActiveDump
+from dblog_worker.capture.window import WindowClosed
+from dblog_worker.dump.active import ActiveDump
 from dblog_worker.events import Encoded, LogItem
 from dblog_worker.kinds import DEFAULT
 from dblog_worker.telemetry.checkpoint import CheckpointStatus
@@ -29,7 +30,6 @@ from dblog_worker.telemetry.lifecycle import Lifecycle
 from dblog_worker.telemetry.log_lines import LogLines
 from dblog_worker.telemetry.positions import describe_position
 from dblog_worker.telemetry.windows import OpenWindow, Windows
-from dblog_worker.window import WindowClosed
 
 
 class Telemetry:

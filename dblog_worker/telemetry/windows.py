@@ -6,9 +6,9 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from dblog_worker.capture.window import WindowClosed
 from dblog_worker.events import Encoded
 from dblog_worker.telemetry.exposition import MetricWriter, by_table
-from dblog_worker.window import WindowClosed
 
 
 @dataclass(slots=True)

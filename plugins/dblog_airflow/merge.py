@@ -53,7 +53,7 @@ from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook, as_tables
 from dblog_airflow.links import SparkUiLink
 from dblog_worker.config import Config
 from dblog_worker.config_sections import default_jars
-from dblog_worker.target.submit import (
+from dblog_worker.merge.submit import (
     check_jars,
     job_path,
     merge_job,

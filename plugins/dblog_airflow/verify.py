@@ -10,11 +10,11 @@ from typing import Any
 
 from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook, as_tables
-from dblog_worker import verify as verify_module
-from dblog_worker import verify_report
-from dblog_worker.control import captured_tables
-from dblog_worker.verify import VerifyOptions
-from dblog_worker.verify_report import KeyValues, TableResult, VerifyResult
+from dblog_worker.control.commands import captured_tables
+from dblog_worker.verify import command as verify_module
+from dblog_worker.verify import report as verify_report
+from dblog_worker.verify.command import VerifyOptions
+from dblog_worker.verify.report import KeyValues, TableResult, VerifyResult
 
 __all__ = ["run_verify", "verify_document"]
 

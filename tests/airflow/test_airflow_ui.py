@@ -39,9 +39,9 @@ import pytest
 import redis
 
 from dblog_worker import config as config_module
-from dblog_worker.requests import DumpRequest, Priority, RequestState
-from dblog_worker.state import StateStore
-from dblog_worker.verify import verify
+from dblog_worker.control.store import StateStore
+from dblog_worker.dump.requests import DumpRequest, Priority, RequestState
+from dblog_worker.verify.command import verify
 from tests.airflow.conftest import ROOT, target_sections
 from tests.airflow.live_airflow import LiveAirflow
 from tests.browser import CHROMIUM, Browser, BrowserError

@@ -19,10 +19,10 @@ from airflow.sdk import DAG
 from airflow.serialization.definitions.operatorlink import XComOperatorLink
 from airflow.serialization.serialized_objects import OperatorSerialization
 
+from dblog_worker.control.lease import Lease
+from dblog_worker.control.store import StateStore
+from dblog_worker.dump.requests import RequestState, TableProgress
 from dblog_worker.errors import RequestRejected
-from dblog_worker.lease import Lease
-from dblog_worker.requests import RequestState, TableProgress
-from dblog_worker.state import StateStore
 from tests.airflow.conftest import DblogConnection
 
 SOURCE = "shop"

@@ -31,9 +31,9 @@ from airflow.sdk.exceptions import (
 from dblog_airflow.operators.dump import DblogDumpOperator
 from dblog_airflow.triggers.dump import DblogDumpTrigger
 
-from dblog_worker.dump_spec import DumpSpec
-from dblog_worker.requests import DumpKind, DumpRequest, Priority, RequestState
-from dblog_worker.state import StateStore
+from dblog_worker.control.store import StateStore
+from dblog_worker.dump.requests import DumpKind, DumpRequest, Priority, RequestState
+from dblog_worker.dump.spec import DumpSpec
 from tests.airflow.conftest import DblogConnection
 from tests.airflow.dag_files import DAGS, dag_bag, load_dags
 

@@ -39,8 +39,8 @@ from airflow.serialization.definitions.operatorlink import XComOperatorLink
 from airflow.serialization.serialized_objects import OperatorSerialization
 
 from dblog_worker import config as config_module
-from dblog_worker.state import StateStore
-from dblog_worker.verify import verify
+from dblog_worker.control.store import StateStore
+from dblog_worker.verify.command import verify
 from tests.airflow.conftest import DblogConnection, target_sections
 from tests.airflow.dag_files import load_dags
 from tests.integration.harness import WorkerProcess, replay, wait_for, write_config

@@ -24,15 +24,15 @@ from dblog_airflow.hooks.dblog import (
     redis_url,
 )
 
-from dblog_worker.errors import ConfigError, CorruptRequest, RequestRejected, StateUnavailable
-from dblog_worker.requests import (
+from dblog_worker.control.store import StateStore
+from dblog_worker.dump.requests import (
     DEFAULT_CHUNK_SIZE,
     DumpKind,
     MalformedRequest,
     Priority,
     RequestState,
 )
-from dblog_worker.state import StateStore
+from dblog_worker.errors import ConfigError, CorruptRequest, RequestRejected, StateUnavailable
 from tests.airflow.conftest import DblogConnection
 from tests.integration.harness import write_config
 from tests.services import free_port

@@ -23,8 +23,8 @@ from airflow.models.dagrun import DagRun
 
 from dblog_worker import config as config_module
 from dblog_worker.landing.parquet import LandingZone
-from dblog_worker.target.merge import merge_source
-from dblog_worker.verify import verify
+from dblog_worker.merge.loop import merge_source
+from dblog_worker.verify.command import verify
 from tests.airflow.conftest import DblogConnection, target_sections
 from tests.airflow.dag_files import load_dags
 from tests.integration.harness import WorkerProcess, cli, dump, wait_for, wait_request, write_config

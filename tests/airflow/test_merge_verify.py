@@ -21,7 +21,7 @@ from dblog_airflow.merge import MERGED, DblogMergeOperator, merge_operator
 from dblog_airflow.verify import run_verify
 
 from dblog_worker import config as config_module
-from dblog_worker.target.submit import job_path, spark_submit, submit_command
+from dblog_worker.merge.submit import job_path, spark_submit, submit_command
 from tests.airflow.conftest import DblogConnection, target_sections
 from tests.integration.harness import write_config
 from tests.integration.test_merge_secrets import CommandLines

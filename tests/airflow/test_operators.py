@@ -18,10 +18,10 @@ from dblog_airflow.operators.control import (
 )
 from dblog_airflow.operators.dump import DblogDumpOperator
 
-from dblog_worker.dump_spec import DumpSpec
-from dblog_worker.requests import DumpKind, Priority, RequestState
-from dblog_worker.state import StateStore
-from dblog_worker.throttle import ThrottlePolicy
+from dblog_worker.control.store import StateStore
+from dblog_worker.dump.requests import DumpKind, Priority, RequestState
+from dblog_worker.dump.spec import DumpSpec
+from dblog_worker.dump.throttle import ThrottlePolicy
 from tests.airflow.conftest import DblogConnection
 from tests.services import free_port
 

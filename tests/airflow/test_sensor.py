@@ -22,8 +22,8 @@ from airflow.triggers.base import TriggerEvent
 from dblog_airflow.sensors.dump import DblogDumpSensor
 from dblog_airflow.triggers.dump import DblogDumpTrigger, Progress, describe_progress
 
-from dblog_worker.requests import DumpKind, DumpRequest, RequestState, TableProgress
-from dblog_worker.state import StateStore
+from dblog_worker.control.store import StateStore
+from dblog_worker.dump.requests import DumpKind, DumpRequest, RequestState, TableProgress
 from tests.airflow.conftest import DblogConnection
 
 SOURCE = "shop"

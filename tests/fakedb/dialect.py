@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dblog_worker.config import SourceConfig, TargetConfig
 from dblog_worker.errors import ConfigError
+from dblog_worker.merge.target import Target
 from dblog_worker.position import Position
 from dblog_worker.source import SchemaVersion
-from dblog_worker.target.base import Target
 from tests.fakedb.options import FakeRules
 from tests.fakedb.source import FakeSource
 

@@ -17,17 +17,17 @@ from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
+from dblog_worker.capture.window import is_low_watermark
 from dblog_worker.config import SourceConfig
+from dblog_worker.dump.requests import KeyTexts
+from dblog_worker.dump.row_filter import Condition, RowFilter
+from dblog_worker.dump.row_filter import Op as Cmp
 from dblog_worker.errors import DumpFailed, LogGone, RequestRejected, SourceUnavailable
 from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin, Unseen, Watermark
 from dblog_worker.position import Position
-from dblog_worker.requests import KeyTexts
-from dblog_worker.row_filter import Condition, RowFilter
-from dblog_worker.row_filter import Op as Cmp
 from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion, locked
 from dblog_worker.table_patterns import Candidate, Rescan, Selection
 from dblog_worker.tables import HEARTBEAT, WATERMARK_SCHEMA, CapturedSet
-from dblog_worker.window import is_low_watermark
 from tests.fakedb.database import (
     Column,
     DatabaseError,

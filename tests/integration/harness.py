@@ -26,6 +26,7 @@ import pytest
 import redis
 
 from dblog_worker.cli import main as cli_main
+from dblog_worker.control.store import StateStore
 from dblog_worker.errors import RequestRejected
 from dblog_worker.foreign_keys import apply_actions, parse_actions, parse_prune
 from dblog_worker.landing.parquet import read_events
@@ -35,7 +36,6 @@ from dblog_worker.mysql.catalog import ident as my_ident
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.pg.pgoutput import parse_lsn
 from dblog_worker.pg.queries import ident as pg_ident
-from dblog_worker.state import StateStore
 from tests.services import MariaDBServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,12 +25,12 @@ import redis
 
 from dblog_worker import cli
 from dblog_worker import config as config_module
-from dblog_worker.admission import queue_repairs
+from dblog_worker.control.store import StateStore
 from dblog_worker.dialect import dialect
+from dblog_worker.dump.admission import queue_repairs
+from dblog_worker.dump.requests import DumpKind, DumpRequest, MalformedRequest
 from dblog_worker.errors import CorruptRequest, CorruptState, LeaseLost, RequestRejected
 from dblog_worker.http.server import ControlServer
-from dblog_worker.requests import DumpKind, DumpRequest, MalformedRequest
-from dblog_worker.state import StateStore
 from dblog_worker.telemetry import Telemetry
 from tests.integration.harness import (
     Workers,

@@ -25,8 +25,8 @@ from pyspark.sql import SparkSession
 
 from dblog_worker import config as config_module
 from dblog_worker.landing.parquet import LandingZone
-from dblog_worker.target.merge import merge_source
-from dblog_worker.verify import verify
+from dblog_worker.merge.loop import merge_source
+from dblog_worker.verify.command import verify
 from spark.merge import spark_stager
 from tests.integration.harness import MariaDatabase, WorkerProcess, wait_for
 from tests.integration.test_same_bytes import (

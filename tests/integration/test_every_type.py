@@ -45,7 +45,7 @@ from pyspark.sql import SparkSession
 from dblog_worker import config as config_module
 from dblog_worker.cli import main as cli_main
 from dblog_worker.landing.parquet import LandingZone, read_events
-from dblog_worker.target.merge import MergeReport, merge_source
+from dblog_worker.merge.loop import MergeReport, merge_source
 from spark.merge import spark_stager
 from tests.integration.harness import Workers, cli, wait_for, write_config
 from tests.services import MariaDBServer, PostgresServer

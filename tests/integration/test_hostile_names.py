@@ -56,12 +56,12 @@ from dblog_worker import config as config_module
 from dblog_worker.cli import main as cli_main
 from dblog_worker.config import name_problem
 from dblog_worker.landing.parquet import LandingZone, read_events
+from dblog_worker.merge.loop import merge_source
+from dblog_worker.merge.target import POSITION_COLUMN
 from dblog_worker.mysql.catalog import ident as my_ident
 from dblog_worker.mysql.options import MYSQL
 from dblog_worker.pg.queries import ident as pg_ident
 from dblog_worker.table_patterns import escape
-from dblog_worker.target.base import POSITION_COLUMN
-from dblog_worker.target.merge import merge_source
 from spark.merge import spark_stager
 from tests.integration.harness import (
     MySession,

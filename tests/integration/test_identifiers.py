@@ -26,20 +26,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dblog_worker import verify_ranges as ranges
-from dblog_worker import verify_sql as vs
 from dblog_worker.config import TargetConfig, name_problem
+from dblog_worker.merge.column_types import Encoding, SourceColumn
+from dblog_worker.merge.plan import Batch
 from dblog_worker.mysql import catalog as my_queries
 from dblog_worker.mysql import target as my_target
-from dblog_worker.mysql.columns import Kind, MyColumn
+from dblog_worker.mysql.column_model import Kind, MyColumn
 from dblog_worker.mysql.options import MYSQL
 from dblog_worker.mysql.target import MySQLTarget
 from dblog_worker.pg import queries as pg_queries
 from dblog_worker.pg import target as pg_target
 from dblog_worker.pg.options import POSTGRESQL
-from dblog_worker.target.columns import Encoding, SourceColumn
-from dblog_worker.target.plan import Batch
-from dblog_worker.verify_sql import Column, Family, TableDescription
+from dblog_worker.verify import ranges
+from dblog_worker.verify import sql as vs
+from dblog_worker.verify.sql import Column, Family, TableDescription
 from tests.services import MariaDBServer, PostgresServer
 
 CLASSICS = ["disc%", "a%sb", "%%", 'x"y', "a`b", "with space", "dot.ted", "naïve ünïcode ☃",

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
+from dblog_worker.control.lease import Lease
+from dblog_worker.control.store import StateStore
+from dblog_worker.dump.requests import DumpKind, RequestState, TableProgress
 from dblog_worker.errors import LeaseLost, StateUnavailable
-from dblog_worker.lease import Lease
-from dblog_worker.requests import DumpKind, RequestState, TableProgress
-from dblog_worker.state import StateStore
 from tests.services import free_port
 
 SOURCE = "shop"

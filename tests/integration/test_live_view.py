@@ -25,9 +25,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from dblog_worker.control.store import StateStore
 from dblog_worker.landing.parquet import LandingZone, read_events
 from dblog_worker.pg.pgoutput import parse_lsn
-from dblog_worker.state import StateStore
 from tests.integration.harness import (
     PgDatabase,
     WorkerProcess,

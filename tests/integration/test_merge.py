@@ -29,13 +29,13 @@ from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.landing.parquet_files import FileSegment as Segment
 from dblog_worker.landing.sink import LandedReader
+from dblog_worker.merge.loop import MergeReport, merge_source, open_target
+from dblog_worker.merge.plan import Batch, stage_name
+from dblog_worker.merge.submit import submit_command
+from dblog_worker.merge.target import Target
 from dblog_worker.pg.target import PostgresTarget
 from dblog_worker.pg.values import libpq_options
 from dblog_worker.position import Position
-from dblog_worker.target.base import Target
-from dblog_worker.target.merge import MergeReport, merge_source, open_target
-from dblog_worker.target.plan import Batch, stage_name
-from dblog_worker.target.submit import submit_command
 from spark import merge as merge_job
 from spark.merge import spark_stager
 from tests.services import MariaDBServer

@@ -58,10 +58,10 @@ from dblog_worker import config as config_module
 from dblog_worker.cli import main as cli_main
 from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.landing.parquet import LandingZone, read_events
+from dblog_worker.merge.loop import MergeReport, TableReport, merge_source
+from dblog_worker.merge.plan import stage_name
+from dblog_worker.merge.target import POSITION_COLUMN
 from dblog_worker.position import Position
-from dblog_worker.target.base import POSITION_COLUMN
-from dblog_worker.target.merge import MergeReport, TableReport, merge_source
-from dblog_worker.target.plan import stage_name
 from spark.merge import spark_stager
 from tests.integration.harness import (
     ROOT,

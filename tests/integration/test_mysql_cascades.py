@@ -33,8 +33,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dblog_worker import config as config_module
-from dblog_worker.state import StateStore
-from dblog_worker.target.merge import merge_source
+from dblog_worker.control.store import StateStore
+from dblog_worker.merge.loop import merge_source
 from spark.merge import spark_stager
 from tests.integration.harness import (
     SOURCE,

@@ -26,10 +26,10 @@ import pymysql
 import pytest
 
 from dblog_worker import config as config_module
+from dblog_worker.control.store import StateStore
 from dblog_worker.events import DumpRows
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.position import Position
-from dblog_worker.state import StateStore
 from dblog_worker.tables import WATERMARK_SCHEMA
 from tests.integration.harness import (
     HOSTILE,

@@ -16,8 +16,8 @@ from typing import Any
 import pymysql
 import pytest
 
+from dblog_worker.control.store import StateStore
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint
-from dblog_worker.state import StateStore
 from tests.integration.harness import (
     SOURCE,
     Backend,

@@ -26,7 +26,7 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from dblog_worker.mysql.columns import (
+from dblog_worker.mysql.column_model import (
     COLUMNS_SQL,
     Kind,
     MyColumn,
@@ -35,14 +35,14 @@ from dblog_worker.mysql.columns import (
     columns_from_binlog,
     select_list,
 )
-from dblog_worker.mysql.resultset import DumpConnection
-from dblog_worker.mysql.rowimage import row_images
-from dblog_worker.mysql.rowtext import key_row_reader
-from dblog_worker.mysql.session import (
+from dblog_worker.mysql.connection import (
     BINLOG_READER_OPTIONS,
     MY_SESSION_SETTINGS,
     dump_connection_options,
 )
+from dblog_worker.mysql.resultset import DumpConnection
+from dblog_worker.mysql.rowimage import row_images
+from dblog_worker.mysql.rowtext import key_row_reader
 from dblog_worker.mysql.values import MyRowCodec
 from tests.mysql_columns import same_column
 from tests.services import MariaDBServer

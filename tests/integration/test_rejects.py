@@ -20,8 +20,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from dblog_worker.control.store import StateStore
 from dblog_worker.landing.parquet import LandingZone, read_events
-from dblog_worker.state import StateStore
 from tests.integration.harness import (
     WorkerProcess,
     cli,

@@ -27,10 +27,10 @@ import pymysql
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+from dblog_worker.control.store import StateStore
 from dblog_worker.mysql.catalog import qualified as my_qualified
 from dblog_worker.names import split_table
 from dblog_worker.pg.queries import qualified as pg_qualified
-from dblog_worker.state import StateStore
 from tests.integration.harness import (
     HOSTILE,
     PARTITIONED,

@@ -29,18 +29,18 @@ import pytest
 import redis
 
 from dblog_worker import config as config_module
+from dblog_worker.capture.worker import Worker
 from dblog_worker.config import Config
+from dblog_worker.control.store import StateStore
 from dblog_worker.dialect import open_source
+from dblog_worker.dump.requests import KeyTexts
+from dblog_worker.dump.row_filter import RowFilter
 from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint
 from dblog_worker.position import Position
-from dblog_worker.requests import KeyTexts
-from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion, Source
-from dblog_worker.state import StateStore
 from dblog_worker.table_patterns import Rescan, Selection
-from dblog_worker.worker import Worker
 from tests.integration.harness import (
     HOSTILE,
     PARTITIONED,

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import redis
 
-from dblog_worker.admission import queue_prunes
-from dblog_worker.errors import ConfigError, RequestRejected, StateUnavailable
-from dblog_worker.requests import (
+from dblog_worker.control.store import StateStore
+from dblog_worker.dump.admission import queue_prunes
+from dblog_worker.dump.requests import (
     TRANSITIONS,
     DumpKind,
     DumpRequest,
@@ -25,7 +25,7 @@ from dblog_worker.requests import (
     RequestState,
     TableProgress,
 )
-from dblog_worker.state import StateStore
+from dblog_worker.errors import ConfigError, RequestRejected, StateUnavailable
 from tests.services import RedisServer
 
 SOURCE = "shop"
@@ -173,7 +173,7 @@ def test_the_queue_is_by_priority_then_age(store: StateStore) -> None:
 
 def test_the_queue_is_read_page_by_page(store: StateStore, monkeypatch: pytest.MonkeyPatch
                                         ) -> None:
-    monkeypatch.setattr("dblog_worker.request_store.QUEUE_PAGE", 3)
+    monkeypatch.setattr("dblog_worker.control.request_store.QUEUE_PAGE", 3)
     for _ in range(8):
         tables_dump(store)
     for request_id in ("dump-1", "dump-2", "dump-3", "dump-4"):

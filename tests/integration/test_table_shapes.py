@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 
 from dblog_worker import config as config_module
 from dblog_worker.landing.parquet import LandingZone, read_events
-from dblog_worker.target.merge import merge_source
+from dblog_worker.merge.loop import merge_source
 from spark.merge import spark_stager
 from tests.integration.harness import (
     SOURCE,

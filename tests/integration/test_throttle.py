@@ -14,9 +14,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from dblog_worker.control.store import StateStore
 from dblog_worker.mysql import pressure as my_pressure
 from dblog_worker.pg import pressure as pg_pressure
-from dblog_worker.state import StateStore
 from tests.integration.harness import (
     SOURCE,
     Backend,

@@ -29,8 +29,8 @@ import pytest
 from dblog_worker import config as config_module
 from dblog_worker.cli import main
 from dblog_worker.dialect import open_source
-from dblog_worker.requests import parse_keys
-from dblog_worker.verify import VerifyOptions, verify
+from dblog_worker.dump.requests import parse_keys
+from dblog_worker.verify.command import VerifyOptions, verify
 from tests.services import MariaDBServer, PostgresServer, free_port
 
 UTC = dt.UTC

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dblog_worker.capture.output import OutputBuffer
+from dblog_worker.capture.window import WindowClosed
 from dblog_worker.events import ChangeEvent, Op, Origin
-from dblog_worker.output import OutputBuffer
-from dblog_worker.window import WindowClosed
 
 
 def dump_events(

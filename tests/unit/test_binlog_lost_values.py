@@ -15,7 +15,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from dblog_worker.events import ChangeEvent, IncompleteRow, LogItem, Op
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint
-from dblog_worker.mysql.columns import Kind, MyColumn
+from dblog_worker.mysql.column_model import Kind, MyColumn
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
 from dblog_worker.mysql.values import MyRowCodec
 from tests.unit.test_binlog_xa import FILE, event, feed

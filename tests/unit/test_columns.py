@@ -1,4 +1,5 @@
-"""ColumnCodec (dblog_worker.pg.columns): byte-identical to values.RowCodec, a column at a time."""
+"""ColumnCodec (dblog_worker.pg.column_codec): byte-identical to values.RowCodec, a
+column at a time."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dblog_worker.pg import columns
-from dblog_worker.pg.columns import ColumnCodec
+from dblog_worker.pg import column_codec as columns
+from dblog_worker.pg.column_codec import ColumnCodec
 from dblog_worker.pg.encoders import BUILTIN_TYPES, PgType
 from dblog_worker.pg.values import RowCodec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dblog_worker.target.derived import ActionRun, Prune, Slot, plan
+from dblog_worker.merge.derived import ActionRun, Prune, Slot, plan
 
 
 def p(n: int) -> str:

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from dblog_worker.chunks import EMPTY, BoundRead, ChunkRead, KeyBatch, KeyRange, done
-from dblog_worker.dump import RETRY_S, ActiveDump, WindowRead
+from dblog_worker.capture.window import WindowClosed
+from dblog_worker.dump.active import RETRY_S, ActiveDump, WindowRead
+from dblog_worker.dump.plans import EMPTY, BoundRead, ChunkRead, KeyBatch, KeyRange, done
+from dblog_worker.dump.requests import DumpKind, DumpRequest, KeyTexts, RequestState, TableProgress
 from dblog_worker.events import ChangeEvent, Op, Origin, Watermark
 from dblog_worker.position import Position
-from dblog_worker.requests import DumpKind, DumpRequest, KeyTexts, RequestState, TableProgress
-from dblog_worker.window import WindowClosed
 
 
 class Bounds:

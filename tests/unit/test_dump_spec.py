@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from dblog_worker.dump_spec import MAX_CLIENT_TOKEN, DumpSpec, Knobs
+from dblog_worker.dump.requests import DEFAULT_CHUNK_SIZE, MAX_KEYS, DumpKind, Priority
+from dblog_worker.dump.spec import MAX_CLIENT_TOKEN, DumpSpec, Knobs
 from dblog_worker.errors import RequestRejected
-from dblog_worker.requests import DEFAULT_CHUNK_SIZE, MAX_KEYS, DumpKind, Priority
 
 
 def test_accepted_specs() -> None:

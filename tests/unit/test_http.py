@@ -13,11 +13,11 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
 from dblog_worker.config_sections import HttpConfig
-from dblog_worker.control import request_json
+from dblog_worker.control.commands import request_json
+from dblog_worker.dump.requests import DumpKind, DumpRequest, RequestState, TableProgress
 from dblog_worker.http.api import ROUTES, ApiError, Route
 from dblog_worker.http.openapi import document
 from dblog_worker.http.server import _loopback_host, _query, _request_id, bind_problem
-from dblog_worker.requests import DumpKind, DumpRequest, RequestState, TableProgress
 from dblog_worker.telemetry import Telemetry
 
 METHODS = {"get", "post", "patch", "put", "delete"}

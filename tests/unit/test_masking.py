@@ -29,10 +29,10 @@ from dblog_worker.masking import (
     hash_column,
     parse_rules,
 )
-from dblog_worker.mysql.columns import Kind, MyColumn, schema_document
+from dblog_worker.mysql.column_model import Kind, MyColumn, schema_document
 from dblog_worker.mysql.values import MyRowCodec
-from dblog_worker.pg.chunks import schema_document as pg_schema_document
-from dblog_worker.pg.columns import ColumnCodec
+from dblog_worker.pg.column_codec import ColumnCodec
+from dblog_worker.pg.reads import schema_document as pg_schema_document
 from dblog_worker.pg.values import RowCodec
 from tests.unit.test_columns import CATALOG, INT4, TEXT, tables, to_columns
 

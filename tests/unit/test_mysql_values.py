@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from pymysqlreplication.column import Column
 from pymysqlreplication.constants import FIELD_TYPE
 
-from dblog_worker.mysql.columns import (
+from dblog_worker.mysql.column_model import (
     COLUMNS_SQL,
     Kind,
     MyColumn,
@@ -34,7 +34,7 @@ from dblog_worker.mysql.columns import (
     schema_document,
     select_list,
 )
-from dblog_worker.mysql.session import (
+from dblog_worker.mysql.connection import (
     BINLOG_READER_OPTIONS,
     DUMP_CONV,
     MY_SESSION_SETTINGS,

@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from dblog_worker.capture.output import OutputBuffer, landing_errors
 from dblog_worker.errors import OutputUnavailable
 from dblog_worker.events import ChangeEvent, Encoded, Op, Origin, PendingRows
 from dblog_worker.landing.parquet import LandingZone, read_events
-from dblog_worker.output import OutputBuffer, landing_errors
 from dblog_worker.position import Position
 from tests.unit.helpers import flush
 

@@ -13,10 +13,10 @@ from concurrent.futures import Future
 import pyarrow as pa
 import pytest
 
-from dblog_worker.chunks import KeyRange, KeyRanges, TablePlanner, whole_prefix
+from dblog_worker.dump.plans import KeyRange, KeyRanges, TablePlanner, whole_prefix
+from dblog_worker.dump.requests import DumpKind, DumpRequest, KeyTexts, RequestState, TableProgress
 from dblog_worker.errors import ChunkStale
 from dblog_worker.events import Encoded
-from dblog_worker.requests import DumpKind, DumpRequest, KeyTexts, RequestState, TableProgress
 from dblog_worker.source import Chunk, ChunkReader, KeysChunk
 
 TABLE = "public.t"

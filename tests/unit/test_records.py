@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from dblog_worker.errors import CorruptRequest, CorruptState, DumpFailed, TerminalError
-from dblog_worker.requests import (
+from dblog_worker.control.store import check_checkpoint
+from dblog_worker.dump.requests import (
     REQUEST_REQUIRED,
     DumpKind,
     DumpRequest,
@@ -18,7 +18,7 @@ from dblog_worker.requests import (
     key_record,
     repair_token,
 )
-from dblog_worker.state import check_checkpoint
+from dblog_worker.errors import CorruptRequest, CorruptState, DumpFailed, TerminalError
 
 KEY = "dblog:v1:src:request:dump-7"
 GOOD = {

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from dblog_worker.capture import dumped_since, needs_dump, new_table_token, status_lines
+from dblog_worker.capture.follower import dumped_since, needs_dump, new_table_token, status_lines
+from dblog_worker.capture.reload import differences, reload
 from dblog_worker.config import Config, load
-from dblog_worker.reload import differences, reload
-from dblog_worker.requests import DumpKind, DumpRequest, RequestState
+from dblog_worker.dump.requests import DumpKind, DumpRequest, RequestState
 
 BASE = """
 [source]

@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dblog_worker import requests as requests_module
-from dblog_worker.errors import CorruptRequest, RequestRejected
-from dblog_worker.requests import (
+from dblog_worker.dump import requests as requests_module
+from dblog_worker.dump.requests import (
     MAX_CHUNK_SIZE,
     MAX_DELAY_MS,
     MAX_KEYS,
@@ -32,6 +31,7 @@ from dblog_worker.requests import (
     queue_score,
     sources_of,
 )
+from dblog_worker.errors import CorruptRequest, RequestRejected
 
 Q = RequestState.QUEUED
 R = RequestState.RUNNING

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dblog_worker.dump_spec import DumpSpec
+from dblog_worker.dump.requests import DumpKind, DumpRequest, RequestState
+from dblog_worker.dump.row_filter import MAX_CONDITIONS, Condition, Op, RowFilter, key_argument
+from dblog_worker.dump.spec import DumpSpec
 from dblog_worker.errors import CorruptRequest, RequestRejected
 from dblog_worker.mysql import catalog as my
 from dblog_worker.pg import queries as pg
-from dblog_worker.requests import DumpKind, DumpRequest, RequestState
-from dblog_worker.row_filter import MAX_CONDITIONS, Condition, Op, RowFilter, key_argument
 
 REGIONS = RowFilter.of([{"column": "region", "op": "in", "values": ["EU", "US"]},
                         {"column": "created_at", "op": ">=", "value": "2026-01-01"}])

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pymysqlreplication.constants import FIELD_TYPE
 
-from dblog_worker.mysql.columns import Kind, MyColumn
+from dblog_worker.mysql.column_model import Kind, MyColumn
 from dblog_worker.mysql.rowimage import row_images
 from dblog_worker.mysql.rowtext import key_row_reader
 from dblog_worker.mysql.values import MyRowCodec

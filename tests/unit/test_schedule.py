@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from dblog_worker.requests import Priority
-from dblog_worker.schedule import Ready, Scheduler
+from dblog_worker.dump.requests import Priority
+from dblog_worker.dump.schedule import Ready, Scheduler
 
 
 def ready(dump_id: str, priority: Priority, number: int) -> Ready:

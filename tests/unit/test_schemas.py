@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from dblog_worker.capture.schemas import SchemaRegistry
 from dblog_worker.landing.parquet import LandingZone
-from dblog_worker.schemas import SchemaRegistry
 
 A, B = "public.a", "public.b"
 SOURCE = "shop"

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from dblog_worker import config as config_module
+from dblog_worker.capture.output import OutputBuffer
+from dblog_worker.capture.schemas import SchemaRegistry
 from dblog_worker.errors import ConfigError, LeaseLost, SegmentCorrupt
 from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.landing.arrow import Item, first_position, last_position
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.landing.sink import FORMATS, LandedReader, Sink, open_reader, open_sink
-from dblog_worker.output import OutputBuffer
 from dblog_worker.position import Position
-from dblog_worker.schemas import SchemaRegistry
 from tests.unit.helpers import flush
 
 TABLE = "public.orders"

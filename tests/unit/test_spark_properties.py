@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dblog_worker.target.submit import spark_defaults, write_properties
+from dblog_worker.merge.submit import spark_defaults, write_properties
 
 
 def java_properties(text: str) -> dict[str, str]:

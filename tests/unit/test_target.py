@@ -14,26 +14,26 @@ from dblog_worker.config import TargetConfig
 from dblog_worker.errors import ConfigError, SegmentCorrupt, TargetError
 from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.landing.parquet import LandingZone
-from dblog_worker.mysql.options import MYSQL, url_args
-from dblog_worker.mysql.target import MySQLTarget, typed, widened
-from dblog_worker.mysql.target import convert as my_convert
-from dblog_worker.pg import target as postgres
-from dblog_worker.pg.options import POSTGRESQL
-from dblog_worker.position import Position
-from dblog_worker.target.columns import (
+from dblog_worker.merge.column_types import (
     Encoding,
     SourceColumn,
     columns_of,
     target_type,
     union_columns,
 )
-from dblog_worker.target.plan import (
+from dblog_worker.merge.plan import (
     Batch,
     MergeLogEntry,
     next_batch,
     pending_segments,
     stage_name,
 )
+from dblog_worker.mysql.options import MYSQL, url_args
+from dblog_worker.mysql.target import MySQLTarget, typed, widened
+from dblog_worker.mysql.target import convert as my_convert
+from dblog_worker.pg import target as postgres
+from dblog_worker.pg.options import POSTGRESQL
+from dblog_worker.position import Position
 
 PG_SCHEMA = {
     "columns": [

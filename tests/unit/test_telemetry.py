@@ -15,18 +15,18 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from dblog_worker.dump import ActiveDump
+from dblog_worker.capture.output import OutputBuffer
+from dblog_worker.capture.window import WindowClosed
+from dblog_worker.dump.active import ActiveDump
+from dblog_worker.dump.requests import DumpKind, DumpRequest, Priority, RequestState
 from dblog_worker.errors import SourceUnavailable
 from dblog_worker.events import ChangeEvent, Checkpoint, Encoded, Op, Origin, PendingRows, Watermark
 from dblog_worker.landing.parquet import LandingZone
-from dblog_worker.output import OutputBuffer
 from dblog_worker.position import Position
-from dblog_worker.requests import DumpKind, DumpRequest, Priority, RequestState
 from dblog_worker.telemetry import Telemetry
 from dblog_worker.telemetry.key_ratio import key_ratio
 from dblog_worker.telemetry.log_lines import LOG_FEED_INTERVAL_S
 from dblog_worker.telemetry.positions import describe_position
-from dblog_worker.window import WindowClosed
 
 T = "public.orders"
 NOW = 1_800_000_000.0

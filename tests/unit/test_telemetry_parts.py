@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 from prometheus_client import CollectorRegistry
 
+from dblog_worker.capture.window import WindowClosed
 from dblog_worker.events import ChangeEvent, Checkpoint, Op, Origin, Watermark
 from dblog_worker.position import Position
 from dblog_worker.telemetry.checkpoint import QUIET_CHECKPOINT_S, CheckpointStatus
@@ -22,7 +23,6 @@ from dblog_worker.telemetry.landed import Landed
 from dblog_worker.telemetry.lifecycle import Lifecycle
 from dblog_worker.telemetry.log_lines import LOG_FEED_INTERVAL_S, LogLines
 from dblog_worker.telemetry.windows import OpenWindow, Windows
-from dblog_worker.window import WindowClosed
 
 T = "public.orders"
 NOW = 1_800_000_000.0

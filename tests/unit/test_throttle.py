@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from dblog_worker.dump import ActiveDump
-from dblog_worker.errors import CorruptRequest, RequestRejected, SourceUnavailable
-from dblog_worker.pacing import Pacer
-from dblog_worker.requests import DumpKind, DumpRequest, RequestState
-from dblog_worker.throttle import (
+from dblog_worker.dump.active import ActiveDump
+from dblog_worker.dump.pacing import Pacer
+from dblog_worker.dump.requests import DumpKind, DumpRequest, RequestState
+from dblog_worker.dump.throttle import (
     FLOOR_MS,
     MAX_THROTTLE_MS,
     MB,
@@ -18,6 +17,7 @@ from dblog_worker.throttle import (
     ThrottlePolicy,
     check_limit,
 )
+from dblog_worker.errors import CorruptRequest, RequestRejected, SourceUnavailable
 
 CHUNK = ThrottlePolicy(max_chunk_ms=100)
 

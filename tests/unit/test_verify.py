@@ -13,25 +13,25 @@ from pathlib import Path
 
 import pytest
 
-from dblog_worker import verify_ranges as ranges
-from dblog_worker import verify_sql as vs
+from dblog_worker.dump.requests import parse_keys
 from dblog_worker.errors import RequestRejected
 from dblog_worker.mysql import verify_sql as my_verify
-from dblog_worker.mysql.columns import column_from_information_schema
+from dblog_worker.mysql.column_model import column_from_information_schema
 from dblog_worker.mysql.options import MYSQL
 from dblog_worker.pg import verify_sql as pg_verify
 from dblog_worker.pg.options import POSTGRESQL
-from dblog_worker.requests import parse_keys
-from dblog_worker.verify import InParallel, VerifyOptions, busy_seconds
-from dblog_worker.verify_report import (
+from dblog_worker.verify import ranges
+from dblog_worker.verify import sql as vs
+from dblog_worker.verify.command import InParallel, VerifyOptions, busy_seconds
+from dblog_worker.verify.report import (
     TableResult,
     VerifyResult,
     keys_document,
     keys_paths,
     render,
 )
-from dblog_worker.verify_sql import Column, Family, TableDescription, VerifyFailed
-from dblog_worker.verify_walk import (
+from dblog_worker.verify.sql import Column, Family, TableDescription, VerifyFailed
+from dblog_worker.verify.walk import (
     Differences,
     Key,
     Sides,

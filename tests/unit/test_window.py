@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from dblog_worker.capture.window import Reconciler, WindowState
 from dblog_worker.errors import ProtocolError
 from dblog_worker.events import EVERY_TABLE, ChangeEvent, Op, Origin, Unseen, Watermark
 from dblog_worker.position import Position
-from dblog_worker.window import Reconciler, WindowState
 from tests.unit.helpers import dump_events
 
 RUN = "run1"

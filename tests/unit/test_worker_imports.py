@@ -11,7 +11,7 @@ CHECK = """
 import sys
 from dblog_worker.cli import without_pandas
 without_pandas()
-import dblog_worker.session, dblog_worker.pg.source, dblog_worker.mysql.source
+import dblog_worker.capture.session, dblog_worker.pg.source, dblog_worker.mysql.source
 import io, pyarrow as pa, pyarrow.parquet as pq
 table = pa.table({"a": pa.array(["x", None]), "b": pa.array([1, 2], pa.int64())})
 buffer = io.BytesIO()

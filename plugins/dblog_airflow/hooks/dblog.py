@@ -34,17 +34,10 @@ import redis
 from airflow.sdk import BaseHook
 
 from dblog_worker import config as config_module
-from dblog_worker import control
 from dblog_worker.config import NAME, Config
-from dblog_worker.dump_spec import DumpSpec, Knobs
-from dblog_worker.errors import (
-    ConfigError,
-    DblogError,
-    RequestRejected,
-    SourceUnavailable,
-    StateUnavailable,
-)
-from dblog_worker.requests import (
+from dblog_worker.control import commands as control
+from dblog_worker.control.store import StateStore
+from dblog_worker.dump.requests import (
     COMMANDS,
     DEFAULT_CHUNK_SIZE,
     DumpKind,
@@ -54,7 +47,14 @@ from dblog_worker.requests import (
     RequestState,
     TableProgress,
 )
-from dblog_worker.state import StateStore
+from dblog_worker.dump.spec import DumpSpec, Knobs
+from dblog_worker.errors import (
+    ConfigError,
+    DblogError,
+    RequestRejected,
+    SourceUnavailable,
+    StateUnavailable,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -176,7 +176,7 @@ def as_keys(value: object) -> list[object] | None:
 
 def as_where(value: object) -> object:
     """A filter's conditions from a list, its JSON (or Python) text, or one condition (a
-    mapping); None when there are none. :class:`~dblog_worker.row_filter.RowFilter` checks
+    mapping); None when there are none. :class:`~dblog_worker.dump.row_filter.RowFilter` checks
     each condition."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
@@ -228,7 +228,7 @@ def spec_of(scope: object, tables: object = (), keys: object = None, *,
             client_token: str | None = None, parallelism: object = 1, where: object = None,
             from_key: object = None, to_key: object = None,
             throttle: Mapping[str, object] | None = None, priority: object = None) -> DumpSpec:
-    """A :class:`~dblog_worker.dump_spec.DumpSpec` from separate values, each a value or
+    """A :class:`~dblog_worker.dump.spec.DumpSpec` from separate values, each a value or
     its text as a rendered template gives it (:func:`as_tables`, :func:`as_keys`, ...).
     The DAGs pass a spec's JSON instead (``DblogDumpOperator(spec=...)``)."""
     return DumpSpec.of(scope, as_tables(tables), as_keys(keys),
@@ -372,7 +372,7 @@ class DblogHook(BaseHook):
 
     def create(self, spec: DumpSpec) -> DumpRequest:
         """Queue the dump ``spec`` asks for, like ``dblog dump``
-        (:func:`dblog_worker.control.create_dump`); with a client token used before, return
+        (:func:`dblog_worker.control.commands.create_dump`); with a client token used before, return
         that request instead (no second dump).
 
         With the worker's configuration (the connection's ``config``), the request is

@@ -15,7 +15,7 @@ from airflow.sdk import BaseOperator
 
 from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook
-from dblog_worker.requests import COMMANDS, RequestState
+from dblog_worker.dump.requests import COMMANDS, RequestState
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

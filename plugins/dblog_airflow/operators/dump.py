@@ -12,9 +12,9 @@ from airflow.sdk.exceptions import AirflowException
 from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook, spec_of
 from dblog_airflow.links import DblogLiveViewLink
-from dblog_worker.dump_spec import DumpSpec
+from dblog_worker.dump.requests import DEFAULT_CHUNK_SIZE
+from dblog_worker.dump.spec import DumpSpec
 from dblog_worker.errors import RequestRejected
-from dblog_worker.requests import DEFAULT_CHUNK_SIZE
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -53,7 +53,7 @@ class DblogDumpOperator(BaseOperator):
     the task without retries.
 
     The request is either one ``spec``, the JSON of a
-    :class:`~dblog_worker.dump_spec.DumpSpec` (what the DAGs pass: their ``check`` task
+    :class:`~dblog_worker.dump.spec.DumpSpec` (what the DAGs pass: their ``check`` task
     builds the spec once and returns ``spec.to_json()``; a template rendered natively may
     give the object itself), or separate values (``scope``, ``tables``, ...), each a value
     or its text, which the operator builds a spec of (:func:`~dblog_airflow.hooks.dblog.spec_of`).

@@ -36,10 +36,10 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook
-from dblog_worker.async_requests import AsyncRequests
-from dblog_worker.control import command_async
+from dblog_worker.control.async_requests import AsyncRequests
+from dblog_worker.control.commands import command_async
+from dblog_worker.dump.requests import DumpKind, DumpRequest, RequestState, TableProgress
 from dblog_worker.errors import CorruptRequest, DblogError, StateUnavailable
-from dblog_worker.requests import DumpKind, DumpRequest, RequestState, TableProgress
 
 __all__ = ["DblogDumpTrigger", "Progress", "describe_progress", "dump_event"]
 

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from dblog_worker import config as config_module
+from dblog_worker.capture.worker import Worker
 from dblog_worker.config import Config
-from dblog_worker.control import create_dump
-from dblog_worker.dump_spec import DumpSpec
+from dblog_worker.control.commands import create_dump
+from dblog_worker.control.store import StateStore
+from dblog_worker.dump.spec import DumpSpec
 from dblog_worker.landing.parquet import LandingZone, read_events
-from dblog_worker.state import StateStore
-from dblog_worker.worker import Worker
 from tests.fakedb import DATABASES, KIND
 from tests.fakedb.database import FakeDatabase, Key, Row, Transaction
 from tests.fakedb.source import key_json

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import pytest
 
 from dblog_worker import kinds
-from dblog_worker.requests import RequestState
+from dblog_worker.dump.requests import RequestState
 from tests.fakedb.database import DatabaseError, FakeDatabase
 from tests.unit.scenarios.capture import (
     Capture,

@@ -1,0 +1,1 @@
+"""The capture loop: the worker, its sessions, the windows, the output buffer."""

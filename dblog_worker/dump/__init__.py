@@ -1,0 +1,1 @@
+"""Dumps: the request model, chunk plans, the active dumps, admission, throttling."""

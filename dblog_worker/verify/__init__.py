@@ -1,0 +1,1 @@
+"""``dblog verify``: a source's tables against a target, range by range."""
