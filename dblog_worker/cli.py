@@ -251,11 +251,13 @@ def without_pandas() -> None:
 def _run(config: Config, args: argparse.Namespace) -> int:
     without_pandas()
     from dblog_worker.capture.worker import Worker
+    from dblog_worker.http.server import ControlServer
     from dblog_worker.logs import setup_logging
 
     setup_logging(args.log_format or config.logs.format, args.log_level or config.logs.level,
                   config.source.name)
-    Worker(config, adopt_slot=args.adopt_slot, config_path=Path(args.config)).run_forever()
+    Worker(config, adopt_slot=args.adopt_slot, config_path=Path(args.config),
+           serve=lambda *parts: ControlServer(*parts).start()).run_forever()
     return 0
 
 

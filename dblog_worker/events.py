@@ -59,6 +59,15 @@ class Watermark:
     commit_ts_us: int
 
 
+LOW_WATERMARK = ".lw"  # the end of a window's low watermark token (Reconciler.next_tokens)
+HIGH_WATERMARK = ".hw"
+
+
+def is_low_watermark(token: str) -> bool:
+    """Whether a window's token (``<run>.<window>.lw``) is its low watermark."""
+    return token.endswith(LOW_WATERMARK)
+
+
 @dataclass(frozen=True, slots=True)
 class DumpRows:
     """The surviving rows of one window, column-wise, as the output writes them.

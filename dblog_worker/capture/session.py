@@ -31,14 +31,18 @@ import socket
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dblog_worker.capture.follower import TableFollower
 from dblog_worker.capture.output import OutputBuffer, landing_errors
+from dblog_worker.capture.schemas import SchemaRegistry
 from dblog_worker.capture.startup import check_landed, refuse_lost_state
 from dblog_worker.capture.window import Reconciler, WindowClosed
+from dblog_worker.config import Config
+from dblog_worker.control.lease import Lease
 from dblog_worker.control.store import StateStore
 from dblog_worker.dialect import dialect
 from dblog_worker.dump.active import ActiveDump, WindowRead
@@ -72,11 +76,11 @@ from dblog_worker.events import (
     Watermark,
 )
 from dblog_worker.foreign_keys import prune_image
+from dblog_worker.landing.sink import Sink
 from dblog_worker.position import Position
+from dblog_worker.source import SchemaVersion, Source
 from dblog_worker.tables import not_ready
-
-if TYPE_CHECKING:
-    from dblog_worker.capture.worker import Worker
+from dblog_worker.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +133,40 @@ class Covered:
     prunes: set[str] = field(default_factory=set)  # tables to prune (foreign-key cascades)
 
 
+SourceFactory = Callable[[Config, SchemaVersion], Source]
+
+
+class Host(Protocol):
+    """What a session needs of the worker that runs it (:class:`.worker.Worker`)."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def adopt_slot(self) -> bool: ...
+    @property
+    def source_factory(self) -> SourceFactory: ...
+    @property
+    def sink(self) -> Sink: ...
+    @property
+    def schemas(self) -> SchemaRegistry: ...
+    @property
+    def telemetry(self) -> Telemetry: ...
+    @property
+    def lease(self) -> Lease: ...
+    @property
+    def http_url(self) -> str: ...
+    @property
+    def ending(self) -> bool:
+        """The session should end (the worker stops, or a new configuration waits)."""
+
+    def publish_member(self, role: str) -> None:
+        """Report this worker in Redis (its role, where its HTTP API listens)."""
+
+
 class Session:
     """One connected run: from the saved checkpoint until a failure or a stop."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Host) -> None:
         self.worker = worker
         self.config = worker.config
         self.run_id = uuid.uuid4().hex[:12]

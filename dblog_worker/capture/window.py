@@ -49,14 +49,17 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from dblog_worker.errors import ProtocolError
-from dblog_worker.events import EVERY_TABLE, ChangeEvent, Op, Unseen, Watermark
+from dblog_worker.events import (
+    EVERY_TABLE,
+    HIGH_WATERMARK,
+    LOW_WATERMARK,
+    ChangeEvent,
+    Op,
+    Unseen,
+    Watermark,
+)
 from dblog_worker.foreign_keys import Action, apply_actions, parse_actions
 from dblog_worker.position import Position
-
-
-def is_low_watermark(token: str) -> bool:
-    """Whether a token of :meth:`Reconciler.next_tokens` is a window's low watermark."""
-    return token.endswith(".lw")
 
 
 class WindowState(Enum):
@@ -152,7 +155,7 @@ class Reconciler:
         number = self._next_window
         self._next_window += 1
         prefix = f"{self.run_id}.{number}"
-        return WindowTokens(low=f"{prefix}.lw", high=f"{prefix}.hw")
+        return WindowTokens(low=prefix + LOW_WATERMARK, high=prefix + HIGH_WATERMARK)
 
     def open(
         self,

@@ -21,23 +21,39 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
 from dblog_worker.capture import reload as reload_module
 from dblog_worker.capture.reload import ReloadResult
 from dblog_worker.capture.schemas import SchemaRegistry
-from dblog_worker.capture.session import Session
+from dblog_worker.capture.session import Session, SourceFactory
 from dblog_worker.config import Config
 from dblog_worker.control.lease import Lease
 from dblog_worker.dialect import open_source
 from dblog_worker.errors import DblogError, LeaseLost, StateUnavailable, TransientError
-from dblog_worker.http.server import ControlServer
 from dblog_worker.landing.sink import open_sink
 from dblog_worker.source import SchemaVersion, Source
 from dblog_worker.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
-SourceFactory = Callable[[Config, SchemaVersion], Source]
+
+
+class ControlPlane(Protocol):
+    """The HTTP API a worker serves while it runs: the front end that runs the worker
+    gives it (``dblog run`` serves :class:`dblog_worker.http.server.ControlServer`)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def reconfigure(self, config: Config) -> None:
+        """Serve with a reloaded configuration from now on."""
+
+    def stop(self) -> None: ...
+
+
+# starts the HTTP API (refusing to start if it cannot listen): configuration, telemetry, reload
+Serve = Callable[[Config, Telemetry, Callable[[], ReloadResult]], ControlPlane]
 
 
 def default_source(config: Config, schema_version: SchemaVersion) -> Source:
@@ -47,13 +63,14 @@ def default_source(config: Config, schema_version: SchemaVersion) -> Source:
 class Worker:
     def __init__(
         self, config: Config, *, adopt_slot: bool = False, source: SourceFactory = default_source,
-        config_path: Path | None = None,
+        config_path: Path | None = None, serve: Serve | None = None,
     ) -> None:
         self.config = config
         self.config_path = config_path  # read again on SIGHUP and POST /api/v1/reload
         self.pending: Config | None = None  # a reloaded configuration, for the next session
         self._reloading = threading.Lock()
-        self._http: ControlServer | None = None
+        self._serve = serve  # none: no HTTP API, whatever [http] says (tests, embedding)
+        self._http: ControlPlane | None = None
         self.adopt_slot = adopt_slot
         self.source_factory = source
         self.sink = open_sink(config.landing_path, config.source.name, config.landing_format)
@@ -71,8 +88,8 @@ class Worker:
     def run_forever(self, *, handle_signals: bool = True) -> None:
         """Serve the HTTP API (unless disabled) while the sessions run."""
         http = None
-        if self.config.http.enabled:  # refuses to start if it cannot listen
-            http = ControlServer(self.config, self.telemetry, self.reload).start()
+        if self.config.http.enabled and self._serve is not None:
+            http = self._serve(self.config, self.telemetry, self.reload)
             self.http_url = http.url
             self._http = http
         try:
@@ -190,7 +207,7 @@ class Worker:
                 return
             self.config, self.pending = self.pending, None
             if self._http is not None:
-                self._http.api.config = self.config
+                self._http.reconfigure(self.config)
             log.info("running with the reloaded configuration: tables %s",
                      ", ".join(self.config.source.tables))
 

@@ -107,6 +107,10 @@ class ControlServer:
             host = socket.gethostname()
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
+    def reconfigure(self, config: Config) -> None:
+        """Answer with a reloaded configuration from now on."""
+        self.api.config = config
+
     def start(self) -> ControlServer:
         self.thread.start()
         log.info("HTTP API on %s%s", self.url,

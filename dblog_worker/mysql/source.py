@@ -25,7 +25,6 @@ from typing import Any
 
 import pymysql
 
-from dblog_worker.capture.window import is_low_watermark
 from dblog_worker.config import SourceConfig
 from dblog_worker.dump.requests import KeyTexts
 from dblog_worker.dump.row_filter import RowFilter
@@ -37,7 +36,7 @@ from dblog_worker.errors import (
     ReplicaBehind,
     SourceUnavailable,
 )
-from dblog_worker.events import Checkpoint, LogItem, Watermark
+from dblog_worker.events import Checkpoint, LogItem, Watermark, is_low_watermark
 from dblog_worker.foreign_keys import CascadePlan
 from dblog_worker.masking import MaskConflict
 from dblog_worker.mysql import cascades, catalog, pressure

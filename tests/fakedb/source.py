@@ -17,13 +17,21 @@ from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
-from dblog_worker.capture.window import is_low_watermark
 from dblog_worker.config import SourceConfig
 from dblog_worker.dump.requests import KeyTexts
 from dblog_worker.dump.row_filter import Condition, RowFilter
 from dblog_worker.dump.row_filter import Op as Cmp
 from dblog_worker.errors import DumpFailed, LogGone, RequestRejected, SourceUnavailable
-from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin, Unseen, Watermark
+from dblog_worker.events import (
+    ChangeEvent,
+    Checkpoint,
+    LogItem,
+    Op,
+    Origin,
+    Unseen,
+    Watermark,
+    is_low_watermark,
+)
 from dblog_worker.position import Position
 from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion, locked
 from dblog_worker.table_patterns import Candidate, Rescan, Selection
