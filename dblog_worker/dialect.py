@@ -7,10 +7,10 @@ ask ``dialect(kind)`` and never branch on the kind; each kind's package
 
 from __future__ import annotations
 
-from typing import Protocol, cast
+from typing import Protocol
 
 from dblog_worker.config import SourceConfig, TargetConfig
-from dblog_worker.kinds import Rules, load
+from dblog_worker.kinds import Part, Rules, kind
 from dblog_worker.merge.target import Target
 from dblog_worker.position import Position
 from dblog_worker.source import SchemaVersion, Source
@@ -43,8 +43,11 @@ class Dialect(Rules, Protocol):
         """The merge target of ``config`` (not connected yet)."""
 
 
-def dialect(kind: str) -> Dialect:
-    return cast(Dialect, load(kind, "dialect").DIALECT)
+DIALECT: Part[Dialect] = Part("dialect", "DIALECT")
+
+
+def dialect(name: str) -> Dialect:
+    return kind(name).part(DIALECT)
 
 
 def open_source(config: SourceConfig, schema_version: SchemaVersion) -> Source:

@@ -1,23 +1,54 @@
 """The database kinds dblog knows, registered in one place, and their configuration rules.
 
-A kind is a package (``dblog_worker/pg``, ``dblog_worker/mysql``): its ``options`` module
-holds ``RULES`` (what the configuration needs: names, DSNs, ``[source]`` options), its
-``dialect`` module ``DIALECT`` (everything else, see :mod:`dblog_worker.dialect`). Adding a
-database is its package and one line in ``REGISTRY``. This module imports no kind: the
-configuration loads only the rules of the kinds it names.
+A kind is a package (``dblog_worker/pg``, ``dblog_worker/mysql``) and one :class:`Kind` in
+``REGISTRY``: the one object generic code asks for any part of that database. Each seam
+declares the part a kind provides for it as a typed :class:`Part` next to its protocol —
+:data:`RULES` here (what the configuration needs: names, DSNs, ``[source]`` options),
+``dialect.DIALECT`` (everything else), ``merge.column_types.TYPES``, ``verify.sql.SQL`` —
+and ``Kind.part`` loads it from the kind's package when first asked. Parts are declared by
+the seams rather than listed here because this module sits below them (the configuration
+needs the rules); it imports no kind: the configuration loads only the rules of the kinds
+it names. Adding a database is its package and one line in ``REGISTRY``.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any, Protocol, cast
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from dblog_worker.errors import ConfigError
 
-REGISTRY: Mapping[str, str] = {
-    "postgresql": "dblog_worker.pg",
-    "mysql": "dblog_worker.mysql",
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Part(Generic[T]):
+    """What every kind's package provides for one seam: ``<package>.<module>.<name>``."""
+
+    module: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One database kind: its package, whose parts it gives, each loaded when first asked."""
+
+    package: str  # "dblog_worker.pg"
+
+    def part(self, part: Part[T]) -> T:
+        module = importlib.import_module(f"{self.package}.{part.module}")
+        return cast(T, getattr(module, part.name))
+
+    @property
+    def rules(self) -> Rules:
+        return self.part(RULES)
+
+
+REGISTRY: Mapping[str, Kind] = {
+    "postgresql": Kind("dblog_worker.pg"),
+    "mysql": Kind("dblog_worker.mysql"),
 }
 DEFAULT = "postgresql"
 
@@ -55,25 +86,28 @@ class Rules(Protocol):
 
 def canonical(name: object) -> str:
     """The kind a configuration's ``kind = ...`` names; ConfigError listing the choices."""
-    for kind in REGISTRY:
-        found = rules(kind)
-        if name == kind or name in found.aliases:
-            return kind
-    choices = [name for kind in REGISTRY for name in (kind, *rules(kind).aliases)]
+    for known in REGISTRY:
+        if name == known or name in rules(known).aliases:
+            return known
+    choices = [n for known in REGISTRY for n in (known, *rules(known).aliases)]
     raise ConfigError(f"{name!r} is not supported; use one of "
                       + ", ".join(f'"{c}"' for c in choices))
 
 
 def every_rules() -> list[Rules]:
-    return [rules(kind) for kind in REGISTRY]
+    return [found.rules for found in REGISTRY.values()]
 
 
-def rules(kind: str) -> Rules:
-    return cast(Rules, load(kind, "options").RULES)
+RULES: Part[Rules] = Part("options", "RULES")
 
 
-def load(kind: str, module: str) -> Any:
-    package = REGISTRY.get(kind)
-    if package is None:
-        raise ConfigError(f"unknown database kind {kind!r}; known: {', '.join(REGISTRY)}")
-    return importlib.import_module(f"{package}.{module}")
+def kind(name: str) -> Kind:
+    """The kind registered as ``name``; ConfigError naming the known ones."""
+    found = REGISTRY.get(name)
+    if found is None:
+        raise ConfigError(f"unknown database kind {name!r}; known: {', '.join(REGISTRY)}")
+    return found
+
+
+def rules(name: str) -> Rules:
+    return kind(name).rules

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, cast
+from typing import Protocol
 
 from dblog_worker import kinds
 from dblog_worker.errors import TargetError
@@ -118,8 +118,11 @@ class ColumnTypes(Protocol):
 KEY_BYTES = 3072  # InnoDB's limit on an index entry: what a key column gets, shared
 
 
+TYPES: kinds.Part[ColumnTypes] = kinds.Part("types", "TYPES")
+
+
 def types_of(kind: str) -> ColumnTypes:
-    return cast(ColumnTypes, kinds.load(kind, "types").TYPES)
+    return kinds.kind(kind).part(TYPES)
 
 
 def columns_of(source_kind: str, schema: Mapping[str, object]) -> list[SourceColumn]:

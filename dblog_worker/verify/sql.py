@@ -57,7 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from dblog_worker import kinds
 from dblog_worker.errors import RequestRejected, TerminalError
@@ -185,8 +185,11 @@ class VerifyDialect(Protocol):
         point), its family being one that can."""
 
 
+SQL: kinds.Part[VerifyDialect] = kinds.Part("verify_sql", "SQL")
+
+
 def sql_of(kind: str) -> VerifyDialect:
-    return cast(VerifyDialect, kinds.load(kind, "verify_sql").SQL)
+    return kinds.kind(kind).part(SQL)
 
 
 def describe(kind: str, query: Query, table: str, role: str) -> TableDescription | None:

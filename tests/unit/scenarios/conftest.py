@@ -18,7 +18,7 @@ from tests.unit.scenarios.capture import Capture
 @pytest.fixture
 def fake_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The one registry line that adds a database kind, for this test."""
-    monkeypatch.setitem(kinds.REGISTRY, KIND, PACKAGE)
+    monkeypatch.setitem(kinds.REGISTRY, KIND, kinds.Kind(PACKAGE))
     yield KIND
     DATABASES.clear()
 
