@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dblog_worker.mysql.reads import connection_errors, replica_errors
+from dblog_worker.mysql.connection import connection_errors, replica_errors
 from dblog_worker.mysql.resultset import DumpConnection
 
 ACTIVE_SESSIONS = (

@@ -9,14 +9,13 @@ only consistent snapshot whose position is recorded:
 reads of the table must be what it read when the columns were read: a DDL statement in
 between makes the chunk stale, read again later. An error of a read ends the session
 (the connection is lost), fails the dump (the statement was refused), or makes the chunk
-stale (a column gone, a lock). :func:`connection_errors` says which errors of the
-source's other statements end the session."""
+stale (a column gone, a lock): :func:`dblog_worker.mysql.connection.select_error`, which
+with the connections themselves is in ``mysql/connection.py``."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -27,9 +26,7 @@ from dblog_worker.dump.row_filter import RowFilter
 from dblog_worker.errors import (
     ChunkStale,
     DumpFailed,
-    ReplicaBehind,
     RequestRejected,
-    SourceUnavailable,
 )
 from dblog_worker.events import Encoded
 from dblog_worker.masking import ColumnRules, TableMasks
@@ -43,30 +40,20 @@ from dblog_worker.mysql.column_model import (
     schema_document,
     select_list,
 )
-from dblog_worker.mysql.connection import dump_connection_options
-from dblog_worker.mysql.options import parse_dsn
-from dblog_worker.mysql.resultset import DumpConnection
+from dblog_worker.mysql.connection import (
+    columns_changed,
+    connection_errors,
+    replica_errors,
+    select_error,
+)
 from dblog_worker.mysql.snapshot import WindowSnapshots, select_in_snapshot
 from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
 from dblog_worker.source import Chunk, KeysChunk
 from dblog_worker.tables import TableCache
 
-__all__ = ["DENIED", "LOCK_WAIT_S", "CapturedTables", "UnsupportedTable", "connect",
-           "connection_errors", "replica_errors", "unsupported"]
+__all__ = ["CapturedTables", "UnsupportedTable", "unsupported"]
 
-# The longest a read waits for a lock (s): the chunk is read again later, the log goes on.
-LOCK_WAIT_S = 1
-
-# Errors that mean the server is gone or restarting: the session retries.
-_CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
-_NO_TABLE, _NO_COLUMN, DENIED = 1146, 1054, (1044, 1142, 1143, 1227)
-# The connection is gone (server gone away, lost, refused, shut down, killed, too many
-# connections): a chunk SELECT failing so is retried by a new session; any other error
-# is the statement's (a timeout, a KILL QUERY, ...) and fails the dump.
-_LOST = frozenset({1040, 1053, 1927, 2002, 2003, 2006, 2013, 2014, 2055, 4031})
-_LOCK_WAIT = 1205  # lock_wait_timeout (a DDL statement's metadata lock) or a row lock
-_TABLE_DEF_CHANGED = 1412  # a snapshot older than the table's definition (a DDL after it)
 Described = tuple[tuple[str, int, int, int], ...]  # (name, type code, length, decimals)
 
 
@@ -85,41 +72,6 @@ def unsupported(table: str, exc: UnsupportedType) -> str:
             "does); the worker captures the other tables and leaves this one out. Fix: ALTER "
             f"TABLE {column} MODIFY {catalog.quote_ident(exc.column)} {wanted}; then `dblog dump "
             f"--table {table}`")
-
-
-@contextmanager
-def connection_errors(what: str, replica: bool = False) -> Iterator[None]:
-    """A statement's connection error becomes SourceUnavailable (the session ends), or on
-    a read replica ReplicaBehind (the dump waits, the log goes on), unless it is the
-    statement's own: a privilege denied, a table or column missing."""
-    try:
-        yield
-    except _CONNECTION_ERRORS as exc:
-        code = exc.args[0] if exc.args else None
-        if code in DENIED or code in (_NO_TABLE, _NO_COLUMN):
-            raise
-        if replica:
-            raise ReplicaBehind(f"{what}: the read replica is unreachable ({exc}); the dump "
-                                "waits for it") from exc
-        raise SourceUnavailable(f"{what}: the source database is unreachable: {exc}") from exc
-
-
-def replica_errors(what: str) -> AbstractContextManager[None]:
-    """:func:`connection_errors` of a read replica."""
-    return connection_errors(what, replica=True)
-
-
-def connect(dsn: str, errors: Callable[[str], Any] = connection_errors) -> DumpConnection:
-    """A connection in autocommit for the catalog, watermarks and chunk SELECTs; one its
-    TLS fails is a ConfigError (no retry can mend it)."""
-    parsed = parse_dsn(dsn)
-    with errors("connecting"), parsed.tls_errors():
-        conn = DumpConnection(**parsed.connect_args(), **dump_connection_options(),
-                              autocommit=True, connect_timeout=10)
-        with conn.cursor() as cursor:
-            cursor.execute("SET SESSION lock_wait_timeout = %s, innodb_lock_wait_timeout = %s",
-                           (LOCK_WAIT_S, LOCK_WAIT_S))
-    return conn
 
 
 class _Table:
@@ -398,27 +350,6 @@ class CapturedTables:
 
     def _read_error(self, table: str, exc: pymysql.MySQLError,
                     replica: bool | None = None) -> Exception:
-        code = exc.args[0] if exc.args else None
-        if isinstance(exc, pymysql.err.InterfaceError) or code in _LOST:
-            if self._replica if replica is None else replica:
-                return ReplicaBehind(f"reading {table}: the read replica is unreachable "
-                                     f"({exc}); the dump waits for it")
-            return SourceUnavailable(f"reading {table}: the source database is unreachable: "
-                                     f"{exc}")
-        if code == _NO_TABLE:
-            return DumpFailed(f"table {table} does not exist any more")
-        if code in DENIED:
-            return DumpFailed(f"the worker may not read {table}: {exc}")
-        if code == _TABLE_DEF_CHANGED:
+        if columns_changed(exc):
             self._cache.forget(table)
-            return ChunkStale(f"{table} was altered after the chunk's snapshot began: the "
-                              "chunk is read again")
-        if code == _LOCK_WAIT:
-            return ChunkStale(f"{table} is locked (a DDL statement, LOCK TABLES?): the chunk "
-                              "is read later")
-        if code == _NO_COLUMN:  # a key column renamed or dropped
-            self._cache.forget(table)
-            return ChunkStale(f"the columns of {table} changed ({exc}): the chunk is read "
-                              "again with the new columns")
-        return DumpFailed(f"the source refused a dump's SELECT of {table}: {exc}")
-
+        return select_error(table, exc, replica=self._replica if replica is None else replica)

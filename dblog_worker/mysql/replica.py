@@ -26,7 +26,7 @@ from typing import Any
 
 from dblog_worker.config import ReplicaConfig, SourceConfig
 from dblog_worker.errors import ReplicaBehind
-from dblog_worker.mysql.reads import connect, replica_errors
+from dblog_worker.mysql.connection import connect, replica_errors
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.names import split_table
 from dblog_worker.source import Problem

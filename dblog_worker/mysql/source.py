@@ -51,15 +51,9 @@ from dblog_worker.mysql.column_model import (
     columns_from_binlog,
     schema_document,
 )
+from dblog_worker.mysql.connection import DENIED, connect, connection_errors
 from dblog_worker.mysql.options import my_options, server_id, url_args
-from dblog_worker.mysql.reads import (
-    DENIED,
-    CapturedTables,
-    UnsupportedTable,
-    connect,
-    connection_errors,
-    unsupported,
-)
+from dblog_worker.mysql.reads import CapturedTables, UnsupportedTable, unsupported
 from dblog_worker.mysql.replica import MyReplica
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.rowimage import row_images

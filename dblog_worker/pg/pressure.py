@@ -7,7 +7,7 @@ are not counted.
 
 from __future__ import annotations
 
-from dblog_worker.pg.reads import Connection, connection_errors, replica_errors
+from dblog_worker.pg.connection import Connection, connection_errors, replica_errors
 
 ACTIVE_SESSIONS = (
     "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "

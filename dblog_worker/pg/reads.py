@@ -2,26 +2,23 @@
 
 :class:`PgChunkReader` describes each captured table from the catalog (columns, key,
 codecs, schema version; read again when they change) and runs the chunk and key-batch
-SELECTs, on the source's autocommit connection (``PgSource`` opens and closes it in
-``pg/source.py``): single statements at read committed, so each sees every change
-committed before it runs, and takes no locks.
+SELECTs, on the source's autocommit connection (``PgSource`` holds it;
+``pg/connection.py`` opens it and says what a SELECT's error means): single statements at
+read committed, so each sees every change committed before it runs, and takes no locks.
 
 A chunk's result is kept as libpq returned it: the encoder thread reads its cells' text
 output into Arrow columns (``pg/cells.py``) and encodes them with ``ColumnCodec``
-(``pg/columns.py``). A key batch is loaded by psycopg's C ``TextLoader``.
+(``pg/column_codec.py``). A key batch is loaded by psycopg's C ``TextLoader``.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import psycopg
 import pyarrow.compute as pc
 from psycopg.pq.abc import PGresult
-from psycopg.types.string import TextLoader
 
 from dblog_worker.config import SourceConfig
 from dblog_worker.dump.requests import KeyTexts
@@ -29,7 +26,6 @@ from dblog_worker.dump.row_filter import RowFilter
 from dblog_worker.errors import (
     ChunkStale,
     DumpFailed,
-    ReplicaBehind,
     RequestRejected,
     SourceUnavailable,
 )
@@ -39,52 +35,19 @@ from dblog_worker.pg import catalog, queries
 from dblog_worker.pg.catalog import TableInfo
 from dblog_worker.pg.cells import result_columns
 from dblog_worker.pg.column_codec import ColumnCodec, text_columns
+from dblog_worker.pg.connection import (
+    Connection,
+    TextRow,
+    connected,
+    connection_errors,
+    replica_errors,
+    select_error,
+    text_cursor,
+)
 from dblog_worker.pg.encoders import BUILTIN_TYPES, PgType
 from dblog_worker.pg.values import RowCodec
 from dblog_worker.source import Chunk, KeysChunk, SchemaVersion
 from dblog_worker.tables import TableCache
-
-Connection = psycopg.Connection[tuple[Any, ...]]
-# The longest a SELECT waits for a lock (a table a DDL statement holds, on the primary or
-# replayed on a standby): the chunk is read again later, and the log goes on meanwhile.
-LOCK_TIMEOUT = "200ms"
-TextRow = tuple[str | None, ...]
-
-
-@contextmanager
-def connection_errors(what: str) -> Iterator[None]:
-    """A lost connection is SourceUnavailable: the session ends, the next one reconnects."""
-    try:
-        yield
-    except psycopg.OperationalError as exc:
-        raise SourceUnavailable(f"{what}: the source database is unreachable: {exc}") from exc
-
-
-def connected(conn: Connection | None) -> Connection:
-    """``conn`` if it is open, else SourceUnavailable."""
-    if conn is None or conn.closed:
-        raise SourceUnavailable("not connected to the source database")
-    return conn
-
-
-@contextmanager
-def replica_errors(what: str) -> Iterator[None]:
-    """A read replica that cannot be reached holds the dump, not the log."""
-    try:
-        yield
-    except psycopg.OperationalError as exc:
-        raise ReplicaBehind(f"{what}: the read replica is unreachable ({exc}); "
-                            "the dump waits for it") from exc
-
-
-@functools.cache
-def _builtin_oids() -> frozenset[int]:
-    oids = set()
-    for info in psycopg.postgres.types:
-        oids.add(info.oid)
-        if info.array_oid:
-            oids.add(info.array_oid)
-    return frozenset(oids)
 
 
 def _text(cell: bytes | None) -> str:
@@ -492,30 +455,10 @@ class PgChunkReader:
                 cursor.execute(sql.encode(), params)
             return cursor
         except psycopg.Error as exc:
-            if cursor.connection.broken or cursor.connection.closed:
-                if replica:
-                    raise ReplicaBehind(f"reading {table}: the read replica is unreachable "
-                                        f"({exc}); the dump waits for it") from exc
-                raise SourceUnavailable(
-                    f"reading {table}: the source database is unreachable: {exc}") from exc
-            if replica and isinstance(exc, psycopg.errors.SerializationFailure):
-                raise ReplicaBehind(f"reading {table} on the read replica: "
-                                    f"{exc.diag.message_primary} (a recovery conflict); "
-                                    "the chunk is read again later") from exc
-            if isinstance(exc, psycopg.errors.UndefinedTable):
-                raise DumpFailed(f"table {table} does not exist any more") from exc
-            if isinstance(exc, psycopg.errors.InsufficientPrivilege):
-                raise DumpFailed(f"the worker may not read {table}: {exc}") from exc
-            if isinstance(exc, psycopg.errors.LockNotAvailable):
-                raise ChunkStale(f"{table} is locked (a DDL statement, LOCK TABLE?): "
-                                 "the chunk is read later") from exc
-            if isinstance(exc, psycopg.errors.UndefinedColumn):  # a key column renamed
-                self.load(table)
-                raise ChunkStale(f"the columns of {table} changed: "
-                                 f"{exc.diag.message_primary}; the chunk is read again with "
-                                 "the new columns") from exc
-            raise DumpFailed(f"the source refused a dump's SELECT of {table}: "
-                             f"{exc.diag.message_primary or exc}") from exc
+            lost = cursor.connection.broken or cursor.connection.closed
+            if not lost and isinstance(exc, psycopg.errors.UndefinedColumn):
+                self.load(table)  # a key column renamed: the chunk is read with the new ones
+            raise select_error(table, exc, lost=lost, replica=replica) from exc
 
     def _text_cursor(self) -> psycopg.Cursor[TextRow]:
         """The reads' connection's text cursor, kept while the connection is the same."""
@@ -523,14 +466,3 @@ class PgChunkReader:
         if self._cursor is None or self._cursor.closed or self._cursor.connection is not conn:
             self._cursor = text_cursor(conn)
         return self._cursor
-
-
-def text_cursor(conn: Connection) -> psycopg.Cursor[TextRow]:
-    """A cursor that loads every value as its text output, in C (psycopg's TextLoader).
-
-    Types psycopg does not know (enums, domains of this database) load as text anyway.
-    """
-    cursor = conn.cursor()
-    for oid in _builtin_oids():
-        cursor.adapters.register_loader(oid, TextLoader)
-    return cursor

@@ -22,8 +22,7 @@ import psycopg
 from dblog_worker.config import ReplicaConfig, SourceConfig
 from dblog_worker.errors import ReplicaBehind
 from dblog_worker.names import split_table
-from dblog_worker.pg.reads import LOCK_TIMEOUT, Connection, replica_errors
-from dblog_worker.pg.values import libpq_options
+from dblog_worker.pg.connection import Connection, connect_replica, replica_errors
 from dblog_worker.source import Problem
 
 POLL_S = 0.001  # between two reads of the replica's replay position
@@ -42,15 +41,6 @@ def identity(conn: Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
-def connect(source: SourceConfig) -> Connection:
-    """An autocommit connection to the replica with the worker's session settings."""
-    assert source.replica is not None
-    with replica_errors("connecting to the read replica"):
-        return psycopg.connect(source.replica.dsn, autocommit=True,
-                               options=f"{libpq_options()} -c lock_timeout={LOCK_TIMEOUT}",
-                               application_name=f"dblog-{source.name}-reads")
-
-
 class Replica:
     """A connection to the source's read replica (opened again after a failure, checked
     to be a standby of the source's cluster each time), and the wait for it to replay a
@@ -67,7 +57,7 @@ class Replica:
     def connection(self) -> Connection:
         if self._conn is None or self._conn.closed or self._conn.broken:
             self.close()
-            conn = connect(self.source)
+            conn = connect_replica(self.source)
             try:
                 with replica_errors("checking the read replica"):
                     self._check(conn)

@@ -27,18 +27,17 @@ from dblog_worker.masking import MaskConflict
 from dblog_worker.pg import catalog, cells, pressure, queries, replica
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.catalog import WATERMARK_DDL
-from dblog_worker.pg.options import pg_options
-from dblog_worker.pg.reads import (
-    LOCK_TIMEOUT,
+from dblog_worker.pg.connection import (
     Connection,
-    PgChunkReader,
+    connect_source,
     connected,
     connection_errors,
 )
+from dblog_worker.pg.options import pg_options
+from dblog_worker.pg.reads import PgChunkReader
 from dblog_worker.pg.replica import Replica
 from dblog_worker.pg.stream import ReplicationStream
 from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView, message_prefix
-from dblog_worker.pg.values import libpq_options
 from dblog_worker.pg.visibility import Snapshot
 from dblog_worker.position import Position
 from dblog_worker.source import (
@@ -86,7 +85,7 @@ class PgSource:
     # -- connection and checks ------------------------------------------------
 
     def connect(self) -> None:
-        self._conn = _connect(self.config)
+        self._conn = connect_source(self.config)
         if self._replica is not None:
             with connection_errors("connecting"):
                 self._replica.primary_identity = replica.identity(self._conn)
@@ -567,16 +566,6 @@ def _warnings(problems: Sequence[Problem]) -> list[Problem]:
 
 
 
-def _connect(config: SourceConfig) -> Connection:
-    """The source's autocommit connection: catalog reads, watermarks, chunk SELECTs."""
-    with connection_errors("connecting"):
-        return psycopg.connect(
-            config.dsn, autocommit=True,
-            options=f"{libpq_options()} -c lock_timeout={LOCK_TIMEOUT}",
-            application_name=f"dblog-{config.name}",
-        )
-
-
 class _Lane:
     """A connection of its own for a window's parallel chunk SELECTs (opened on first use),
     with the captured tables as it reads them; on the read replica if there is one."""
@@ -594,7 +583,7 @@ class _Lane:
         if self._replica is not None:
             return self._replica.connection()
         if self._conn is None or self._conn.closed:
-            self._conn = _connect(self._config)
+            self._conn = connect_source(self._config)
         return self._conn
 
     def close(self) -> None:

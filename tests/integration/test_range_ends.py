@@ -22,12 +22,12 @@ from dblog_worker.dump.requests import KeyTexts
 from dblog_worker.dump.row_filter import RowFilter
 from dblog_worker.errors import DumpFailed
 from dblog_worker.mysql import catalog as my_catalog
+from dblog_worker.mysql.connection import connect as my_connect
 from dblog_worker.mysql.options import parse_dsn
 from dblog_worker.mysql.reads import CapturedTables
-from dblog_worker.mysql.reads import connect as my_connect
 from dblog_worker.pg import queries as pg_queries
+from dblog_worker.pg.connection import connect_source as pg_connect
 from dblog_worker.pg.reads import PgChunkReader
-from dblog_worker.pg.source import _connect as pg_connect
 from dblog_worker.source import Chunk
 from tests.integration.harness import HOSTILE, Backend, MariaDatabase
 
