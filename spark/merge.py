@@ -34,9 +34,11 @@ from dblog_worker.errors import (
     TargetError,
     TransientError,
 )
+from dblog_worker.lake.runtime import runtime_problem
+from dblog_worker.lake.target import LakeTarget
 from dblog_worker.landing.sink import LandedReader
 from dblog_worker.target.base import Target
-from dblog_worker.target.merge import MergeReport, Stager, merge_source
+from dblog_worker.target.merge import MergeReport, Stager, merge_source, open_target
 from dblog_worker.target.plan import Batch
 
 if TYPE_CHECKING:
@@ -83,6 +85,23 @@ def spark_stager(spark: SparkSession) -> Stager:
     return stage
 
 
+def lake_stager() -> Stager:
+    """Stage a batch for a lake target: a persisted view in the table's session."""
+
+    def stage(batch: Batch, target: Target, reader: LandedReader) -> None:
+        assert isinstance(target, LakeTarget)
+        context = target.spark.sparkContext
+        context.setLocalProperty("spark.scheduler.pool", batch.stage)
+        context.setJobDescription(f"dblog merge: segments {batch.segments[0].seq}-"
+                                  f"{batch.last_segment} into {batch.target_table}")
+        try:
+            target.stage(batch)
+        except Exception as exc:
+            raise _staging_error(batch, reader, exc) from None
+
+    return stage
+
+
 def _staging_error(batch: Batch, reader: LandedReader, exc: Exception) -> Exception:
     """Name the damaged segment if one is; otherwise the target's refusal, shortened."""
     for segment in batch.segments:
@@ -91,7 +110,13 @@ def _staging_error(batch: Batch, reader: LandedReader, exc: Exception) -> Except
         except (ValueError, OSError) as damaged:
             return SegmentCorrupt(f"{segment.location} is truncated or damaged: {damaged}")
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-    return TargetError(f"{batch.target_table}: staging over JDBC failed: {first_line[:500]}")
+    return TargetError(f"{batch.target_table}: staging failed: {first_line[:500]}")
+
+
+def _scala(spark: SparkSession) -> str:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    return str(jvm.scala.util.Properties.versionNumberString())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -141,8 +166,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("WARN")
     application = {"application_id": spark.sparkContext.applicationId,
                    "master": spark.sparkContext.master}
+    target_config = config.require_target()
     try:
-        report = merge_source(config, spark_stager(spark), args.tables)
+        if target_config.is_lake:
+            problem = runtime_problem(target_config.kind, spark.version, _scala(spark),
+                                      spark.conf.get("spark.jars", "") or "")
+            if problem:
+                print(f"error: {problem}", file=sys.stderr)
+                return 2
+            report = merge_source(config, lake_stager(), args.tables,
+                                  lambda c: LakeTarget(c, spark))
+        else:
+            report = merge_source(config, spark_stager(spark), args.tables, open_target)
     except TransientError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3

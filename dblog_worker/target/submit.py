@@ -68,8 +68,14 @@ def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequenc
     config.require_target()
     config.source.check_table_names(tables)
     merge = config.merge
+    target = config.require_target()
     conf = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
-            "spark.log.level": "WARN", "spark.scheduler.mode": "FAIR", **merge.spark_conf}
+            "spark.log.level": "WARN", "spark.scheduler.mode": "FAIR"}
+    if target.is_lake:
+        from dblog_worker.lake.target import session_conf
+
+        conf.update(session_conf(target))
+    conf.update(merge.spark_conf)
     env = {}
     if master.startswith("local"):
         conf.setdefault("spark.driver.host", _LOOPBACK)
@@ -100,8 +106,17 @@ def submit_command(config: Config, config_path: Path, *, tables: Sequence[str] =
 
 
 def check_jars(config: Config) -> None:
-    """Local jars must exist; URLs (``hdfs://``, ``https://``) are the cluster's business."""
+    """Local jars must exist; URLs (``hdfs://``, ``https://``) are the cluster's business.
+    A lake target's runtime jar must be listed (which Spark it fits, the job checks)."""
     missing = [j for j in config.merge.jars if "://" not in j and not Path(j).is_file()]
+    target = config.require_target()
+    if target.is_lake and not missing:
+        from dblog_worker.lake.runtime import JAR_NAMES, jar_spark_line
+
+        if not any(jar_spark_line(target.kind, jar) for jar in config.merge.jars):
+            raise ConfigError(f"a {target.kind} target needs its Spark runtime jar in"
+                              f" merge.jars: {JAR_NAMES[target.kind]}, of your Spark's line"
+                              " (docs/merge.md#spark-versions)")
     if missing:
         raise ConfigError(
             f"JDBC driver jar(s) not found: {', '.join(missing)}; on Debian install them with"
