@@ -64,6 +64,7 @@ from urllib.parse import urlsplit
 
 from dblog_worker import kinds
 from dblog_worker.checks import integer, number, str_value
+from dblog_worker.config_lake import LAKE_KINDS, LAKE_OPTIONS, LakeConfig, lake_section
 from dblog_worker.config_sections import (
     HttpConfig,
     LeaseConfig,
@@ -75,7 +76,6 @@ from dblog_worker.config_sections import (
     merge_section,
 )
 from dblog_worker.errors import ConfigError, RequestRejected
-from dblog_worker.lake_config import LAKE_KINDS, LAKE_OPTIONS, LakeConfig, lake_section
 from dblog_worker.landing.names import table_dir_name
 from dblog_worker.landing.sink import DEFAULT_FORMAT, FORMATS
 

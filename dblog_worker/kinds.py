@@ -20,6 +20,7 @@ REGISTRY: Mapping[str, str] = {
     "mysql": "dblog_worker.mysql",
 }
 DEFAULT = "postgresql"
+LAKE_PACKAGE = "dblog_worker.lake"  # the lake targets' formats (config_lake.LAKE_KINDS)
 
 
 class Rules(Protocol):
@@ -77,3 +78,8 @@ def load(kind: str, module: str) -> Any:
     if package is None:
         raise ConfigError(f"unknown database kind {kind!r}; known: {', '.join(REGISTRY)}")
     return importlib.import_module(f"{package}.{module}")
+
+
+def lake(module: str) -> Any:
+    """A module of the lake targets' package (``target``, ``runtime``, ``read``)."""
+    return importlib.import_module(f"{LAKE_PACKAGE}.{module}")

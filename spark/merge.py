@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dblog_worker import config as config_module
+from dblog_worker import kinds
 from dblog_worker.errors import (
     ConfigError,
     RequestRejected,
@@ -34,8 +35,6 @@ from dblog_worker.errors import (
     TargetError,
     TransientError,
 )
-from dblog_worker.lake.runtime import runtime_problem
-from dblog_worker.lake.target import LakeTarget
 from dblog_worker.landing.sink import LandedReader
 from dblog_worker.target.base import Target
 from dblog_worker.target.merge import MergeReport, Stager, merge_source, open_target
@@ -89,13 +88,12 @@ def lake_stager() -> Stager:
     """Stage a batch for a lake target: a persisted view in the table's session."""
 
     def stage(batch: Batch, target: Target, reader: LandedReader) -> None:
-        assert isinstance(target, LakeTarget)
-        context = target.spark.sparkContext
+        context = target.spark.sparkContext  # type: ignore[attr-defined]
         context.setLocalProperty("spark.scheduler.pool", batch.stage)
         context.setJobDescription(f"dblog merge: segments {batch.segments[0].seq}-"
                                   f"{batch.last_segment} into {batch.target_table}")
         try:
-            target.stage(batch)
+            target.stage(batch)  # type: ignore[attr-defined]  # a lake target's
         except Exception as exc:
             raise _staging_error(batch, reader, exc) from None
 
@@ -169,13 +167,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     target_config = config.require_target()
     try:
         if target_config.is_lake:
-            problem = runtime_problem(target_config.kind, spark.version, _scala(spark),
-                                      spark.conf.get("spark.jars", "") or "")
+            problem = kinds.lake("runtime").runtime_problem(
+                target_config.kind, spark.version, _scala(spark),
+                spark.conf.get("spark.jars", "") or "")
             if problem:
                 print(f"error: {problem}", file=sys.stderr)
                 return 2
             report = merge_source(config, lake_stager(), args.tables,
-                                  lambda c: LakeTarget(c, spark))
+                                  lambda c: kinds.lake("target").LakeTarget(c, spark))
         else:
             report = merge_source(config, spark_stager(spark), args.tables, open_target)
     except TransientError as exc:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dblog_worker.lake_config import LakeConfig, Partition
+from dblog_worker.config_lake import LakeConfig, Partition
 from dblog_worker.target.plan import MergeLogEntry
 
 if TYPE_CHECKING:

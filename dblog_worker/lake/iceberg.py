@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dblog_worker.config_lake import LakeConfig, Partition
 from dblog_worker.lake.format import KEY_PROPERTY, LOG_PROPERTY, MergeLog
 from dblog_worker.lake.types import quote, sql_literal
-from dblog_worker.lake_config import LakeConfig, Partition
 from dblog_worker.names import split_table
 
 if TYPE_CHECKING:

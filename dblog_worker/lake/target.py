@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dblog_worker.config import TargetConfig
+from dblog_worker.config_lake import LakeConfig
 from dblog_worker.errors import TargetError
 from dblog_worker.lake import delta, iceberg
 from dblog_worker.lake.format import (
@@ -42,7 +43,6 @@ from dblog_worker.lake.format import (
 )
 from dblog_worker.lake.types import column_type, quote, sql_literal, value_sql
 from dblog_worker.lake.types import widened as widened_type
-from dblog_worker.lake_config import LakeConfig
 from dblog_worker.target.base import POSITION_COLUMN, Applied, Target
 from dblog_worker.target.columns import SourceColumn
 from dblog_worker.target.plan import Batch, MergeLogEntry

@@ -72,9 +72,7 @@ def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequenc
     conf = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
             "spark.log.level": "WARN", "spark.scheduler.mode": "FAIR"}
     if target.is_lake:
-        from dblog_worker.lake.target import session_conf
-
-        conf.update(session_conf(target))
+        conf.update(kinds.lake("target").session_conf(target))
     conf.update(merge.spark_conf)
     env = {}
     if master.startswith("local"):
@@ -111,11 +109,10 @@ def check_jars(config: Config) -> None:
     missing = [j for j in config.merge.jars if "://" not in j and not Path(j).is_file()]
     target = config.require_target()
     if target.is_lake and not missing:
-        from dblog_worker.lake.runtime import JAR_NAMES, jar_spark_line
-
-        if not any(jar_spark_line(target.kind, jar) for jar in config.merge.jars):
+        runtime = kinds.lake("runtime")
+        if not any(runtime.jar_spark_line(target.kind, jar) for jar in config.merge.jars):
             raise ConfigError(f"a {target.kind} target needs its Spark runtime jar in"
-                              f" merge.jars: {JAR_NAMES[target.kind]}, of your Spark's line"
+                              f" merge.jars: {runtime.JAR_NAMES[target.kind]}, of your Spark's line"
                               " (docs/merge.md#spark-versions)")
     if missing:
         raise ConfigError(

@@ -11,7 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "dblog_worker"
-KIND_PACKAGES = ("dblog_worker.pg", "dblog_worker.mysql")
+# dblog_worker.lake: the lake formats, which know their catalogs' databases (a JDBC URL).
+KIND_PACKAGES = ("dblog_worker.pg", "dblog_worker.mysql", "dblog_worker.lake")
 DRIVERS = ("psycopg", "psycopg_pool", "pymysql", "pymysqlreplication")
 KIND_NAMES = {"postgresql", "postgres", "mysql", "mariadb"}
 REGISTRY = {"dblog_worker.kinds"}  # the one place that names the kinds' packages

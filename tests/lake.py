@@ -1,0 +1,128 @@
+"""Lake targets in the tests: the merge job on .tools/spark35 (PySpark 3.5.9 and dblog, as
+scripts/install sets it up: Iceberg publishes no runtime for Spark 4.2) with the Iceberg and
+Delta jars of .tools/jars, and the configuration of a landing zone merged into one."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import psycopg
+
+from tests.services import HOST
+
+ROOT = Path(__file__).resolve().parents[1]
+SPARK35 = ROOT / ".tools" / "spark35"
+JARS = ROOT / ".tools" / "jars"
+LAKE_JARS = {
+    "iceberg": [JARS / "iceberg-spark-runtime-3.5_2.12-1.12.0.jar"],
+    "delta": [JARS / "delta-spark_2.12-3.3.2.jar", JARS / "delta-storage-3.3.2.jar"],
+}
+# A short-lived JVM: C1 only, the serial GC.
+FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def catalog_database(pg_dsn: str) -> tuple[str, str]:
+    """The JDBC URL and user of the test's PostgreSQL database, as an Iceberg catalog."""
+    params = psycopg.conninfo.conninfo_to_dict(pg_dsn)
+    return (f"jdbc:postgresql://{params['host']}:{params['port']}/{params['dbname']}",
+            str(params["user"]))
+
+
+def lake_config(tmp: Path, kind: str, landing: Path, source: str, tables: list[str],
+                pg_dsn: str, *, renames: dict[str, str] | None = None,
+                partition_by: dict[str, list[str]] | None = None,
+                batch_max_events: int = 5_000_000, warehouse: Path | None = None) -> Path:
+    """A configuration file of ``source`` merged into a ``kind`` lake target."""
+    target: dict[str, object] = {"kind": kind,
+                                 "warehouse": str(warehouse or tmp / "warehouse")}
+    if kind == "iceberg":
+        uri, user = catalog_database(pg_dsn)
+        target.update(catalog="jdbc", catalog_uri=uri, catalog_user=user)
+    if renames:
+        target["tables"] = renames
+    if partition_by:
+        target["partition_by"] = partition_by
+    jars = ["/usr/share/java/postgresql.jar", *map(str, LAKE_JARS[kind])]
+    text = f"""
+[source]
+name = "{source}"
+dsn = "host=127.0.0.1"
+tables = {json.dumps(tables)}
+
+[redis]
+url = "redis://127.0.0.1:1"
+
+[landing]
+path = {json.dumps(str(landing))}
+
+[target]
+{chr(10).join(f"{k} = {toml_value(v)}" for k, v in target.items())}
+
+[merge]
+master = "local[2]"
+jars = {json.dumps(jars)}
+batch_max_events = {batch_max_events}
+parallel_tables = 2
+
+[merge.spark_conf]
+"spark.ui.enabled" = "false"
+"spark.sql.shuffle.partitions" = "4"
+"spark.driver.extraJavaOptions" = "{FAST_JVM}"
+"""
+    path = tmp / f"{source}-{kind}.toml"
+    path.write_text(text)
+    return path
+
+
+def toml_value(value: object) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}"
+                                for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
+def merge_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{SPARK35 / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["SPARK_LOCAL_IP"] = HOST
+    env.pop("SPARK_HOME", None)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def merge(config: Path, *tables: str, timeout: float = 240) -> dict[str, object]:
+    """``dblog merge --json`` with Spark 3.5; its report (asserting the exit status 0-1)."""
+    command = [str(SPARK35 / "bin" / "dblog"), "merge", "--config", str(config), "--json",
+               *(f"--table={t}" for t in tables)]
+    done = subprocess.run(command, env=merge_env(), capture_output=True, text=True,
+                          timeout=timeout, check=False, cwd=ROOT)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-5000:]
+    assert "{" in done.stdout, done.stdout[-3000:] + done.stderr[-8000:]
+    start = done.stdout.index("{")
+    report: dict[str, object] = json.loads(done.stdout[start:])
+    return report
+
+
+class MergeProcess:
+    """``dblog merge`` with Spark 3.5 in a process group of its own, to be killed."""
+
+    def __init__(self, config: Path, log: Path) -> None:
+        self.log_path = log
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [str(SPARK35 / "bin" / "dblog"), "merge", "--config", str(config), "--json"],
+                stdout=out, stderr=subprocess.STDOUT, env=merge_env(), cwd=ROOT,
+                start_new_session=True)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
