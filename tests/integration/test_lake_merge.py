@@ -31,13 +31,15 @@ V1: dict[str, Any] = {"columns": [{"name": "id", "type": "int4", "type_oid": 23}
                   {"name": "amount", "type": "numeric", "type_oid": 1700},
                   {"name": "at", "type": "timestamptz", "type_oid": 1184}],
       "key": ["id"]}
-V2: dict[str, Any] = {**V1, "columns": [*V1["columns"], {"name": "added", "type": "int8", "type_oid": 20}]}
+V2: dict[str, Any] = {**V1, "columns": [*V1["columns"],
+                                        {"name": "added", "type": "int8", "type_oid": 20}]}
 
 
 def ev(op: str, major: int, id_: int | None, version: int = 1, **values: object) -> ChangeEvent:
     after = None
     if op in ("c", "u", "r"):
-        row: dict[str, object] = {"id": id_, "name": f"n{id_}", "amount": "1.50", "at": "2024-01-02 03:04:05.5+00"}
+        row: dict[str, object] = {"id": id_, "name": f"n{id_}", "amount": "1.50",
+                                  "at": "2024-01-02 03:04:05.5+00"}
         row.update(values)
         after = json.dumps(row, separators=(",", ":"))
     return ChangeEvent(TABLE, Op(op), Position(major, 0, 0),
