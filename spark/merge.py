@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dblog_worker import config as config_module
+from dblog_worker.config import Config
 from dblog_worker import kinds
 from dblog_worker.errors import (
     ConfigError,
@@ -111,6 +112,21 @@ def _staging_error(batch: Batch, reader: LandedReader, exc: Exception) -> Except
     return TargetError(f"{batch.target_table}: staging failed: {first_line[:500]}")
 
 
+def merge_in(spark: SparkSession, config: Config, tables: Sequence[str] = ()) -> MergeReport:
+    """The job in a running session: ConfigError when its Spark cannot write the target
+    (a lake format's jar of another Spark line), TransientError when the target is
+    unreachable (nothing of the batch in flight applied)."""
+    target_config = config.require_target()
+    if not target_config.is_lake:
+        return merge_source(config, spark_stager(spark), tables, open_target)
+    problem = kinds.lake("runtime").runtime_problem(
+        target_config.kind, spark.version, _scala(spark), spark.conf.get("spark.jars", "") or "")
+    if problem:
+        raise ConfigError(problem)
+    return merge_source(config, lake_stager(), tables,
+                        lambda c: kinds.lake("target").LakeTarget(c, spark))
+
+
 def _scala(spark: SparkSession) -> str:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
@@ -164,19 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("WARN")
     application = {"application_id": spark.sparkContext.applicationId,
                    "master": spark.sparkContext.master}
-    target_config = config.require_target()
     try:
-        if target_config.is_lake:
-            problem = kinds.lake("runtime").runtime_problem(
-                target_config.kind, spark.version, _scala(spark),
-                spark.conf.get("spark.jars", "") or "")
-            if problem:
-                print(f"error: {problem}", file=sys.stderr)
-                return 2
-            report = merge_source(config, lake_stager(), args.tables,
-                                  lambda c: kinds.lake("target").LakeTarget(c, spark))
-        else:
-            report = merge_source(config, spark_stager(spark), args.tables, open_target)
+        report = merge_in(spark, config, args.tables)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except TransientError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3

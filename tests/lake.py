@@ -126,3 +126,75 @@ class MergeProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+class LakeSession:
+    """One Spark 3.5 session of ``tests/lake_session.py`` that merges configuration after
+    configuration (the JVM starts once per test module, not once per merge)."""
+
+    def __init__(self, log: Path) -> None:
+        jars = ",".join(["/usr/share/java/postgresql.jar",
+                         *(str(j) for js in LAKE_JARS.values() for j in js)])
+        extra = {"spark.driver.extraJavaOptions": FAST_JVM}
+        self.log_path = log
+        self._log = log.open("ab")
+        self.proc = subprocess.Popen(
+            [str(SPARK35 / "bin" / "python"), str(ROOT / "tests" / "lake_session.py"), jars,
+             json.dumps(extra)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._log, env=merge_env(), cwd=ROOT, text=True)
+        self._answer()  # {"ready": version}
+
+    def _answer(self) -> dict[str, object]:
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise AssertionError("the Spark 3.5 session ended:\n" + self.log()[-8000:])
+            if line.startswith("{"):
+                found: dict[str, object] = json.loads(line)
+                return found
+
+    def run(self, config: Path, *tables: str) -> dict[str, object]:
+        """The merge of ``config`` in this session: ``status`` (the job's exit status) and
+        ``report`` or ``error``."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"config": str(config), "tables": list(tables)}) + "\n")
+        self.proc.stdin.flush()
+        return self._answer()
+
+    def merge(self, config: Path, *tables: str) -> dict[str, object]:
+        """The report of a merge that ran (exit status 0 or 1)."""
+        answer = self.run(config, *tables)
+        assert answer["status"] in (0, 1), str(answer.get("error")) + self.log()[-3000:]
+        report = answer["report"]
+        assert isinstance(report, dict)
+        return report
+
+    def sql(self, config: Path, table: str, *statements: str) -> list[list[str]]:
+        """Run Spark SQL in the target's session of ``config``, ``{t}`` naming ``table``;
+        the last statement's rows as texts."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"config": str(config), "table": table,
+                                          "sql": list(statements)}) + "\n")
+        self.proc.stdin.flush()
+        answer = self._answer()
+        assert answer["status"] == 0, answer.get("error")
+        rows = answer["rows"]
+        assert isinstance(rows, list)
+        return rows
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._log.close()

@@ -87,15 +87,24 @@ class DeltaFormat:
         return MergeLog({})
 
     def commit(self, spark: SparkSession, lake: LakeConfig, table: str, log: MergeLog,
-               writer: str, version: int, apply: Callable[[], Any]) -> None:
+               writer: str, version: int, apply: Callable[[], list[Any]],
+               inserted: Callable[[int | None], int]) -> tuple[int, int]:
+        """The MERGE's result row is its commit's operationMetrics: num_updated_rows,
+        num_inserted_rows, num_deleted_rows (none when Delta skipped a version it had)."""
         spark.conf.set(_USER_METADATA, log.to_json())
         spark.conf.set(_TXN_APP, f"dblog:{writer}")
         spark.conf.set(_TXN_VERSION, str(version))
         try:
-            apply()
+            rows = apply()
         finally:
             for key in (_USER_METADATA, _TXN_APP, _TXN_VERSION):
                 spark.conf.unset(key)
+        if not rows:
+            return 0, 0
+        metrics = rows[0].asDict()
+        return (max(0, int(metrics.get("num_updated_rows") or 0))
+                + max(0, int(metrics.get("num_inserted_rows") or 0)),
+                max(0, int(metrics.get("num_deleted_rows") or 0)))
 
 
 FORMAT = DeltaFormat()

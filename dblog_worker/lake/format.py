@@ -126,7 +126,11 @@ class LakeFormat(Protocol):
         """The merge log of the newest commit that carries one."""
 
     def commit(self, spark: SparkSession, lake: LakeConfig, table: str, log: MergeLog,
-               writer: str, version: int, apply: Callable[[], Any]) -> None:
-        """Run ``apply`` (one MERGE) so that its commit carries ``log``; ``writer`` (the
-        merge log's key) and ``version`` (the batch's last segment), for a format that can
-        refuse a commit made twice."""
+               writer: str, version: int, apply: Callable[[], list[Any]],
+               inserted: Callable[[int | None], int]) -> tuple[int, int]:
+        """Run ``apply`` (one MERGE, its result rows) so that its commit carries ``log``;
+        ``writer`` (the merge log's key) and ``version`` (the batch's last segment), for a
+        format that can refuse a commit made twice. The rows the commit changed, from the
+        format's metrics: (upserted, deleted). ``inserted(snapshot)``: how many staged
+        upserts have no row in the table as of that snapshot (None: empty), for a format
+        whose metrics do not tell inserted from updated rows."""

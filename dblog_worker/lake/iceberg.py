@@ -101,7 +101,13 @@ class IcebergFormat:
         return found or MergeLog({})
 
     def commit(self, spark: SparkSession, lake: LakeConfig, table: str, log: MergeLog,
-               writer: str, version: int, apply: Callable[[], Any]) -> None:
+               writer: str, version: int, apply: Callable[[], list[Any]],
+               inserted: Callable[[int | None], int]) -> tuple[int, int]:
+        """The counts come from the summary of the snapshot the MERGE committed: a
+        merge-on-read MERGE adds a record per row inserted or updated (``added-records``)
+        and a position delete per row updated or deleted (``added-position-deletes``), so
+        with the rows it inserted (the staged upserts without a row in the parent
+        snapshot): updated = added - inserted, deleted = position deletes - updated."""
         from pyspark.java_gateway import ensure_callback_server_started
 
         context = spark.sparkContext
@@ -114,6 +120,23 @@ class IcebergFormat:
         failure = jvm.java.lang.Exception().getClass()
         jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
             properties, _Callable(apply), failure)
+        named = self.table(lake, table)
+        found = spark.sql(
+            f"SELECT parent_id, summary FROM {named}.snapshots"
+            f" WHERE summary[{sql_literal(LOG_PROPERTY)}] = {sql_literal(log.to_json())}"
+            " ORDER BY committed_at DESC LIMIT 1").collect()
+        if not found:  # the MERGE changed nothing, so committed no snapshot: the log alone
+            spark.sql(f"ALTER TABLE {named} SET TBLPROPERTIES ({sql_literal(LOG_PROPERTY)} ="
+                      f" {sql_literal(log.to_json())})")
+            return 0, 0
+        parent, summary = found[0][0], dict(found[0][1] or {})
+        added = int(summary.get("added-records", 0))
+        removed = int(summary.get("added-position-deletes", 0)) + int(
+            summary.get("added-equality-deletes", 0))
+        if not added and not removed:
+            return 0, 0
+        updated = added - inserted(None if parent is None else int(parent)) if added else 0
+        return added, max(0, removed - updated)
 
 
 class _Callable:

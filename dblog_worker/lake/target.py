@@ -132,7 +132,6 @@ class LakeTarget(Target):
                            "spark.sql.caseSensitive": "true"}.items():
             self.spark.conf.set(key, value)
         self._staged: dict[str, DataFrame] = {}
-        self._counts: dict[str, tuple[int, int]] = {}
         self._column_types: dict[str, str] = {}
         self._source_table = ""
 
@@ -287,9 +286,6 @@ class LakeTarget(Target):
         staged = staged.persist()
         self._staged[batch.stage] = staged
         staged.createOrReplaceTempView(batch.stage)
-        counts = {str(r[0]): int(r[1]) for r in staged.groupBy(OP).count().collect()}
-        self._counts[batch.stage] = (sum(n for op, n in counts.items() if op != "d"),
-                                     counts.get("d", 0))
 
     @staticmethod
     def _ref(batch: Batch, column: SourceColumn) -> str:
@@ -310,7 +306,6 @@ class LakeTarget(Target):
                 " same time. Re-run the merge.")
         cut = max(entry.truncated_at, batch.truncate_at)
         truncated = bool(batch.truncate_at) and batch.truncate_at > entry.truncated_at
-        upserted, deleted = self._counts.get(batch.stage, (0, 0))
         view = quote(batch.stage)
         try:
             if truncated:
@@ -319,13 +314,15 @@ class LakeTarget(Target):
             self._sql(tombstones_sql(self.tombstones, view, table, cut))
             after = LogEntry(batch.last_segment, batch.last_position, cut,
                              entry.events + batch.events, entry.batches + 1)
-            merge = merge_sql(self.format.table(self.lake, table), view,
-                              [c.name for c in batch.columns], batch.key,
+            named = self.format.table(self.lake, table)
+            merge = merge_sql(named, view, [c.name for c in batch.columns], batch.key,
                               cut if truncated else None)
-            self.format.commit(self.spark, self.lake, table,
-                               log.with_entry(batch.source, batch.source_table, after),
-                               MergeLog.key(batch.source, batch.source_table),
-                               batch.last_segment, lambda: self._sql(merge))
+            upserted, deleted = self.format.commit(
+                self.spark, self.lake, table,
+                log.with_entry(batch.source, batch.source_table, after),
+                MergeLog.key(batch.source, batch.source_table), batch.last_segment,
+                lambda: self._sql(merge),
+                lambda snapshot: self._inserted(named, view, batch.key, snapshot))
         except TargetError:
             raise
         except Exception as exc:
@@ -335,6 +332,17 @@ class LakeTarget(Target):
         finally:
             self.prepare_stage(batch.stage)
         return Applied(upserted=upserted, deleted=deleted, truncated=truncated)
+
+    def _inserted(self, named: str, view: str, key: Sequence[str], snapshot: int | None
+                  ) -> int:
+        """Staged upserts whose key has no row in the table as of ``snapshot`` (None: the
+        table was empty)."""
+        upserts = f"SELECT * FROM {view} WHERE {quote(OP)} <> 'd'"
+        if snapshot is None:
+            return int(self._sql(f"SELECT count(*) FROM ({upserts})")[0][0])
+        on = " AND ".join(f"s.{quote(k)} = t.{quote(k)}" for k in key)
+        return int(self._sql(f"SELECT count(*) FROM ({upserts}) AS s LEFT ANTI JOIN {named}"
+                             f" VERSION AS OF {int(snapshot)} AS t ON {on}")[0][0])
 
     def finish(self, source: str, source_table: str, target_table: str,
                retention_h: float) -> None:
