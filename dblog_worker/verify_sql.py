@@ -49,6 +49,7 @@ from enum import StrEnum
 from typing import Any, Protocol, cast
 
 from dblog_worker import kinds
+from dblog_worker.config_lake import LAKE_KINDS
 from dblog_worker.errors import RequestRejected, TerminalError
 
 __all__ = [
@@ -165,7 +166,12 @@ class VerifyDialect(Protocol):
         point), its family being one that can."""
 
 
+LAKE = "lake"  # the dialect of lake targets' tables (Iceberg, Delta), whatever the format
+
+
 def sql_of(kind: str) -> VerifyDialect:
+    if kind == LAKE or kind in LAKE_KINDS:
+        return cast(VerifyDialect, kinds.lake("verify_sql").SQL)
     return cast(VerifyDialect, kinds.load(kind, "verify_sql").SQL)
 
 

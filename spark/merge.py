@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dblog_worker import config as config_module
-from dblog_worker.config import Config
 from dblog_worker import kinds
+from dblog_worker.config import Config
 from dblog_worker.errors import (
     ConfigError,
     RequestRejected,

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -33,11 +34,12 @@ def catalog_database(pg_dsn: str) -> tuple[str, str]:
             str(params["user"]))
 
 
-def lake_config(tmp: Path, kind: str, landing: Path, source: str, tables: list[str],
-                pg_dsn: str, *, renames: dict[str, str] | None = None,
-                partition_by: dict[str, list[str]] | None = None,
-                batch_max_events: int = 5_000_000, warehouse: Path | None = None) -> Path:
-    """A configuration file of ``source`` merged into a ``kind`` lake target."""
+def lake_sections(tmp: Path, kind: str, pg_dsn: str, *,
+                  renames: dict[str, str] | None = None,
+                  partition_by: dict[str, list[str]] | None = None,
+                  batch_max_events: int = 5_000_000, warehouse: Path | None = None) -> str:
+    """The ``[target]`` and ``[merge]`` sections of a ``kind`` lake target (an Iceberg
+    target's JDBC catalog in the database of ``pg_dsn``)."""
     target: dict[str, object] = {"kind": kind,
                                  "warehouse": str(warehouse or tmp / "warehouse")}
     if kind == "iceberg":
@@ -48,18 +50,7 @@ def lake_config(tmp: Path, kind: str, landing: Path, source: str, tables: list[s
     if partition_by:
         target["partition_by"] = partition_by
     jars = ["/usr/share/java/postgresql.jar", *map(str, LAKE_JARS[kind])]
-    text = f"""
-[source]
-name = "{source}"
-dsn = "host=127.0.0.1"
-tables = {json.dumps(tables)}
-
-[redis]
-url = "redis://127.0.0.1:1"
-
-[landing]
-path = {json.dumps(str(landing))}
-
+    return f"""
 [target]
 {chr(10).join(f"{k} = {toml_value(v)}" for k, v in target.items())}
 
@@ -74,6 +65,23 @@ parallel_tables = 2
 "spark.sql.shuffle.partitions" = "4"
 "spark.driver.extraJavaOptions" = "{FAST_JVM}"
 """
+
+
+def lake_config(tmp: Path, kind: str, landing: Path, source: str, tables: list[str],
+                pg_dsn: str, **options: Any) -> Path:
+    """A configuration file of ``source`` merged into a ``kind`` lake target."""
+    text = f"""
+[source]
+name = "{source}"
+dsn = "host=127.0.0.1"
+tables = {json.dumps(tables)}
+
+[redis]
+url = "redis://127.0.0.1:1"
+
+[landing]
+path = {json.dumps(str(landing))}
+{lake_sections(tmp, kind, pg_dsn, **options)}"""
     path = tmp / f"{source}-{kind}.toml"
     path.write_text(text)
     return path

@@ -30,9 +30,9 @@ def run_sql(spark: Any, config: Any, table: str, statements: list[str]) -> list[
 
 def main() -> int:
     jars, extra_conf = sys.argv[1], json.loads(sys.argv[2])
+    from dblog_spark.merge import merge_in
     from pyspark.sql import SparkSession
 
-    from dblog_spark.merge import merge_in
     from dblog_worker import config as config_module
     from dblog_worker.errors import ConfigError, TransientError
 

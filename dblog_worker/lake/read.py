@@ -29,8 +29,8 @@ from dblog_worker.names import split_table
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["LakeTable", "delete_rows", "merge_log_of", "open_table", "partition_columns",
-           "read_table", "sqlalchemy_url"]
+__all__ = ["LakeTable", "check_reachable", "delete_rows", "merge_log_of", "open_table",
+           "partition_columns", "read_table", "sqlalchemy_url"]
 
 POSITION = "_dblog_position"
 DELETE_ATTEMPTS = 5  # a delete that meets a concurrent commit reads the rows again
@@ -61,14 +61,17 @@ class LakeTable:
     handle: Any
 
     def arrow(self) -> pa.Table:
-        if self.lake.format == "delta":
-            return self.handle.to_pyarrow_table()
-        return self.handle.scan().to_arrow()
+        return self.batches().read_all()
 
     def batches(self) -> pa.RecordBatchReader:
-        """The rows, a batch at a time (memory bounded by a batch, not the table)."""
+        """The rows, a batch at a time (memory bounded by a batch, not the table). Delta
+        through delta-rs's query engine: its pyarrow dataset ignores column mapping."""
         if self.lake.format == "delta":
-            return self.handle.to_pyarrow_dataset().scanner().to_reader()
+            import pyarrow as pa
+            from deltalake import QueryBuilder
+
+            found = QueryBuilder().register("t", self.handle).execute("SELECT * FROM t")
+            return pa.RecordBatchReader.from_stream(found)
         return self.handle.scan().to_arrow_batch_reader()
 
     def properties(self) -> dict[str, str]:
@@ -107,6 +110,17 @@ def _catalog(lake: LakeConfig) -> Iterator[Any]:
                                 f" {str(exc.orig).strip().splitlines()[0]}") from None
     finally:
         catalog.engine.dispose()
+
+
+def check_reachable(lake: LakeConfig) -> None:
+    """TargetUnavailable unless the lake's catalog answers (a JDBC catalog's database) or
+    its warehouse exists (a local one)."""
+    if lake.format == "iceberg" and lake.catalog == "jdbc":
+        with _catalog(lake) as catalog, catalog.engine.connect():
+            return
+    if "://" not in lake.warehouse.removeprefix("file://") and \
+            not Path(lake.warehouse.removeprefix("file:")).is_dir():
+        raise TargetUnavailable(f"the warehouse {lake.warehouse} does not exist")
 
 
 def open_table(lake: LakeConfig, table: str) -> LakeTable | None:

@@ -41,7 +41,7 @@ from dblog_worker.lake.format import (
     LogEntry,
     MergeLog,
 )
-from dblog_worker.lake.types import column_type, quote, sql_literal, value_sql
+from dblog_worker.lake.types import column_ddl, quote, sql_literal, value_sql
 from dblog_worker.lake.types import widened as widened_type
 from dblog_worker.target.base import POSITION_COLUMN, Applied, Target
 from dblog_worker.target.columns import SourceColumn
@@ -237,7 +237,7 @@ class LakeTarget(Target):
                                   f" {column.name}, which the merge keeps for itself")
 
     def _types(self, batch: Batch, columns: Sequence[SourceColumn]) -> list[tuple[str, str]]:
-        return [(c.name, column_type(batch.source_table, c, self.format.title))
+        return [(c.name, column_ddl(batch.source_table, c, self.format.title))
                 for c in columns]
 
     # -- staging ------------------------------------------------------------------------------

@@ -14,9 +14,11 @@ from __future__ import annotations
 from dblog_worker.errors import TargetError
 from dblog_worker.target.columns import Encoding, SourceColumn, logical_of
 
-__all__ = ["DECIMAL_DIGITS", "column_type", "quote", "sql_literal", "value_sql", "widened"]
+__all__ = ["DECIMAL_DIGITS", "TIME_COMMENT", "column_ddl", "column_type", "quote",
+           "sql_literal", "value_sql", "widened"]
 
 DECIMAL_DIGITS = 38  # Spark's most
+TIME_COMMENT = "dblog:time"  # the comment of a string column that holds a time of day
 DEFAULT_SCALE = 18  # a decimal whose source does not say its scale (PostgreSQL numeric)
 
 _TYPES = {
@@ -50,6 +52,16 @@ def column_type(table: str, column: SourceColumn, target: str) -> str:
         raise TargetError(
             f"{table}: column {column.name!r} has type {column.describe()}, which a {target}"
             " target cannot hold; leave the table out of the merge (--table)")
+    return found
+
+
+def column_ddl(table: str, column: SourceColumn, target: str) -> str:
+    """:func:`column_type` as a column definition says it: a time of day, which Spark
+    keeps as a string, is marked by its comment (``dblog verify`` compares it as a time)."""
+    found = column_type(table, column, target)
+    logical = logical_of(column)
+    if logical is not None and logical.name == "time":
+        return f"{found} COMMENT {sql_literal(TIME_COMMENT)}"
     return found
 
 

@@ -3,6 +3,13 @@ which Spark a format's jar fits."""
 
 from __future__ import annotations
 
+import hashlib
+import math
+import random
+import struct
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+
 import pytest
 
 from dblog_worker import config as config_module
@@ -11,8 +18,11 @@ from dblog_worker.errors import ConfigError, TargetError
 from dblog_worker.lake.format import LogEntry, MergeLog
 from dblog_worker.lake.runtime import jar_spark_line, runtime_problem
 from dblog_worker.lake.target import merge_sql
-from dblog_worker.lake.types import column_type, quote, sql_literal, widened
+from dblog_worker.lake.types import TIME_COMMENT, column_type, quote, sql_literal, widened
+from dblog_worker.lake.verify_sql import SQL as LAKE_SQL
+from dblog_worker.lake.verify_sql import lake_family
 from dblog_worker.target.columns import Encoding, SourceColumn
+from dblog_worker.verify_sql import Column, Family
 
 P = "0" * 47 + "1"
 
@@ -118,3 +128,78 @@ def test_which_spark_a_jar_fits() -> None:
     assert problem is not None and "built for Spark 3.5" in problem
     missing = runtime_problem("delta", "3.5.9", "2.12.18", jars)
     assert missing is not None and "needs its Spark runtime jar" in missing
+
+
+# -- verify's normalized values in DuckDB (docs/verify.md, "Comparing values") -------------
+
+
+def reference_float(value: float) -> str:
+    """The normalized text of a double, as PostgreSQL's and MySQL's sides compute it."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if 2.0 ** 53 <= abs(value) < 2.0 ** 90:
+        return str(int(value))
+    if value == 0:
+        return "0"
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    text = "".join(map(str, digits))
+    return f"{'-' if sign else ''}{text}e{len(text) + exponent}"
+
+
+def duckdb_values(type_sql: str, family: Family, values: list[object],
+                  comment: str = "") -> list[str | None]:
+    import duckdb
+
+    column = Column("c", type_sql, lake_family(type_sql, comment), cast=type_sql)
+    assert column.family is family
+    expression = LAKE_SQL.value_sql(column, family, cross=True, ref='"c"').replace("%%", "%")
+    with duckdb.connect() as db:
+        db.execute(f"CREATE TABLE t (i INTEGER, c {type_sql})")
+        db.executemany("INSERT INTO t VALUES (?, ?)", list(enumerate(values)))
+        return [r[0] for r in db.execute(f"SELECT {expression} FROM t ORDER BY i").fetchall()]
+
+
+def test_lake_doubles_normalize_as_the_databases_do() -> None:
+    rnd = random.Random(52)
+    doubles = [0.1, -250.0, 1e20, 1.2345e-05, 123.0, -0.0, 0.0, 5e-324, 1.7976931348623157e308,
+               2.0 ** 53, 2.0 ** 60 + 2.0 ** 10, -(2.0 ** 89), 2.0 ** 90, 1e23, float("nan"),
+               float("inf"), float("-inf")]
+    doubles += [struct.unpack("<d", rnd.getrandbits(64).to_bytes(8, "little"))[0]
+                for _ in range(3000)]
+    doubles += [rnd.uniform(-1e6, 1e6) for _ in range(1000)]
+    assert duckdb_values("DOUBLE", Family.FLOAT, doubles) == [reference_float(d) for d in doubles]
+
+
+def test_lake_values_normalize_as_the_databases_do() -> None:
+    assert duckdb_values("DECIMAL(38,18)", Family.NUMBER,
+                         [Decimal("1.50"), Decimal("0.000"), Decimal("-12"), Decimal("100"),
+                          None]) == ["1.5", "0", "-12", "100", None]
+    assert duckdb_values("BOOLEAN", Family.NUMBER, [True, False]) == ["1", "0"]
+    assert duckdb_values("BIGINT", Family.NUMBER, [-9223372036854775808]) == [
+        "-9223372036854775808"]
+    assert duckdb_values("BLOB", Family.BINARY, [b"\x00\xffA", b""]) == ["00ff41", ""]
+    assert duckdb_values("DATE", Family.DATE, [date(1, 1, 1), date(2024, 2, 29)]) == [
+        "0001-01-01", "2024-02-29"]
+    assert duckdb_values("TIMESTAMP", Family.DATETIME,
+                         [datetime(2024, 1, 2, 3, 4, 5, 500000)]) == [
+        "2024-01-02 03:04:05.500000"]
+    assert duckdb_values("TIMESTAMP WITH TIME ZONE", Family.DATETIME,
+                         [datetime(2024, 1, 2, 3, 4, 5, 1, tzinfo=timezone(timedelta(hours=2)))]
+                         ) == ["2024-01-02 01:04:05.000001"]
+    assert duckdb_values("VARCHAR", Family.TIME,
+                         ["12:34:56.789", "00:00:00", "-838:59:59.000000", "24:00:00"],
+                         TIME_COMMENT) == ["45296789000", "0", "-3020399000000", "86400000000"]
+    assert duckdb_values("VARCHAR", Family.TEXT, ["é, x"]) == ["é, x"]
+
+
+def test_lake_rows_and_checksums() -> None:
+    row = LAKE_SQL.row_sql(["'a'", "NULL", "'1'"], [True, True, False])
+    import duckdb
+
+    with duckdb.connect() as db:
+        (text, checksum), = db.execute(f"SELECT {row}, {LAKE_SQL.checksum(row)}").fetchall()
+    assert text == "1:a,N,1"
+    assert checksum == int(hashlib.md5(b"1:a,N,1", usedforsecurity=False).hexdigest()[:15], 16)
