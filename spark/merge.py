@@ -95,6 +95,8 @@ def lake_stager() -> Stager:
                                   f"{batch.last_segment} into {batch.target_table}")
         try:
             target.stage(batch)  # type: ignore[attr-defined]  # a lake target's
+        except TransientError:
+            raise
         except Exception as exc:
             raise _staging_error(batch, reader, exc) from None
 

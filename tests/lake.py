@@ -63,6 +63,7 @@ parallel_tables = 2
 [merge.spark_conf]
 "spark.ui.enabled" = "false"
 "spark.sql.shuffle.partitions" = "4"
+"spark.databricks.delta.snapshotPartitions" = "2"
 "spark.driver.extraJavaOptions" = "{FAST_JVM}"
 """
 

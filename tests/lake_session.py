@@ -30,7 +30,7 @@ def run_sql(spark: Any, config: Any, table: str, statements: list[str]) -> list[
 
 def main() -> int:
     jars, extra_conf = sys.argv[1], json.loads(sys.argv[2])
-    from dblog_spark.merge import merge_in
+    from dblog_spark.merge import merge_in  # type: ignore[import-not-found]
     from pyspark.sql import SparkSession
 
     from dblog_worker import config as config_module
@@ -39,6 +39,7 @@ def main() -> int:
     builder = SparkSession.builder.master("local[2]").appName("dblog-lake-tests")
     conf = {"spark.jars": jars, "spark.sql.session.timeZone": "UTC",
             "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
+            "spark.databricks.delta.snapshotPartitions": "2",
             "spark.ui.showConsoleProgress": "false", "spark.scheduler.mode": "FAIR",
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
             "spark.sql.extensions":

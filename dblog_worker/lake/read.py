@@ -234,51 +234,40 @@ def _delete(found: LakeTable, key_columns: Sequence[str],
             rows: Mapping[tuple[object, ...], str | None]) -> bool:
     """One commit deleting ``rows`` where their position is still the one given; False if
     a concurrent commit refused it (read again)."""
+    predicate = " OR ".join(_row_predicate(found.lake.format, key_columns, key, position)
+                            for key, position in rows.items())
     if found.lake.format == "delta":
         from deltalake.exceptions import CommitFailedError
 
-        predicate = " OR ".join(_delta_row(key_columns, key, position)
-                                for key, position in rows.items())
         try:
             found.handle.delete(predicate)
         except CommitFailedError:
             return False
         return True
     from pyiceberg.exceptions import CommitFailedException
-    from pyiceberg.expressions import And, EqualTo, IsNull, Or
 
-    terms = []
-    for key, position in rows.items():
-        parts = [EqualTo(c, v) for c, v in zip(key_columns, key, strict=True)]
-        parts.append(IsNull(POSITION) if position is None else EqualTo(POSITION, position))
-        term = parts[0]
-        for part in parts[1:]:
-            term = And(term, part)
-        terms.append(term)
-    condition = terms[0]
-    for term in terms[1:]:
-        condition = Or(condition, term)
     try:
-        found.handle.delete(condition)
+        found.handle.delete(predicate)
     except CommitFailedException:
         return False
     return True
 
 
-def _delta_row(key_columns: Sequence[str], key: tuple[object, ...], position: str | None
-               ) -> str:
-    parts = [f"{_delta_name(c)} = {_delta_value(v)}"
-             for c, v in zip(key_columns, key, strict=True)]
-    parts.append(f"{POSITION} IS NULL" if position is None
-                 else f"{POSITION} = {_delta_value(position)}")
+def _row_predicate(kind: str, key_columns: Sequence[str], key: tuple[object, ...],
+                   position: str | None) -> str:
+    """One row's key and position as a filter: delta-rs's SQL (names in backquotes) or
+    pyiceberg's row filter (names in double quotes)."""
+    def name(text: str) -> str:
+        mark = "`" if kind == "delta" else '"'
+        return mark + text.replace(mark, mark * 2) + mark
+
+    parts = [f"{name(c)} = {_literal(v)}" for c, v in zip(key_columns, key, strict=True)]
+    parts.append(f"{name(POSITION)} IS NULL" if position is None
+                 else f"{name(POSITION)} = {_literal(position)}")
     return "(" + " AND ".join(parts) + ")"
 
 
-def _delta_name(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _delta_value(value: object) -> str:
+def _literal(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):

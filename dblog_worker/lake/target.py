@@ -25,13 +25,14 @@ is position-guarded.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dblog_worker.config import TargetConfig
 from dblog_worker.config_lake import LakeConfig
-from dblog_worker.errors import TargetError
+from dblog_worker.errors import DblogError, TargetError, TargetUnavailable
 from dblog_worker.lake import delta, iceberg
 from dblog_worker.lake.format import (
     EMPTY,
@@ -59,6 +60,7 @@ RESERVED = (OP, KEY, POSITION_COLUMN)
 TOMBSTONE_COLUMNS = (("target_table", "STRING"), ("key_json", "STRING"), ("position", "STRING"),
                      ("deleted_at", "TIMESTAMP"))
 _HEX = frozenset("0123456789abcdef")
+_R = TypeVar("_R")
 
 
 def session_conf(config: TargetConfig) -> dict[str, str]:
@@ -116,6 +118,49 @@ def tombstones_sql(tombstones: str, view: str, target_table: str, cut: str) -> s
             f" deleted_at) VALUES ({target}, s.{k}, s.{p}, current_timestamp())")
 
 
+_CONNECTION_FAILURES = ("java.net.ConnectException", "java.net.UnknownHostException",
+                        "java.net.NoRouteToHostException",
+                        "java.sql.SQLTransientConnectionException",
+                        "java.sql.SQLNonTransientConnectionException")
+
+
+def unreachable_cause(exc: BaseException) -> str | None:
+    """The message of the JVM exception that says a catalog's database could not be
+    reached (a refused or dropped connection: SQLSTATE class 08), among the causes of a
+    Py4J error; None for any other failure."""
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    for _ in range(20):
+        if java is None:
+            return None
+        try:
+            name = str(java.getClass().getName())
+            message = str(java.getMessage() or name)
+            state = str(java.getSQLState() or "") if "SQL" in name or "PSQL" in name else ""
+            cause = java.getCause()
+        except Exception:
+            return None
+        if name in _CONNECTION_FAILURES or state.startswith("08"):
+            return message.strip().splitlines()[0][:300]
+        java = cause
+    return None
+
+
+def _reachable(method: Callable[..., _R]) -> Callable[..., _R]:
+    """TargetUnavailable, one line, for a failure to reach the catalog's database."""
+
+    @functools.wraps(method)
+    def guarded(self: LakeTarget, *args: Any, **kwargs: Any) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except DblogError:
+            raise
+        except Exception as exc:
+            self._raise_unavailable(exc)
+            raise
+
+    return guarded
+
+
 class LakeTarget(Target):
     """Lake tables through a Spark session of their own (one per merged table)."""
 
@@ -149,10 +194,18 @@ class LakeTarget(Target):
     def _sql(self, sql: str) -> list[Any]:
         return list(self.spark.sql(sql).collect())
 
+    def _raise_unavailable(self, exc: BaseException) -> None:
+        cause = unreachable_cause(exc)
+        if cause is not None:
+            raise TargetUnavailable(f"the {self.format.title} target ({self.lake.describe()})"
+                                    f" is unreachable: {cause}; nothing of the batch in flight"
+                                    " was applied, run the merge again") from None
+
     @property
     def tombstones(self) -> str:
         return self.format.table(self.lake, f"{self.state}.tombstones")
 
+    @_reachable
     def ensure_state(self) -> None:
         table = f"{self.state}.tombstones"
         if not self.format.exists(self.spark, self.lake, table):
@@ -163,6 +216,7 @@ class LakeTarget(Target):
     def merge_log_rows(self, sql: str, params: Sequence[str]) -> list[tuple[Any, ...]]:
         raise TargetError("a lake target keeps its merge log in its tables' commits")
 
+    @_reachable
     def merge_log(self, table: str) -> MergeLog:
         """The newer of the log of the last commit that carries one and the table's copy."""
         if not self.format.exists(self.spark, self.lake, table):
@@ -182,12 +236,14 @@ class LakeTarget(Target):
 
     # -- tables -----------------------------------------------------------------------------
 
+    @_reachable
     def table_columns(self, table: str) -> dict[str, str] | None:
         if not self.format.exists(self.spark, self.lake, table):
             return None
         schema = self.spark.table(self.format.table(self.lake, table)).schema
         return {f.name: f.dataType.simpleString().upper() for f in schema.fields}
 
+    @_reachable
     def primary_key(self, table: str) -> list[str]:
         found = self.format.properties(self.spark, self.lake, table).get(KEY_PROPERTY)
         key = json.loads(found) if found else []
@@ -221,9 +277,11 @@ class LakeTarget(Target):
         try:
             self._sql(sql)
         except Exception as exc:  # AnalysisException and the JVM's errors alike
+            self._raise_unavailable(exc)
             raise TargetError(f"cannot prepare target table {table}: {_first_line(exc)}"
                               ) from None
 
+    @_reachable
     def prepare_table(self, batch: Batch) -> dict[str, str]:
         self._source_table = batch.source_table
         found = super().prepare_table(batch)
@@ -254,6 +312,7 @@ class LakeTarget(Target):
     def jdbc(self) -> tuple[str, dict[str, str]]:
         raise TargetError("a lake target is written by Spark itself, not over JDBC")
 
+    @_reachable
     def stage(self, batch: Batch) -> None:
         """The batch's latest event per key, typed, without keys whose tombstone is newer:
         persisted, as the temporary view ``batch.stage``."""
@@ -326,6 +385,7 @@ class LakeTarget(Target):
         except TargetError:
             raise
         except Exception as exc:
+            self._raise_unavailable(exc)
             raise TargetError(
                 f"{table}: the batch of segments {batch.segments[0].seq}-{batch.last_segment}"
                 f" was not applied: {_first_line(exc)}") from None
@@ -344,6 +404,7 @@ class LakeTarget(Target):
         return int(self._sql(f"SELECT count(*) FROM ({upserts}) AS s LEFT ANTI JOIN {named}"
                              f" VERSION AS OF {int(snapshot)} AS t ON {on}")[0][0])
 
+    @_reachable
     def finish(self, source: str, source_table: str, target_table: str,
                retention_h: float) -> None:
         """After a table's batches: copy the merge log into a table property (it outlives

@@ -7,6 +7,7 @@ import hashlib
 import math
 import random
 import struct
+from collections.abc import Sequence
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -149,7 +150,7 @@ def reference_float(value: float) -> str:
     return f"{'-' if sign else ''}{text}e{len(text) + exponent}"
 
 
-def duckdb_values(type_sql: str, family: Family, values: list[object],
+def duckdb_values(type_sql: str, family: Family, values: Sequence[object],
                   comment: str = "") -> list[str | None]:
     import duckdb
 
