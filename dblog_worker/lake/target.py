@@ -178,6 +178,7 @@ class LakeTarget(Target):
             self.spark.conf.set(key, value)
         self._staged: dict[str, DataFrame] = {}
         self._column_types: dict[str, str] = {}
+        self._committed: dict[str, MergeLog] = {}  # table -> the log its last commit carried
         self._source_table = ""
 
     # -- connection, state, locks -----------------------------------------------------------
@@ -217,8 +218,12 @@ class LakeTarget(Target):
         raise TargetError("a lake target keeps its merge log in its tables' commits")
 
     @_reachable
-    def merge_log(self, table: str) -> MergeLog:
-        """The newer of the log of the last commit that carries one and the table's copy."""
+    def merge_log(self, table: str, *, fresh: bool = True) -> MergeLog:
+        """The newer of the log of the last commit that carries one and the table's copy;
+        not ``fresh``: the log this target committed last, if it did (reading a format's
+        history takes a Spark job)."""
+        if not fresh and table in self._committed:
+            return self._committed[table]
         if not self.format.exists(self.spark, self.lake, table):
             return EMPTY
         copied = MergeLog.parse(self.format.properties(self.spark, self.lake, table)
@@ -226,7 +231,9 @@ class LakeTarget(Target):
         return self.format.committed_log(self.spark, self.lake, table).newer(copied)
 
     def merged(self, source: str, source_table: str, target_table: str) -> MergeLogEntry:
-        return self.merge_log(target_table).get(source, source_table).entry()
+        """Between this target's own batches, the log it committed; apply reads the
+        table's again, so a merge that ran meanwhile is still found."""
+        return self.merge_log(target_table, fresh=False).get(source, source_table).entry()
 
     def try_lock(self, stage: str) -> bool:
         return True  # no session lock in a lake: see the module's docstring
@@ -376,9 +383,9 @@ class LakeTarget(Target):
             named = self.format.table(self.lake, table)
             merge = merge_sql(named, view, [c.name for c in batch.columns], batch.key,
                               cut if truncated else None)
+            committed = log.with_entry(batch.source, batch.source_table, after)
             upserted, deleted = self.format.commit(
-                self.spark, self.lake, table,
-                log.with_entry(batch.source, batch.source_table, after),
+                self.spark, self.lake, table, committed,
                 MergeLog.key(batch.source, batch.source_table), batch.last_segment,
                 lambda: self._sql(merge),
                 lambda snapshot: self._inserted(named, view, batch.key, snapshot))
@@ -391,6 +398,7 @@ class LakeTarget(Target):
                 f" was not applied: {_first_line(exc)}") from None
         finally:
             self.prepare_stage(batch.stage)
+        self._committed[table] = committed
         return Applied(upserted=upserted, deleted=deleted, truncated=truncated)
 
     def _inserted(self, named: str, view: str, key: Sequence[str], snapshot: int | None
@@ -409,7 +417,7 @@ class LakeTarget(Target):
                retention_h: float) -> None:
         """After a table's batches: copy the merge log into a table property (it outlives
         the commit that carries it) and drop tombstones past their retention."""
-        log = self.merge_log(target_table)
+        log = self.merge_log(target_table, fresh=False)
         entry = log.get(source, source_table)
         named = self.format.table(self.lake, target_table)
         self._sql(f"ALTER TABLE {named} SET TBLPROPERTIES ({sql_literal(LOG_PROPERTY)} ="

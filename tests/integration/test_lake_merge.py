@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+import socket
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -96,6 +98,7 @@ def counts(report: dict[str, Any]) -> tuple[int, int, int]:
 
 
 @pytest.mark.parametrize("kind", ["iceberg", "delta"])
+@pytest.mark.timeout(900)
 def test_merge_into_a_lake_table(kind: str, tmp_path: Path, pg_dsn: str,
                                  lake: LakeSession) -> None:
     landing, old_landing = tmp_path / "landing", tmp_path / "old"
@@ -237,3 +240,24 @@ def test_merge_killed_mid_batch_applies_it_once(tmp_path: Path, pg_dsn: str,
         SEGMENTS, SEGMENTS * SEGMENT_EVENTS, SEGMENTS), (applied, rest)
     assert rest["batches"] == SEGMENTS - applied
     assert {k: r["v"] for k, r in rows(config, KV).items()} == expected
+
+
+def test_an_unreachable_catalog_is_target_unavailable(tmp_path: Path, pg_dsn: str,
+                                                      lake: LakeSession) -> None:
+    """The Iceberg catalog's PostgreSQL down: the job's exit status 3 and one line."""
+    landing = tmp_path / "landing"
+    zone = LandingZone(landing, "src")
+    zone.write_schema(TABLE, 1, V1)
+    zone.commit_segment(TABLE, [ev("c", 10, 1)])
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = lake_config(tmp_path, "iceberg", landing, "src", [TABLE], pg_dsn)
+    text = config.read_text()
+    config.write_text(re.sub(r"jdbc:postgresql://[^/]+/", f"jdbc:postgresql://127.0.0.1:{port}/",
+                             text))
+    answer = lake.run(config)
+    assert answer["status"] == 3, answer
+    error = str(answer["error"])
+    assert "\n" not in error and "is unreachable" in error and f"127.0.0.1:{port}" in error, error
+    assert "Py4J" not in error and "Traceback" not in error
