@@ -24,7 +24,7 @@ DEFAULT_SCALE = 18  # a decimal whose source does not say its scale (PostgreSQL 
 _TYPES = {
     "int16": "SMALLINT", "int32": "INT", "int64": "BIGINT", "uint32": "BIGINT",
     "uint64": "DECIMAL(20,0)", "float32": "FLOAT", "float64": "DOUBLE", "bool": "BOOLEAN",
-    "binary": "BINARY", "text": "STRING", "json": "STRING", "uuid": "STRING",
+    "binary": "BINARY", "text": "STRING", "json": "STRING", "uuid": "STRING", "inet": "STRING",
     "date": "DATE", "datetime": "TIMESTAMP_NTZ", "timestamptz": "TIMESTAMP",
     "time": "STRING", "year": "INT",
 }

@@ -16,11 +16,12 @@ Values are normalized to the texts the PostgreSQL and MySQL sides produce across
 family    lake column (DuckDB)
 ========  ==========================================================
 NUMBER    integers as text; decimals with fraction zeros trimmed; booleans ``1``/``0``
-FLOAT     as a double: ``[-]<digits>e<exponent>``; 2^53 to 2^90 as exact integers
+FLOAT     as a double: ``[-]<digits>e<exponent>``; 2^53 to 2^90 as exact integers;
+          ``NaN`` and infinities NULL
 TEXT      the string
 BINARY    lower-case hex
-DATE      ``YYYY-MM-DD``
-DATETIME  ``YYYY-MM-DD HH:MM:SS.ffffff`` (a ``timestamptz`` in UTC)
+DATE      ``YYYY-MM-DD``; outside the years 1 to 9999 ``-infinity``
+DATETIME  ``YYYY-MM-DD HH:MM:SS.ffffff`` (a ``timestamptz`` in UTC); as dates
 TIME      signed microseconds, from the text a source's time of day lands as (the
           merge stores it as a string marked ``dblog:time``)
 ========  ==========================================================
@@ -172,7 +173,8 @@ def _ddl_quote(name: str) -> str:
 
 def _float(ref: str) -> str:
     """A double as ``[-]<digits>e<exponent>`` (0.digits times 10^exponent), from DuckDB's
-    shortest text (``0.1``, ``123.0``, ``1e+20``, ``1.2345e-05``); 2^53 to 2^90 exact."""
+    shortest text (``0.1``, ``123.0``, ``1e+20``, ``1.2345e-05``); 2^53 to 2^90 exact;
+    ``NaN`` and infinities NULL (what a MySQL target has for them)."""
     value = f"CAST({ref} AS DOUBLE)"
     text = f"CAST({value} AS VARCHAR)"
     mantissa = f"ltrim(split_part({text}, 'e', 1), '-')"
@@ -181,13 +183,20 @@ def _float(ref: str) -> str:
     exponent = (f"(coalesce(CAST(nullif(split_part({text}, 'e', 2), '') AS INTEGER), 0)"
                 f" + length(split_part({mantissa}, '.', 1))"
                 f" - (length({digits}) - length(ltrim({digits}, '0'))))")
-    return (f"CASE WHEN isnan({value}) THEN 'NaN' WHEN isinf({value}) THEN"
-            f" (CASE WHEN {value} > 0 THEN 'Infinity' ELSE '-Infinity' END)"
+    return (f"CASE WHEN isnan({value}) OR isinf({value}) THEN NULL"
             f" WHEN abs({value}) >= {2.0 ** 53!r} AND abs({value}) < {2.0 ** 90!r}"
             f" THEN CAST(CAST({value} AS HUGEINT) AS VARCHAR)"
             f" WHEN {significant} = '' THEN '0' ELSE"
             f" (CASE WHEN {value} < 0 THEN '-' ELSE '' END) || {significant} || 'e' ||"
             f" CAST({exponent} AS VARCHAR) END")
+
+
+def _date(ref: str, text: str) -> str:
+    """A date's or time stamp's ``text``; ``-infinity`` outside the years 1 to 9999, as
+    the databases' sides have it."""
+    return (f"CASE WHEN {ref} IS NULL THEN NULL WHEN isfinite({ref}) AND {ref} >="
+            f" DATE '0001-01-01' AND {ref} < DATE '9999-12-31' + INTERVAL 1 DAY THEN {text}"
+            " ELSE '-infinity' END")
 
 
 def _time(ref: str) -> str:
@@ -238,11 +247,11 @@ class LakeVerifySql:
         if family is Family.BINARY:
             return f"lower(hex({ref}))"
         if family is Family.DATE:
-            return f"CAST({ref} AS VARCHAR)"  # ISO, four-digit years
+            return _date(ref, f"CAST({ref} AS VARCHAR)")  # ISO, four-digit years
         if family is Family.DATETIME:
             instant = (f"make_timestamp(epoch_us({ref}))" if kind == "TIMESTAMP WITH TIME ZONE"
                        else f"CAST({ref} AS TIMESTAMP)")
-            return f"strftime({instant}, '%%Y-%%m-%%d %%H:%%M:%%S.%%f')"
+            return _date(instant, f"strftime({instant}, '%%Y-%%m-%%d %%H:%%M:%%S.%%f')")
         if family is Family.TIME:
             return _time(ref)
         return f"CAST({ref} AS VARCHAR)"
