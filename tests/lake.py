@@ -37,9 +37,11 @@ def catalog_database(pg_dsn: str) -> tuple[str, str]:
 def lake_sections(tmp: Path, kind: str, pg_dsn: str, *,
                   renames: dict[str, str] | None = None,
                   partition_by: dict[str, list[str]] | None = None,
-                  batch_max_events: int = 5_000_000, warehouse: Path | None = None) -> str:
+                  batch_max_events: int = 5_000_000, warehouse: Path | None = None,
+                  spark_conf: dict[str, str] | None = None) -> str:
     """The ``[target]`` and ``[merge]`` sections of a ``kind`` lake target (an Iceberg
-    target's JDBC catalog in the database of ``pg_dsn``)."""
+    target's JDBC catalog in the database of ``pg_dsn``); ``spark_conf``: more of
+    ``[merge.spark_conf]``."""
     target: dict[str, object] = {"kind": kind,
                                  "warehouse": str(warehouse or tmp / "warehouse")}
     if kind == "iceberg":
@@ -65,6 +67,7 @@ parallel_tables = 2
 "spark.sql.shuffle.partitions" = "4"
 "spark.databricks.delta.snapshotPartitions" = "2"
 "spark.driver.extraJavaOptions" = "{FAST_JVM}"
+{chr(10).join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in (spark_conf or {}).items())}
 """
 
 
@@ -93,6 +96,12 @@ def toml_value(value: object) -> str:
         return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}"
                                 for k, v in value.items()) + " }"
     return json.dumps(value)
+
+
+SPARK35_PYTHON = {"spark.pyspark.python": str(SPARK35 / "bin" / "python"),
+                  "spark.pyspark.driver.python": str(SPARK35 / "bin" / "python")}
+"""The job's Python on Spark 3.5 when spark-submit is called by a process of the main
+environment (Airflow's), which sets ``PYSPARK_PYTHON`` to its own (PySpark 4.2)."""
 
 
 def merge_env() -> dict[str, str]:

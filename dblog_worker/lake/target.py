@@ -135,10 +135,13 @@ def unreachable_cause(exc: BaseException) -> str | None:
         try:
             name = str(java.getClass().getName())
             message = str(java.getMessage() or name)
-            state = str(java.getSQLState() or "") if "SQL" in name or "PSQL" in name else ""
             cause = java.getCause()
-        except Exception:
+        except Exception:  # the gateway itself is gone: not a catalog's failure
             return None
+        try:  # a java.sql.SQLException's; other exceptions have no such method
+            state = str(java.getSQLState() or "")
+        except Exception:
+            state = ""
         if name in _CONNECTION_FAILURES or state.startswith("08"):
             return message.strip().splitlines()[0][:300]
         java = cause
