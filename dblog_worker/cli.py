@@ -4,8 +4,9 @@ Every command reads the worker's configuration file (``--config``, or the
 ``DBLOG_CONFIG`` environment variable). Requests go to Redis; the running worker
 picks them up. Exit status: 0 success; 1 the thing asked about failed (a problem
 found, a dump failed, a terminal error); 2 the command was refused (bad input, an
-unknown request, a state that does not allow it); 3 a service was unreachable
-(Redis, the source database: try again); 130 interrupted.
+unknown request, a state that does not allow it, a configuration file that cannot be
+used); 3 a service was unreachable (Redis, the source database: try again); 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -24,23 +25,44 @@ from dblog_worker import __version__, cli_dumps
 from dblog_worker import config as config_module
 from dblog_worker.config import Config
 from dblog_worker.dialect import dialect, open_source
-from dblog_worker.errors import CorruptState, DblogError, RequestRejected, TerminalError
+from dblog_worker.errors import (
+    ConfigInvalid,
+    CorruptState,
+    DblogError,
+    RequestRejected,
+    TerminalError,
+    TransientError,
+)
 from dblog_worker.requests import (
     COMMANDS,
     DEFAULT_CHUNK_SIZE,
+    MAX_CHUNK_SIZE,
+    MAX_DELAY_MS,
+    MAX_KEYS,
+    MAX_PARALLELISM,
 )
 from dblog_worker.row_filter import key_argument
+from dblog_worker.throttle import LIMITS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.config is None:
+            raise ConfigInvalid("no configuration file: give --config FILE, or set the "
+                                "environment variable $DBLOG_CONFIG to its path")
         config = config_module.load(args.config)
         result: int = args.handler(config, args)
         return result
     except RequestRejected as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 2
+    except ConfigInvalid as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except TransientError as exc:  # a driver's message may span lines
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 3
     except DblogError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, TerminalError) else 3
@@ -55,9 +77,10 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, handler: object, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
-        sub.add_argument("--config", "-c", default=os.environ.get("DBLOG_CONFIG"),
-                         required="DBLOG_CONFIG" not in os.environ,
-                         help="worker configuration file (default: $DBLOG_CONFIG)")
+        sub.add_argument("--config", "-c", default=os.environ.get("DBLOG_CONFIG") or None,
+                         metavar="FILE",
+                         help="the worker's configuration file (default: $DBLOG_CONFIG; "
+                              "one of them is needed)")
         sub.set_defaults(handler=handler)
         return sub
 
@@ -79,13 +102,19 @@ def _parser() -> argparse.ArgumentParser:
     scope.add_argument("--table", "-t", action="append", dest="tables", metavar="SCHEMA.TABLE",
                        help="a table to dump (repeat for several)")
     keys = dump.add_mutually_exclusive_group()
-    keys.add_argument("--keys", help='primary keys as JSON: [1,2] or [[1,"a"],[2,"b"]]')
-    keys.add_argument("--keys-file", type=Path, help="a file with the keys as JSON")
-    dump.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
-    dump.add_argument("--delay-ms", type=int, default=0, help="pause between chunks")
-    dump.add_argument("--parallelism", type=int, default=1,
+    keys.add_argument("--keys", metavar="JSON",
+                      help='primary keys as JSON: [1,2] or [[1,"a"],[2,"b"]] (a keys dump of '
+                           f"the one table given; at most {MAX_KEYS:,})")
+    keys.add_argument("--keys-file", type=Path, metavar="FILE",
+                      help="a file with the keys as JSON")
+    dump.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, metavar="N",
+                      help=f"rows per chunk, keys per batch of a keys dump (default "
+                           f"{DEFAULT_CHUNK_SIZE}; 1-{MAX_CHUNK_SIZE:,})")
+    dump.add_argument("--delay-ms", type=int, default=0, metavar="MS",
+                      help=f"pause between chunks (default 0; 0-{MAX_DELAY_MS:,})")
+    dump.add_argument("--parallelism", type=int, default=1, metavar="P",
                       help="chunk SELECTs per window, each on a source connection of its own "
-                           "(1-8; 1: one chunk per window)")
+                           f"(default 1: one chunk per window; 1-{MAX_PARALLELISM})")
     dump.add_argument("--where", nargs="+", action="append", metavar="WORD",
                       help="only rows that meet a condition, as COLUMN OP [VALUE...]: "
                            "region = EU, region in EU US, created_at '>=' 2026-01-01, "
@@ -95,9 +124,10 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--to-key", type=key_argument, metavar="KEY",
                       help="the last primary key to dump (included)")
     _throttle_options(dump)
-    dump.add_argument("--client-token", help="idempotency token: the same token, one request")
+    dump.add_argument("--client-token", metavar="TOKEN",
+                      help="idempotency token: the same token, one request (default: none)")
     dump.add_argument("--wait", action="store_true", help="show progress until it ends")
-    dump.add_argument("--json", action="store_true")
+    dump.add_argument("--json", action="store_true", help="print the request as JSON")
 
     listing = command("list", cli_dumps.list_dumps, "list dump requests")
     listing.add_argument("--active", action="store_true", help="only requests not finished")
@@ -120,9 +150,13 @@ def _parser() -> argparse.ArgumentParser:
                     "change chunk size, delay, parallelism and/or throttle limits of a dump "
                     "that runs")
     knobs.add_argument("id")
-    knobs.add_argument("--chunk-size", type=int)
-    knobs.add_argument("--delay-ms", type=int)
-    knobs.add_argument("--parallelism", type=int)
+    knobs.add_argument("--chunk-size", type=int, metavar="N",
+                       help=f"rows per chunk (1-{MAX_CHUNK_SIZE:,}; default: unchanged)")
+    knobs.add_argument("--delay-ms", type=int, metavar="MS",
+                       help=f"pause between chunks (0-{MAX_DELAY_MS:,}; default: unchanged)")
+    knobs.add_argument("--parallelism", type=int, metavar="P",
+                       help=f"chunk SELECTs per window (1-{MAX_PARALLELISM}; default: "
+                            "unchanged)")
     _throttle_options(knobs)
     knobs.add_argument("--no-throttle", action="store_true",
                        help="turn every throttle limit off")
@@ -142,11 +176,14 @@ def _parser() -> argparse.ArgumentParser:
                      "print the keys that differ")
     verify.add_argument("--table", "-t", action="append", dest="tables", metavar="SCHEMA.TABLE",
                         help="a table to compare (repeat for several; default: all captured)")
-    verify.add_argument("--range-rows", type=int, default=10_000,
-                        help="source rows per compared key range")
-    verify.add_argument("--delay-ms", type=int, default=0, help="pause between ranges")
+    verify.add_argument("--range-rows", type=int, default=10_000, metavar="N",
+                        help="source rows per compared key range (default 10,000; "
+                             "2-1,000,000)")
+    verify.add_argument("--delay-ms", type=int, default=0, metavar="MS",
+                        help="pause between ranges (default 0; 0-3,600,000)")
     verify.add_argument("--recheck", type=float, default=0.0, metavar="SECONDS",
-                        help="then wait SECONDS and compare the differing keys again")
+                        help="then wait SECONDS and compare the differing keys again "
+                             "(default 0: no; 0-3600)")
     verify.add_argument("--keys-out", metavar="FILE",
                         help="write the differing keys for `dblog dump --keys-file` "
                              "({table} in FILE: one file per table)")
@@ -217,12 +254,27 @@ def _preflight(config: Config, args: argparse.Namespace) -> int:
 
 def _merge(config: Config, args: argparse.Namespace) -> int:
     import shlex
+    import tempfile
 
-    from dblog_worker.target.submit import run_merge, submit_command
+    from dblog_worker.target.submit import (
+        merge_job,
+        run_merge,
+        submit_command,
+        write_properties,
+    )
 
     if args.print_command:
+        merge_job(config, Path(args.config), args.master or config.merge.master,
+                  tables=args.tables)  # refuses a bad table name before a file is written
+        properties = None
+        if config.merge.spark_conf:  # its values stay off the line: in a file of the user's
+            folder = Path(tempfile.mkdtemp(prefix="dblog-merge-"))
+            properties = write_properties(folder, config.merge.spark_conf)
+            print(f"{properties} holds merge.spark_conf (readable by you only): the line "
+                  "needs it; delete its folder when done", file=sys.stderr)
         command = submit_command(config, Path(args.config), tables=args.tables,
-                                 master=args.master, as_json=args.json)
+                                 master=args.master, as_json=args.json,
+                                 properties_file=properties)
         print(shlex.join(command))
         return 0
     return run_merge(config, Path(args.config), tables=args.tables, master=args.master,
@@ -269,16 +321,13 @@ def _throttle_options(parser: argparse.ArgumentParser) -> None:
     """The limits of automatic throttling (docs/operations.md); 0 turns one off."""
     group = parser.add_argument_group(
         "automatic throttling", "over a limit, the next chunk waits longer (up to 30 s "
-        "more); 0 turns a limit off")
-    group.add_argument("--max-chunk-ms", type=int, metavar="MS",
-                       help="a chunk SELECT's wall time")
-    group.add_argument("--max-active-sessions", type=int, metavar="N",
-                       help="sessions running a statement on the source (the worker's own "
-                            "left out)")
-    group.add_argument("--max-replica-lag-ms", type=int, metavar="MS",
-                       help="the read replica's replay lag ([source.replica])")
-    group.add_argument("--max-log-lag-mb", type=int, metavar="MIB",
-                       help="the worker's own lag reading the log")
+        "more); 0 turns a limit off (the default)")
+    for name, metavar in (("max_chunk_ms", "MS"), ("max_active_sessions", "N"),
+                          ("max_replica_lag_ms", "MS"), ("max_log_lag_mb", "MIB")):
+        high, unit, what = LIMITS[name]
+        group.add_argument(f"--{name.replace('_', '-')}", type=int, metavar=metavar,
+                           help=f"{what}{'' if unit == 'sessions' else f', in {unit}'} "
+                                f"(default 0: off; 0-{high:,})")
 
 
 def _verify(config: Config, args: argparse.Namespace) -> int:

@@ -75,7 +75,7 @@ from dblog_worker.config_sections import (
     logs_section,
     merge_section,
 )
-from dblog_worker.errors import ConfigError, RequestRejected
+from dblog_worker.errors import ConfigError, ConfigInvalid, RequestRejected
 from dblog_worker.landing.names import table_dir_name
 from dblog_worker.landing.sink import DEFAULT_FORMAT, FORMATS
 
@@ -218,7 +218,7 @@ class Config:
 
     def require_target(self) -> TargetConfig:
         if self.target is None:
-            raise ConfigError(
+            raise ConfigInvalid(
                 "this command needs a [target] section: the database to merge into "
                 "(see docs/configuration.md#target-the-merged-tables)"
             )
@@ -226,14 +226,25 @@ class Config:
 
 
 def load(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
+    """The configuration in file ``path``; :class:`ConfigInvalid` saying what is wrong."""
     env = os.environ if environ is None else environ
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"configuration file {path} does not exist") from None
+        raise ConfigInvalid(f"configuration file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigInvalid(f"configuration file {path} is a directory") from None
+    except OSError as exc:
+        raise ConfigInvalid(f"cannot read configuration file {path}: "
+                            f"{exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigInvalid(f"configuration file {path} is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"configuration file {path} is not valid TOML: {exc}") from None
-    return parse(data, env)
+        raise ConfigInvalid(f"configuration file {path} is not valid TOML: {exc}") from None
+    try:
+        return parse(data, env)
+    except ConfigError as exc:
+        raise ConfigInvalid(str(exc)) from None
 
 
 KNOWN: Mapping[str, frozenset[str]] = {
@@ -422,8 +433,32 @@ def _redis_url(section: Mapping[str, Any], env: Mapping[str, str]) -> str:
                           + ", ".join(f"{s}://" for s in REDIS_SCHEMES))
     if parts.scheme == "unix" and not parts.path:
         raise ConfigError(f"{label}: a unix:// URL needs the socket's path: {form}")
-    del port  # parsed only to check it
+    if port == 0 or (parts.scheme != "unix" and not re.fullmatch(r"/?|/[0-9]{1,5}", parts.path)):
+        raise ConfigError(f"{label}: the port is a number from 1 to 65535 and the path the "
+                          f"database number (0, 1, ...): {form}")
+    problem = _redis_options_problem(url)
+    if problem is not None:
+        raise ConfigError(f"{label}: {problem}")
     return url
+
+
+def _redis_options_problem(url: str) -> str | None:
+    """What redis-py refuses in the URL's query (``?socket_timeout=...``), naming the
+    parameter, never its value; None if it takes them. Nothing is contacted."""
+    import redis
+
+    try:
+        redis.ConnectionPool.from_url(url).make_connection()
+    except TypeError as exc:
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        name = f" {unknown[1]}" if unknown else ""
+        return (f"redis-py does not know the query parameter{name} (an ssl_ parameter needs "
+                "rediss://); see redis-py's from_url")
+    except (ValueError, redis.RedisError) as exc:
+        if "Certificate Requirements" in str(exc):
+            return "ssl_cert_reqs must be none, optional or required"
+        return str(exc).partition(":")[0].rstrip(".")  # what follows may be the value
+    return None
 
 
 def _secret_label(section: Mapping[str, Any], key: str, name: str) -> str:

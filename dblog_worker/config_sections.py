@@ -6,7 +6,10 @@ sections that name databases (``[source]``, ``[target]``, ``[landing]``, ``[redi
 
 from __future__ import annotations
 
+import collections
 import ipaddress
+import itertools
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,7 +40,9 @@ class MergeConfig:
 DEFAULT_LISTEN = "127.0.0.1:8750"
 DEFAULT_TOKEN_ENV = "DBLOG_HTTP_TOKEN"  # noqa: S105 (a variable name, not a token)
 MIN_TOKEN_BYTES = 16  # off loopback
-EXAMPLE_TOKENS = ("change-me-http-token",)  # .env.example's: refused off loopback
+MIN_TOKEN_BITS = 32  # by the characters' frequencies; random 16-hex-digit tokens have ~50
+MIN_TOKEN_CHARACTERS = 5  # distinct characters
+EXAMPLE_TOKENS = ("change-me-http-token",)  # .env.example's: refused in any spelling
 MAKE_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"  # noqa: S105
 
 
@@ -174,12 +179,10 @@ def http_section(data: Mapping[str, Any], env: Mapping[str, str]) -> HttpConfig:
 
 
 def check_token_strength(token: str, token_env: str, listen: str) -> None:
-    """Off loopback, whoever reaches the port can guess: no short token, no example's."""
-    if token in EXAMPLE_TOKENS:
-        weak = "is the example's token (.env.example), which anyone can read"
-    elif len(token) < MIN_TOKEN_BYTES:
-        weak = f"is {len(token)} bytes long, shorter than {MIN_TOKEN_BYTES}"
-    else:
+    """Off loopback, whoever reaches the port can guess: no short token, no example's, no
+    token with little randomness."""
+    weak = token_weakness(token)
+    if weak is None:
         return
     raise ConfigError(
         f"http.listen {listen!r} is not a loopback address and the token in {token_env} "
@@ -187,6 +190,35 @@ def check_token_strength(token: str, token_env: str, listen: str) -> None:
         f"token of at least {MIN_TOKEN_BYTES} bytes, e.g. the output of `{MAKE_TOKEN}`, "
         'or listen on "127.0.0.1:8750"'
     )
+
+
+def token_weakness(token: str) -> str | None:
+    """Why ``token`` is easy to guess, or None. The example's token in any letter case or
+    spelling (``CHANGE_ME-http-token``) and placeholders (``changeme...``) are; so are a
+    token shorter than :data:`MIN_TOKEN_BYTES`, one that repeats a short pattern
+    (``aaaaaaaaaaaaaaaa``, ``abcabcabc...``), one of consecutive characters
+    (``0123456789abcdef``) and one whose characters carry fewer than :data:`MIN_TOKEN_BITS`
+    by their frequencies (16 random hexadecimal digits carry about 50)."""
+    def plain(text: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", text.lower())
+
+    if plain(token) in {plain(t) for t in EXAMPLE_TOKENS} or plain(token).startswith(
+            "changeme"):
+        return "is the example's token (.env.example) or a placeholder, which anyone can read"
+    if len(token) < MIN_TOKEN_BYTES:
+        return f"is {len(token)} bytes long, shorter than {MIN_TOKEN_BYTES}"
+    period = next(p for p in range(1, len(token) + 1)
+                  if all(token[i] == token[i % p] for i in range(len(token))))
+    if period <= len(token) // 2:
+        return f"repeats a pattern of {period} character(s)"
+    if len({ord(b) - ord(a) for a, b in itertools.pairwise(token)}) == 1:
+        return "is a run of consecutive characters"
+    counts = collections.Counter(token)
+    bits = -sum(n * math.log2(n / len(token)) for n in counts.values())
+    if bits < MIN_TOKEN_BITS or len(counts) < MIN_TOKEN_CHARACTERS:
+        return (f"has too little randomness ({len(counts)} distinct characters; a random "
+                "token has many)")
+    return None
 
 
 def parse_listen(listen: object) -> tuple[str, int]:

@@ -13,6 +13,8 @@
      │    └── TargetUnavailable     the merge target is unreachable: the batch rolled back
      └── TerminalError          retrying cannot help: a person must act
           ├── ConfigError           the configuration or the source's settings are wrong
+          │    └── ConfigInvalid    ... the configuration file itself (missing, not TOML,
+          │                         an option or a DSN wrong): nothing was tried
           ├── RequestRejected       a dump request or control command is invalid
           ├── DumpFailed            a running dump cannot go on (its table was dropped, ...)
           ├── CorruptState          a record read back from Redis is malformed (names the key)
@@ -72,6 +74,12 @@ class TerminalError(DblogError):
 
 class ConfigError(TerminalError):
     """The configuration, or the source database's settings, need a change."""
+
+
+class ConfigInvalid(ConfigError):
+    """The configuration file cannot be used as written (missing, not TOML, an unknown
+    option, a value or DSN that is wrong, a section the command needs): found before
+    anything is contacted; ``dblog`` exits 2."""
 
 
 class RequestRejected(TerminalError):

@@ -5,9 +5,9 @@ A JSON line has ``ts`` (UTC, milliseconds), ``level``, ``logger``, ``message`` a
 request; ``error`` with the traceback of an exception; and any other field a caller
 passed with ``extra=`` (the HTTP server's ``http_request_id``, for instance).
 
-Secrets never reach the log: passwords in connection strings and URLs and bearer
-tokens are masked in every message, and ``extra`` fields named like a secret are
-dropped, in both formats.
+Secrets never reach the log: passwords and other secret options (``sslpassword``, ...)
+in connection strings and URLs and bearer tokens are masked in every message, and
+``extra`` fields named like a secret are dropped, in both formats.
 """
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ from typing import Any
 
 MASK = "***"
 _SECRETS = (
-    (re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)"), rf"\g<1>{MASK}"),
+    # libpq's secret options (password, sslpassword, oauth_client_secret, scram_*_key),
+    # options (it may carry any setting), Spark's (fs.s3a.secret.key=...)
+    (re.compile(r"(?i)((?<![\w.-])(?:[\w.-]*(?:password|secret)[\w.-]*|scram_\w*key|options)"
+                r"\s*=\s*)"
+                r"('(?:[^'\\]|\\.)*'|\S+)"), rf"\g<1>{MASK}"),
     (re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^\s/:@]*:)[^\s@/]+@"), rf"\g<1>{MASK}@"),
     (re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+"), rf"\g<1>{MASK}"),
     (re.compile(r"(?i)([?&](?:access_)?token=)[^&\s]+"), rf"\g<1>{MASK}"),

@@ -60,6 +60,13 @@ def shown(raw: Mapping[Any, Any]) -> dict[str, str]:
     return {text(name): text(value) for name, value in raw.items()}
 
 
+def unreachable(exc: BaseException) -> str:
+    """Why Redis could not be reached, on one line, and where to look."""
+    reason = " ".join(str(exc).split()).rstrip(".")
+    return (f"Redis is unreachable: {reason} (check that it runs, and that [redis] url, or "
+            "the variable [redis] url_env names, points at it)")
+
+
 @contextmanager
 def redis_errors() -> Iterator[None]:
     """Redis unreachable (refused, reset, timed out) or read-only (a replica: a failover
@@ -67,7 +74,7 @@ def redis_errors() -> Iterator[None]:
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise StateUnavailable(f"Redis is unreachable: {exc}") from exc
+        raise StateUnavailable(unreachable(exc)) from exc
     except redis.ReadOnlyError as exc:
         raise StateUnavailable(f"Redis is a read-only replica (point [redis] at the primary, "
                                f"or wait for the failover to end): {exc}") from exc
@@ -113,7 +120,7 @@ class RedisStore:
                 # redis-py raises WatchError also when the connection drops while watching
                 lost = exc.__context__
                 if isinstance(lost, (redis.ConnectionError, redis.TimeoutError)):
-                    raise StateUnavailable(f"Redis is unreachable: {lost}") from exc
+                    raise StateUnavailable(unreachable(lost)) from exc
                 raise LeaseLost(self._fenced_out(None)) from None
 
     def _fenced_out(self, holder: object) -> str:

@@ -99,7 +99,8 @@ class Worker:
                 self.telemetry.session_ended(exc)
                 if time.monotonic() - started > 60:
                     delay = 0.5
-                log.warning("session ended: %s; retrying in %.1f s", exc, delay)
+                log.warning("session ended: %s; retrying in %.1f s", " ".join(str(exc).split()),
+                            delay)
                 self._sleep(delay, renew=True)
                 delay = min(delay * 2, self.config.reconnect_max_s)
             except DblogError as exc:

@@ -40,6 +40,7 @@ from dblog_worker.landing.sink import LandedReader
 from dblog_worker.target.base import Target
 from dblog_worker.target.merge import MergeReport, Stager, merge_source, open_target
 from dblog_worker.target.plan import Batch
+from dblog_worker.target.submit import reach_target
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -176,6 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RequestRejected as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 2
+    try:  # before Spark starts (seconds): a target that is down fails at once
+        reach_target(config)
+    except TransientError as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 3
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(f"dblog-merge-{config.source.name}").getOrCreate()
@@ -187,8 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except TransientError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except TransientError as exc:  # a driver's message may span lines
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 3
     finally:
         spark.stop()

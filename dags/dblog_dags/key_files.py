@@ -11,17 +11,19 @@ holding ``{"keys": [...], "extra": [...]}``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dblog_dags import settings
 
-__all__ = ["load", "save"]
+__all__ = ["load", "save", "write_private"]
 
 log = logging.getLogger(__name__)
 
@@ -53,19 +55,61 @@ def save(table: str, keys: Sequence[Any], extra: Sequence[Any],
     from airflow.sdk import ObjectStoragePath
 
     ti = context["ti"]
-    path = (ObjectStoragePath(folder) / _name(ti.dag_id) / _name(ti.run_id)
-            / f"{ti.try_number}-{_name(table)}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    parts = (_name(ti.dag_id), _name(ti.run_id), f"{ti.try_number}-{_name(table)}.json")
+    root = ObjectStoragePath(folder)
+    path = root.joinpath(*parts)
     text = json.dumps({"keys": list(keys), "extra": list(extra)}, ensure_ascii=False)
     if path.protocol in ("", "file", "local"):  # key values are row data: the owner's only
-        local = Path(path.path)
-        with os.fdopen(os.open(local, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
-                       "w", encoding="utf-8") as out:
-            out.write(text)
+        write_private(Path(root.path), parts, text.encode())
     else:  # an object store: its access is its bucket policy's
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     log.info("%d key(s) to dump and %d extra key(s) written to %s", len(keys), len(extra), path)
     return {"keys_file": str(path), "keys_count": len(keys), "extra_count": len(extra)}
+
+
+def write_private(root: Path, parts: Sequence[str], data: bytes) -> Path:
+    """Write ``data`` to ``root/parts[0]/.../parts[-1]``, readable by this user only: the
+    folders below ``root`` are made 0700 (and kept so), none may be a symbolic link, and
+    the file is written whole to a new 0600 file beside it, then renamed over the name. A
+    link or an old file at that predictable path is replaced, never followed or reused
+    (its mode, its owner)."""
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        where = root
+        for part in parts[:-1]:
+            where /= part
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o700, dir_fd=folder)
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                                dir_fd=folder)
+            except OSError as exc:  # ELOOP, ENOTDIR: a link or a file in the way
+                raise OSError(exc.errno, f"{where} is not a folder of its own "
+                                         f"({exc.strerror}): remove what is there") from None
+            os.close(folder)
+            folder = inner
+            if os.fstat(folder).st_uid == os.geteuid():
+                os.fchmod(folder, 0o700)
+        final = parts[-1]
+        temporary = f".{final}.{secrets.token_hex(8)}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                     dir_fd=folder)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.rename(temporary, final, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=folder)
+            raise
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    return root.joinpath(*parts)
 
 
 def load(url: str) -> dict[str, list[Any]]:

@@ -36,6 +36,7 @@ import redis
 from dblog_worker.config import Config
 from dblog_worker.config_sections import HttpConfig
 from dblog_worker.errors import ConfigError, DblogError, RequestRejected, TransientError
+from dblog_worker.http import connections
 from dblog_worker.http.api import (
     JSON,
     NO_BODY,
@@ -50,9 +51,11 @@ from dblog_worker.http.api import (
 from dblog_worker.http.connections import (
     IDLE_TIMEOUT_S,
     MAX_CONNECTIONS,
+    AuthFailures,
     Clients,
     Connection,
     DeadlineReader,
+    DeadlineWriter,
 )
 from dblog_worker.http.openapi import MAX_BODY_BYTES
 from dblog_worker.telemetry import Telemetry
@@ -71,6 +74,7 @@ TOO_SLOW = (b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n
             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
             % (len(TOO_SLOW_BODY), TOO_SLOW_BODY))
 READ_METHODS = ("GET", "HEAD")
+PROBES = ("/healthz", "/readyz")  # what a place kept for the probes answers
 
 
 class _ClientGone(Exception):
@@ -108,6 +112,7 @@ class ControlServer:
         return self
 
     def stop(self) -> None:
+        self.server.stopping.set()
         if self.thread.is_alive():
             self.server.shutdown()
             self.thread.join(5)
@@ -141,6 +146,8 @@ class _Server(ThreadingHTTPServer):
         self.api = api
         self.token = token
         self.clients = Clients()
+        self.auth_failures = AuthFailures()
+        self.stopping = threading.Event()  # ends the waits before wrong tokens' answers
         super().__init__(address, _Handler)
 
     def server_bind(self) -> None:
@@ -150,6 +157,9 @@ class _Server(ThreadingHTTPServer):
         self.server_name, self.server_port = str(host), int(port)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        with contextlib.suppress(OSError):
+            request.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF,
+                               connections.SEND_BUFFER_BYTES)
         if self.clients.admit(request, str(client_address[0])) is None:
             with contextlib.suppress(OSError):
                 request.sendall(BUSY)
@@ -186,25 +196,46 @@ class _Handler(BaseHTTPRequestHandler):
     body_read = False  # the request's body was read (or it had none)
     connection_entry: Connection | None = None
     reader: DeadlineReader
+    writer: DeadlineWriter
+    pipelined = 0  # requests in a row that came before their predecessor's answer was sent
 
     def setup(self) -> None:
         super().setup()
         self.connection_entry = self.server.clients.get(self.connection)
         self.reader = DeadlineReader(self.connection)
-        self.rfile = io.BufferedReader(self.reader)
+        self.buffered = io.BufferedReader(self.reader)
+        self.rfile = self.buffered
+        self.writer = DeadlineWriter(self.connection)
+        self.wfile = self.writer
+
+    @property
+    def reserved(self) -> bool:
+        """This connection has a place kept for the probes: one of them, then close."""
+        return self.connection_entry is not None and self.connection_entry.reserved
 
     def handle_one_request(self) -> None:
-        """One request, read against its deadline; one sent too slowly is answered 408."""
+        """One request, read against its deadline; one sent too slowly is answered 408.
+        An answer not read in time closes the connection."""
         self.reader.next_request()
         if self.connection_entry is not None:
             self.server.clients.waiting(self.connection_entry)
         super().handle_one_request()
+        if self.writer.expired:
+            self.close_connection = True
+            log.debug("%s: an answer was not read within its deadline; closed",
+                      self.client_address[0])
+            return
         if self.reader.expired:
             self.close_connection = True
             with contextlib.suppress(OSError):
-                self.connection.sendall(TOO_SLOW)
+                self.writer.next_response()
+                self.writer.write(TOO_SLOW)
             log.debug("%s: request not sent within its deadline; closed",
                       self.client_address[0])
+            return
+        if not self.close_connection:
+            pending = self.reader.pending(self.buffered)
+            self.pipelined = self.pipelined + 1 if pending else 0
 
     def do_GET(self) -> None:
         self._handle()
@@ -221,9 +252,20 @@ class _Handler(BaseHTTPRequestHandler):
         started = time.monotonic()
         self.request_id = _request_id(self.headers.get("X-Request-Id"))
         self.body_read = False
+        if self.reserved or self.pipelined >= connections.MAX_PIPELINED:
+            self.close_connection = True  # answered, then closed
         try:
-            response = self._respond()
+            if self.reserved and not (self.command in READ_METHODS
+                                      and urlsplit(self.path).path in PROBES):
+                self._discard_body()
+                response = json_response(503, json.loads(BUSY_BODY), (("Retry-After", "1"),))
+            else:
+                response = self._respond()
         except _ClientGone:
+            self.close_connection = True
+            return
+        if response.status == 401 and "Authorization" in self.headers and not self._late(
+                self.server.auth_failures.failed(self.client_address[0])):
             self.close_connection = True
             return
         if not self.body_read and ("Content-Length" in self.headers
@@ -238,6 +280,21 @@ class _Handler(BaseHTTPRequestHandler):
                       "http_request_id": self.request_id, "http_method": self.command,
                       "http_path": path, "http_status": response.status,
                       "http_ms": elapsed_ms})
+
+    def _late(self, delay: float) -> bool:
+        """Wait ``delay`` before answering (a wrong token); False if, meanwhile, the
+        connection was closed to make room (it is not being handled: it may be) or the
+        server stops."""
+        end = time.monotonic() + delay
+        entry = self.connection_entry
+        while (left := end - time.monotonic()) > 0:
+            if entry is not None and entry.gone.wait(min(left, 0.2)):
+                return False
+            if entry is None:
+                time.sleep(min(left, 0.2))
+            if self.server.stopping.is_set():
+                return False
+        return True
 
     def _respond(self) -> Response:
         try:
@@ -415,6 +472,7 @@ class _Handler(BaseHTTPRequestHandler):
     # -- answers ------------------------------------------------------------------------
 
     def _send(self, response: Response) -> None:
+        self.writer.next_response()
         self.send_response(response.status)
         headers = dict(response.headers)
         headers.setdefault("Cache-Control", "no-store")
@@ -427,10 +485,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         if self.close_connection:
             self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            with contextlib.suppress(OSError):
-                self.wfile.write(response.body)
+        # end_headers without its own write: the head and the body in one write, not two
+        # small ones (the second would wait for the client's delayed ACK: about 40 ms)
+        buffered: list[bytes] = self._headers_buffer
+        head = b"".join([*buffered, b"\r\n"])
+        buffered.clear()
+        self.wfile.write(head if self.command == "HEAD" else head + response.body)
 
     def send_error(self, code: int, message: str | None = None,
                    explain: str | None = None) -> None:

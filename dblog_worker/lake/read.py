@@ -30,8 +30,8 @@ from dblog_worker.names import split_table
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["LakeTable", "check_reachable", "delete_rows", "merge_log_of", "open_table",
-           "partition_columns", "read_table", "sqlalchemy_url"]
+__all__ = ["LakeTable", "check_catalog", "check_reachable", "delete_rows", "merge_log_of",
+           "open_table", "partition_columns", "read_table", "sqlalchemy_url"]
 
 POSITION = "_dblog_position"
 DELETE_ATTEMPTS = 5  # a delete that meets a concurrent commit reads the rows again
@@ -111,6 +111,20 @@ def _catalog(lake: LakeConfig) -> Iterator[Any]:
                                 f" {str(exc.orig).strip().splitlines()[0]}") from None
     finally:
         catalog.engine.dispose()
+
+
+def check_catalog(lake: LakeConfig) -> None:
+    """TargetUnavailable unless an Iceberg JDBC catalog's database answers; nothing to check
+    for a catalog that is the warehouse itself (a merge creates it), or without pyiceberg
+    (a Spark driver with the ``spark`` extra only: the job's session checks it)."""
+    if lake.format != "iceberg" or lake.catalog != "jdbc":
+        return
+    try:
+        import pyiceberg.catalog.sql  # noqa: F401
+    except ImportError:
+        return
+    with _catalog(lake) as catalog, catalog.engine.connect():
+        return
 
 
 def check_reachable(lake: LakeConfig) -> None:

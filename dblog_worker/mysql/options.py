@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 from dblog_worker.checks import integer
 from dblog_worker.config import SourceConfig
 from dblog_worker.errors import ConfigError
-from dblog_worker.mysql.tls import MyTls, parse_tls, tls_errors
+from dblog_worker.mysql.tls import MyTls, UnknownParameter, parse_tls, tls_errors
 
 MYSQL = "mysql"
 _BINLOG_FILE = re.compile(r".+\.[0-9]+")
@@ -144,7 +144,9 @@ def parse_dsn(url: str) -> MyDsn:
         raise ValueError("the host of a MySQL DSN is a name or an IP address; a password "
                          "holding @ is percent-encoded")
     try:
-        port = parts.port or 3306
+        port = 3306 if parts.port is None else parts.port
+        if port == 0:
+            raise ValueError("port 0")
     except ValueError:
         raise ValueError(f"the port of a MySQL DSN is a number from 1 to 65535 ({_FORM}); "
                          "a password holding / ? # @ or : is percent-encoded") from None
@@ -157,8 +159,13 @@ def parse_dsn(url: str) -> MyDsn:
     except ValueError:
         raise ValueError(f"the query of a MySQL DSN is name=value pairs joined by & "
                          f"({_FORM})") from None
+    try:
+        tls = parse_tls(query)
+    except UnknownParameter as exc:
+        # a name in a query that holds "@" may be a piece of the password: mysql://u:1?x@db
+        raise ValueError(str(exc) if "@" not in parts.query else exc.unnamed) from None
     return MyDsn(host=host, port=port, user=unquote(parts.username or ""),
-                 password=unquote(parts.password or ""), tls=parse_tls(query))
+                 password=unquote(parts.password or ""), tls=tls)
 
 
 def url_args(url: str) -> dict[str, Any]:

@@ -15,6 +15,8 @@ verify-full    as verify-ca, and the certificate must name the DSN's host
 
 from __future__ import annotations
 
+import difflib
+import re
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,14 +89,30 @@ class MyTls:
                 "disableSslHostnameVerification": str(self.mode != "verify-full").lower()}
 
 
+class UnknownParameter(ValueError):
+    """A DSN's query names a parameter other than :data:`PARAMETERS`; ``unnamed`` says so
+    without its name."""
+
+    def __init__(self, name: str) -> None:
+        self.unnamed = (f"a MySQL DSN takes only the parameters {', '.join(PARAMETERS)} "
+                        "(the database and everything else are set elsewhere)")
+        # named only when it reads as a misspelt parameter: else it may be a piece of a
+        # password (mysql://u:pa&ss=@db?sslmode=x has the parameter "ss")
+        close = difflib.get_close_matches(name.lower(), PARAMETERS, n=1)
+        if close and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]{0,63}", name):
+            super().__init__(f"unknown parameter {name!r} (did you mean {close[0]}?): "
+                             f"{self.unnamed}")
+        else:
+            super().__init__(self.unnamed)
+
+
 def parse_tls(query: list[tuple[str, str]]) -> MyTls:
     """The TLS of a DSN's query parameters. Messages name no value: a malformed DSN can put
     part of its password in the query (``mysql://user:pa?ss@host``)."""
     values: dict[str, str] = {}
     for name, value in query:
         if name not in PARAMETERS:
-            raise ValueError(f"a MySQL DSN takes only the parameters {', '.join(PARAMETERS)} "
-                             "(the database and everything else are set elsewhere)")
+            raise UnknownParameter(name)
         if name in values:
             raise ValueError(f"a MySQL DSN gives {name} once")
         values[name] = value

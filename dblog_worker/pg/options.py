@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dblog_worker.config import SourceConfig
 from dblog_worker.errors import ConfigError
+from dblog_worker.pg.dsn import parse_problem, shown, value_problem
 
 POSTGRESQL = "postgresql"
 _LSN = re.compile(r"[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}")
@@ -60,18 +60,23 @@ class PgRules:
         try:
             if password is not None:
                 dsn = make_conninfo(dsn, password=password)
-            conninfo_to_dict(dsn)
+            params = conninfo_to_dict(dsn)
         except Exception as exc:
             raise ValueError(" is not a valid libpq connection string: "
-                             + _without_values(str(exc).strip())) from None
+                             + parse_problem(str(exc).strip(), dsn)) from None
+        problem = value_problem({k: str(v) for k, v in params.items()})
+        if problem is not None:
+            raise ValueError(f": {problem}")
         return dsn
 
     def redact(self, dsn: str) -> str:
+        """Only the options known to be safe to show (:data:`dsn.SAFE_KEYS`): a password,
+        an ``sslpassword``, ``options`` and any option not known are left out."""
         try:
             params = conninfo_to_dict(dsn)
         except Exception:
             return "<unparseable dsn>"
-        return make_conninfo("", **{k: v for k, v in params.items() if k != "password"})
+        return make_conninfo("", **shown({k: str(v) for k, v in params.items()}))
 
     def source_options(self, section: Mapping[str, Any], source_name: str) -> PgOptions:
         watermarks = section.get("watermarks", "table")
@@ -82,17 +87,6 @@ class PgRules:
         return PgOptions(slot=_identifier(section, "slot", f"dblog_{source_name}"),
                          publication=_identifier(section, "publication", f"dblog_{source_name}"),
                          watermarks=str(watermarks))
-
-
-def _without_values(message: str) -> str:
-    """libpq's complaint about a connection string, each piece of the string it quotes
-    hidden (it may be part of the password: ``password=se cret`` gives ``missing "=" after
-    "cret"``) unless it is ``=`` or an option's name."""
-    keywords = {"="} | {o.keyword.decode() for o in pq.Conninfo.get_defaults()}
-    hidden = re.sub(r'"([^"]*)"', lambda m: m[0] if m[1] in keywords else '"…"', message)
-    if hidden == message:
-        return message
-    return f"{hidden} (the quoted parts of the string are hidden: they may hold a password)"
 
 
 def pg_options(config: SourceConfig) -> PgOptions:

@@ -12,8 +12,10 @@ and types with :func:`~dblog_worker.pg.queries.sql_text`, which double it.
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -23,6 +25,7 @@ from psycopg.conninfo import conninfo_to_dict
 from dblog_worker import names
 from dblog_worker.errors import TargetError, TargetUnavailable
 from dblog_worker.names import split_table
+from dblog_worker.pg.jdbc_tls import jdbc_properties
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.pg.queries import ident, quote_ident, sql_text
 from dblog_worker.pg.values import libpq_options
@@ -212,6 +215,8 @@ class PostgresTarget(Target):
         super().__init__(config)
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._s = ident(self.state)
+        self._jdbc_tls: dict[str, str] | None = None  # the DSN's TLS, for pgjdbc
+        self._folder: tempfile.TemporaryDirectory[str] | None = None  # a converted key's
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -224,6 +229,9 @@ class PostgresTarget(Target):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder, self._jdbc_tls = None, None
 
     @property
     def conn(self) -> psycopg.Connection[tuple[Any, ...]]:
@@ -389,14 +397,19 @@ class PostgresTarget(Target):
             )
         port = str(params.get("port") or "5432")
         database = quote(str(params.get("dbname") or params.get("user") or "postgres"), safe="")
-        options = ["reWriteBatchedInserts=true"]
-        if params.get("sslmode"):
-            options.append(f"sslmode={quote(str(params['sslmode']), safe='')}")
-        url = f"jdbc:postgresql://{host}:{port}/{database}?{'&'.join(options)}"
+        url = f"jdbc:postgresql://{host}:{port}/{database}?reWriteBatchedInserts=true"
         properties = {"driver": "org.postgresql.Driver", "user": str(params.get("user") or "")}
         if params.get("password"):
             properties["password"] = str(params["password"])
-        return url, properties
+        if self._jdbc_tls is None:  # converted once: the key's file lives until close
+            self._jdbc_tls = jdbc_properties({k: str(v) for k, v in params.items()},
+                                             self._private_folder)
+        return url, {**properties, **self._jdbc_tls}
+
+    def _private_folder(self) -> Path:
+        if self._folder is None:
+            self._folder = tempfile.TemporaryDirectory(prefix="dblog-jdbc-")  # 0700
+        return Path(self._folder.name)
 
     # -- types of the source's database, generated columns ----------------------------------
 

@@ -2,7 +2,13 @@
 
 The job file is ``spark/merge.py`` (installed as ``dblog_spark/merge.py``). The
 password of the target never appears on the command line: the job reads the
-configuration file and the environment itself.
+configuration file and the environment itself. Nor do the values of ``merge.spark_conf``
+(S3 secret keys, ...): every user of the machine may read a command line (``ps``), so they
+go to Spark in a properties file only its owner may read (``--properties-file``). Such a
+file takes the place of ``spark-defaults.conf``, so the file starts with that one's
+settings (Spark 4's ``--load-spark-defaults`` would do it, Spark 3.5's spark-submit has
+no such option); the line carries only dblog's own settings that ``merge.spark_conf``
+does not set.
 """
 
 from __future__ import annotations
@@ -12,15 +18,18 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from dblog_worker import kinds
 from dblog_worker.config import Config
-from dblog_worker.errors import ConfigError
+from dblog_worker.errors import ConfigInvalid
+from dblog_worker.target.merge import open_target
 
-__all__ = ["MergeJob", "job_path", "merge_job", "spark_submit", "submit_command"]
+__all__ = ["MergeJob", "job_path", "merge_job", "spark_submit", "submit_command",
+           "write_properties"]
 
 _LOOPBACK = "127.0.0.1"
 
@@ -28,7 +37,7 @@ _LOOPBACK = "127.0.0.1"
 def job_path() -> Path:
     spec = importlib.util.find_spec("dblog_spark")
     if spec is None or spec.origin is None:
-        raise ConfigError("the dblog_spark package (spark/ in the source tree) is not installed;"
+        raise ConfigInvalid("the dblog_spark package (spark/ in the source tree) is not installed;"
                           " reinstall dblog")
     return Path(spec.origin).resolve().parent / "merge.py"
 
@@ -43,7 +52,7 @@ def spark_submit(environ: Mapping[str, str] | None = None) -> str:
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    raise ConfigError(
+    raise ConfigInvalid(
         "spark-submit not found: install PySpark (pip install 'dblog[spark]'), put Spark's"
         " bin/ on PATH, or set SPARK_HOME"
     )
@@ -56,7 +65,8 @@ class MergeJob:
 
     name: str
     jars: tuple[str, ...]
-    conf: dict[str, str]
+    conf: dict[str, str]  # dblog's own settings: on the command line (--conf)
+    properties: dict[str, str]  # merge.spark_conf: in the properties file, never on the line
     application: Path
     arguments: list[str]
     env: dict[str, str]  # what a local master needs in the job's environment
@@ -65,34 +75,36 @@ class MergeJob:
 def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequence[str] = (),
               as_json: bool = False) -> MergeJob:
     """The merge job of ``config`` on ``master``: a pure function of its arguments."""
-    config.require_target()
+    target = config.require_target()
     config.source.check_table_names(tables)
     merge = config.merge
-    target = config.require_target()
-    conf = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
-            "spark.log.level": "WARN", "spark.scheduler.mode": "FAIR"}
+    defaults = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
+                "spark.log.level": "WARN", "spark.scheduler.mode": "FAIR"}
     if target.is_lake:
-        conf.update(kinds.lake("target").session_conf(target))
-    conf.update(merge.spark_conf)
+        defaults |= kinds.lake("target").session_conf(target)
     env = {}
     if master.startswith("local"):
-        conf.setdefault("spark.driver.host", _LOOPBACK)
-        conf.setdefault("spark.driver.bindAddress", _LOOPBACK)
+        defaults |= {"spark.driver.host": _LOOPBACK, "spark.driver.bindAddress": _LOOPBACK}
         env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                "SPARK_LOCAL_IP": _LOOPBACK}
+    # --conf wins over the properties file: a setting of merge.spark_conf is not repeated
+    conf = {k: v for k, v in defaults.items() if k not in merge.spark_conf}
     arguments = ["--config", str(config_path.resolve())]
     # --table=T: a table whose name starts with "-" is not taken for an option
     arguments += [f"--table={table}" for table in tables]
     if as_json:
         arguments.append("--json")
     return MergeJob(name=f"dblog-merge-{config.source.name}", jars=merge.jars, conf=conf,
-                    application=job_path(), arguments=arguments, env=env)
+                    properties=dict(merge.spark_conf), application=job_path(),
+                    arguments=arguments, env=env)
 
 
 def submit_command(config: Config, config_path: Path, *, tables: Sequence[str] = (),
                    master: str | None = None, as_json: bool = False,
-                   submit: str = "spark-submit") -> list[str]:
-    """The exact ``spark-submit`` line ``dblog merge`` runs."""
+                   submit: str = "spark-submit", properties_file: Path | None = None
+                   ) -> list[str]:
+    """The exact ``spark-submit`` line ``dblog merge`` runs; ``properties_file``: where
+    :func:`write_properties` wrote ``merge.spark_conf`` (needed when it sets anything)."""
     chosen_master = master or config.merge.master
     job = merge_job(config, config_path, chosen_master, tables=tables, as_json=as_json)
     command = [submit, "--master", chosen_master, "--name", job.name]
@@ -100,7 +112,80 @@ def submit_command(config: Config, config_path: Path, *, tables: Sequence[str] =
         command += ["--jars", ",".join(job.jars)]
     for key, value in job.conf.items():
         command += ["--conf", f"{key}={value}"]
+    if job.properties:
+        if properties_file is None:
+            raise ValueError("merge.spark_conf sets options: give the properties file")
+        command += ["--properties-file", str(properties_file)]
     return [*command, str(job.application), *job.arguments]
+
+
+def write_properties(folder: Path, properties: Mapping[str, str], also: str = "",
+                     submit: str | None = None) -> Path:
+    """``properties`` in a new file ``spark.properties`` of ``folder`` that only its owner
+    may read: Spark's format, each key and value escaped (Spark trims whitespace around a
+    value, as it always does). After the settings of the ``spark-defaults.conf`` that the
+    file replaces (:func:`spark_defaults`, of the ``submit`` command), and before the
+    properties text ``also``: a later setting of a key wins."""
+    path = folder / "spark.properties"
+    lines = [f"{_escape(k, key=True)}={_escape(v)}" for k, v in properties.items()]
+    defaults = spark_defaults(submit)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        for text in (defaults, "# merge.spark_conf of the dblog configuration\n"
+                     + "\n".join(lines), also):
+            if text:
+                out.write(text if text.endswith("\n") else text + "\n")
+    return path
+
+
+def spark_defaults(submit: str | None = None) -> str:
+    """The text of the ``spark-defaults.conf`` that ``spark-submit`` would read: in
+    ``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``, else beside the ``submit`` command
+    (``<spark home>/bin/spark-submit``); empty when there is none."""
+    folders = [os.environ.get("SPARK_CONF_DIR"), None if not os.environ.get("SPARK_HOME")
+               else os.path.join(os.environ["SPARK_HOME"], "conf")]
+    if submit:
+        found = shutil.which(submit)
+        if found:
+            folders.append(str(Path(found).resolve().parent.parent / "conf"))
+    for folder in folders:
+        if folder:
+            path = Path(folder) / "spark-defaults.conf"
+            if path.is_file():
+                return path.read_text(encoding="utf-8")
+            return ""  # the first folder spark-submit would look in is the one
+    return ""
+
+
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
+
+
+def _escape(text: str, key: bool = False) -> str:
+    """A key or value of a Java properties file (``java.util.Properties.load``): no
+    character may end it or start a comment."""
+    out = []
+    for index, char in enumerate(text):
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif (key and char in " =:#!") or (char == " " and index == 0):
+            out.append("\\" + char)
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def reach_target(config: Config) -> None:
+    """Connect to the target once (TargetUnavailable if it cannot be reached); a lake
+    target's JDBC catalog, where pyiceberg is installed (else the job's session finds it)."""
+    target_config = config.require_target()
+    if target_config.lake is not None:
+        kinds.lake("read").check_catalog(target_config.lake)
+        return
+    target = open_target(target_config)
+    target.connect()
+    target.close()
 
 
 def check_jars(config: Config) -> None:
@@ -111,11 +196,11 @@ def check_jars(config: Config) -> None:
     if target.is_lake and not missing:
         runtime = kinds.lake("runtime")
         if not any(runtime.jar_spark_line(target.kind, jar) for jar in config.merge.jars):
-            raise ConfigError(f"a {target.kind} target needs its Spark runtime jar in"
-                              f" merge.jars: {runtime.JAR_NAMES[target.kind]}, of your Spark's line"
-                              " (docs/merge.md#spark-versions)")
+            raise ConfigInvalid(f"a {target.kind} target needs its Spark runtime jar in"
+                                f" merge.jars: {runtime.JAR_NAMES[target.kind]}, of your Spark's"
+                                " line (docs/merge.md#spark-versions)")
     if missing:
-        raise ConfigError(
+        raise ConfigInvalid(
             f"JDBC driver jar(s) not found: {', '.join(missing)}; on Debian install them with"
             f" `apt-get install {' '.join(r.jdbc_package for r in kinds.every_rules())}`, or"
             " list other jars in merge.jars"
@@ -124,11 +209,18 @@ def check_jars(config: Config) -> None:
 
 def run_merge(config: Config, config_path: Path, *, tables: Sequence[str] = (),
               master: str | None = None, as_json: bool = False) -> int:
-    """Run the merge job with spark-submit; its exit status."""
+    """Run the merge job with spark-submit; its exit status. A target that cannot be reached
+    fails here (TargetUnavailable), before Spark starts."""
     check_jars(config)
-    command = submit_command(config, config_path, tables=tables, master=master,
-                             as_json=as_json, submit=spark_submit())
-    job = merge_job(config, config_path, master or config.merge.master)
+    job = merge_job(config, config_path, master or config.merge.master, tables=tables,
+                    as_json=as_json)
+    reach_target(config)
     env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            **job.env, **os.environ}
-    return subprocess.run(command, env=env, check=False).returncode
+    with tempfile.TemporaryDirectory(prefix="dblog-merge-") as folder:  # 0700
+        submit = spark_submit()
+        properties = write_properties(Path(folder), job.properties, submit=submit) \
+            if job.properties else None
+        command = submit_command(config, config_path, tables=tables, master=master,
+                                 as_json=as_json, submit=submit, properties_file=properties)
+        return subprocess.run(command, env=env, check=False).returncode

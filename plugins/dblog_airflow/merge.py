@@ -6,10 +6,16 @@ options, the worker's configuration taken from the ``dblog`` connection::
 
     spark-submit --master <the Spark connection's master>
         --conf spark.sql.session.timeZone=UTC --conf spark.ui.showConsoleProgress=false
-        --conf spark.log.level=WARN [--conf <merge.spark_conf>...]
+        --conf spark.log.level=WARN
         [--conf spark.driver.host=127.0.0.1 --conf spark.driver.bindAddress=127.0.0.1]
+        [--properties-file <a 0600 file: spark-defaults.conf, merge.spark_conf>]
         --jars <merge.jars> --name dblog-merge-<source>
         .../dblog_spark/merge.py --config <the connection's config> [--table=T ...]
+
+The values of ``merge.spark_conf`` (S3 secret keys, ...) never reach the command line,
+which every user of the machine may read: they go in a properties file of the task's own
+temporary folder, readable by its user only (with the DAG's ``properties_file``, if it
+gives one, after them), removed when the task ends.
 
 The task returns the job's report (``--report``, the JSON of ``dblog merge --json``) as its
 XCom, and emits an Asset event for each target table the merge changed (rows upserted or
@@ -47,7 +53,13 @@ from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook, as_tables
 from dblog_airflow.links import SparkUiLink
 from dblog_worker.config import Config
 from dblog_worker.config_sections import default_jars
-from dblog_worker.target.submit import check_jars, job_path, merge_job, spark_submit
+from dblog_worker.target.submit import (
+    check_jars,
+    job_path,
+    merge_job,
+    spark_submit,
+    write_properties,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -110,6 +122,9 @@ class DblogMergeOperator(SparkSubmitOperator):
         self.dblog_conn_id = dblog_conn_id
         self.spark_conn_id: str = kwargs["conn_id"]
         self.tables = tables
+        self._properties: dict[str, str] = {}
+        # the command the hook runs (the connection's extra may name another one)
+        self._submit = str(kwargs.get("spark_binary") or "spark-submit")
 
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]
         hook = DblogHook(self.dblog_conn_id)
@@ -119,7 +134,14 @@ class DblogMergeOperator(SparkSubmitOperator):
             check_jars(config)
             self.prepare(config, Path(str(hook.config_path)), self.spark_master())
             path = self._search_path()
-        with tempfile.TemporaryDirectory(prefix="dblog-merge-") as folder:
+        with tempfile.TemporaryDirectory(prefix="dblog-merge-") as folder:  # 0700
+            if self._properties:  # merge.spark_conf: never on the command line
+                with task_errors():
+                    given = Path(self.properties_file).read_text(encoding="utf-8") \
+                        if self.properties_file else ""
+                self.properties_file = str(write_properties(
+                    Path(folder), self._properties, also=given,
+                    submit=None if given else shutil.which(self._submit, path=path)))
             report_file = Path(folder) / "report.json"
             self.application_args = [*(self.application_args or []),
                                      f"--report={report_file}"]
@@ -179,7 +201,9 @@ class DblogMergeOperator(SparkSubmitOperator):
         if "name" not in self._explicit:
             self.name = job.name
         self.conf = job.conf | (self.conf or {})
+        self._properties = job.properties  # written to a file of the task's at execute
         self.env_vars = (job.env | self.env_vars) if self.env_vars else (job.env or None)
+
 
 
 def merge_operator(task_id: str, dblog_conn_id: str = DEFAULT_CONN_ID,

@@ -6,32 +6,42 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import psycopg
 import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
-from dblog_airflow.merge import DblogMergeOperator, merge_operator
+from dblog_airflow.merge import MERGED, DblogMergeOperator, merge_operator
 from dblog_airflow.verify import run_verify
 
 from dblog_worker import config as config_module
 from dblog_worker.target.submit import job_path, spark_submit, submit_command
-from tests.airflow.conftest import DblogConnection
+from tests.airflow.conftest import DblogConnection, target_sections
 from tests.integration.harness import write_config
+from tests.integration.test_merge_secrets import CommandLines
 from tests.services import PostgresServer
 
 SOURCE = "shop"
 TARGET = '\n[target]\nkind = "postgresql"\ndsn = {dsn}\n'
 
 
+FLAGS = ("--verbose",)  # spark-submit options that take no value
+
+
 def options(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     """spark-submit's ``--flag value`` pairs (sorted) before the application, and the rest."""
     pairs, index = [], 1
     while argv[index].startswith("--"):
+        if argv[index] in FLAGS:
+            pairs.append((argv[index], ""))
+            index += 1
+            continue
         pairs.append((argv[index], argv[index + 1]))
         index += 2
     return sorted(pairs), argv[index:]
@@ -59,9 +69,11 @@ def test_merge_submits_the_line_of_dblog_merge(
     master = op.spark_master()
     assert master == "local[2]"
     op.prepare(config, config_path, master)
+    op.properties_file = str(tmp_path / "spark.properties")  # what execute writes
     argv = op._get_hook()._build_spark_submit_command(op.application)
     expected = submit_command(config, config_path, tables=["public.a"], master=master,
-                              submit=spark_submit())
+                              submit=spark_submit(), properties_file=tmp_path / "spark.properties")
+    assert "spark.driver.memory=2g" not in argv  # merge.spark_conf: in the file only
     assert argv[0] == "spark-submit"  # by name, as Spark's hook runs it: found on the PATH
     assert Path(spark_submit()).parent in map(Path, op._search_path().split(os.pathsep))
     assert options(argv) == options(expected)
@@ -146,3 +158,47 @@ def test_run_verify_refuses_a_table_not_captured(
     with pytest.raises(AirflowFailException,
                        match=r"table public\.other is not captured by source"):
         run_verify("dblog_default", ["public.other"])
+
+
+def test_the_merge_task_keeps_spark_conf_off_every_command_line(
+    tmp_path: Path, pg_target: str, redis_url: str, dblog_connection: DblogConnection,
+    spark_connection: str, task_context: Callable[..., Context],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The task writes merge.spark_conf to a properties file of its own (0600, removed at
+    the end) after the DAG's properties_file; Spark applies both (its event log lists the
+    settings), and no process's command line carries the secret."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))  # where the task's folder goes
+    events = tmp_path / "events"
+    events.mkdir()
+    (tmp_path / "landing").mkdir()
+    secret = "S3-secret-Tz4n"
+    extra = target_sections(pg_target) + (
+        f'"spark.hadoop.fs.s3a.secret.key" = "{secret}"\n'
+        f'"spark.eventLog.enabled" = "true"\n"spark.eventLog.dir" = "file://{events}"\n'
+        '"spark.eventLog.compress" = "false"\n')
+    config_path = write_config(tmp_path, "host=127.0.0.1 dbname=shop user=dblog", redis_url,
+                               ["public.a"], name=SOURCE, extra=extra)
+    dblog_connection(redis_url, SOURCE, config_path)
+    given = tmp_path / "dag.properties"
+    given.write_text("spark.dblog.from.dag=yes\n")
+    op = merge_operator("merge", spark_conn_id=spark_connection,
+                        properties_file=str(given))
+    assert isinstance(op, DblogMergeOperator)
+    context = task_context()
+    context["outlet_events"] = cast(Any, {MERGED: None})  # no table changes: none is added
+    with CommandLines(secret) as lines:
+        report = op.execute(context)
+    assert report is not None and report["ok"], report
+    assert lines.seen == []
+    assert any("java" in p for p in lines.processes), lines.processes
+    text = "".join(f.read_text() for f in events.rglob("*") if f.is_file())
+    settings = next(json.loads(line) for line in text.splitlines()
+                    if '"SparkListenerEnvironmentUpdate"' in line)["Spark Properties"]
+    names = set(settings if isinstance(settings, dict) else (n for n, _ in settings))
+    assert {"spark.dblog.from.dag", "spark.hadoop.fs.s3a.secret.key",
+            "spark.sql.shuffle.partitions"} <= names
+    assert secret not in text  # Spark redacts it there by itself
+    assert not list(temporary.glob("dblog-merge-*"))

@@ -137,12 +137,12 @@ class Api:
 
     def redis_state(self) -> dict[str, object]:
         """Every key of the source in Redis with its value, but what the worker writes
-        while it runs: its status report and the checkpoint."""
+        while it runs: its status report, its entry in the members list, the checkpoint."""
         with redis.Redis.from_url(self.redis_url, decode_responses=True) as client:
             state: dict[str, object] = {}
             for key in sorted(client.scan_iter(f"dblog:v1:{SOURCE}:*")):
                 kind = client.type(key)
-                if key.endswith((":worker", ":checkpoint")):
+                if key.endswith((":worker", ":checkpoint", ":members")) or ":member:" in key:
                     continue
                 if kind == "hash":
                     state[key] = client.hgetall(key)

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -117,7 +117,8 @@ def test_a_capture_merged_into_a_lake_verifies_equal(
 
     # merged into the lake: each table equals its source, by this test's reads
     report = lake.merge(config)
-    assert report["ok"], [(t["table"], t["error"]) for t in report["tables"]]
+    assert report["ok"], [(t["table"], t["error"])
+                          for t in cast(list[dict[str, str]], report["tables"])]
     for table in (t1, t2):
         assert lake_rows(config, table) == source_rows(backend, table), table
     typed = lake_rows(config, TYPED)

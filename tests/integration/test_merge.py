@@ -405,18 +405,25 @@ def test_a_second_merge_of_the_same_table_waits_its_turn(pg_bed: Bed, spark: Spa
 def test_the_spark_submit_line(pg_bed: Bed, tmp_path: Path) -> None:
     config = pg_bed.config(master="spark://cluster:7077", jars=["/opt/jars/pg.jar"],
                            spark_conf={"spark.executor.memory": "4g"})
-    command = submit_command(config, tmp_path / "worker.toml", tables=[TABLE], as_json=True)
+    with pytest.raises(ValueError, match="give the properties file"):
+        submit_command(config, tmp_path / "worker.toml", tables=[TABLE])
+    properties = tmp_path / "spark.properties"
+    command = submit_command(config, tmp_path / "worker.toml", tables=[TABLE], as_json=True,
+                             properties_file=properties)
     assert command[:5] == ["spark-submit", "--master", "spark://cluster:7077", "--name",
                            "dblog-merge-src"]
     assert command[command.index("--jars") + 1] == "/opt/jars/pg.jar"
-    assert "spark.executor.memory=4g" in command
+    assert "spark.executor.memory=4g" not in command  # merge.spark_conf: in the file
+    assert command[command.index("--properties-file") + 1] == str(properties)
+    assert "--load-spark-defaults" not in command  # not in Spark 3.5: the file holds them
     assert "spark.driver.host=127.0.0.1" not in command, "loopback only for local masters"
     assert command[-5:] == [str(Path("spark/merge.py").resolve()), "--config",
                             str((tmp_path / "worker.toml").resolve()), f"--table={TABLE}",
                             "--json"]
     assert not any("password" in part for part in command)
     # --table=T: a name that starts with "-" or holds spaces stays one argument
-    odd = submit_command(config, tmp_path / "worker.toml", tables=["-s.t %s", "public.a b"])
+    odd = submit_command(config, tmp_path / "worker.toml", tables=["-s.t %s", "public.a b"],
+                         properties_file=properties)
     assert odd[-2:] == ["--table=-s.t %s", "--table=public.a b"]
     assert merge_job._parser().parse_args(odd[odd.index("--config"):]).tables == [
         "-s.t %s", "public.a b"]

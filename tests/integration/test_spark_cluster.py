@@ -99,6 +99,7 @@ jars = {json.dumps([str(j) for j in jdbc_jars()])}
     monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
     monkeypatch.setenv("PYSPARK_PYTHON", str(trap))
     monkeypatch.setenv("SPARK_LOCAL_IP", HOST)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where --print-command leaves spark_conf
     printed = cli(config, "merge", "--print-command")
     assert f"--master {cluster.master_url} " in printed.stdout, printed.stdout
     merged = cli(config, "merge", "--json", timeout=300)

@@ -100,14 +100,14 @@ def test_dblog_prints_one_error_line_without_the_password(
     assert not any(piece in output for piece in PIECES), output
     assert result.stdout == "" and result.stderr.startswith("error: "), output
     assert result.stderr.count("\n") == 1 and where in result.stderr, output
-    assert result.returncode == 1  # docs/cli.md: a bad configuration
+    assert result.returncode == 2  # docs/cli.md: a configuration that cannot be used
 
 
 def test_dsn_env_and_password_env_of_the_wrong_type(tmp_path: Path) -> None:
     config = tmp_path / "dblog.toml"
     config.write_text(toml(BASE).replace('tables = ', "password_env = []\ntables = ", 1))
     result = cli(config, "status", check=False)
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr
     assert result.stderr == ("error: source.password_env must name an environment variable, "
                              'like "SHOP_DB_PASSWORD", got []\n')
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import re
+import string
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 import pytest
 
 from dblog_worker.config import Config, SourceConfig, load, parse
-from dblog_worker.config_sections import HttpConfig, LeaseConfig
+from dblog_worker.config_sections import HttpConfig, LeaseConfig, token_weakness
 from dblog_worker.errors import ConfigError
 from dblog_worker.mysql.options import default_server_id, my_options, server_id, url_args
 from dblog_worker.pg.options import RULES as PG_RULES
@@ -549,7 +551,21 @@ def test_http_errors(section: dict[str, Any], env: dict[str, str], message: str)
     ("listen", "token", "weak"),
     [
         (f"{ANY_ADDRESS}:8750", "change-me-http-token",
-         "is the example's token (.env.example), which anyone can read"),
+         "is the example's token (.env.example) or a placeholder, which anyone can read"),
+        (f"{ANY_ADDRESS}:8750", "CHANGE-ME-HTTP-TOKEN",
+         "is the example's token (.env.example) or a placeholder, which anyone can read"),
+        (f"{ANY_ADDRESS}:8750", "Change_Me_Http_Token",
+         "is the example's token (.env.example) or a placeholder, which anyone can read"),
+        (f"{ANY_ADDRESS}:8750", "changeme-0a9f3c02d1",
+         "is the example's token (.env.example) or a placeholder, which anyone can read"),
+        (f"{ANY_ADDRESS}:8750", "aaaaaaaaaaaaaaaa", "repeats a pattern of 1 character(s)"),
+        (f"{ANY_ADDRESS}:8750", "x" * 40, "repeats a pattern of 1 character(s)"),
+        (f"{ANY_ADDRESS}:8750", "abc1" * 5, "repeats a pattern of 4 character(s)"),
+        (f"{ANY_ADDRESS}:8750", "abcdefghijklmnopq", "is a run of consecutive characters"),
+        (f"{ANY_ADDRESS}:8750", "1111222233334444",
+         "has too little randomness (4 distinct characters; a random token has many)"),
+        (f"{ANY_ADDRESS}:8750", "aaaaaaaaaaaaaaab",
+         "has too little randomness (2 distinct characters; a random token has many)"),
         ("10.1.2.3:8750", "x" * 15, "is 15 bytes long, shorter than 16"),
         ("dblog.internal:8750", "abc", "is 3 bytes long, shorter than 16"),
         ("[2001:db8::1]:8750", " short-token-14\n", "is 14 bytes long, shorter than 16"),
@@ -573,7 +589,8 @@ def test_a_weak_token_is_refused_off_loopback(listen: str, token: str, weak: str
         ("127.0.0.1:8750", "abc"),  # loopback: only this machine can try
         ("[::1]:8750", "change-me-http-token"),
         ("localhost:8750", "x"),
-        (f"{ANY_ADDRESS}:8750", "x" * 16),  # 16 bytes: the shortest taken
+        (f"{ANY_ADDRESS}:8750", "2a321f118759ef5e"),  # 16 random bytes: the shortest taken
+        (f"{ANY_ADDRESS}:8750", "RCxmakObjKoEkY_NeSxarXgUc_R1qXmy70ghJ9i-z-Y"),
     ],
 )
 def test_token_strength_rules_apply_off_loopback_only(listen: str, token: str) -> None:
@@ -695,3 +712,59 @@ def test_watermark_modes() -> None:
                                                     "each chunk in a consistent snapshot")):
         parse(data({"source": {**mariadb, "watermarks": "position",
                                "replica": {"dsn": "mysql://replica"}}}), {})
+
+
+def test_random_tokens_are_taken() -> None:
+    """What `secrets.token_hex(8)` or `token_urlsafe` make is never refused (the rules'
+    false refusals are for tokens a person typed)."""
+    chosen = random.Random(29)
+    alphabets = ("0123456789abcdef", string.ascii_letters + string.digits + "-_")
+    for _ in range(5000):
+        for alphabet in alphabets:
+            token = "".join(chosen.choice(alphabet) for _ in range(16))
+            assert token_weakness(token) is None, token
+
+
+@pytest.mark.parametrize("dsn", [
+    "host=db port=5432 dbname=shop user=dblog",
+    "host=a,b port=5432,5433 target_session_attrs=read-write",
+    "host=a,b,c port=5432",
+    "host=a,b port=",
+    "hostaddr=10.0.0.5,::1 port=5432,5433",
+    "host=db connect_timeout=10 keepalives=1 keepalives_idle=30 keepalives_interval=5 "
+    "keepalives_count=3 tcp_user_timeout=0",
+    "host=db sslmode=verify-full sslrootcert=system sslnegotiation=direct sslsni=1 "
+    "ssl_min_protocol_version=TLSv1.2 sslcompression=0",
+    "host=db require_auth=scram-sha-256 channel_binding=require gssencmode=disable",
+    "host=db require_auth=!password,!md5 load_balance_hosts=random",
+    "postgresql://u@db:5433,db2:5434/shop?sslmode=require&connect_timeout=5",
+    "postgresql:///shop?host=/var/run/postgresql",
+    "service=shop",
+])
+def test_dsns_libpq_takes_are_taken(dsn: str) -> None:
+    parse(data({"source": {"dsn": dsn}}), {})
+
+
+@pytest.mark.parametrize(("dsn", "message"), [
+    ("host=db port=abc", "source.dsn: option port must be a number from 1 to 65535"),
+    ("postgresql://u@db:99999/shop", "source.dsn: option port must be a number"),
+    ("host=a,b port=1,2,3", "source.dsn: option port lists 3 ports and host 2 host(s)"),
+    ("host=db connect_timeout=1.5", "source.dsn: option connect_timeout must be a whole"),
+    ("host=db keepalives=yes", "source.dsn: option keepalives must be a whole number"),
+    ("host=db sslmode=true", "source.dsn: option sslmode must be one of disable, allow"),
+    ("host=db require_auth=md5,!password", "source.dsn: option require_auth must be"),
+    ("hostaddr=db.internal", "source.dsn: option hostaddr must be IP addresses"),
+    ("host=db replication=database", "source.dsn: option replication is set by dblog"),
+    ("host=db sslmod=require", "unknown option 'sslmod'; did you mean sslmode?"),
+    ("postgresql://u@db/shop?conect_timeout=3",
+     "unknown option 'conect_timeout'; did you mean connect_timeout?"),
+    ("host=db password=se cret=x",
+     "an unknown option follows option password: if the value of password holds a space, "
+     "quote it (password='…')"),
+    ("host=db password='se cret' sslmod=x", "unknown option 'sslmod'; did you mean sslmode?"),
+])
+def test_libpq_option_values_are_checked_when_the_file_is_read(dsn: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(data({"source": {"dsn": dsn}}), {})
+    assert message in str(info.value)
+    assert "cret" not in str(info.value) and "abc" not in str(info.value)

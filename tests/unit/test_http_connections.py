@@ -10,7 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from dblog_worker.http.connections import Clients, DeadlineReader
+from dblog_worker.http.connections import (
+    AUTH_DELAY_S,
+    FREE_AUTH_FAILURES,
+    AuthFailures,
+    Clients,
+    DeadlineReader,
+    DeadlineWriter,
+)
 
 
 @pytest.fixture
@@ -58,7 +65,7 @@ def test_a_peer_over_its_limit_makes_room_by_closing_its_longest_waiting(
 def test_connections_being_handled_are_never_closed_to_make_room(
     pairs: list[tuple[socket.socket, socket.socket]],
 ) -> None:
-    clients = Clients(total=3, per_peer=2)
+    clients = Clients(total=3, per_peer=2, reserved=0)
     held = [clients.admit(pair(pairs)[0], "10.0.0.1") for _ in range(2)]
     for entry in held:
         assert entry is not None and clients.handling(entry)
@@ -74,7 +81,7 @@ def test_connections_being_handled_are_never_closed_to_make_room(
 
 
 def test_leave_frees_the_place(pairs: list[tuple[socket.socket, socket.socket]]) -> None:
-    clients = Clients(total=1, per_peer=1)
+    clients = Clients(total=1, per_peer=1, reserved=0)
     server, _ = pair(pairs)
     entry = clients.admit(server, "10.0.0.1")
     assert entry is not None and clients.handling(entry)
@@ -141,3 +148,69 @@ def test_idle_before_the_first_byte_is_not_a_late_request(
     with pytest.raises(TimeoutError):
         io.BufferedReader(reader).readline()
     assert not reader.expired and reader.received == 0  # closed silently, no 408
+
+
+def test_reserved_places_when_every_connection_in_the_way_is_handled(
+    pairs: list[tuple[socket.socket, socket.socket]],
+) -> None:
+    clients = Clients(total=2, per_peer=2, reserved=2)
+    held = [clients.admit(pair(pairs)[0], "10.0.0.1") for _ in range(2)]
+    for entry in held:
+        assert entry is not None and clients.handling(entry) and not entry.reserved
+    first = clients.admit(pair(pairs)[0], "10.0.0.2")  # total full, all handled: reserved
+    second = clients.admit(pair(pairs)[0], "10.0.0.1")  # its address full: reserved
+    assert first is not None and first.reserved and second is not None and second.reserved
+    assert clients.count() == 2 and clients.count(reserved=True) == 2
+    assert clients.handling(first)
+    third = clients.admit(pair(pairs)[0], "10.0.0.3")  # the waiting reserved one goes
+    assert third is not None and third.reserved and second.evicted and second.gone.is_set()
+    assert not first.evicted
+    assert clients.handling(third)
+    assert clients.admit(pair(pairs)[0], "10.0.0.4") is None  # all handled: refused
+    assert held[0] is not None
+    clients.waiting(held[0])  # a general place that waits is taken first, as before
+    fourth = clients.admit(pair(pairs)[0], "10.0.0.4")
+    assert fourth is not None and not fourth.reserved and held[0].evicted
+
+
+def test_an_answer_not_read_in_time_expires(
+    pairs: list[tuple[socket.socket, socket.socket]],
+) -> None:
+    server, client = pair(pairs)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    writer = DeadlineWriter(server, deadline_s=1.5)
+    writer.next_response()
+    assert writer.write(b"x" * 1000) == 1000 and not writer.expired  # the buffer takes it
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        writer.write(b"x" * 10_000_000)  # the client reads nothing
+    assert writer.expired and 1.3 < time.monotonic() - started < 4
+    server, client = pair(pairs)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    received = []
+
+    def read() -> None:
+        while sum(map(len, received)) < 2_000_000:
+            received.append(client.recv(1 << 20))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    writer = DeadlineWriter(server, deadline_s=5)
+    writer.next_response()
+    writer.write(b"y" * 2_000_000)  # read as it is written: in time
+    assert not writer.expired
+    reader.join(10)
+    assert b"".join(received) == b"y" * 2_000_000
+
+
+def test_wrong_tokens_wait_longer_and_memory_stays_bounded() -> None:
+    failures = AuthFailures(peers=3)
+    delays = [failures.failed("10.0.0.1") for _ in range(FREE_AUTH_FAILURES + 8)]
+    assert delays[:FREE_AUTH_FAILURES] == [0.0] * FREE_AUTH_FAILURES
+    grown = delays[FREE_AUTH_FAILURES:]
+    assert grown == sorted(grown) and grown[0] > 0 and grown[-1] == AUTH_DELAY_S[1]
+    assert failures.failed("10.0.0.2") == 0.0  # counted per address
+    for peer in range(100):
+        failures.failed(f"10.1.0.{peer}")
+    assert len(failures) == 3  # the least recent forgotten
+    assert failures.failed("10.0.0.1") == 0.0  # forgotten with them
