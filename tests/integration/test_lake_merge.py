@@ -15,6 +15,8 @@ import json
 import random
 import re
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -244,7 +246,8 @@ def test_merge_killed_mid_batch_applies_it_once(tmp_path: Path, pg_dsn: str,
 
 def test_an_unreachable_catalog_is_target_unavailable(tmp_path: Path, pg_dsn: str,
                                                       lake: LakeSession) -> None:
-    """The Iceberg catalog's PostgreSQL down: the job's exit status 3 and one line."""
+    """The Iceberg catalog's PostgreSQL down: the job's exit status 3 and one line; ``dblog
+    merge`` says so before it starts Spark."""
     landing = tmp_path / "landing"
     zone = LandingZone(landing, "src")
     zone.write_schema(TABLE, 1, V1)
@@ -261,3 +264,11 @@ def test_an_unreachable_catalog_is_target_unavailable(tmp_path: Path, pg_dsn: st
     error = str(answer["error"])
     assert "\n" not in error and "is unreachable" in error and f"127.0.0.1:{port}" in error, error
     assert "Py4J" not in error and "Traceback" not in error
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "dblog_worker", "merge", "--config",
+                           str(config)], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [done.stderr.strip()], done.stderr  # one line
+    assert "unreachable" in done.stderr and f"127.0.0.1:{port}" in done.stderr, done.stderr
+    assert "spark" not in done.stderr.lower() and time.monotonic() - started < 30

@@ -1,6 +1,11 @@
 """The merge job on the lowest Spark it declares (3.5: ``.tools/spark35``, PySpark 3.5.9
 and dblog as a Spark 3.5 cluster's driver has them) into a real PostgreSQL target; the
-suite's other merge tests run it on the highest, the main environment's 4.2."""
+suite's other merge tests run it on the highest, the main environment's 4.2.
+
+Spark 3.5's ``spark-submit`` reads no ``spark-defaults.conf`` when it is given a
+``--properties-file`` (and has no ``--load-spark-defaults``): the file ``dblog merge``
+writes for ``merge.spark_conf`` begins with that file's settings. The job's event log,
+which a setting of spark-defaults.conf turns on, says which settings the job ran with."""
 
 from __future__ import annotations
 
@@ -23,6 +28,15 @@ TABLE = "public.kv"
 SCHEMA = {"columns": [{"name": "id", "type": "int8", "type_oid": 20},
                       {"name": "v", "type": "int8", "type_oid": 20},
                       {"name": "note", "type": "text", "type_oid": 25}], "key": ["id"]}
+
+
+def spark_properties(event_log: Path) -> dict[str, str]:
+    """The Spark settings a job ran with, from its event log."""
+    for line in event_log.read_text().splitlines():
+        event = json.loads(line)
+        if event["Event"] == "SparkListenerEnvironmentUpdate":
+            return dict(event["Spark Properties"])
+    raise AssertionError(f"{event_log} has no environment update")
 
 
 def test_spark35_merges_into_postgresql(tmp_path: Path, pg_dsn: str) -> None:
@@ -69,15 +83,27 @@ batch_max_events = 1000
 "spark.sql.shuffle.partitions" = "4"
 "spark.driver.extraJavaOptions" = "{FAST_JVM}"
 """)
+    conf_dir, events_dir = tmp_path / "conf", tmp_path / "events"
+    conf_dir.mkdir()
+    events_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(
+        f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events_dir}\n"
+        "spark.eventLog.compress false\nspark.sql.shuffle.partitions 8\n")
     done = subprocess.run([str(SPARK35 / "bin" / "dblog"), "merge", "--config", str(config),
-                           "--json"], env=merge_env(), capture_output=True, text=True,
-                          timeout=240, check=False, cwd=ROOT)
+                           "--json"], env={**merge_env(), "SPARK_CONF_DIR": str(conf_dir)},
+                          capture_output=True, text=True, timeout=240, check=False, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(done.stdout[done.stdout.index("{"):])
     assert report["tables"][0]["batches"] == 2, report
     version = subprocess.run([str(SPARK35 / "bin" / "spark-submit"), "--version"],
                              capture_output=True, text=True, check=True, env=merge_env())
     assert "version 3.5.9" in version.stdout + version.stderr
+    (event_log,) = events_dir.iterdir()
+    ran_with = spark_properties(event_log)
+    assert ran_with["spark.eventLog.enabled"] == "true"  # spark-defaults.conf
+    assert ran_with["spark.sql.shuffle.partitions"] == "4"  # merge.spark_conf, after it
+    assert ran_with["spark.driver.extraJavaOptions"] == FAST_JVM
+    assert ran_with["spark.sql.session.timeZone"] == "UTC"  # dblog's own (--conf)
     with psycopg.connect(pg_dsn) as conn:
         got = {int(r[0]): (int(r[1]), str(r[2]))
                for r in conn.execute("SELECT id, v, note FROM public.kv").fetchall()}
