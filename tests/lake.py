@@ -38,13 +38,15 @@ def lake_sections(tmp: Path, kind: str, pg_dsn: str, *,
                   renames: dict[str, str] | None = None,
                   partition_by: dict[str, list[str]] | None = None,
                   batch_max_events: int = 5_000_000, warehouse: Path | None = None,
-                  spark_conf: dict[str, str] | None = None) -> str:
+                  spark_conf: dict[str, str] | None = None, catalog: str = "jdbc") -> str:
     """The ``[target]`` and ``[merge]`` sections of a ``kind`` lake target (an Iceberg
-    target's JDBC catalog in the database of ``pg_dsn``); ``spark_conf``: more of
-    ``[merge.spark_conf]``."""
+    target's JDBC catalog in the database of ``pg_dsn``, or its ``hadoop`` catalog: the
+    warehouse alone); ``spark_conf``: more of ``[merge.spark_conf]``."""
     target: dict[str, object] = {"kind": kind,
                                  "warehouse": str(warehouse or tmp / "warehouse")}
-    if kind == "iceberg":
+    if kind == "iceberg" and catalog == "hadoop":
+        target["catalog"] = "hadoop"
+    elif kind == "iceberg":
         uri, user = catalog_database(pg_dsn)
         target.update(catalog="jdbc", catalog_uri=uri, catalog_user=user)
     if renames:

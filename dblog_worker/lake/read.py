@@ -219,6 +219,11 @@ def delete_rows(lake: LakeConfig, table: str, key_columns: Sequence[str],
     deleted."""
     if not rows:
         return []
+    if lake.format == "iceberg" and lake.catalog != "jdbc":
+        raise TargetError(f"{table}: extra rows of an Iceberg table in a Hadoop catalog cannot"
+                          " be deleted without Spark (pyiceberg reads such a table, it cannot"
+                          " commit to it); delete them with Spark SQL, or use"
+                          ' target.catalog = "jdbc"')
     for _attempt in range(DELETE_ATTEMPTS):
         found = open_table(lake, table)
         if found is None:

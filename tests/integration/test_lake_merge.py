@@ -28,8 +28,9 @@ import pytest
 
 from dblog_worker import config as config_module
 from dblog_worker.config_lake import LakeConfig
+from dblog_worker.errors import TargetError
 from dblog_worker.events import ChangeEvent, Op, Origin
-from dblog_worker.lake.read import merge_log_of, partition_columns, read_table
+from dblog_worker.lake.read import delete_rows, merge_log_of, partition_columns, read_table
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.position import Position
 from tests.integration.harness import wait_for
@@ -173,6 +174,31 @@ def test_merge_into_a_lake_table(kind: str, tmp_path: Path, pg_dsn: str,
     log = merge_log_of(lake_of(config), TABLE)
     assert (log.get("src", TABLE).last_segment, log.get("src", TABLE).batches) == (5, 4)
     assert log.get("old", TABLE).batches == 1
+
+
+def test_an_iceberg_table_in_a_hadoop_catalog(tmp_path: Path, pg_dsn: str,
+                                              lake: LakeSession) -> None:
+    """The warehouse alone as the catalog (``catalog = "hadoop"``): the merge, its log and
+    the reads without a JVM (the table's newest metadata file); the repair's delete of
+    extra rows, which pyiceberg cannot commit there, is refused with what to do."""
+    landing = tmp_path / "landing"
+    zone = LandingZone(landing, "src")
+    zone.write_schema(TABLE, 1, V1)
+    zone.commit_segment(TABLE, [ev("c", 10, 1), ev("c", 11, 2), ev("u", 12, 1, name="one")])
+    config = lake_config(tmp_path, "iceberg", landing, "src", [TABLE], pg_dsn,
+                         catalog="hadoop")
+    assert counts(report_of(lake.merge(config))) == (1, 2, 0)
+    zone.commit_segment(TABLE, [ev("d", 20, 2), ev("c", 21, 3)])
+    assert counts(report_of(lake.merge(config))) == (1, 1, 1)
+    got = rows(config)
+    assert sorted(got) == [1, 3] and got[1]["name"] == "one"
+    metadata = tmp_path / "warehouse" / "public" / "items" / "metadata"
+    assert (metadata / "version-hint.text").is_file()
+    log = merge_log_of(lake_of(config), TABLE).get("src", TABLE)
+    assert (log.batches, log.events, log.last_segment) == (2, 5, 2)
+    with pytest.raises(TargetError, match="Hadoop catalog"):
+        delete_rows(lake_of(config), TABLE, ["id"], {(3,): got[3]["_dblog_position"]})
+    assert sorted(rows(config)) == [1, 3]
 
 
 # -- killed mid-batch ----------------------------------------------------------------------
