@@ -102,7 +102,7 @@ batch_max_events = 1000
     ran_with = spark_properties(event_log)
     assert ran_with["spark.eventLog.enabled"] == "true"  # spark-defaults.conf
     assert ran_with["spark.sql.shuffle.partitions"] == "4"  # merge.spark_conf, after it
-    assert ran_with["spark.driver.extraJavaOptions"] == FAST_JVM
+    assert ran_with["spark.driver.extraJavaOptions"].endswith(FAST_JVM)  # after Spark's own
     assert ran_with["spark.sql.session.timeZone"] == "UTC"  # dblog's own (--conf)
     with psycopg.connect(pg_dsn) as conn:
         got = {int(r[0]): (int(r[1]), str(r[2]))
