@@ -64,6 +64,8 @@ class IcebergFormat:
         return f"{CATALOG}.{quote(schema)}.{quote(name)}"
 
     def exists(self, spark: SparkSession, lake: LakeConfig, table: str) -> bool:
+        if lake.catalog != "jdbc":  # a Hadoop catalog lists a warehouse not made yet: it fails
+            return bool(spark.catalog.tableExists(self.table(lake, table)))
         schema, name = split_table(table)
         if not spark.sql(f"SHOW NAMESPACES IN {CATALOG}").where(
                 f"namespace = {sql_literal(schema)}").count():
