@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -61,6 +62,9 @@ TOMBSTONE_COLUMNS = (("target_table", "STRING"), ("key_json", "STRING"), ("posit
                      ("deleted_at", "TIMESTAMP"))
 _HEX = frozenset("0123456789abcdef")
 _R = TypeVar("_R")
+# The tables a job merges at once share the tombstones table: their writes to it take turns
+# (Delta refuses a MERGE or DELETE that a concurrent commit to the same table overlaps).
+_TOMBSTONES = threading.Lock()
 
 
 def session_conf(config: TargetConfig) -> dict[str, str]:
@@ -377,10 +381,11 @@ class LakeTarget(Target):
         truncated = bool(batch.truncate_at) and batch.truncate_at > entry.truncated_at
         view = quote(batch.stage)
         try:
-            if truncated:
-                self._sql(f"DELETE FROM {self.tombstones} WHERE target_table ="
-                          f" {sql_literal(table)} AND position < {_position(cut)}")
-            self._sql(tombstones_sql(self.tombstones, view, table, cut))
+            with _TOMBSTONES:
+                if truncated:
+                    self._sql(f"DELETE FROM {self.tombstones} WHERE target_table ="
+                              f" {sql_literal(table)} AND position < {_position(cut)}")
+                self._sql(tombstones_sql(self.tombstones, view, table, cut))
             after = LogEntry(batch.last_segment, batch.last_position, cut,
                              entry.events + batch.events, entry.batches + 1)
             named = self.format.table(self.lake, table)
@@ -425,10 +430,11 @@ class LakeTarget(Target):
         named = self.format.table(self.lake, target_table)
         self._sql(f"ALTER TABLE {named} SET TBLPROPERTIES ({sql_literal(LOG_PROPERTY)} ="
                   f" {sql_literal(log.to_json())})")
-        self._sql(f"DELETE FROM {self.tombstones} WHERE target_table ="
-                  f" {sql_literal(target_table)} AND position <= {_position(entry.last_position)}"
-                  f" AND deleted_at < current_timestamp() - make_interval(0, 0, 0, 0, 0, 0,"
-                  f" {float(retention_h) * 3600:.3f})")
+        with _TOMBSTONES:
+            self._sql(f"DELETE FROM {self.tombstones} WHERE target_table ="
+                      f" {sql_literal(target_table)} AND position <="
+                      f" {_position(entry.last_position)} AND deleted_at < current_timestamp()"
+                      f" - make_interval(0, 0, 0, 0, 0, 0, {float(retention_h) * 3600:.3f})")
 
     # -- one row by its key -------------------------------------------------------------------
 
@@ -454,5 +460,10 @@ class LakeTarget(Target):
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    """The first line of ``exc``'s message: a Py4J error's is the JVM exception's."""
+    java = getattr(exc, "java_exception", None)
+    try:
+        text = str(java.toString()).strip() if java is not None else str(exc).strip()
+    except Exception:  # the gateway is gone
+        text = str(exc).strip()
     return (text.splitlines()[0] if text else repr(exc))[:500]
