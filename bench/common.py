@@ -45,6 +45,8 @@ import pymysql
 import redis
 
 from dblog_worker.landing.parquet import LandingZone
+from dblog_worker.landing.s3_objects import S3Location
+from dblog_worker.landing.sink import LandingRoot, open_reader
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.mysql.options import url_args as mysql_url_args
 from dblog_worker.pg import cells
@@ -302,10 +304,11 @@ class Environment:
 
     def worker(self, source: str, tables: Sequence[str], *,
                flush_interval_s: float = FLUSH_INTERVAL_S, instance: str = "",
-               extra_config: str = "", source_config: str = "") -> WorkerRun:
+               extra_config: str = "", source_config: str = "",
+               landing: LandingRoot | None = None) -> WorkerRun:
         run = WorkerRun(self, source, tables, flush_interval_s=flush_interval_s,
                         instance=instance, extra_config=extra_config,
-                        source_config=source_config)
+                        source_config=source_config, landing=landing)
         self.workers.append(run)
         return run
 
@@ -420,13 +423,14 @@ class WorkerRun:
 
     def __init__(self, env: Environment, source: str, tables: Sequence[str], *,
                  flush_interval_s: float, instance: str = "", extra_config: str = "",
-                 source_config: str = "") -> None:
+                 source_config: str = "", landing: LandingRoot | None = None) -> None:
         self.env = env
         self.source = source
         self.instance = instance
         self.name = f"{source}-{instance}" if instance else source
         self.tables = list(tables)
         self.config = env.workdir / f"{source}.toml"
+        self.landing_root: LandingRoot = env.landing if landing is None else landing
         self.log_path = env.workdir / f"{self.name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.profiler: subprocess.Popen[bytes] | None = None
@@ -443,7 +447,7 @@ tables = {json.dumps(self.tables)}
 url = "{env.redis.url}"
 
 [landing]
-path = {json.dumps(str(env.landing))}
+{landing_lines(self.landing_root)}
 flush_interval_s = {flush_interval_s}
 flush_max_events = 50000
 
@@ -464,7 +468,9 @@ listen = "127.0.0.1:0"
 
     @property
     def landing(self) -> LandingZone:
-        return LandingZone(self.env.landing, self.source)
+        if isinstance(self.landing_root, S3Location):
+            raise TypeError(f"worker {self.name} lands in a bucket: use landed_rows")
+        return LandingZone(self.landing_root, self.source)
 
     def cpu_seconds(self) -> float:
         """User + system CPU time the worker process has used so far."""
@@ -574,7 +580,8 @@ listen = "127.0.0.1:0"
             drop_slot(self.env, f"dblog_{self.source}")
             with self.env.connect() as conn:
                 conn.execute(f"DROP PUBLICATION IF EXISTS dblog_{self.source}".encode())
-        shutil.rmtree(self.env.landing / self.source, ignore_errors=True)
+        if not isinstance(self.landing_root, S3Location):
+            shutil.rmtree(self.landing_root / self.source, ignore_errors=True)
 
     # -- dumps ----------------------------------------------------------------------
 
@@ -623,7 +630,19 @@ listen = "127.0.0.1:0"
 
     def landed_rows(self, table: str) -> int:
         """Rows in the committed segments of ``table``, from the Parquet footers."""
+        if isinstance(self.landing_root, S3Location):
+            reader = open_reader(self.landing_root, self.source)
+            return sum(reader.summary(s).rows for s in reader.segments(table))
         return sum(pq.read_metadata(s.path).num_rows for s in self.landing.segments(table))
+
+
+def landing_lines(root: LandingRoot) -> str:
+    """The ``[landing]`` lines that name ``root``: a folder, or a bucket with its options."""
+    if not isinstance(root, S3Location):
+        return f"path = {json.dumps(str(root))}"
+    return (f"path = {json.dumps(root.url)}\n"
+            f"s3 = {{ endpoint = {json.dumps(root.endpoint)}, "
+            f"path_style = {'true' if root.path_style else 'false'} }}")
 
 
 def drop_slot(env: Environment, slot: str) -> None:

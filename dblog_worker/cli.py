@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import cast
 
 from dblog_worker import __version__, cli_dumps
 from dblog_worker import config as config_module
@@ -189,6 +190,20 @@ def _parser() -> argparse.ArgumentParser:
                              "({table} in FILE: one file per table)")
     verify.add_argument("--json", action="store_true")
 
+    landing = command("landing", _landing,
+                      "the landing zone's files: status, compact small segments, remove "
+                      "merged ones (retention)")
+    landing.add_argument("action", choices=["status", "compact", "retain", "maintain"],
+                         help="status: files, bytes, oldest unmerged position per table; "
+                              "compact: small segments into large ones; retain: remove "
+                              "segments every target merged, past landing.retention; "
+                              "maintain: both")
+    landing.add_argument("--table", "-t", action="append", dest="tables", default=[],
+                         metavar="SCHEMA.TABLE", help="only this table (repeat)")
+    landing.add_argument("--dry-run", action="store_true",
+                         help="list what would be written and removed; change nothing")
+    landing.add_argument("--json", action="store_true")
+
     reset = command("reset", _reset, "forget the checkpoint, to start capture anew")
     reset.add_argument("--yes", action="store_true", help="really do it")
     reset.add_argument("--force", action="store_true",
@@ -308,7 +323,8 @@ def _status(config: Config, args: argparse.Namespace) -> int:
     if not status:
         print("no worker has reported yet")
         return 0
-    print(f"leader pid {status.get('pid')} on {status.get('host')} (token "
+    who = "last leader (stopped)" if status.get("role") == "stopped" else "leader"
+    print(f"{who} pid {status.get('pid')} on {status.get('host')} (token "
           f"{status.get('token') or '-'}), last report {cli_dumps.ago(status.get('updated_at'))}")
     for name in ("http", "checkpoint", "lag_bytes", "watermarks", "readers", "window", "windows",
                  "active_request", "dump_waiting", "dump_throttle", "events_emitted",
@@ -350,6 +366,52 @@ def _verify(config: Config, args: argparse.Namespace) -> int:
     return 0 if result.equal else 1
 
 
+def _landing(config: Config, args: argparse.Namespace) -> int:
+    try:
+        return _landing_action(config, args)
+    except OSError as exc:  # the store (S3Unavailable) or the folder
+        print(f"error: cannot reach the landing zone {config.landing_path}: {exc}",
+              file=sys.stderr)
+        return 3
+
+
+def _landing_action(config: Config, args: argparse.Namespace) -> int:
+    from dblog_worker import lifecycle
+
+    if args.action == "status":
+        rows = lifecycle.landing_status(config, args.tables)
+        if args.json:
+            print(json.dumps([r.as_dict() for r in rows], indent=2))
+        for row in [] if args.json else rows:
+            merged = ("" if row.merged_segment is None else
+                      f", merged to {row.merged_segment}, oldest unmerged "
+                      f"{row.oldest_unmerged or '-'}")
+            print(f"{row.table}: {row.files} file(s), {row.bytes:,} bytes, segments "
+                  f"{row.first_segment}-{row.last_segment} in {row.active_files} file(s)"
+                  f"{merged}{'  ERROR: ' + row.error if row.error else ''}")
+        return 0 if not any(r.error for r in rows) else 1
+    report = lifecycle.maintain(config, compact=args.action in ("compact", "maintain"),
+                                retain=args.action in ("retain", "maintain"),
+                                dry_run=args.dry_run, tables=args.tables)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        verb = "would" if args.dry_run else "did"
+        for entry in report.tables:
+            if entry.get("error"):
+                print(f"{entry['table']}: ERROR: {entry['error']}")
+                continue
+            runs = cast(list[dict[str, object]], entry.get("compact") or [])
+            gone = cast(list[dict[str, object]], [*entry.get("remove_replaced", []),  # type: ignore[misc]
+                                                  *entry.get("remove_merged", [])])
+            print(f"{entry['table']}: {verb} compact {len(runs)} run(s)"
+                  f" ({', '.join(str(r['segments']) for r in runs)})"
+                  f", {verb} remove {len(gone)} file(s)")
+            for item in gone:
+                print(f"  remove {item['location']} ({item['bytes']:,} bytes)")
+    return 0 if report.ok else 1
+
+
 def _reset(config: Config, args: argparse.Namespace) -> int:
     if not args.yes:
         raise RequestRejected(
@@ -368,7 +430,8 @@ def _reset(config: Config, args: argparse.Namespace) -> int:
     status = state.status()
     # None: not a time, so maybe a moment ago
     age = cli_dumps.age_s(status.get("updated_at", "0"))
-    if (age is None or age < 60) and not args.force:
+    stopped = status.get("role") == "stopped"
+    if (age is None or age < 60) and not stopped and not args.force:
         raise RequestRejected(
             f"a worker (pid {status.get('pid')} on {status.get('host')}) reported "
             f"{'at an unknown time' if age is None else f'{age:.0f} s ago'}: stop it first "

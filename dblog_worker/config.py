@@ -70,14 +70,18 @@ from dblog_worker.config_sections import (
     LeaseConfig,
     LogConfig,
     MergeConfig,
+    compaction_section,
     http_section,
+    landing_root,
     lease_section,
     logs_section,
     merge_section,
+    retention_section,
 )
 from dblog_worker.errors import ConfigError, ConfigInvalid, RequestRejected
 from dblog_worker.landing.names import table_dir_name
-from dblog_worker.landing.sink import DEFAULT_FORMAT, FORMATS
+from dblog_worker.landing.policy import CompactionPolicy, RetentionPolicy
+from dblog_worker.landing.sink import DEFAULT_FORMAT, FORMATS, LandingRoot
 
 NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
@@ -201,8 +205,10 @@ class TargetConfig:
 class Config:
     source: SourceConfig
     redis_url: str = field(repr=False)
-    landing_path: Path
+    landing_path: LandingRoot  # a folder, or an S3Location
     landing_format: str = DEFAULT_FORMAT  # a key of landing.sink.FORMATS
+    compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     flush_interval_s: float = 1.0
     flush_max_events: int = 50_000
     heartbeat_interval_s: float = 10.0
@@ -251,14 +257,15 @@ KNOWN: Mapping[str, frozenset[str]] = {
     "source": frozenset({"name", "kind", "dsn", "dsn_env", "password_env", "tables",
                          "replica", "keys"}),
     "redis": frozenset({"url", "url_env"}),
-    "landing": frozenset({"path", "format", "flush_interval_s", "flush_max_events"}),
+    "landing": frozenset({"path", "format", "flush_interval_s", "flush_max_events", "s3",
+                          "compaction", "retention"}),
     "worker": frozenset({"heartbeat_interval_s", "status_interval_s", "control_interval_s",
                          "reconnect_max_s", "shutdown_timeout_s"}),
     "lease": frozenset({"ttl_s", "renew_interval_s", "standby_poll_s"}),
     "target": frozenset({"kind", "dsn", "dsn_env", "password_env", "state_schema", "tables"})
     | LAKE_OPTIONS,
     "merge": frozenset({"master", "jars", "batch_max_events", "tombstone_retention_h",
-                        "parallel_tables", "spark_conf"}),
+                        "parallel_tables", "spark_conf", "s3a_jars"}),
     "http": frozenset({"listen", "enabled", "token_env"}),
     "logging": frozenset({"format", "level"}),
 }
@@ -341,8 +348,10 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             keys=_keys(source, tables),
         ),
         redis_url=_redis_url(redis_section, env),
-        landing_path=Path(str_value(landing, "landing.path")),
+        landing_path=landing_root(landing),
         landing_format=_landing_format(landing),
+        compaction=compaction_section(landing),
+        retention=retention_section(landing),
         flush_interval_s=number(landing, "flush_interval_s", 1.0, 0.01, 60),
         flush_max_events=integer(landing, "flush_max_events", 50_000, 1, 10_000_000),
         heartbeat_interval_s=number(worker, "heartbeat_interval_s", 10.0, 0.1, 3600),

@@ -1,7 +1,9 @@
-"""The configuration's operational sections: ``[merge]``, ``[http]``, ``[logging]`` and
-``[lease]``, each a frozen value with its defaults and its parser (a ``ConfigError`` that
-names the option and what it must be). :mod:`dblog_worker.config` reads the file and the
-sections that name databases (``[source]``, ``[target]``, ``[landing]``, ``[redis]``).
+"""The configuration's operational sections: ``[merge]``, ``[http]``, ``[logging]``,
+``[lease]`` and the landing zone's place and lifecycle (``[landing] path``, ``[landing.s3]``,
+``[landing.compaction]``, ``[landing.retention]``), each a frozen value with its defaults
+and its parser (a ``ConfigError`` that names the option and what it must be).
+:mod:`dblog_worker.config` reads the file and the sections that name databases
+(``[source]``, ``[target]``, ``[redis]``).
 """
 
 from __future__ import annotations
@@ -10,19 +12,45 @@ import collections
 import ipaddress
 import itertools
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dblog_worker import kinds
-from dblog_worker.checks import integer, number
+from dblog_worker.checks import integer, number, str_value
 from dblog_worker.errors import ConfigError
+from dblog_worker.landing.policy import MIB, CompactionPolicy, RetentionPolicy
+from dblog_worker.landing.s3_objects import S3Location
+from dblog_worker.landing.sink import LandingRoot
+
+# Spark reads an s3:// landing zone through Hadoop's S3A connector: hadoop-aws of the
+# Hadoop that PySpark ships (4.2.0: 3.5.0), the analytics stream it names, and the AWS SDK
+# v2 modules it calls (hadoop-project 3.5.0's versions; scripts/s3a/pom.xml makes them one
+# jar, relocated as the SDK's bundle is). scripts/install puts them in .tools/jars.
+S3A_JARS = ("hadoop-aws-3.5.0.jar", "awssdk-s3a-2.35.4.jar", "analyticsaccelerator-s3-1.3.1.jar")
+JARS_DIR_ENV = "DBLOG_JARS_DIR"
+
+
+def jars_dir() -> Path:
+    """Where scripts/install puts the S3A jars: ``$DBLOG_JARS_DIR``, else the checkout's
+    ``.tools/jars``."""
+    configured = os.environ.get(JARS_DIR_ENV)
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[1] / ".tools" / "jars"
+
+
+def default_s3a_jars() -> tuple[str, ...]:
+    return tuple(str(jars_dir() / name) for name in S3A_JARS)
 
 
 def default_jars() -> tuple[str, ...]:
-    """Every kind's JDBC driver, where Debian installs it."""
-    return tuple(rules.jdbc_jar for rules in kinds.every_rules())
+    """Every kind's JDBC driver, where Debian installs it (a kind with no merge target has
+    none: its ``jdbc_jar`` is empty)."""
+    return tuple(rules.jdbc_jar for rules in kinds.every_rules() if rules.jdbc_jar)
 
 
 @dataclass(frozen=True)
@@ -35,6 +63,7 @@ class MergeConfig:
     tombstone_retention_h: float = 168.0
     parallel_tables: int = 4  # tables merged at once, each its own Spark jobs and connection
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    s3a_jars: tuple[str, ...] = field(default_factory=default_s3a_jars)  # s3:// landing only
 
 
 DEFAULT_LISTEN = "127.0.0.1:8750"
@@ -93,6 +122,10 @@ def merge_section(data: Mapping[str, Any]) -> MergeConfig:
     jars = merge.get("jars", list(default_jars()))
     if not isinstance(jars, list) or not all(isinstance(j, str) and j for j in jars):
         raise ConfigError("merge.jars must be a list of JDBC driver jar paths or URLs")
+    s3a_jars = merge.get("s3a_jars", list(default_s3a_jars()))
+    if not isinstance(s3a_jars, list) or not all(isinstance(j, str) and j for j in s3a_jars):
+        raise ConfigError("merge.s3a_jars must be a list of jar paths or URLs (hadoop-aws and"
+                          " the AWS SDK modules it calls)")
     spark_conf = merge.get("spark_conf", {})
     if not isinstance(spark_conf, dict) or not all(
         isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool)
@@ -107,7 +140,88 @@ def merge_section(data: Mapping[str, Any]) -> MergeConfig:
         tombstone_retention_h=number(merge, "tombstone_retention_h", 168.0, 0, 87_600),
         parallel_tables=integer(merge, "parallel_tables", 4, 1, 64),
         spark_conf={k: str(v) for k, v in spark_conf.items()},
+        s3a_jars=tuple(s3a_jars),
     )
+
+
+_S3_OPTIONS = frozenset({"endpoint", "region", "path_style", "ca_bundle"})
+_SECRETS = frozenset({"access_key", "access_key_id", "aws_access_key_id", "secret_key",
+                      "secret_access_key", "aws_secret_access_key", "session_token",
+                      "aws_session_token", "password"})
+
+
+def landing_root(landing: Mapping[str, Any]) -> LandingRoot:
+    """``[landing] path``: a folder, or ``s3://bucket/prefix`` with ``[landing.s3]``."""
+    path = str_value(landing, "landing.path")
+    s3 = landing.get("s3", {})
+    if not isinstance(s3, dict):
+        raise ConfigError("[landing.s3] must be a table of options")
+    if not path.startswith("s3://"):
+        if "://" in path:
+            raise ConfigError(f"landing.path {path!r}: only local folders and s3://bucket/prefix"
+                              " are supported")
+        if s3:
+            raise ConfigError("[landing.s3] applies to an s3:// landing.path only")
+        return Path(path)
+    for option in s3:
+        if option in _SECRETS:
+            raise ConfigError(
+                f"landing.s3.{option}: credentials are never read from the configuration file;"
+                " set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or use the"
+                " machine's role) in the worker's environment")
+        if option not in _S3_OPTIONS:
+            raise ConfigError(f"unknown option landing.s3.{option}; known: "
+                              f"{', '.join(sorted(_S3_OPTIONS))}")
+    endpoint = s3.get("endpoint", "")
+    if not isinstance(endpoint, str) or (endpoint and not re.fullmatch(
+            r"https?://[A-Za-z0-9.\-\[\]:]+(:[0-9]+)?/?", endpoint)):
+        raise ConfigError(f"landing.s3.endpoint must be an http:// or https:// URL of the"
+                          f" store (scheme, host, port), got {endpoint!r}")
+    region = s3.get("region", "us-east-1")
+    if not isinstance(region, str) or not re.fullmatch(r"[a-z0-9-]{1,40}", region):
+        raise ConfigError(f"landing.s3.region must be a region name like us-east-1, got"
+                          f" {region!r}")
+    path_style = s3.get("path_style", False)
+    if not isinstance(path_style, bool):
+        raise ConfigError("landing.s3.path_style must be true or false")
+    ca_bundle = s3.get("ca_bundle", "")
+    if not isinstance(ca_bundle, str) or (ca_bundle and not Path(ca_bundle).is_file()):
+        raise ConfigError(f"landing.s3.ca_bundle must be a PEM file of the CAs to trust; "
+                          f"{ca_bundle!r} is not a file")
+    try:
+        return S3Location.parse(path, endpoint=endpoint.rstrip("/"), region=region,
+                                path_style=path_style, ca_bundle=ca_bundle)
+    except ValueError as exc:
+        raise ConfigError(f"landing.path: {exc}") from None
+
+
+def compaction_section(landing: Mapping[str, Any]) -> CompactionPolicy:
+    section = landing.get("compaction", {})
+    if not isinstance(section, dict):
+        raise ConfigError("[landing.compaction] must be a table of options")
+    _known(section, "landing.compaction", {"target_mib", "min_age_s", "grace_s",
+                                           "min_segments"})
+    return CompactionPolicy(
+        target_bytes=integer(section, "target_mib", 64, 1, 4096) * MIB,
+        min_age_s=number(section, "min_age_s", 600.0, 0, 30 * 86400),
+        grace_s=number(section, "grace_s", 900.0, 0, 30 * 86400),
+        min_segments=integer(section, "min_segments", 2, 2, 1_000_000),
+    )
+
+
+def retention_section(landing: Mapping[str, Any]) -> RetentionPolicy:
+    section = landing.get("retention", {})
+    if not isinstance(section, dict):
+        raise ConfigError("[landing.retention] must be a table of options")
+    _known(section, "landing.retention", {"keep_h"})
+    return RetentionPolicy(keep_s=number(section, "keep_h", 168.0, 0, 87_600) * 3600)
+
+
+def _known(section: Mapping[str, Any], name: str, known: set[str]) -> None:
+    for option in section:
+        if option not in known:
+            raise ConfigError(f"unknown option {name}.{option}; known: "
+                              f"{', '.join(sorted(known))}")
 
 
 def lease_section(data: Mapping[str, Any]) -> LeaseConfig:

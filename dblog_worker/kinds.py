@@ -33,7 +33,7 @@ class Rules(Protocol):
     option_names: frozenset[str]  # the [source] options of this kind only
     checkpoint_form: str  # what its checkpoints look like: "a PostgreSQL LSN (like 0/16B3748)"
     checkpoint_hint: str  # where an operator finds the position to write back ("" if nowhere)
-    jdbc_jar: str  # where Debian installs its JDBC driver, which Spark's merge loads
+    jdbc_jar: str  # where Debian installs its JDBC driver, which Spark's merge loads ("": none)
     jdbc_package: str  # the Debian package of that jar
     replica_reads: bool  # whether dumps may read chunks on a read replica ([source.replica])
 

@@ -7,7 +7,9 @@ passed with ``extra=`` (the HTTP server's ``http_request_id``, for instance).
 
 Secrets never reach the log: passwords and other secret options (``sslpassword``, ...)
 in connection strings and URLs and bearer tokens are masked in every message, and
-``extra`` fields named like a secret are dropped, in both formats.
+``extra`` fields named like a secret are dropped, in both formats. The HTTP libraries of
+the object store (botocore, urllib3) never log below INFO: their DEBUG lines hold request
+headers, signatures and session tokens among them.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ _SECRETS = (
     (re.compile(r"(?i)([?&](?:access_)?token=)[^&\s]+"), rf"\g<1>{MASK}"),
 )
 _SECRET_NAME = re.compile(r"(?i)password|passwd|secret|token|authorization|cookie|dsn|credential")
+# Libraries whose DEBUG lines carry request headers (an S3 request's Authorization and
+# X-Amz-Security-Token): never below INFO, whatever the worker's level.
+QUIET_LIBRARIES = ("botocore", "urllib3", "s3transfer")
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message", "asctime", "taskName"}
 
@@ -83,3 +88,5 @@ def setup_logging(fmt: str, level: str, source: str | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(max(logging.INFO, root.level))

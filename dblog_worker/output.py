@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
-from dblog_worker.errors import OutputUnavailable
+from dblog_worker.errors import DblogError, OutputUnavailable
 from dblog_worker.events import ChangeEvent, DumpRows, PendingRows
 from dblog_worker.landing.arrow import Item
 from dblog_worker.landing.sink import Sink
@@ -36,13 +36,25 @@ Written = tuple[dict[str, Position], dict[str, str]]  # last positions, failed d
 @contextmanager
 def landing_errors() -> Iterator[None]:
     """The landing zone's storage failing is transient: the session retries from the
-    checkpoint, and nothing after it is lost."""
+    checkpoint, and nothing after it is lost. So is any error dblog did not expect there
+    (a defect that sent events out of order, say): the session ends, nothing it wrote is
+    half-committed, and the next one starts again from the checkpoint; the process goes
+    on. A terminal error of dblog's own (a damaged segment) stays terminal."""
     try:
         yield
     except OSError as exc:
         raise OutputUnavailable(
             f"cannot write the landing zone ({exc}); the checkpoint stays where it is and "
             "the log is read again from there once the landing zone is writable"
+        ) from exc
+    except DblogError:
+        raise
+    except Exception as exc:
+        log.error("the landing zone write failed on an unexpected error", exc_info=exc)
+        raise OutputUnavailable(
+            f"the landing zone write failed: unexpected {type(exc).__name__}: {exc} (the "
+            "worker's log has the traceback; please report it); the session ends and the "
+            "next one reads the log again from the checkpoint"
         ) from exc
 
 

@@ -140,6 +140,8 @@ class Session:
             self._drain()
             self._flush()
             log.info("stopped at checkpoint %s", self.checkpoint)
+            # `dblog reset` and `dblog status` tell a clean stop from a worker still running
+            self.state.publish_status({"role": "stopped", "updated_at": time.time()})
         finally:
             self.encoder.shutdown(cancel_futures=True)
             if self.output is not None:
@@ -170,7 +172,7 @@ class Session:
         if saved is None and created is not None:
             saved = created
             self.state.save_progress(saved, {}, {})
-        self.checkpoint = self.source.start(saved)
+        self.checkpoint = self.source.start(saved, max(landed.values(), default=None))
         with landing_errors():
             self.worker.sink.mark_capture_started()
         self.output = OutputBuffer(self.worker.sink, landed)
@@ -391,7 +393,8 @@ class Session:
                 covered.missing[dump.id] = keys
         if self.output.count:
             self.last_events_flush = time.monotonic()
-        self.output.submit()
+        with landing_errors():  # the write before, if its failure was not seen yet
+            self.output.submit()
         self.in_flight = covered
         self.worker.telemetry.submitted()
         if dump is not None:

@@ -94,8 +94,10 @@ class Setup(Protocol):
 class LogReader(Protocol):
     """The log from a checkpoint on: events, watermarks and checkpoints in log order."""
 
-    def start(self, checkpoint: str | None) -> str:
-        """Stream the log after ``checkpoint``; returns where it starts."""
+    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
+        """Stream the log after ``checkpoint``; returns where it starts. ``landed`` is the
+        last position durable in the output: what the worker writes from now on goes
+        after it."""
 
     def poll(self, timeout: float, out: list[LogItem]) -> None:
         """Append what arrived (events, watermarks, checkpoints) to ``out``, in log order."""

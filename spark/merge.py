@@ -64,6 +64,8 @@ def spark_stager(spark: SparkSession) -> Stager:
         url, properties = target.jdbc()
         events = (spark.read.format(batch.format).load(batch.locations)
                   .select("position", "op", "key", "after"))
+        if batch.after_position:  # a compacted segment holds events merged already
+            events = events.where(F.col("position") > F.lit(batch.after_position))
         if batch.truncate_at:
             events = events.where(F.col("position") > F.lit(batch.truncate_at))
         latest = (

@@ -10,7 +10,10 @@ commands over a websocket (JSON ``{"id", "method", "params"}``; the answer has t
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -35,7 +38,9 @@ class Browser:
 
     def __init__(self, width: int = 1280, height: int = 900) -> None:
         self.width, self.height = width, height
-        self._profile = tempfile.TemporaryDirectory(prefix="dblog-chromium-")
+        # chromium's helpers may still write into the profile as the group is killed
+        self._profile = tempfile.TemporaryDirectory(prefix="dblog-chromium-",
+                                                    ignore_cleanup_errors=True)
         self._proc: subprocess.Popen[bytes] | None = None
         self._ws: ClientConnection | None = None
         self._stack = ExitStack()
@@ -50,7 +55,7 @@ class Browser:
                  "--no-default-browser-check", f"--user-data-dir={profile}",
                  "--remote-debugging-port=0", f"--window-size={self.width},{self.height}",
                  "about:blank"],
-                stdout=subprocess.DEVNULL, stderr=log)
+                stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
         while not (port_file.exists() and port_file.read_text().count("\n") >= 1):
@@ -73,12 +78,14 @@ class Browser:
 
     def close(self) -> None:
         self._stack.close()
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(10)
+            with contextlib.suppress(ProcessLookupError):  # its renderers and helpers too
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(10)
         self._profile.cleanup()
 

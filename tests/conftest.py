@@ -4,9 +4,10 @@ and a local Spark with the JDBC drivers (tests/spark_local.py).
 Servers start lazily, on the first test that asks for them, once per session.
 
 Every test is marked by what it uses (:func:`pytest_collection_modifyitems`): ``pg``,
-``mariadb``, ``redis``, ``spark``, ``airflow``, ``browser``, from the fixtures it asks for
-(directly or through others), the source kinds of its parameters and the server classes its
-module names; ``slow`` by hand. ``scripts/test --fast`` runs the tests with none of them.
+``mariadb``, ``redis``, ``spark``, ``airflow``, ``browser``, ``s3``, from the fixtures it
+asks for (directly or through others), the source kinds and landing stores of its
+parameters and the server classes its module names; ``slow`` by hand. ``scripts/test
+--fast`` runs the tests with none of them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 import redis
 from hypothesis import settings
 
-from tests.services import MariaDBServer, PostgresServer, RedisServer
+from tests.services import MariaDBServer, PostgresServer, RedisServer, SeaweedServer
 
 if TYPE_CHECKING:  # pyspark only for the tests that use Spark
     from pyspark.sql import SparkSession
@@ -38,15 +39,18 @@ TESTS = Path(__file__).parent
 FIXTURE_MARKERS = {
     "postgres_server": "pg", "mariadb_server": "mariadb", "redis_server": "redis",
     "chaos_redis": "redis", "spark": "spark", "airflow_home": "airflow",
+    "seaweed_server": "s3",
 }
-# ... the source kind of its parameters (the ``backend`` fixture's, for one) ...
-KIND_MARKERS = {"postgresql": "pg", "mariadb": "mariadb", "mysql": "mariadb"}
+# ... the source kind and landing store of its parameters (the ``backend`` fixture's,
+# a ``store`` fixture's) ...
+KIND_MARKERS = {"postgresql": ("pg",), "mariadb": ("mariadb",), "mysql": ("mariadb",),
+                "postgresql-s3": ("pg", "s3"), "s3": ("s3",)}
 # ... and what its module names: the servers and Spark it starts itself.
 MODULE_MARKERS = {
     "PostgresServer": "pg", "PostgresStandby": "pg", "SynchronousStandby": "pg",
     "MariaDBServer": "mariadb", "MariaDBReplica": "mariadb", "RedisServer": "redis",
     "SparkSession": "spark", "local_spark": "spark", "SparkStandalone": "spark",
-    "CHROMIUM": "browser", "Browser": "browser",
+    "CHROMIUM": "browser", "Browser": "browser", "SeaweedServer": "s3",
 }
 FOLDER_MARKERS = {"airflow": "airflow", "chaos": "slow"}
 
@@ -57,8 +61,8 @@ def markers_of(item: pytest.Item) -> set[str]:
              if name in FIXTURE_MARKERS}
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
-        found |= {KIND_MARKERS[value] for value in callspec.params.values()
-                  if isinstance(value, str) and value in KIND_MARKERS}
+        found.update(*(KIND_MARKERS[value] for value in callspec.params.values()
+                       if isinstance(value, str) and value in KIND_MARKERS))
     module = getattr(item, "module", None)
     if module is not None:
         found |= {marker for name, marker in MODULE_MARKERS.items() if hasattr(module, name)}
@@ -90,6 +94,24 @@ def mariadb_server() -> Iterator[MariaDBServer]:
 def redis_server() -> Iterator[RedisServer]:
     with RedisServer().start() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def seaweed_server() -> Iterator[SeaweedServer]:
+    """A real S3-compatible store (SeaweedFS, built by scripts/install)."""
+    with SeaweedServer().start() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(seaweed_server: SeaweedServer, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket of the session's SeaweedFS; its credentials in the environment (the
+    way the worker and Spark find them)."""
+    if not seaweed_server.running:  # a previous test killed it
+        seaweed_server.restart()
+    for name, value in seaweed_server.env().items():
+        monkeypatch.setenv(name, value)
+    return seaweed_server.create_bucket(f"t-{uuid.uuid4().hex[:20]}")
 
 
 @pytest.fixture(scope="session")

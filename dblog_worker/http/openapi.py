@@ -336,6 +336,55 @@ SCHEMAS: dict[str, Schema] = {
                      "checkpoint_age_s", "lag_bytes", "lag_s", "window", "active_request",
                      "events_per_s", "uptime_s", "reconnects", "dump", "http", "redis"],
     },
+    "LandingTable": {
+        "type": "object",
+        "properties": {
+            "table": {"type": "string"},
+            "files": {"type": "integer", "minimum": 0,
+                      "description": "segment files, compacted runs and replaced files too"},
+            "bytes": {"type": "integer", "minimum": 0},
+            "active_files": {"type": "integer", "minimum": 0,
+                             "description": "the files readers use"},
+            "first_segment": {"type": "integer", "minimum": 0},
+            "last_segment": {"type": "integer", "minimum": 0},
+            "merged_segment": {"type": ["integer", "null"],
+                               "description": "every target merged up to this segment "
+                                              "(null: no target configured)"},
+            "oldest_unmerged": {"type": "string",
+                                "description": "the first position some target has not "
+                                               "merged (empty: none)"},
+            "oldest_unmerged_age_s": {"type": ["number", "null"]},
+            "error": {"type": "string"},
+        },
+        "required": ["table", "files", "bytes", "active_files", "first_segment",
+                     "last_segment", "merged_segment", "oldest_unmerged",
+                     "oldest_unmerged_age_s", "error"],
+    },
+    "Landing": {
+        "type": "object",
+        "properties": {"source": {"type": "string"},
+                       "where": {"type": "string", "description": "a folder or s3://..."},
+                       "tables": {"type": "array", "items": {"$ref":
+                                                             "#/components/schemas/LandingTable"}}},
+        "required": ["source", "where", "tables"],
+    },
+    "Maintain": {
+        "type": "object",
+        "properties": {"tables": {"type": "array", "items": {"type": "string"},
+                                  "description": "default: every landed table"},
+                       "dry_run": {"type": "boolean", "default": False,
+                                   "description": "list what would be written and removed"}},
+        "additionalProperties": False,
+    },
+    "MaintenanceReport": {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "dry_run": {"type": "boolean"},
+                       "compact": {"type": "boolean"}, "retain": {"type": "boolean"},
+                       "tables": {"type": "array", "items": {"type": "object"},
+                                  "description": "per table: the runs compacted, the files "
+                                                 "removed (location, bytes), or an error"}},
+        "required": ["ok", "dry_run", "compact", "retain", "tables"],
+    },
     "Feed": {
         "type": "object",
         "properties": {
@@ -471,6 +520,25 @@ def document(*, auth: bool) -> dict[str, Any]:
         "/api/v1/requests/{id}/pause": command("pause", "between chunks (running only)"),
         "/api/v1/requests/{id}/resume": command("resume", "a paused request"),
         "/api/v1/requests/{id}/cancel": command("cancel", "a request that has not ended"),
+        "/api/v1/landing": {"get": _operation(
+            "The landing zone's files per table: files, bytes, how far every target merged, "
+            "the oldest unmerged position",
+            {"200": _json(_ref("Landing"), "The figures (also in /metrics)")},
+            public=False, errors=(409, 503), parameters=[{
+                "name": "table", "in": "query", "required": False,
+                "schema": {"type": "string"}, "description": "one table only"}], auth=auth)},
+        "/api/v1/landing/compact": {"post": _operation(
+            "Compact small segments into large ones (landing.compaction); remove the files "
+            "compacted runs replaced a grace period ago",
+            {"200": _json(_ref("MaintenanceReport"), "What was done, or would be")},
+            public=False, errors=(400, 409, 411, 413, 415, 503),
+            requestBody=_body(_ref("Maintain"), required=False), auth=auth)},
+        "/api/v1/landing/retain": {"post": _operation(
+            "Remove segments every target merged that landed longer ago than "
+            "landing.retention.keep_h (never a table's newest)",
+            {"200": _json(_ref("MaintenanceReport"), "What was removed, or would be")},
+            public=False, errors=(400, 409, 411, 413, 415, 503),
+            requestBody=_body(_ref("Maintain"), required=False), auth=auth)},
         "/api/v1/feed": {"get": _operation(
             "Recent events of the worker (windows, flushes, dumps, errors), after a sequence "
             "number",

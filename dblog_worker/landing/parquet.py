@@ -24,24 +24,27 @@ worker that lost the lease cannot publish once the next one has started. A
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import itertools
 import json
 import os
 import re
 import shutil
+import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from dblog_worker.errors import LeaseLost
 from dblog_worker.landing.arrow import Item, first_position, last_position, segment_table
+from dblog_worker.landing.chain import Candidate, resolve
 from dblog_worker.landing.files import (
     TMP_PREFIX,
     create_file,
@@ -52,46 +55,58 @@ from dblog_worker.landing.files import (
 )
 from dblog_worker.landing.names import parse_table_dir_name, table_dir_name
 from dblog_worker.landing.parquet_files import (
+    COMPACTED_RE,
     SCHEMA_RE,
     SEGMENT_RE,
     FileSegment,
+    compacted_file_name,
     read_segment,
     schema_file_name,
     segment_file_name,
     summarize,
+    write_parquet,
 )
-from dblog_worker.landing.sink import Segment, SegmentSummary
+from dblog_worker.landing.s3 import S3LandingZone
+from dblog_worker.landing.s3_objects import S3Location
+from dblog_worker.landing.sink import (
+    LandedReader,
+    LandingAhead,
+    LandingRoot,
+    Segment,
+    SegmentSummary,
+    TableFiles,
+)
 from dblog_worker.names import split_table
 from dblog_worker.position import Position
 
+__all__ = ["LandingAhead", "LandingZone", "open_reader", "open_sink", "read_events"]
+
 FORMAT = "parquet"
-MAX_ROW_GROUP_ROWS = 128 * 1024
 WRITER_PREFIX = ".writer-"
 FENCED_PREFIX = ".fenced-"
 CAPTURE_MARKER = ".capture-started"
+MAINTENANCE_DIR = ".maintenance"  # compaction's temporary files, linked into place
+STALE_S = 10.0  # a file under .maintenance/ no run holds, this old, was left by a crash
 _MAX_SEQ = 10**12 - 1
 _MAX_SCHEMA_VERSION = 10**6 - 1
-_DICTIONARY_COLUMNS = ["op", "origin", "dump_id"]
-# Statistics on the row images cost time and space and help no reader.
-_STATISTICS_COLUMNS = ["position", "op", "origin", "commit_ts", "schema_version", "dump_id"]
 _SOURCE_RE = re.compile(r"[A-Za-z0-9_-]+")
 _WRITER_RE = re.compile(r"\.writer-([0-9]{12})")
 
 _get_table = attrgetter("table")
 
 
-def open_sink(root: Path, source: str) -> LandingZone:
+def _no_step(_: str) -> None:
+    pass
+
+
+def open_sink(root: LandingRoot, source: str) -> LandingZone | S3LandingZone:
+    if isinstance(root, S3Location):
+        return S3LandingZone(root, source)
     return LandingZone(root, source)
 
 
-def open_reader(root: Path, source: str) -> LandingZone:
-    return LandingZone(root, source)
-
-
-class LandingAhead(OSError, ValueError):
-    """The table's landing directory holds output past the events to write: it changed
-    since the writer looked (restored by hand, or written meanwhile by another worker).
-    An OSError, so that the session starts again from the checkpoint and looks again."""
+def open_reader(root: LandingRoot, source: str) -> LandingZone | S3LandingZone:
+    return open_sink(root, source)
 
 
 class LandingZone:
@@ -224,38 +239,48 @@ class LandingZone:
         return sorted(found)
 
     def segments(self, table: str) -> list[FileSegment]:
-        """The committed segments of ``table`` in order, from the file names alone.
+        """The segments of ``table`` readers use, in order (the chain: compacted segments
+        in place of what they replace; :mod:`~dblog_worker.landing.chain`).
 
         Temporary and foreign files are ignored. Raises ValueError if two segments
-        carry the same sequence number (two writers: the order is undefined).
+        carry the same sequence number (two writers: the order is undefined), or if
+        sequence numbers are missing.
         """
+        return self.files(table).active  # type: ignore[return-value]
+
+    def files(self, table: str) -> TableFiles:
+        """Every segment file of ``table`` from its name and ``stat``, resolved."""
         directory = self.table_dir(table)
         try:
-            names = os.listdir(directory)
+            entries = list(os.scandir(directory))
         except FileNotFoundError:
-            return []
-        result = []
-        for name in names:
-            match = SEGMENT_RE.fullmatch(name)
-            if match is None:
+            return TableFiles(resolve([]), {})
+        segments: dict[str, FileSegment] = {}
+        candidates = []
+        originals = []
+        for entry in entries:
+            segment = _parse_segment(table, directory, entry.name)
+            if segment is None:
                 continue
-            result.append(
-                FileSegment(
-                    table=table,
-                    seq=int(match[1]),
-                    first=Position.decode(match[2]),
-                    last=Position.decode(match[3]),
-                    path=directory / name,
-                )
-            )
-        result.sort(key=attrgetter("seq"))
-        for before, after in itertools.pairwise(result):
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:
+                continue  # removed while listed
+            segment = FileSegment(segment.table, segment.seq, segment.first, segment.last,
+                                  segment.path, segment.first_seq, stat.st_size)
+            segments[entry.name] = segment
+            candidates.append(Candidate(segment.lo, segment.seq, entry.name,
+                                        stat.st_mtime, stat.st_size))
+            if not segment.first_seq:
+                originals.append(segment)
+        originals.sort(key=attrgetter("seq"))
+        for before, after in itertools.pairwise(originals):
             if before.seq == after.seq:
                 raise ValueError(
                     f"{before.path.name} and {after.path.name} have the same sequence number;"
                     " was the landing zone written by two workers?"
                 )
-        return result
+        return TableFiles(resolve(candidates, str(directory)), segments)
 
     def last_position(self, table: str) -> Position | None:
         """The last position of the newest segment of ``table`` (from its name), or None."""
@@ -276,6 +301,9 @@ class LandingZone:
                 continue
             result[int(match[1])] = self._read_schema(directory / name)
         return result
+
+    def landed_at(self, segment: Segment) -> float:
+        return self._own(segment).path.stat().st_mtime
 
     def summary(self, segment: Segment) -> SegmentSummary:
         return summarize(self._own(segment), self.source)
@@ -301,12 +329,14 @@ class LandingZone:
     # ----------------------------------------------------------------- writing
 
     def recover(self) -> dict[str, Position]:
-        """Remove ``.tmp-*`` files left by a crash; the last committed position per table.
+        """Remove ``.tmp-*`` files left by a crash (and by killed maintenance runs:
+        :meth:`clean_up`); the last committed position per table.
 
         The worker drops every event at or before a table's last position before it
         commits again: :meth:`commit_segment` refuses to go backwards.
         """
         self._newest.clear()
+        self.clean_up()
         result: dict[str, Position] = {}
         for table in self.tables():
             directory = self.table_dir(table)
@@ -370,14 +400,7 @@ class LandingZone:
         ensure_dir(directory)
 
         def write(f: io.BufferedWriter) -> None:
-            pq.write_table(
-                data,
-                f,
-                row_group_size=MAX_ROW_GROUP_ROWS,
-                compression="zstd",
-                use_dictionary=_DICTIONARY_COLUMNS,
-                write_statistics=_STATISTICS_COLUMNS,
-            )
+            write_parquet(data, f)
 
         try:
             with self._fenced():
@@ -420,10 +443,94 @@ class LandingZone:
             publish(directory, name, lambda f: f.write(encoded), self._staging)
 
 
+    # ----------------------------------------------------------------- maintenance
 
-def read_events(zone: LandingZone, table: str) -> list[dict[str, object]]:
+    def write_compacted(self, table: str, run: Sequence[Segment], data: pa.Table,
+                        step: Callable[[str], None] = _no_step) -> FileSegment:
+        """Publish a compacted segment: written under ``.maintenance/`` while this process
+        holds a lock on it (:meth:`clean_up` leaves it alone), fsynced, then hard-linked
+        into the table directory (a link never replaces a file: a run compacted twice at
+        once is published once), the directory fsynced."""
+        lo, hi = run[0].lo, run[-1].seq
+        first, last = run[0].first, run[-1].last
+        directory = self.table_dir(table)
+        name = compacted_file_name(lo, hi, first, last)
+        staging = self.source_dir / MAINTENANCE_DIR
+        ensure_dir(staging)
+        tmp = staging / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released when this process ends, kill -9 too
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                write_parquet(data, f)
+                f.flush()
+                os.fsync(f.fileno())
+            step(f"publish {lo}-{hi}")
+            # the same run compacted by a concurrent run holds the same rows
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, directory / name)
+            fsync_dir(directory)
+        finally:
+            tmp.unlink(missing_ok=True)
+            os.close(fd)
+        size = (directory / name).stat().st_size
+        return FileSegment(table, hi, first, last, directory / name, lo, size)
+
+    def clean_up(self) -> int:
+        """Remove what killed maintenance runs left under ``.maintenance/``: the files no
+        live process holds a lock on (a kill -9 releases it), written more than
+        ``STALE_S`` ago (a run locks its file right after creating it); how many."""
+        staging = self.source_dir / MAINTENANCE_DIR
+        try:
+            names = os.listdir(staging)
+        except FileNotFoundError:
+            return 0
+        removed = 0
+        for name in names:
+            if not name.startswith(TMP_PREFIX):
+                continue
+            try:
+                fd = os.open(staging / name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except OSError:
+                continue  # gone meanwhile, or not a file this format made
+            try:
+                if time.time() - os.fstat(fd).st_mtime < STALE_S:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # its run is alive
+                (staging / name).unlink(missing_ok=True)
+                removed += 1
+            finally:
+                os.close(fd)
+        if removed:
+            fsync_dir(staging)
+        return removed
+
+    def remove(self, table: str, segments: Sequence[Segment]) -> None:
+        directory = self.table_dir(table)
+        for segment in segments:
+            self._own(segment).path.unlink(missing_ok=True)
+        fsync_dir(directory)
+
+
+def _parse_segment(table: str, directory: Path, name: str) -> FileSegment | None:
+    match = SEGMENT_RE.fullmatch(name)
+    if match is not None:
+        return FileSegment(table, int(match[1]), Position.decode(match[2]),
+                           Position.decode(match[3]), directory / name)
+    match = COMPACTED_RE.fullmatch(name)
+    if match is not None and int(match[1]) < int(match[2]):
+        return FileSegment(table, int(match[2]), Position.decode(match[3]),
+                           Position.decode(match[4]), directory / name, int(match[1]))
+    return None
+
+
+def read_events(zone: LandedReader, table: str) -> list[dict[str, object]]:
     """All rows of all segments of ``table`` in order, as dicts."""
     rows: list[dict[str, object]] = []
     for segment in zone.segments(table):
-        rows.extend(read_segment(segment.path).to_pylist())
+        rows.extend(zone.read(segment).to_pylist())
     return rows

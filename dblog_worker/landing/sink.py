@@ -8,19 +8,25 @@ worker drops what it replays up to there. The merge planner, the Spark job and t
 landed output through a :class:`LandedReader`, which sees only whole segments.
 
 A format is a module registered in :data:`FORMATS` with ``open_sink(root, source)`` and
-``open_reader(root, source)``. Today's one is ``parquet`` (immutable Parquet files in a
-folder per table: :mod:`dblog_worker.landing.parquet`); a lake format or an object store
-is a new module here, and the worker, the merge and the Spark job do not change.
+``open_reader(root, source)``. Today's one is ``parquet``: immutable Parquet files in a
+folder per table (:mod:`dblog_worker.landing.parquet`), or under a prefix per table of an
+S3-compatible bucket when the root is an :class:`~dblog_worker.landing.s3_objects.S3Location`
+(:mod:`dblog_worker.landing.s3`). The worker, the merge and the Spark job do not change.
+
+Both also implement :class:`Maintained`: what compaction and retention
+(:mod:`dblog_worker.landing.maintenance`) do to a table's files.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from dblog_worker.landing.chain import Candidate, Resolution
+from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.position import Position
 
 if TYPE_CHECKING:
@@ -28,8 +34,16 @@ if TYPE_CHECKING:
 
     from dblog_worker.landing.arrow import Item
 
+LandingRoot = Path | S3Location  # [landing] path: a folder, or s3://bucket/prefix
+
 FORMATS: Mapping[str, str] = {"parquet": "dblog_worker.landing.parquet"}
 DEFAULT_FORMAT = "parquet"
+
+
+class LandingAhead(OSError, ValueError):
+    """The table's landed output holds events past the ones to write: it changed since the
+    writer looked (restored by hand, or written meanwhile by another worker). An OSError,
+    so that the session starts again from the checkpoint and looks again."""
 
 
 class Segment(Protocol):
@@ -38,7 +52,17 @@ class Segment(Protocol):
     @property
     def table(self) -> str: ...
     @property
-    def seq(self) -> int: ...
+    def seq(self) -> int:
+        """The last sequence number it covers: its own, or a compacted run's last."""
+        ...
+    @property
+    def lo(self) -> int:
+        """The first sequence number it covers (``seq`` unless compacted)."""
+        ...
+    @property
+    def size(self) -> int:
+        """Its size in bytes."""
+        ...
     @property
     def first(self) -> Position: ...
     @property
@@ -129,9 +153,56 @@ class LandedReader(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class TableFiles:
+    """A table's segment files as listed, resolved into the chain readers use
+    (:mod:`~dblog_worker.landing.chain`): each candidate's segment by its name."""
+
+    resolution: Resolution
+    segments: Mapping[str, Segment]
+
+    @property
+    def active(self) -> list[Segment]:
+        return [self.segments[c.name] for c in self.resolution.active]
+
+    def segment(self, candidate: Candidate) -> Segment:
+        return self.segments[candidate.name]
+
+
+class Maintained(LandedReader, Protocol):
+    """What compaction and retention do to a table's files."""
+
+    @property
+    def where(self) -> str: ...
+
+    def files(self, table: str) -> TableFiles:
+        """Every segment file of ``table``, resolved (ValueError on a hole)."""
+        ...
+
+    def write_compacted(self, table: str, run: Sequence[Segment], data: pa.Table,
+                        step: Callable[[str], None] = ...) -> Segment:
+        """Publish ``data`` (the rows of ``run``, consecutive active segments, in order) as
+        one segment covering them, atomically; an identical one already there is kept.
+        ``step("publish lo-hi")`` is called once the file is ready, before it appears."""
+        ...
+
+    def clean_up(self) -> int:
+        """Remove what killed maintenance runs left behind (never a file a live run
+        still writes); how many files."""
+        ...
+
+    def remove(self, table: str, segments: Sequence[Segment]) -> None:
+        """Delete these files (gone already: fine)."""
+        ...
+
+    def landed_at(self, segment: Segment) -> float:
+        """When the file appeared (seconds since the epoch)."""
+        ...
+
+
 class _Format(Protocol):
-    def open_sink(self, root: Path, source: str) -> Sink: ...
-    def open_reader(self, root: Path, source: str) -> LandedReader: ...
+    def open_sink(self, root: LandingRoot, source: str) -> Sink: ...
+    def open_reader(self, root: LandingRoot, source: str) -> Maintained: ...
 
 
 def _format(name: str) -> _Format:
@@ -143,11 +214,12 @@ def _format(name: str) -> _Format:
     return module
 
 
-def open_sink(root: Path, source: str, format_name: str = DEFAULT_FORMAT) -> Sink:
+def open_sink(root: LandingRoot, source: str, format_name: str = DEFAULT_FORMAT) -> Sink:
     """The sink of ``source``'s output under ``root`` (``[landing] path``)."""
     return _format(format_name).open_sink(root, source)
 
 
-def open_reader(root: Path, source: str, format_name: str = DEFAULT_FORMAT) -> LandedReader:
-    """A reader of what ``source`` has landed under ``root``."""
+def open_reader(root: LandingRoot, source: str, format_name: str = DEFAULT_FORMAT
+                ) -> Maintained:
+    """A reader (and maintainer) of what ``source`` has landed under ``root``."""
     return _format(format_name).open_reader(root, source)

@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import ssl
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
+from pymysql.connections import Connection
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     GtidEvent,
     HeartbeatLogEvent,
+    MariadbBinLogCheckPointEvent,
     MariadbGtidEvent,
     NotImplementedEvent,
     QueryEvent,
@@ -43,6 +46,8 @@ from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.mysql.session import BINLOG_READER_OPTIONS
 from dblog_worker.mysql.snapshot import Marks
 from dblog_worker.mysql.translate import BinlogTranslator
+from dblog_worker.mysql.visibility import LogFacts
+from dblog_worker.mysql.xa_visibility import XaCommits, XaCommitted
 from dblog_worker.position import Position
 from dblog_worker.tables import WATERMARK_SCHEMA
 
@@ -50,6 +55,24 @@ _QUEUE_BATCHES = 64  # batches of up to _BATCH items between the reader and the 
 _BATCH = 2000
 _ER_GTID_OR_FILE_GONE = {1236}  # ER_MASTER_FATAL_ERROR_READING_BINLOG
 _TRANSACTION_ENDS = frozenset({XidEvent, QueryEvent, XAPrepareEvent})  # may end one
+_FL_GROUP_COMMIT_ID = 2  # MariaDB GTID flag: a commit id (the group's) follows
+
+
+class _Connection(Connection):  # type: ignore[misc]
+    """A binary log connection whose TLS context is built once per setting: building one
+    loads the system's certificate authorities (over 0.1 s), and an XA commit opens two
+    connections to read its group again."""
+
+    _contexts: ClassVar[dict[str, ssl.SSLContext]] = {}
+
+    def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
+        if isinstance(sslp, ssl.SSLContext):
+            return sslp
+        key = repr(sorted(sslp.items()))
+        context = self._contexts.get(key)
+        if context is None:
+            context = self._contexts[key] = super()._create_ssl_ctx(sslp)
+        return context
 
 
 class _Stream(BinLogStreamReader):  # type: ignore[misc]
@@ -63,6 +86,9 @@ class _Stream(BinLogStreamReader):  # type: ignore[misc]
 
     _connected = False
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(pymysql_wrapper=_Connection, **kwargs)
+
     def _BinLogStreamReader__connect_to_stream(self) -> None:
         if self._connected:
             raise SourceUnavailable("the binary log connection was lost")
@@ -75,7 +101,8 @@ class BinlogReader:
 
     def __init__(self, connect_args: Mapping[str, Any], server_id: int,
                  start: BinlogCheckpoint, translator: BinlogTranslator, schemas: Iterable[str],
-                 *, by_gtid: bool, is_mariadb: bool) -> None:
+                 *, by_gtid: bool, is_mariadb: bool, facts: LogFacts | None = None,
+                 xa: XaCommits | None = None) -> None:
         self.translator = translator
         self._queue: queue.Queue[list[LogItem] | BaseException] = queue.Queue(_QUEUE_BATCHES)
         self._stopping = threading.Event()
@@ -95,7 +122,8 @@ class BinlogReader:
             slave_heartbeat=1.0,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent,
                          RotateEvent, GtidEvent, MariadbGtidEvent, HeartbeatLogEvent,
-                         XAPrepareEvent, PartialUpdateRowsEvent, NotImplementedEvent],
+                         XAPrepareEvent, PartialUpdateRowsEvent, NotImplementedEvent,
+                         MariadbBinLogCheckPointEvent],
             filter_non_implemented_events=False,  # compressed events stop the worker
             only_schemas=self._schemas,
             enable_logging=False,
@@ -109,12 +137,19 @@ class BinlogReader:
         # of a transaction or on the server's heartbeat): where an idle log's marks go.
         self.delivered = start.position
         self._marks = Marks()  # watermarks placed by position (watermarks = "position")
+        self._marked = start.position  # the last of them
+        self._xa = xa  # XA commits read that a chunk SELECT may not see yet
+        # watermarks = "position": what the window's snapshots are checked against
+        self._facts = facts
+        if facts is not None:
+            facts.started(start.position)
 
     def start(self) -> None:
         self._thread.start()
 
     def _run(self) -> None:
         translate = self.translator.translate
+        facts = self._facts
         batch: list[LogItem] = []
         try:
             while not self._stopping.is_set():
@@ -126,15 +161,33 @@ class BinlogReader:
                     self._put(batch)
                     batch = []
                     self._delivered(_text(event.ident), event.packet.log_pos)
+                    if facts is not None and event.ident:
+                        facts.read(file_number(_text(event.ident)), event.packet.log_pos)
                     continue
+                if kind is MariadbBinLogCheckPointEvent:
+                    if facts is not None:
+                        facts.checkpoint(file_number(event.filename))
+                        facts.read(file_number(self.translator.file), event.packet.log_pos)
+                    continue
+                if facts is not None and kind is MariadbGtidEvent:
+                    facts.group_starts(file_number(self.translator.file),
+                                       event.packet.log_pos - event.packet.event_size,
+                                       _commit_id(event))
                 translate(event, batch)
                 if self.translator.committing is not None:
                     batch = self._read_again(batch)
-                if len(batch) >= _BATCH or (batch and not self.translator.in_transaction):
+                ended = kind in _TRANSACTION_ENDS and not self.translator.in_transaction
+                if ended and facts is not None:
+                    facts.transaction_end(file_number(self.translator.file),
+                                          event.packet.log_pos)
+                # A transaction's end hands its batch over, unless the loop has not taken
+                # the batches before (in a window): then the batch grows, and the reader
+                # goes on reading up to the window's snapshots meanwhile.
+                if len(batch) >= _BATCH or (batch and not self.translator.in_transaction
+                                            and not self._queue.full()):
                     self._put(batch)
                     batch = []
-                if not batch and not self.translator.in_transaction \
-                        and kind in _TRANSACTION_ENDS:
+                if not batch and ended:
                     self._delivered(self.translator.file, event.packet.log_pos)
         except BaseException as exc:  # handed to the loop, which ends the session
             if not self._stopping.is_set():
@@ -174,7 +227,10 @@ class BinlogReader:
             with contextlib.suppress(Exception):
                 stream.close()
         if not self._stopping.is_set():
-            self.translator.committed(batch)
+            commit = self.translator.committed(batch)
+            if self._xa is not None:
+                self._xa.add(XaCommitted(commit.xid, commit.position, commit.prepared.resume,
+                                         tuple(commit.changes), frozenset(commit.overflow)))
         return batch
 
     def _delivered(self, file: str, pos: int) -> None:
@@ -184,8 +240,15 @@ class BinlogReader:
     def mark(self, watermark: Watermark) -> None:
         """Place ``watermark`` among the items where the log passes its position: after
         every item up to it, before any past it (a window's positions are known only after
-        its SELECTs; the thread may have read past them, the loop has not taken past them)."""
+        its SELECTs, confirmed at or after :meth:`taken`; the thread may have read past
+        them, the loop has not taken past them)."""
         self._marks.add(watermark)
+        self._marked = max(self._marked, watermark.position)
+
+    def taken(self) -> Position:
+        """Where the next window's watermarks may go at the earliest: past every item the
+        loop has taken and every watermark placed before."""
+        return max(self.received, self._marked)
 
     def _put(self, item: list[LogItem] | BaseException) -> None:
         while not self._stopping.is_set():
@@ -234,6 +297,15 @@ class BinlogReader:
         with contextlib.suppress(Exception):  # the connection may be broken already
             self._stream.close()
         self._thread.join(timeout=5)
+
+
+def _commit_id(event: MariadbGtidEvent) -> int:
+    """The group commit id of a MariaDB GTID event (its transactions' group), 0 if none:
+    8 bytes after the flags when FL_GROUP_COMMIT_ID is set, which mysql-replication
+    leaves unread."""
+    if not event.flags & _FL_GROUP_COMMIT_ID:
+        return 0
+    return int(event.packet.read_uint64())
 
 
 def _text(value: str | bytes | None) -> str:

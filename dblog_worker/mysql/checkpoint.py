@@ -11,7 +11,7 @@ binlog file name into the major part of a :class:`~dblog_worker.position.Positio
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dblog_worker.errors import ProtocolError
 from dblog_worker.position import Position
@@ -118,3 +118,5 @@ class XaCommit:
     rows: int = 0  # captured rows of the group read again so far
     opened: bool = False  # the group's first event was read again
     complete: bool = False  # and its XA_PREPARE event
+    changes: list[tuple[str, str | None]] = field(default_factory=list)  # (table, key)
+    overflow: set[str] = field(default_factory=set)  # tables of changes not kept

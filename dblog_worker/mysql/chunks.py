@@ -364,7 +364,7 @@ class CapturedTables:
         try:
             with (self._primary if primary else self._connection)().cursor() as cursor:
                 if snapshot and self._snapshots is not None:
-                    rows, taken = select_in_snapshot(cursor, sql, params)
+                    rows, taken = select_in_snapshot(cursor, sql, params, self._snapshots)
                     self._snapshots.taken(taken, len(rows))
                     return rows
                 cursor.execute(sql, params)

@@ -6,15 +6,22 @@ every replication domain, LW's included); the replica waits for that position wi
 ``MASTER_GTID_WAIT`` (within a domain a replica commits in the binary log's order, parallel
 replication included; across domains it may not, so every domain is waited for); the
 chunk SELECTs on the replica; HW on the primary. So the SELECT sees a state between LW
-and HW. A replica that does not apply LW within ``max_wait_ms``, cannot be reached, or is
-not a replica of the source holds the dump (:class:`ReplicaBehind`): the window reads
-nothing and the dump waits, never reading an older state. MySQL
-(``WAIT_FOR_EXECUTED_GTID_SET``) is not supported yet.
+and HW -- if the replica replicates this source: ``MASTER_GTID_WAIT`` compares sequence
+numbers only, so a replica that applied a stranger's GTIDs of the same domain (re-pointed
+to another primary, a domain id used twice, ``RESET MASTER`` on the source) would pass at
+once and the chunks would read an unrelated state. After the wait, every GTID the replica
+applied in the source's domains must be one the source logged (its
+``@@gtid_binlog_state``, read after the wait: it only grows). A replica that does not
+apply LW within ``max_wait_ms``, cannot be reached, or is not a replica of the source
+holds the dump (:class:`ReplicaBehind`): the window reads nothing and the dump waits,
+never reading an older or unrelated state. MySQL (``WAIT_FOR_EXECUTED_GTID_SET``) is not
+supported yet.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from dblog_worker.config import ReplicaConfig, SourceConfig
@@ -23,6 +30,24 @@ from dblog_worker.mysql.chunks import connect, replica_errors
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.names import split_table
 from dblog_worker.source import Problem
+
+
+def foreign_gtids(applied: str, source_state: str) -> list[str]:
+    """The GTIDs of ``applied`` (a replica's ``@@gtid_slave_pos``) in the domains of
+    ``source_state`` (a source's ``@@gtid_binlog_state``: the last sequence number of
+    every domain and server) that the source never logged: of a server it has no GTID of
+    in that domain, or past its last one."""
+    logged: dict[tuple[str, str], int] = {}
+    for gtid in filter(None, (g.strip() for g in source_state.split(","))):
+        domain, server, seq = gtid.split("-")
+        logged[domain, server] = max(logged.get((domain, server), 0), int(seq))
+    domains = {domain for domain, _ in logged}
+    foreign = []
+    for gtid in filter(None, (g.strip() for g in applied.split(","))):
+        domain, server, seq = gtid.split("-")
+        if domain in domains and int(seq) > logged.get((domain, server), -1):
+            foreign.append(gtid)
+    return foreign
 
 
 def _one(conn: DumpConnection, sql: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
@@ -72,9 +97,11 @@ class MyReplica:
                                 "gtid_slave_pos): is it a replica using GTIDs "
                                 "(MASTER_USE_GTID)? The dump waits")
 
-    def catch_up(self, gtid: str) -> None:
+    def catch_up(self, gtid: str, source_state: Callable[[], str]) -> None:
         """Return once the replica has applied the GTID position ``gtid`` (one GTID per
-        domain); ReplicaBehind if it does not within ``max_wait_ms``."""
+        domain) of the source, whose ``@@gtid_binlog_state`` ``source_state`` reads;
+        ReplicaBehind if it does not within ``max_wait_ms``, or if what it applied is not
+        the source's."""
         with replica_errors("waiting for the read replica"):
             conn = self.connection()
             row = _one(conn, "SELECT MASTER_GTID_WAIT(%s, %s), @@gtid_slave_pos",
@@ -85,13 +112,42 @@ class MyReplica:
                 f"the read replica has not applied the low watermark ({gtid}) within "
                 f"{self.config.max_wait_ms} ms (it is at {row[1] or 'nothing'}); the dump "
                 "waits for it")
+        self.check_history(str(row[1] or ""), source_state())
 
-    def problems(self, tables: list[str]) -> list[Problem]:
-        """What stops chunk reads on the replica (the dumps only)."""
+    def xa_prepared(self, position: str) -> list[tuple[object, ...]] | None:
+        """``XA RECOVER`` on the replica once it has applied the source's GTID position
+        ``position`` (its prepared XA transactions then include every one the source
+        logged up to there and the replica has not committed yet); None if it has not."""
+        with replica_errors("asking the read replica for its prepared XA transactions"):
+            conn = self.connection()
+            row = _one(conn, "SELECT MASTER_GTID_WAIT(%s, 0)", (position,))
+            if row is None or str(row[0]) != "0":
+                return None
+            with conn.cursor() as cursor:
+                cursor.execute("XA RECOVER")
+                return [tuple(r) for r in cursor.fetchall()]
+
+    def check_history(self, applied: str, source_state: str) -> None:
+        """ReplicaBehind unless every GTID the replica ``applied`` in the source's domains
+        is one the source logged (``source_state``: its ``@@gtid_binlog_state``)."""
+        stranger = foreign_gtids(applied, source_state)
+        if stranger:
+            raise ReplicaBehind(
+                f"the read replica has applied {', '.join(stranger)}, which the source never "
+                f"logged (its binary log state is {source_state or 'empty'}): it does not "
+                "replicate this source (re-pointed to another primary, a domain id used "
+                "twice, RESET MASTER on the source?). Point [source.replica] dsn at a replica "
+                "of this source; the dump waits")
+
+    def problems(self, tables: list[str], source_state: str) -> list[Problem]:
+        """What stops chunk reads on the replica (the dumps only); ``source_state`` is the
+        source's ``@@gtid_binlog_state``."""
         where = "[source.replica]"
         checked = MyReplica(self.source, self.primary_server)
         try:
             conn = checked.connection()
+            row = _one(conn, "SELECT @@gtid_slave_pos")
+            checked.check_history(str(row[0] or "") if row else "", source_state)
         except ReplicaBehind as exc:
             return [Problem(f"{where}: {exc}", "point [source.replica] dsn at a MariaDB "
                             "replica of the source that uses GTIDs", capture=False)]

@@ -3,13 +3,15 @@ positions of consistent snapshots.
 
 ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` on MariaDB reports, in the session status
 ``binlog_snapshot_file`` / ``binlog_snapshot_position``, the binary log position that its
-snapshot matches exactly: it sees every transaction logged before that position and none
-after. A chunk read in such a transaction is the table's state at that position. A window's
-chunk SELECTs (one per lane) each run in a snapshot of their own; the window's low
-watermark is the smallest of their positions and its high watermark the largest, so each
-chunk is a state between LW and HW, which is what the paper's rule needs. The watermarks
-are not written anywhere: :class:`Marks` places them among the items read from the binary
-log, where the log passes their positions.
+snapshot matches: it sees every transaction logged before that position and none after,
+once the position is confirmed (:mod:`dblog_worker.mysql.visibility`: around a rotation
+and while a group waits to become visible the server reports a later one). A chunk read in
+such a transaction is the table's state at that position. A window's chunk SELECTs (one
+per lane) each run in a snapshot of their own; the window's low watermark is the smallest
+of their positions and its high watermark the largest, so each chunk is a state between
+LW and HW, which is what the paper's rule needs. The watermarks are not written anywhere:
+:class:`Marks` places them among the items read from the binary log, where the log passes
+their positions.
 
 Positions read around a plain SELECT (``SHOW MASTER STATUS`` before and after) would not
 do: a transaction is written to the binary log before the engine commits it, so the log
@@ -19,24 +21,29 @@ can be past a transaction the SELECT does not see yet (docs/operations.md).
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from dblog_worker.errors import ProtocolError
+from dblog_worker.errors import ChunkStale, ProtocolError
 from dblog_worker.events import LogItem, Watermark
 from dblog_worker.mysql.checkpoint import file_number
+from dblog_worker.mysql.visibility import CONFIRM_S, Floor, LogFacts, key
 from dblog_worker.position import Position
 
 __all__ = ["Marks", "Snapshot", "WindowSnapshots", "select_in_snapshot"]
+
+log = logging.getLogger(__name__)
 
 # REPEATABLE READ for the transaction: under READ COMMITTED each statement would take a
 # read view of its own, later than the snapshot's position.
 _BEGIN = ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
           "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
 _POSITION = "SHOW SESSION STATUS LIKE 'binlog\\_snapshot\\_%'"
+_RETAKE_S = (0.0005, 0.02)  # the pause before a snapshot is taken again: first, longest
 
 
 class Snapshot(NamedTuple):
@@ -44,52 +51,98 @@ class Snapshot(NamedTuple):
 
     position: Position  # (file number, end of the last transaction it sees, 0)
     at_us: int
+    retaken: int = 0  # snapshots rolled back before this one was confirmed
 
 
-def select_in_snapshot(cursor: Any, sql: str | None, params: Sequence[Any] = ()
+def select_in_snapshot(cursor: Any, sql: str | None, params: Sequence[Any] = (),
+                       window: WindowSnapshots | None = None
                        ) -> tuple[list[tuple[Any, ...]], Snapshot]:
     """Run one SELECT (or none) in a read-only consistent snapshot; its rows and the
-    snapshot's binary log position. The transaction ends before this returns, whatever
-    happens."""
-    for statement in _BEGIN:
-        cursor.execute(statement)
-    try:
-        cursor.execute(_POSITION)
-        status = {str(name).lower(): str(value) for name, value in cursor.fetchall()}
-        at_us = time.time_ns() // 1000
+    snapshot's binary log position. Inside a window, the position is confirmed first
+    (:meth:`WindowSnapshots.confirm`): a snapshot it is not is rolled back and taken
+    again, for :data:`~dblog_worker.mysql.visibility.CONFIRM_S` at most, then ChunkStale.
+    The transaction ends before this returns, whatever happens."""
+    deadline = time.monotonic() + CONFIRM_S
+    retaken = 0
+    while True:
+        floor = None if window is None else window.floor()
+        for statement in _BEGIN:
+            cursor.execute(statement)
         try:
-            snapshot = Snapshot(Position(file_number(status["binlog_snapshot_file"]),
-                                         int(status["binlog_snapshot_position"])), at_us)
-        except (KeyError, ValueError):
-            raise ProtocolError(
-                f"the server gave no binary log position for its snapshot ({status}): "
-                'watermarks = "position" needs MariaDB with the binary log on; set '
-                'watermarks = "table"') from None
-        rows: list[tuple[Any, ...]] = []
-        if sql is not None:
-            cursor.execute(sql, params)
-            rows = list(cursor.fetchall())
-        cursor.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(Exception):  # the connection may be gone already
+            snapshot = _position(cursor, retaken)
+            why = None if window is None or floor is None \
+                else window.confirm(snapshot.position, floor, deadline)
+            if why is None:
+                rows: list[tuple[Any, ...]] = []
+                if sql is not None:
+                    cursor.execute(sql, params)
+                    rows = list(cursor.fetchall())
+                cursor.execute("COMMIT")
+                return rows, snapshot
             cursor.execute("ROLLBACK")
-        raise
-    return rows, snapshot
+        except BaseException:
+            with contextlib.suppress(Exception):  # the connection may be gone already
+                cursor.execute("ROLLBACK")
+            raise
+        retaken += 1
+        log.debug("snapshot at %s not used (%s): taken again", snapshot.position, why)
+        if time.monotonic() >= deadline:
+            raise ChunkStale(
+                f"the binary log position of the chunk's snapshot was not confirmed within "
+                f"{CONFIRM_S * 1000:.0f} ms ({why}; a rotation or a commit in progress): the "
+                "chunk is read again later")
+        time.sleep(min(_RETAKE_S[0] * 2 ** retaken, _RETAKE_S[1]))
+
+
+def _position(cursor: Any, retaken: int) -> Snapshot:
+    cursor.execute(_POSITION)
+    status = {str(name).lower(): str(value) for name, value in cursor.fetchall()}
+    at_us = time.time_ns() // 1000
+    try:
+        return Snapshot(Position(file_number(status["binlog_snapshot_file"]),
+                                 int(status["binlog_snapshot_position"])), at_us, retaken)
+    except (KeyError, ValueError):
+        raise ProtocolError(
+            f"the server gave no binary log position for its snapshot ({status}): "
+            'watermarks = "position" needs MariaDB with the binary log on; set '
+            'watermarks = "table"') from None
 
 
 class WindowSnapshots:
-    """The snapshots of the open window's chunk SELECTs (several lanes' threads add to it)."""
+    """The snapshots of the open window's chunk SELECTs (several lanes' threads add to it),
+    and what they are confirmed against: the reader's :class:`LogFacts`, and the last item
+    the worker's loop took before the window (``after``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, facts: LogFacts | None = None) -> None:
         self._lock = threading.Lock()
         self._taken: list[Snapshot] = []
         self._rows = 0
         self.low_token: str | None = None
+        self.facts = facts or LogFacts()
+        self._after = Position(0, 0)
 
-    def open(self, low_token: str) -> None:
+    def open(self, low_token: str, after: Position) -> None:
+        """A window opens; the loop has taken every item of the log up to ``after``."""
         with self._lock:
             self._taken, self._rows = [], 0
             self.low_token = low_token
+            self._after = after
+
+    def floor(self) -> Floor | None:
+        """Read before a snapshot starts (None outside a window: nothing to confirm)."""
+        if self.low_token is None:
+            return None
+        return self.facts.floor(self._after)
+
+    def confirm(self, position: Position, floor: Floor, deadline: float) -> str | None:
+        """Why a snapshot that reports ``position`` may not be used (None: it may): waits
+        until the reader has received the log up to it, or ``deadline``."""
+        facts, at = self.facts, key(position)
+        while facts.read_to() < at:
+            if time.monotonic() >= deadline:
+                return "the binary log reader has not read up to it yet"
+            time.sleep(0.001)
+        return facts.confirm(position, floor)
 
     def taken(self, snapshot: Snapshot, rows: int) -> None:
         with self._lock:
@@ -97,13 +150,13 @@ class WindowSnapshots:
                 self._taken.append(snapshot)
                 self._rows += rows
 
-    def close(self) -> tuple[str | None, list[Snapshot], int]:
-        """The window's low watermark token, its snapshots (in no order) and how many rows
-        they read; then no window is open."""
+    def close(self) -> tuple[str | None, list[Snapshot], int, Position]:
+        """The window's low watermark token, its snapshots (in no order), how many rows
+        they read, and where the loop was when it opened; then no window is open."""
         with self._lock:
             token, taken, rows = self.low_token, self._taken, self._rows
             self.low_token, self._taken, self._rows = None, [], 0
-            return token, taken, rows
+            return token, taken, rows, self._after
 
 
 class Marks:
@@ -111,9 +164,9 @@ class Marks:
 
     The reader's thread runs ahead of the worker's loop, so by the time a window's
     positions are known its thread may have read past them; but the loop has not taken any
-    item past them yet (it took nothing while the window's SELECTs ran, and everything it
-    took before was logged before the snapshots). :meth:`place` runs in the loop, on the
-    items it takes.
+    item past them yet: it took nothing while the window's SELECTs ran, and a snapshot is
+    used only at or after everything it took before (:meth:`WindowSnapshots.confirm`).
+    :meth:`place` runs in the loop, on the items it takes.
     """
 
     def __init__(self) -> None:

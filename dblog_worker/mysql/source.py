@@ -59,9 +59,10 @@ from dblog_worker.mysql.replica import MyReplica
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.rowimage import row_images
 from dblog_worker.mysql.rowtext import key_row_reader
-from dblog_worker.mysql.snapshot import WindowSnapshots, select_in_snapshot
+from dblog_worker.mysql.snapshot import Snapshot, WindowSnapshots
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
 from dblog_worker.mysql.values import MyRowCodec
+from dblog_worker.mysql.xa_visibility import XaCommits, xids_listed
 from dblog_worker.names import split_table
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
@@ -74,6 +75,11 @@ from dblog_worker.window import is_low_watermark
 log = logging.getLogger(__name__)
 
 _PARSE_ERROR = 1064  # SHOW BINARY LOG STATUS on MariaDB or MySQL before 8.2
+_CHECKPOINTS_LOOKED_AT = 1000  # events at the start of a binary log file
+# A window's watermarks' sub: above any row's (twice its index in an event or an XA
+# transaction), so that the window's rows come after the rows of the transaction it ends at.
+_SUB_BASE = 1 << 40
+_XA_CONFIRM_S = 1.0  # without windows, how often XA commits kept are confirmed
 _NO_SNAPSHOT_POSITION = (
     'watermarks = "position" needs MariaDB: MySQL gives no binary log position for a '
     "consistent snapshot, and positions read around a SELECT are not sound (a transaction "
@@ -112,7 +118,11 @@ class MySqlSource:
         self._replica = MyReplica(config) if config.replica is not None else None
         # watermarks = "position": no table; each chunk read in a consistent snapshot
         self._snapshots = None if my_options(config).watermark_table else WindowSnapshots()
-        self._next_sub = 0  # the next window's watermarks' sub, at least (_place_window)
+        self._next_sub = _SUB_BASE  # the next window's watermarks' sub, at least
+        self._xa = XaCommits()  # XA commits read that a chunk SELECT may not see yet
+        self._xa_confirmed_at = 0.0
+        self._xa_denied = False
+        self._lows: set[str] = set()  # low watermarks written, not read back yet
         self.captured = CapturedTables(
             config.name, config.tables,
             self._replica.connection if self._replica is not None else lambda: self.conn,
@@ -179,6 +189,13 @@ class MySqlSource:
                 f"{account} may not read the binary log position (REPLICATION CLIENT; "
                 "MariaDB 10.5+: BINLOG MONITOR)",
                 f"GRANT REPLICATION CLIENT ON *.* TO {account};"))
+        try:
+            self._rows("XA RECOVER")
+        except pymysql.MySQLError as exc:
+            problems.append(Problem(
+                f"{account} may not run XA RECOVER ({exc}): a chunk read right after an XA "
+                "transaction's commit could land an older row after it",
+                f"GRANT XA_RECOVER_ADMIN ON *.* TO {account};", capture=False))
         if self._snapshots is None:
             problems += self._watermark_table_problems(scopes, account)
         else:
@@ -187,7 +204,8 @@ class MySqlSource:
             problems += self._table_problems(table, scopes, account)
         if self._replica is not None:
             if self._is_mariadb:
-                problems += self._replica.problems(list(self.config.tables))
+                problems += self._replica.problems(list(self.config.tables),
+                                                   self._binlog_state())
             else:
                 problems.append(Problem(
                     "[source.replica]: reads on a read replica need MariaDB "
@@ -391,8 +409,10 @@ class MySqlSource:
 
     # -- the log --------------------------------------------------------------
 
-    def start(self, checkpoint: str | None) -> str:
+    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
         start = BinlogCheckpoint.decode(checkpoint) if checkpoint else self._current()
+        if landed is not None:  # the windows' rows go after whatever has landed
+            self._next_sub = max(self._next_sub, landed.sub + 1)
         if start.server and start.server != self._server:
             raise ConfigError(_other_server(start, self._current()))
         start = replace(start, server=self._server)  # a checkpoint from before it had none
@@ -409,9 +429,22 @@ class MySqlSource:
         self._reader = BinlogReader(
             self._args, server_id(self.config), start, translator, databases,
             by_gtid=self._by_gtid(start), is_mariadb=self._is_mariadb,
+            facts=None if self._snapshots is None else self._snapshots.facts, xa=self._xa,
         )
+        if self._snapshots is not None:
+            self._checkpoints_before(start)
         self._reader.start()
         return start.encode()
+
+    def _checkpoints_before(self, start: BinlogCheckpoint) -> None:
+        """The files the ``Binlog_checkpoint`` events before the start name (the reader
+        starts past them): a snapshot's position in the start file is confirmed with them
+        (:mod:`dblog_worker.mysql.visibility`). Looked for near the file's start only."""
+        assert self._snapshots is not None
+        for row in self._rows(f"SHOW BINLOG EVENTS IN %s LIMIT {_CHECKPOINTS_LOOKED_AT}",
+                              (start.file,)):
+            if str(row[2]) == "Binlog_checkpoint" and int(row[4]) <= start.pos:
+                self._snapshots.facts.checkpoint(file_number(str(row[5]).split()[-1]))
 
     def _by_gtid(self, start: BinlogCheckpoint) -> bool:
         """Resume by GTID where the checkpoint has the state of this server's kind."""
@@ -422,7 +455,58 @@ class MySqlSource:
     def poll(self, timeout: float, out: list[LogItem]) -> None:
         if self._reader is None:
             raise SourceUnavailable("the binary log is not being read")
+        start = len(out)
         self._reader.poll(timeout, out)
+        if self._xa:  # XA commits a chunk SELECT may not see yet (xa_visibility.py)
+            self._xa_items(out, start)
+
+    def _xa_items(self, out: list[LogItem], start: int) -> None:
+        """Right after a low watermark of this worker: the changes of the XA commits
+        before it not known visible (:class:`Unseen`). Every checkpoint resumes before
+        them. Without windows, they are confirmed once a second."""
+        now = time.monotonic()
+        if not self._lows and now - self._xa_confirmed_at >= _XA_CONFIRM_S:
+            with contextlib.suppress(ReplicaBehind):  # a replica away: kept until it is back
+                self._confirm_xa()
+        resume = self._xa.resume()
+        index = start
+        while index < len(out):
+            item = out[index]
+            if type(item) is Watermark and item.token in self._lows:
+                self._lows.discard(item.token)
+                unseen = self._xa.unseen(item.position)
+                if unseen is not None:
+                    out.insert(index + 1, unseen)
+                    index += 1
+            elif type(item) is Checkpoint and resume is not None and item.resume is not None:
+                held = BinlogCheckpoint.decode(item.resume)
+                if resume.position < held.position:
+                    out[index] = Checkpoint(item.position, resume.encode())
+            index += 1
+
+    def _confirm_xa(self) -> None:
+        """Forget the XA commits that ``XA RECOVER`` no longer lists where the chunks are
+        read: visible to every SELECT that starts there from now on. On a read replica,
+        only once it has applied the source's log up to now (else nothing is forgotten)."""
+        self._xa_confirmed_at = time.monotonic()
+        try:
+            if self._replica is None:
+                rows = self._rows("XA RECOVER")
+            else:
+                position = str(self._one("SELECT @@gtid_binlog_pos")[0] or "")
+                replica = self._replica.xa_prepared(position)
+                if replica is None:
+                    return
+                rows = replica
+        except pymysql.MySQLError as exc:  # MySQL 8 without XA_RECOVER_ADMIN
+            if not self._xa_denied:
+                log.warning("XA RECOVER was refused (%s): an XA transaction's commit is "
+                            "taken as visible as soon as it is read, and a chunk read right "
+                            "then may land an older row after it; grant XA_RECOVER_ADMIN "
+                            "(dblog preflight prints how)", exc)
+                self._xa_denied = True
+            rows = []
+        self._xa.confirm(xids_listed(rows))
 
     def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
         assert checkpoint.resume is not None
@@ -488,29 +572,37 @@ class MySqlSource:
         With ``watermarks = "position"`` nothing is written: the low watermark starts the
         window's snapshots (:mod:`dblog_worker.mysql.snapshot`), and the high watermark
         places both where the log passes the snapshots' positions, the first and the last."""
+        if is_low_watermark(token):
+            if self._xa and self._replica is None:  # before the SELECT: which XA commits
+                self._confirm_xa()                  # it sees for sure (replica: once LW is)
+            self._lows.add(token)
         if self._snapshots is None:
             with connection_errors("writing a watermark"), self.conn.cursor() as cursor:
                 cursor.execute(catalog.WATERMARK_UPSERT, (self.name, token))
         elif is_low_watermark(token):
-            self._snapshots.open(token)
+            if self._reader is None:
+                raise SourceUnavailable("the binary log is not being read")
+            self._snapshots.open(token, self._reader.taken())
         else:
             self._place_window(token)
 
     def _place_window(self, high: str) -> None:
-        """The window's watermarks at its first and last snapshot's positions. Windows of an
-        idle log share a position: ``sub`` (microseconds, and past the rows of the window
-        before) keeps their rows apart, across restarts too, and after any event there."""
+        """The window's watermarks at its first and last snapshot's positions (a window
+        that read nothing: where the loop is). Windows of an idle log share a position:
+        ``sub`` keeps their rows apart and after any event there: past the rows of the
+        window before and past what has landed (the session starts from the output's
+        last position, not from a clock another leader may not share)."""
         assert self._snapshots is not None
-        if self._reader is None:
-            raise SourceUnavailable("the binary log is not being read")
-        low, taken, rows = self._snapshots.close()
+        low, taken, rows, after = self._snapshots.close()
         if low is None:
             raise ProtocolError(f"high watermark {high} without a low watermark")
-        if not taken:  # nothing was read: an empty window where a snapshot is now
-            with connection_errors("taking a snapshot"), self.conn.cursor() as cursor:
-                taken = [select_in_snapshot(cursor, None)[1]]
-        first, last = min(taken), max(taken)
-        sub = max(time.time_ns() // 1000, self._next_sub)
+        if self._reader is None:
+            raise SourceUnavailable("the binary log is not being read")
+        if taken:
+            first, last = min(taken), max(taken)
+        else:
+            first = last = Snapshot(Position(after.major, after.minor), time.time_ns() // 1000)
+        sub = self._next_sub
         self._next_sub = sub + rows + 2
         self._reader.mark(Watermark(low, first.position._replace(sub=sub), first.at_us))
         self._reader.mark(Watermark(high, last.position._replace(sub=sub), last.at_us))
@@ -528,7 +620,12 @@ class MySqlSource:
         if not position:  # an empty position would not wait at all
             raise ReplicaBehind("the source's binary log has no GTID position after the low "
                                 "watermark (is the binary log off?); the dump waits")
-        self._replica.catch_up(position)
+        self._replica.catch_up(position, self._binlog_state)
+        if self._xa:  # the replica applied every XA commit before LW: which are visible
+            self._confirm_xa()
+
+    def _binlog_state(self) -> str:
+        return str(self._one("SELECT @@gtid_binlog_state")[0] or "")
 
     def heartbeat(self) -> None:
         if self._snapshots is None:  # positions as watermarks write nothing

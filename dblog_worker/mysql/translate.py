@@ -96,6 +96,7 @@ _UNREADABLE = {
     40: "binlog_transaction_compression",  # MySQL TRANSACTION_PAYLOAD_EVENT
     **dict.fromkeys(range(165, 172), "log_bin_compress"),  # MariaDB's compressed events
 }
+XA_CHANGES_KEPT = 10_000  # keys of one XA commit's changes kept (xa_visibility.py)
 _XA_RESOLVED = re.compile(
     r"\s*XA\s+(COMMIT|ROLLBACK)\s+X'([0-9A-F]*)'\s*,\s*X'([0-9A-F]*)'\s*,\s*(\d+)",
     re.IGNORECASE,
@@ -364,16 +365,25 @@ class BinlogTranslator:
         elif kind in (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent):
             table = f"{event.schema}.{event.table}"
             if table in self.tables:
+                first = len(out)
                 commit.rows += self._changes(table, event, commit.position, commit.rows,
                                              commit.commit_ts_us, out)
+                changes = commit.changes
+                if len(changes) + len(out) - first > XA_CHANGES_KEPT:
+                    commit.overflow.add(table)
+                else:
+                    changes.extend((table, change.key) for change in out[first:]
+                                   if type(change) is ChangeEvent)
 
-    def committed(self, out: list[LogItem]) -> None:
-        """The group of :attr:`committing` is read again: the checkpoint of its commit."""
+    def committed(self, out: list[LogItem]) -> XaCommit:
+        """The group of :attr:`committing` is read again: the checkpoint of its commit;
+        returns the commit, with its changes (keys kept up to :data:`XA_CHANGES_KEPT`)."""
         commit, self.committing = self.committing, None
         assert commit is not None
         if not commit.complete:
             raise self._not_found(commit)
         self._commit(commit.position.minor, out)
+        return commit
 
     def _not_found(self, commit: XaCommit) -> ProtocolError:
         prepared = commit.prepared

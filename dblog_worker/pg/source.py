@@ -214,8 +214,9 @@ class PgSource:
 
     # -- the log --------------------------------------------------------------
 
-    def start(self, checkpoint: str | None) -> str:
-        """Start the log after ``checkpoint`` (the slot's own position when None)."""
+    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
+        """Start the log after ``checkpoint`` (the slot's own position when None); the
+        positions of its events and windows never need ``landed``."""
         with connection_errors("reading the slot"):
             row = self.conn.execute(
                 "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s",

@@ -185,9 +185,11 @@ def _merge_table(reader: LandedReader, config: Config, target: Target, stage: St
             result.deleted += applied.deleted
             result.truncated |= applied.truncated
             result.merged_to = batch.last_position
-            log.info("%s -> %s: segments %d-%d, %d events: %d upserted, %d deleted%s",
-                     result.table, result.target_table, batch.segments[0].seq,
-                     batch.last_segment, batch.events, applied.upserted, applied.deleted,
+            log.info("%s -> %s: segments %d-%d%s, %d events: %d upserted, %d deleted%s",
+                     result.table, result.target_table, batch.segments[0].lo,
+                     batch.last_segment,
+                     f" after position {batch.after_position}" if batch.after_position else "",
+                     batch.events, applied.upserted, applied.deleted,
                      ", truncated" if applied.truncated else "")
     finally:
         with contextlib.suppress(TargetUnavailable):  # a lost session lost its lock too

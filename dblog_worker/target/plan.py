@@ -2,8 +2,11 @@
 
 The merge log in the target records, per (source, source table, target table),
 the sequence number of the last segment merged. A batch is the segments after
-it, in order, up to ``batch_max_events`` events (at least one segment). Each is
-checked before the batch is staged: a complete Parquet file of the dblog format,
+it, in order, up to ``batch_max_events`` events (at least one segment). A compacted
+segment (:mod:`~dblog_worker.landing.maintenance`) may cover segments merged already and
+others not: the batch then starts after the merge log's position
+(:attr:`Batch.after_position`), which the stager filters on. Each is checked before the
+batch is staged: a complete Parquet file of the dblog format,
 of the right table, whose positions are in order and match its name. A
 truncated or damaged file stops its table (:class:`SegmentCorrupt`, naming the
 file); the job goes on with the other tables.
@@ -52,6 +55,7 @@ class Batch:
     format: str = DEFAULT_FORMAT  # the landing format, as Spark reads it
     # generated columns of the newest schema version, same kind of target only
     generated: tuple[GeneratedColumn, ...] = ()
+    after_position: str = ""  # events at or before it are merged already ("": none)
 
     @property
     def last_segment(self) -> int:
@@ -87,9 +91,19 @@ class Pending:
 def pending_segments(reader: LandedReader, table: str, merged: MergeLogEntry
                      ) -> list[Pending]:
     """Every segment of ``table`` after the merge log's, each checked: SegmentCorrupt
-    names the first damaged one, before anything of the table is applied."""
+    names the first damaged one, before anything of the table is applied, and says so
+    when retention removed segments this target never merged."""
+    try:
+        segments = reader.segments(table)
+    except ValueError as exc:
+        raise SegmentCorrupt(str(exc)) from None
+    if segments and segments[0].lo > merged.last_segment + 1:
+        raise SegmentCorrupt(
+            f"{reader.table_location(table)}: segments {merged.last_segment + 1}.."
+            f"{segments[0].lo - 1} were removed (retention) before this target merged them;"
+            " dump the table again (dblog dump --table) and merge what it lands")
     result = []
-    for segment in reader.segments(table):
+    for segment in segments:
         if segment.seq > merged.last_segment:
             summary = reader.summary(segment)
             result.append(Pending(segment, summary.rows, summary.truncate_at, summary.versions))
@@ -111,6 +125,7 @@ def next_batch(reader: LandedReader, source_kind: str, table: str, target_table:
             break
     if not chosen:
         return None
+    after = merged.last_position if chosen[0].segment.lo <= merged.last_segment else ""
     versions = frozenset().union(*(item.versions for item in chosen))
     schemas = reader.schemas(table)
     missing = sorted(versions - schemas.keys())
@@ -128,9 +143,11 @@ def next_batch(reader: LandedReader, source_kind: str, table: str, target_table:
         after_segment=merged.last_segment,
         events=events,
         last_position=chosen[-1].segment.last.encode(),
-        truncate_at=max(item.truncate_at for item in chosen),
+        truncate_at=max((t for item in chosen if (t := item.truncate_at) > after),
+                        default=""),
         columns=tuple(union_columns([columns_of(source_kind, d) for d in documents])),
         key=tuple(key_of(documents[-1])),
         format=reader.format,
         generated=tuple(generated_of(documents[-1])),
+        after_position=after,
     )

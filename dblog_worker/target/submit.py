@@ -26,6 +26,7 @@ from pathlib import Path
 from dblog_worker import kinds
 from dblog_worker.config import Config
 from dblog_worker.errors import ConfigInvalid
+from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.target.merge import open_target
 
 __all__ = ["MergeJob", "job_path", "merge_job", "spark_submit", "submit_command",
@@ -80,6 +81,10 @@ def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequenc
     merge = config.merge
     defaults = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
                 "spark.log.level": "WARN", "spark.scheduler.mode": "FAIR"}
+    jars = merge.jars
+    if isinstance(config.landing_path, S3Location):
+        jars = (*jars, *merge.s3a_jars)
+        defaults |= s3a_conf(config.landing_path)
     if target.is_lake:
         defaults |= kinds.lake("target").session_conf(target)
     env = {}
@@ -94,9 +99,23 @@ def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequenc
     arguments += [f"--table={table}" for table in tables]
     if as_json:
         arguments.append("--json")
-    return MergeJob(name=f"dblog-merge-{config.source.name}", jars=merge.jars, conf=conf,
+    return MergeJob(name=f"dblog-merge-{config.source.name}", jars=jars, conf=conf,
                     properties=dict(merge.spark_conf), application=job_path(),
                     arguments=arguments, env=env)
+
+
+def s3a_conf(location: S3Location) -> dict[str, str]:
+    """Spark's S3A options for an s3:// landing zone (credentials: S3A's default chain,
+    which reads AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY from the environment, then the
+    machine's role; never the command line). ``merge.spark_conf`` overrides any of them."""
+    prefix = "spark.hadoop.fs.s3a."
+    conf = {f"{prefix}endpoint.region": location.region,
+            f"{prefix}path.style.access": "true" if location.path_style else "false"}
+    if location.endpoint:
+        conf[f"{prefix}endpoint"] = location.endpoint
+        conf[f"{prefix}connection.ssl.enabled"] = (
+            "true" if location.endpoint.startswith("https") else "false")
+    return conf
 
 
 def submit_command(config: Config, config_path: Path, *, tables: Sequence[str] = (),
@@ -191,6 +210,13 @@ def reach_target(config: Config) -> None:
 def check_jars(config: Config) -> None:
     """Local jars must exist; URLs (``hdfs://``, ``https://``) are the cluster's business.
     A lake target's runtime jar must be listed (which Spark it fits, the job checks)."""
+    if isinstance(config.landing_path, S3Location):
+        absent = [j for j in config.merge.s3a_jars if "://" not in j and not Path(j).is_file()]
+        if absent:
+            raise ConfigInvalid(
+                f"the S3A jars Spark reads an s3:// landing zone with are missing: "
+                f"{', '.join(absent)}; run scripts/install (it fetches them from Maven Central"
+                " into .tools/jars), or list them in merge.s3a_jars")
     missing = [j for j in config.merge.jars if "://" not in j and not Path(j).is_file()]
     target = config.require_target()
     if target.is_lake and not missing:

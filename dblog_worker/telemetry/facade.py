@@ -24,6 +24,7 @@ from dblog_worker.telemetry.exposition import MetricWriter, TelemetryCollector, 
 from dblog_worker.telemetry.feed import FEED_SIZE, Feed
 from dblog_worker.telemetry.lag import LAG_POINTS, Lag
 from dblog_worker.telemetry.landed import Landed
+from dblog_worker.telemetry.landing_files import LandingFiles
 from dblog_worker.telemetry.lifecycle import Lifecycle
 from dblog_worker.telemetry.log_lines import LogLines
 from dblog_worker.telemetry.positions import describe_position
@@ -54,6 +55,7 @@ class Telemetry:
         self._landed = Landed(lag_points)
         self._windows = Windows()
         self._dump = DumpProgress()
+        self._landing_files = LandingFiles()
         self.registry = CollectorRegistry()  # the worker's own, not prometheus_client's global
         self.registry.register(TelemetryCollector(source, self.write_metrics))
 
@@ -254,6 +256,15 @@ class Telemetry:
         with self._lock:
             return self._feed.after(after, limit)
 
+    def landing_scanned(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """The landing zone's files per table, as just listed (HTTP threads)."""
+        with self._lock:
+            self._landing_files.scanned(self._clock(), rows)
+
+    def landing_scanned_at(self) -> float | None:
+        with self._lock:
+            return self._landing_files.scanned_at
+
     def prometheus(self) -> str:
         """The metrics in the Prometheus text format 0.0.4 (docs/observability.md)."""
         return generate_latest(self.registry).decode()
@@ -277,3 +288,4 @@ class Telemetry:
             self._checkpoint.metrics(out, now)
             self._windows.metrics(out)
             self._dump.metrics(out)
+            self._landing_files.metrics(out)

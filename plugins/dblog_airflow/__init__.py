@@ -52,6 +52,9 @@ _OPTIONS: dict[str, tuple[str, str]] = {
                        "*/15 * * * *"),
     "merge_connections": ("The connections dblog_merge merges, comma separated. "
                           "Default: conn_id.", "dblog_shop,dblog_billing"),
+    "landing_schedule": ("When dblog_landing compacts the landing zone and removes what "
+                         "every target merged (cron or preset). Default: 17 * * * *.",
+                         "17 * * * *"),
     "spark_ui_url": ("The merge tasks' link to Spark's UI of their job: a URL with "
                      "{application_id}, on a Spark UI that outlives the job (a history server, "
                      "a standalone master's application page, YARN's proxy). Default: none "

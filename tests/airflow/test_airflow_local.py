@@ -1,5 +1,5 @@
 """scripts/airflow-local: the environment it gives Airflow next to ``./scripts/quickstart --keep``,
-and that Airflow's own CLI, in that environment, lists the four DAGs without import errors.
+and that Airflow's own CLI, in that environment, lists the five DAGs without import errors.
 
 ``airflow standalone`` itself is not started here (it runs until Ctrl-C); the command after
 ``--`` runs in the same environment instead.
@@ -85,7 +85,7 @@ def test_without_a_demo_it_says_what_to_do(tmp_path: Path) -> None:
     assert run("--config", str(tmp_path / "nope.toml"), tmpdir=tmp_path).returncode == 2
 
 
-def test_airflow_lists_the_four_dags_without_import_errors(tmp_path: Path) -> None:
+def test_airflow_lists_the_dags_without_import_errors(tmp_path: Path) -> None:
     demo_workdir(tmp_path)
     result = run("--", "bash", "-c", "airflow db migrate >/dev/null"
                  " && airflow dags list --local -o json"
@@ -95,5 +95,5 @@ def test_airflow_lists_the_four_dags_without_import_errors(tmp_path: Path) -> No
     listed, errors = (json.loads(line) for line in result.stdout.splitlines()
                       if line.startswith("["))
     assert sorted(d["dag_id"] for d in listed) == [
-        "dblog_backfill", "dblog_dump", "dblog_merge", "dblog_repair"]
+        "dblog_backfill", "dblog_dump", "dblog_landing", "dblog_merge", "dblog_repair"]
     assert errors == []

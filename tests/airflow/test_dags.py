@@ -37,7 +37,7 @@ from dblog_worker.pg import target as pg_target
 from dblog_dags.pace import DumpPaceSensor, Pace, parse_busy_hours  # isort: skip
 from dblog_dags.params import check_dump, render_templates  # isort: skip
 
-DAG_IDS = {"dblog_dump", "dblog_repair", "dblog_backfill", "dblog_merge"}
+DAG_IDS = {"dblog_dump", "dblog_repair", "dblog_backfill", "dblog_merge", "dblog_landing"}
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +98,7 @@ def test_dag_files_import_without_database_network_or_connections(tmp_path: Path
     assert parsed["dags"] == {
         "dblog_backfill": ["check", "merge", "pace", "submit", "verify", "wait"],
         "dblog_dump": ["check", "merge", "should_merge", "submit", "verify", "wait"],
+        "dblog_landing": ["maintain"],
         "dblog_merge": ["merge", "sources"],
         "dblog_repair": ["compare", "merge", "remove_extra", "submit", "verify", "wait"],
     }

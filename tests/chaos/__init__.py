@@ -20,6 +20,13 @@ PostgreSQL and MariaDB unless noted:
    once space is freed it goes on.
 6. Two workers started at the same instant: exactly one leads.
 
+Scenarios 1, 2 and 6, the leader's failures, also run with the landing zone in a bucket of
+SeaweedFS (``postgresql-s3``): the fencing there is the S3 protocol's (conditional
+writes, docs/landing-format.md). A bucket's commit times are whole seconds, so scenario 2
+allows a second in its time checks; the order of the writers' tokens along each table
+is exact. The object store itself fails in tests/integration/test_s3_landing.py (killed
+mid-dump, a full bucket quota).
+
 Every scenario is seeded (the seed is in the test id), writes through the *ledger*
 workload (tests/chaos/ledger.py: every committed write, by table, key, version and op)
 and ends with the scenario suite's checks: the output equals the tables, no key's

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from dblog_worker.landing.s3_objects import S3Location
 from tests.chaos.cluster import Report
 from tests.integration.harness import Backend, MariaDatabase, PgDatabase
-from tests.services import MariaDBServer, PostgresServer, RedisServer
+from tests.services import MariaDBServer, PostgresServer, RedisServer, SeaweedServer
 
 REPORTS = pytest.StashKey[list[str]]()
 
@@ -37,11 +38,18 @@ def chaos_redis_url(chaos_redis: RedisServer) -> str:
 @pytest.fixture(params=["postgresql", "mariadb"])
 def backend(request: pytest.FixtureRequest, chaos_redis_url: str, tmp_path: Path) -> Backend:
     """The scenario suite's view of a source (tests/integration/harness.py); tests that
-    need only one kind parametrize it indirectly."""
-    if request.param == "postgresql":
+    need only one kind parametrize it indirectly, and those that concern the landing zone
+    add ``postgresql-s3``: a PostgreSQL source landing in a bucket of SeaweedFS."""
+    if request.param in ("postgresql", "postgresql-s3"):
         postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        location = None
+        if request.param == "postgresql-s3":
+            server: SeaweedServer = request.getfixturevalue("seaweed_server")
+            bucket = request.getfixturevalue("s3_bucket")
+            location = S3Location.parse(f"s3://{bucket}/landing", endpoint=server.endpoint,
+                                        path_style=True)
         return Backend(PgDatabase(request.getfixturevalue("pg_dsn")), chaos_redis_url,
-                       tmp_path, postgres.restart)
+                       tmp_path, postgres.restart, s3=location)
     mariadb: MariaDBServer = request.getfixturevalue("mariadb_server")
     return Backend(MariaDatabase(mariadb, request.getfixturevalue("mariadb_database")),
                    chaos_redis_url, tmp_path, mariadb.restart)

@@ -35,7 +35,8 @@ import psycopg
 import pyarrow.parquet as pq
 import pymysql
 
-from dblog_worker.landing.parquet import LandingZone
+from dblog_worker.landing.parquet_files import FileSegment
+from dblog_worker.landing.sink import open_reader
 from tests.integration.harness import (
     SOURCE,
     Backend,
@@ -298,14 +299,26 @@ def tally(backend: Backend, workload: LedgerWorkload, tables: Sequence[str]) -> 
 
 def writer_tokens(backend: Backend, table: str) -> list[tuple[int, int, float]]:
     """(sequence number, ``dblog.writer`` token, commit time) of each segment of ``table``
-    in sequence order; the commit time is the file's ctime (set by the rename)."""
+    in sequence order; the commit time is the file's ctime (set by the rename), or in a
+    bucket the object's LastModified (whole seconds: :func:`time_resolution`)."""
     found = []
-    for segment in LandingZone(backend.landing, SOURCE).segments(table):
-        metadata = pq.read_schema(segment.path).metadata or {}
+    zone = open_reader(backend.landing_root, SOURCE)
+    for segment in zone.segments(table):
+        if isinstance(segment, FileSegment):
+            metadata = pq.read_schema(segment.path).metadata or {}
+            landed = segment.path.stat().st_ctime
+        else:
+            metadata = zone.read(segment).schema.metadata or {}
+            landed = zone.landed_at(segment)
         token = metadata.get(b"dblog.writer")
-        assert token is not None, f"{segment.path.name} has no dblog.writer metadata"
-        found.append((segment.seq, int(token), segment.path.stat().st_ctime))
+        assert token is not None, f"{segment.location} has no dblog.writer metadata"
+        found.append((segment.seq, int(token), landed))
     return found
+
+
+def time_resolution(backend: Backend) -> float:
+    """How coarse :func:`writer_tokens`' times are: a bucket's are whole seconds."""
+    return 1.0 if backend.s3 is not None else 0.0
 
 
 def assert_writers_in_order(backend: Backend, *tables: str) -> set[int]:

@@ -23,7 +23,9 @@ import pymysql.cursors
 import pytest
 import redis
 
-from dblog_worker.landing.parquet import LandingZone, read_events
+from dblog_worker.landing.parquet import read_events
+from dblog_worker.landing.s3_objects import S3Location
+from dblog_worker.landing.sink import LandingRoot, open_reader
 from dblog_worker.mysql.catalog import ident as my_ident
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.pg.pgoutput import parse_lsn
@@ -47,11 +49,14 @@ def write_config(
     kind: str = "postgresql",
     http: str = 'listen = "127.0.0.1:0"',
     source_extra: str = "",
+    landing: str = "",
 ) -> Path:
     """A worker configuration; ``http`` is the body of its [http] section (by default any
     free port, so that workers of parallel tests do not collide); ``source_extra`` lines
-    of [source] (``watermarks = "position"``)."""
+    of [source] (``watermarks = "position"``); ``landing`` the [landing] path and its
+    lines (default: ``directory/landing``)."""
     path = directory / f"{name}.toml"
+    landing = landing or f'path = "{directory / "landing"}"'
     path.write_text(
         f"""
 [source]
@@ -65,7 +70,7 @@ tables = {toml_list(tables)}
 url = "{redis_url}"
 
 [landing]
-path = "{directory / 'landing'}"
+{landing}
 flush_interval_s = {flush_interval_s}
 
 [worker]
@@ -178,10 +183,11 @@ class Replay:
     time_travel: list[str] = field(default_factory=list)
 
 
-def replay(landing: Path, source: str, table: str, version_column: str = "version") -> Replay:
+def replay(landing: LandingRoot, source: str, table: str, version_column: str = "version"
+           ) -> Replay:
     """Apply the landed events in order; check that no key's version ever goes back."""
     result = Replay()
-    zone = LandingZone(landing, source)
+    zone = open_reader(landing, source)
     events = read_events(zone, table)
     last_position = ""
     seen: dict[str, tuple[int, bool]] = {}  # key -> (version, deleted)
@@ -642,6 +648,7 @@ class Backend:
     restart_source: Callable[[], None]  # a clean restart of the source's server
     config_extra: str = ""  # appended to every configuration (a [source.replica] section)
     source_extra: str = ""  # lines of every configuration's [source] (its watermarks)
+    s3: S3Location | None = None  # the landing zone in this bucket, not in tmp/landing
 
     @property
     def kind(self) -> str:
@@ -691,12 +698,21 @@ class Backend:
     def config_path(self, tables: list[str], **kwargs: Any) -> Path:
         kwargs["extra"] = kwargs.get("extra", "") + self.config_extra
         kwargs.setdefault("source_extra", self.source_extra)
+        if self.s3 is not None:
+            ca = f', ca_bundle = "{self.s3.ca_bundle}"' if self.s3.ca_bundle else ""
+            kwargs.setdefault("landing", f'path = "{self.s3.url}"\n'
+                              f's3 = {{ endpoint = "{self.s3.endpoint}", path_style = true{ca} }}')
         return write_config(self.tmp, self.db.dsn, self.redis_url, tables, name=SOURCE,
                             kind=self.db.kind, **kwargs)
 
     @property
     def landing(self) -> Path:
         return self.tmp / "landing"
+
+    @property
+    def landing_root(self) -> LandingRoot:
+        """Where the worker lands: the bucket, else :attr:`landing`."""
+        return self.s3 if self.s3 is not None else self.landing
 
     def only_postgresql(self, why: str) -> None:
         if self.kind != "postgresql":
@@ -792,17 +808,17 @@ def assert_converged(backend: Backend, *tables: str) -> None:
         expected = backend.rows(table)
 
         def caught_up(table: str = table, expected: dict[str, Any] = expected) -> bool:
-            return replay(backend.landing, SOURCE, table, version).rows == expected
+            return replay(backend.landing_root, SOURCE, table, version).rows == expected
 
         wait_for(caught_up, 30, f"the output of {table} to equal the table",
                  lambda table=table: _difference(backend, table))  # type: ignore[misc]
-        result = replay(backend.landing, SOURCE, table, version)
+        result = replay(backend.landing_root, SOURCE, table, version)
         assert result.time_travel == [], result.time_travel[:10]
 
 
 def _difference(backend: Backend, table: str) -> str:
     expected = backend.rows(table)
-    got = replay(backend.landing, SOURCE, table, backend.db.flavour.version).rows
+    got = replay(backend.landing_root, SOURCE, table, backend.db.flavour.version).rows
     missing = sorted(set(expected) - set(got))[:10]
     extra = sorted(set(got) - set(expected))[:10]
     wrong = [k for k in expected if k in got and got[k] != expected[k]][:10]
@@ -841,7 +857,7 @@ def chunks(backend: Backend, request_id: str) -> int:
 
 
 def events_of(backend: Backend, table: str) -> list[dict[str, Any]]:
-    return read_events(LandingZone(backend.landing, SOURCE), table)
+    return read_events(open_reader(backend.landing_root, SOURCE), table)
 
 
 def outage_mid_dump(backend: Backend, worker_process: Callable[..., WorkerProcess],

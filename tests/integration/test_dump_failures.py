@@ -8,18 +8,27 @@ the next request runs, and a restarted worker does not meet the failed request a
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+import pytest
+
+from dblog_worker import config as config_module
+from dblog_worker.events import DumpRows
+from dblog_worker.landing.arrow import Item
+from dblog_worker.landing.parquet import LandingZone
+from dblog_worker.landing.parquet_files import FileSegment
 from tests.integration.harness import (
     SOURCE,
     Backend,
     WorkerProcess,
     assert_converged,
+    assert_landed_once,
     dump,
     events_of,
     wait_for,
     wait_request,
 )
+from tests.integration.test_scenarios import run_in_thread
 
 
 def _codes_table(backend: Backend) -> str:
@@ -72,3 +81,39 @@ def test_a_chunk_query_the_database_refuses_fails_the_dump_not_the_worker(
     assert again.alive() and "Traceback" not in again.log()[logged:]
     assert f"dump {failing}" not in again.log()[logged:]  # not run again
     assert_converged(backend, t1)
+
+
+def test_an_unexpected_error_writing_the_landing_zone_ends_the_session_not_the_worker(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The landing zone's write of a window's rows fails once on an error nothing
+    expects (a ValueError, as a segment whose positions go backwards raises): the session
+    ends, the worker goes on with a new one from the checkpoint, the dump completes, and
+    nothing lands twice."""
+    t1 = backend.t1
+    backend.create(t1, 300)
+    config = config_module.load(backend.config_path([t1]))
+    commit = LandingZone.commit_segment
+    failed: list[str] = []
+
+    def fail_once(self: LandingZone, table: str, events: Sequence[Item]) -> FileSegment:
+        if not failed and any(isinstance(e, DumpRows) for e in events):
+            failed.append(table)
+            raise ValueError(f"positions of the events of {table!r} go backwards in a segment")
+        return commit(self, table, events)
+
+    monkeypatch.setattr(LandingZone, "commit_segment", fail_once)
+    worker, thread = run_in_thread(config, {})
+    try:
+        request_id = dump(backend.config_path([t1]), "--table", t1, "--chunk-size", "40")
+        state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
+                             60)
+        assert state["state"] == "completed", state
+        assert failed == [t1] and thread.is_alive() and worker.sessions >= 2
+        assert "the landing zone write failed: unexpected ValueError" in caplog.text
+        assert_converged(backend, t1)
+        assert_landed_once(backend, t1)
+    finally:
+        worker.stopping = True
+        thread.join(30)
+    assert not thread.is_alive()

@@ -40,7 +40,7 @@ from tests.integration.harness import (
     wait_for,
     write_config,
 )
-from tests.services import RedisServer, free_port
+from tests.services import PostgresServer, RedisServer, SeaweedServer, free_port
 
 SOURCE = "src"
 OBSERVABILITY = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
@@ -846,5 +846,116 @@ def test_answers_conform_to_the_openapi_document(
             capture_output=True, text=True, timeout=120, cwd=tmp_path,
         )
         assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-        assert "14 selected / 14 total" in result.stdout, result.stdout
+        assert "17 selected / 17 total" in result.stdout, result.stdout
         assert api.worker.alive()
+
+
+# -- the landing zone's files -------------------------------------------------------------
+
+
+def test_landing_routes_on_s3(
+    tmp_path: Path, tables: str, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+    postgres_server: PostgresServer, seaweed_server: SeaweedServer, s3_bucket: str,
+) -> None:
+    """GET /api/v1/landing and POST /api/v1/landing/compact|retain on a worker that lands
+    in a bucket, with a token and a target: the figures per table (and in /metrics), a dry
+    run that changes nothing, a compaction, retention that keeps what the target has not
+    merged; bad input refused with 400 and nothing changed; the store down: 503, the
+    worker alive; without a [target], retention is refused and says why."""
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    target = postgres_server.create_database(f"target_{int(time.time() * 1000) % 10**9}")
+    landing = (f'path = "s3://{s3_bucket}/landing"\n'
+               f's3 = {{ endpoint = "{seaweed_server.endpoint}", path_style = true }}\n'
+               "compaction = { min_age_s = 0, grace_s = 0 }\nretention = { keep_h = 0 }")
+    config = write_config(tmp_path, tables, redis_url, [ITEMS, SLOW, PAIRS], landing=landing,
+                          http=f'listen = "127.0.0.1:0"\ntoken_env = "{TOKEN_ENV}"',
+                          extra=f'[target]\nkind = "postgresql"\ndsn = "{target}"\n',
+                          flush_interval_s=0.02)
+    with Workers(tmp_path / "worker.log") as workers:
+        worker = workers.start(config)
+        found = re.search(r"HTTP API on (http://127\.0\.0\.1:\d+)", worker.log())
+        assert found is not None, worker.log()
+        api = Api(found.group(1), config, redis_url, worker, TOKEN)
+        wait_for(lambda: api.get("/readyz").status == 200, 20, "readyz", worker.log)
+        done = api.create({"kind": "tables", "tables": [ITEMS], "chunk_size": 4,
+                           "delay_ms": 150})  # a segment a window
+        assert api.wait_state(done["id"], ("completed", "failed"))["state"] == "completed"
+
+        def items() -> dict[str, Any]:
+            reply = api.get("/api/v1/landing?table=public.items")
+            assert reply.status == 200, reply
+            document = reply.json()
+            assert document["source"] == SOURCE
+            assert document["where"] == f"s3://{s3_bucket}/landing"
+            [row] = document["tables"]
+            assert row["table"] == ITEMS and row["error"] == "", row
+            row.pop("oldest_unmerged_age_s")
+            return dict(row)
+
+        for path in ("/api/v1/landing", "/api/v1/landing?table=public.items"):
+            assert api.get(path, token=None).status == 401
+        landed = items()
+        assert landed["files"] == landed["active_files"] >= 3
+        assert (landed["first_segment"], landed["merged_segment"]) == (1, 0)
+        assert landed["oldest_unmerged"] and landed["bytes"] > 0
+        everything = api.get("/api/v1/landing").json()["tables"]
+        assert {row["table"]: row["files"] for row in everything} == {
+            PAIRS: 0, ITEMS: landed["files"], SLOW: 0}  # schema files only: no segment
+        metrics = api.get("/metrics").body.decode()
+        assert f'dblog_landing_files{{source="{SOURCE}",table="{ITEMS}"}} {landed["files"]}' \
+            in metrics, metrics[-3000:]
+
+        bad: list[tuple[str, Any, bytes | None, int, str]] = [
+            ("/api/v1/landing/compact", None, b"not json", 400, "JSON"),
+            ("/api/v1/landing/compact", None, b"{}", 415, "Content-Type"),
+            ("/api/v1/landing/compact", {"tables": ITEMS}, None, 400, "tables must be a list"),
+            ("/api/v1/landing/compact", {"dry_run": "yes"}, None, 400, "dry_run must be"),
+            ("/api/v1/landing/retain", {"force": True}, None, 400, "unknown field(s) force"),
+            ("/api/v1/landing/compact", {"tables": ["items"]}, None, 400, "schema.table"),
+            ("/api/v1/landing/compact", [ITEMS], None, 400, "JSON object"),
+        ]
+        for path, body, raw, status, message in bad:
+            typed = {"Content-Type": "application/json"} if raw and status != 415 else {}
+            reply = api.call("POST", path, body, raw=raw, headers=typed)
+            assert reply.status == status and message in reply.error, (path, body, reply)
+        assert api.get("/api/v1/landing?table=bad").status == 400
+        assert api.call("POST", "/api/v1/landing/compact", {}, token=None).status == 401
+        assert api.get("/api/v1/landing/compact").status == 405
+        assert items() == landed
+
+        dry = api.call("POST", "/api/v1/landing/compact", {"dry_run": True, "tables": [ITEMS]})
+        assert dry.status == 200, dry
+        plan = dry.json()
+        assert plan["dry_run"] and plan["ok"] and plan["cleaned_files"] == 0
+        assert plan["tables"][0]["compact"][0]["files"] == landed["files"], plan
+        assert items() == landed
+        kept = api.call("POST", "/api/v1/landing/retain", {"dry_run": True}).json()
+        assert kept["tables"][0]["merged_segment"] == 0
+        assert kept["tables"][0]["remove_merged"] == []  # the target merged nothing
+
+        done_compact = api.call("POST", "/api/v1/landing/compact", {})
+        assert done_compact.status == 200, done_compact
+        assert done_compact.json()["tables"][0]["compacted_files"] == landed["files"]
+        compacted = items()
+        assert compacted["active_files"] == 1 and compacted["files"] == landed["files"] + 1
+        assert compacted["last_segment"] == landed["last_segment"]
+        removed = api.call("POST", "/api/v1/landing/compact", {}).json()
+        assert len(removed["tables"][0]["remove_replaced"]) == landed["files"], removed
+        assert items()["files"] == 1
+
+        seaweed_server.kill()
+        try:
+            for reply in (api.get("/api/v1/landing"),
+                          api.call("POST", "/api/v1/landing/compact", {})):
+                assert reply.status == 503 and "unreachable" in reply.error, reply
+            assert worker.alive()
+        finally:
+            seaweed_server.restart()
+        assert items()["files"] == 1
+        assert TOKEN not in worker.log() and seaweed_server.secret_key not in worker.log()
+
+    no_target = tmp_path / "no-target"
+    no_target.mkdir()
+    alone = write_config(no_target, tables, redis_url, [ITEMS], landing=landing)
+    refused = cli(alone, "landing", "retain", check=False)
+    assert refused.returncode != 0 and "needs the [target] section" in refused.stderr, refused

@@ -14,16 +14,21 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pymysql
 import pytest
 
 from dblog_worker import config as config_module
+from dblog_worker.events import DumpRows
+from dblog_worker.landing.parquet import LandingZone
+from dblog_worker.position import Position
 from dblog_worker.state import StateStore
 from dblog_worker.tables import WATERMARK_SCHEMA
 from tests.integration.harness import (
@@ -42,6 +47,7 @@ from tests.integration.harness import (
     dump,
     dump_through_kills,
     dumps_under_load,
+    events_of,
     wait_for,
     wait_request,
 )
@@ -54,7 +60,7 @@ from tests.integration.test_scenarios import (  # noqa: F401 (run here, in this 
     run_in_thread,
     test_truncate_mid_dump_converges,
 )
-from tests.services import MariaDBServer
+from tests.services import MariaDBReplica, MariaDBServer
 
 POSITION = 'watermarks = "position"'
 # Group commit: a commit waits up to 5 ms for two more to be written with it.
@@ -273,3 +279,164 @@ def test_many_small_parallel_windows_against_concurrent_writers(
             workload.stop()
     assert_converged(backend, t1, t2)
     assert "ProtocolError" not in worker.log()
+
+
+# -- a binary log that rotates every few transactions -------------------------------------
+#
+# ``max_binlog_size = 4096``: a rotation every few transactions of the workload, with
+# group commit; ``semi-sync``: each group also waits for a replica's acknowledgement after
+# it is written (``AFTER_SYNC``), which widens the time a group is in the log (and sent to
+# the worker's reader) but not yet visible. The snapshots' positions are then often past
+# a group they do not see, or behind what the worker has read
+# (tests/integration/test_mariadb_snapshot_positions.py); the output must still converge,
+# with no time travel, with parallel windows and through kill -9.
+
+ROTATING = {**PRODUCTION_LIKE, "max-binlog-size": "4096"}
+
+
+@pytest.fixture(scope="module", params=["rotation", "semi-sync"])
+def rotating_server(request: pytest.FixtureRequest) -> Iterator[MariaDBServer]:
+    with MariaDBServer(settings=ROTATING).start() as primary:
+        if request.param == "rotation":
+            yield primary
+            return
+        admin(primary, "SET GLOBAL rpl_semi_sync_master_enabled = ON",
+              "SET GLOBAL rpl_semi_sync_master_wait_point = 'AFTER_SYNC'",
+              "SET GLOBAL rpl_semi_sync_master_timeout = 10000")
+        with MariaDBReplica(primary, {"rpl-semi-sync-slave-enabled": "ON"}).start():
+            assert admin(primary, "SHOW STATUS LIKE 'Rpl_semi_sync_master_clients'") \
+                == [("Rpl_semi_sync_master_clients", "1")]
+            yield primary
+
+
+@pytest.fixture
+def rotating(rotating_server: MariaDBServer, redis_url: str,
+             tmp_path: Path) -> Iterator[Backend]:
+    name = rotating_server.create_database(f"t_{uuid.uuid4().hex[:16]}")
+    yield Backend(MariaDatabase(rotating_server, name), redis_url, tmp_path,
+                  rotating_server.restart, source_extra=POSITION)
+    rotating_server.drop_database(name)
+
+
+@pytest.mark.parametrize("kind", ["parallel", "all", "keys"])
+def test_dumps_converge_while_the_binary_log_rotates(
+        rotating: Backend, rotating_server: MariaDBServer, kind: str,
+        worker_process: Callable[..., WorkerProcess]) -> None:
+    t1, t2 = rotating.t1, rotating.t2
+    rotating.create(t1, 1200)
+    rotating.create(t2, 700)
+    first = admin(rotating_server, "SHOW MASTER STATUS")[0][0]
+    config = rotating.config_path([t1, t2])
+    ids = dumps_under_load(rotating, config, worker_process(config), kind)
+    assert_converged(rotating, t1, t2)
+    assert chunks(rotating, ids[-1]) > 5
+    last = admin(rotating_server, "SHOW MASTER STATUS")[0][0]
+    assert int(last.rsplit(".", 1)[1]) - int(first.rsplit(".", 1)[1]) > 5  # rotations
+
+
+def test_kill_9_while_the_binary_log_rotates(
+        rotating: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
+    t1, t2 = rotating.t1, rotating.t2
+    rotating.create(t1, 4000)
+    rotating.create(t2, 2000)
+    dump_through_kills(rotating, rotating.config_path([t1, t2], flush_interval_s=0.1),
+                       worker_process, ["--all", "--chunk-size", "100", "--delay-ms", "20",
+                                        "--parallelism", "2"],
+                       [8, 20], random.Random(27))
+
+
+def test_dumps_converge_while_binary_logs_are_flushed(
+        backend: Backend, server: MariaDBServer,
+        worker_process: Callable[..., WorkerProcess]) -> None:
+    """``FLUSH BINARY LOGS`` in a loop (logrotate, backup tools) while dumps run under load."""
+    t1, t2 = backend.t1, backend.t2
+    backend.create(t1, 1200)
+    backend.create(t2, 700)
+    config = backend.config_path([t1, t2])
+    stop = threading.Event()
+    flushes = 0
+
+    def flush() -> None:
+        nonlocal flushes
+        while not stop.is_set():
+            admin(server, "FLUSH BINARY LOGS")
+            flushes += 1
+            time.sleep(0.02)
+
+    flusher = threading.Thread(target=flush)
+    flusher.start()
+    try:
+        dumps_under_load(backend, config, worker_process(config), "parallel")
+    finally:
+        stop.set()
+        flusher.join(30)
+    assert flushes > 20
+    assert_converged(backend, t1, t2)
+
+
+def test_hot_rows_dumped_while_the_binary_log_rotates(
+        rotating: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
+    """Writers update the rows being dumped, one row a transaction: many rotations, and a
+    group at the end of a file often touches a row of the chunk being read. Dumps again
+    and again; the output never goes back in time and converges."""
+    t1 = rotating.t1
+    rotating.create(t1, 300)
+    config = rotating.config_path([t1])
+    worker = worker_process(config)
+    stop = threading.Event()
+
+    def write(seed: int) -> None:
+        rnd = random.Random(seed)
+        with rotating.connect() as session:
+            while not stop.is_set():
+                session.run(rotating.db.update(t1), (10 * rnd.randrange(1, 301),))
+
+    writers = [threading.Thread(target=write, args=(seed,)) for seed in range(4)]
+    for thread in writers:
+        thread.start()
+    try:
+        for _ in range(4):
+            request_id = dump(config, "--table", t1, "--chunk-size", "15")
+            state = wait_request(rotating.redis_url, SOURCE, request_id,
+                                 ["completed", "failed"], 120, worker)
+            assert state["state"] == "completed", state
+    finally:
+        stop.set()
+        for thread in writers:
+            thread.join(30)
+    assert_converged(rotating, t1)
+
+
+def test_a_new_leader_writes_after_what_landed_whatever_its_clock(
+        backend: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
+    """Windows of an idle log share a position, their rows kept apart by its third part.
+    A leader whose clock ran an hour ahead (the worker numbered them by the clock) landed
+    rows there; a new leader's windows at the same position land after them, and its dump
+    completes instead of writing below what landed and restarting in a loop."""
+    t1 = backend.t1
+    backend.create(t1, 100)
+    config = backend.config_path([t1])
+    worker = worker_process(config)
+    first = dump(config, "--table", t1, "--chunk-size", "50")
+    state = wait_request(backend.redis_url, SOURCE, first, ["completed", "failed"], 60, worker)
+    assert state["state"] == "completed", state
+    assert worker.stop() == 0
+    zone = LandingZone(backend.landing, SOURCE)
+    last = zone.recover()[t1]
+    row = events_of(backend, t1)[-1]
+    ahead = Position(last.major, last.minor, last.sub + 3_600_000_000)  # an hour of µs
+    zone.commit_segment(t1, [DumpRows(t1, pa.array([row["key"]], pa.string()),
+                                      pa.array([row["after"]], pa.string()), ahead,
+                                      time.time_ns() // 1000, int(str(row["schema_version"])),
+                                      first)])
+    logged = len(worker.log())
+    again = worker_process(config)
+    second = dump(config, "--table", t1, "--chunk-size", "50")
+    state = wait_request(backend.redis_url, SOURCE, second, ["completed", "failed"], 60, again)
+    assert state["state"] == "completed", state
+    mine = [Position.decode(str(e["position"])) for e in events_of(backend, t1)
+            if e["dump_id"] == second]
+    assert len(mine) == 100 and min(mine) > ahead
+    assert (min(mine).major, min(mine).minor) == (last.major, last.minor)  # the idle position
+    assert again.log()[logged:].count(" streaming ") == 1  # one session: no restart
+    assert_converged(backend, t1)

@@ -414,3 +414,50 @@ def test_a_lagging_replica_throttles_the_dump(
     finally:
         store.close()
     assert_converged(backend, t1)
+
+
+def test_a_mariadb_replica_of_another_primary_is_refused(redis_url: str,
+                                                          tmp_path: Path) -> None:
+    """The replica replicates another primary, which used the same GTID domain and server
+    id and logged more transactions than the source: MASTER_GTID_WAIT returns at once for
+    every low watermark, and the chunks would read the other primary's rows. Preflight
+    says the replica does not replicate the source, and the dump waits for it instead of
+    landing those rows."""
+    with MariaDBServer().start() as source, MariaDBServer().start() as other, \
+            MariaDBReplica(other).start() as replica:
+        name = f"t_{uuid.uuid4().hex[:16]}"
+        backend = Backend(MariaDatabase(source, source.create_database(name)), redis_url,
+                          tmp_path, source.restart)
+        elsewhere = MariaDatabase(other, other.create_database(name))
+        t1 = backend.t1
+        backend.create(t1, 100)
+        elsewhere.create_test_table(t1, 300)  # other rows, and more GTIDs than the source
+        with elsewhere.connect() as session:  # far ahead: each window's wait passes at once
+            for key in range(1, 1001):
+                session.execute(f"UPDATE {t1} SET payload = 'elsewhere' WHERE id = {key}")
+        replica.wait_applied()
+        with source._admin() as conn, conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            ours = str(cur.fetchone()[0])
+        with replica._admin() as conn, conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_slave_pos")
+            theirs = str(cur.fetchone()[0])
+        assert ours.split("-")[:2] == theirs.split("-")[:2] == ["0", "1"]
+        assert int(theirs.split("-")[2]) > int(ours.split("-")[2])
+        config = backend.config_path(
+            [t1], extra=f'[source.replica]\ndsn = "{replica.url()}"\nmax_wait_ms = 200\n')
+        result = cli(config, "preflight", check=False)
+        assert "it does not replicate this source" in result.stdout, result.stdout
+        with Workers(tmp_path / "worker.log") as workers:
+            worker = workers.start(config)
+            store = StateStore(redis_url, SOURCE)
+            try:
+                request_id = dump(config, "--table", t1, "--chunk-size", "50")
+                wait_for(lambda: "does not replicate this source"
+                         in store.status().get("dump_waiting", ""), 30,
+                         "the dump waiting for a replica of the source", worker.log)
+                time.sleep(1.0)
+                assert store.progress(request_id)[t1].chunks == 0
+                assert events_of(backend, t1) == []
+            finally:
+                store.close()

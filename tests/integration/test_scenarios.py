@@ -332,8 +332,8 @@ class HookedSource:
     def prepare(self) -> str | None:
         return self.inner.prepare()
 
-    def start(self, checkpoint: str | None) -> str:
-        return self.inner.start(checkpoint)
+    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
+        return self.inner.start(checkpoint, landed)
 
     def poll(self, timeout: float, out: list[LogItem]) -> None:
         self.inner.poll(timeout, out)
@@ -625,7 +625,9 @@ def test_reset_starts_capture_anew(backend: Backend, redis_url: str,
     refused = cli(config, "reset", "--yes", check=False)
     assert refused.returncode == 2 and "holds the lease" in refused.stderr
     assert worker.stop() == 0
-    cli(config, "reset", "--yes", "--force")
+    # a worker that stopped cleanly said so: no --force needed a moment later
+    assert "last leader (stopped) pid" in cli(config, "status").stdout
+    cli(config, "reset", "--yes")
     assert checkpoint(redis_url) is None
     if backend.kind == "postgresql":
         backend.execute(f"SELECT pg_drop_replication_slot('dblog_{SOURCE}')")

@@ -108,8 +108,7 @@ def test_active_sessions_throttle_the_dump_until_the_load_stops(
         # the worker streams the log (a WAL sender, a binlog dump thread): not counted
         assert active_sessions(backend) == 0
         with Sleepers(backend, 6) as sleepers:
-            time.sleep(1.0)
-            assert active_sessions(backend) >= 5
+            wait_for(lambda: active_sessions(backend) >= 5, 20, "the sleepers' sessions")
             request_id = dump(config, "--table", t1, "--chunk-size", "20",
                               "--max-active-sessions", "3")
             wait_for(lambda: throttle_ms(store) >= 800

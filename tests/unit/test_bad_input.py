@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from dblog_worker.cli import main as cli_main
 from dblog_worker.config import parse
 from dblog_worker.errors import ConfigError
 from tests.integration.harness import ROOT, cli
@@ -149,3 +150,28 @@ def test_the_spark_job_refuses_a_table_name_of_the_wrong_form(tmp_path: Path) ->
     assert result.stderr == ("refused: table: 'nodot' must be qualified: schema.table (split "
                              "at the first dot: a table name may contain dots, a schema or "
                              "database name may not)\n")
+
+
+
+def test_landing_commands_say_what_is_wrong_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """The store unreachable: exit 3, one line naming it (no traceback, no credential);
+    retention without a [target]: exit 2."""
+    bucket = {**BASE, "landing": {"path": "s3://bucket/prefix",
+                                  "s3": {"endpoint": "http://127.0.0.1:9", "path_style": True}}}
+    config = tmp_path / "s3.toml"
+    config.write_text(toml(bucket))
+    for name, value in {"AWS_ACCESS_KEY_ID": "dblogkey", "AWS_SECRET_ACCESS_KEY": SECRET,
+                        "AWS_EC2_METADATA_DISABLED": "true", "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    for action in ("status", "compact", "retain"):
+        assert cli_main(["landing", action, "--config", str(config)]) == 3
+        err = capsys.readouterr().err
+        assert err.startswith("error: cannot reach the landing zone s3://bucket/prefix"), err
+        assert err.count("\n") == 1 and SECRET not in err, err
+    folder = tmp_path / "folder.toml"
+    folder.write_text(toml({**BASE, "landing": {"path": str(tmp_path / "landing")}}))
+    assert cli_main(["landing", "retain", "--config", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: retention needs the [target] section"), err

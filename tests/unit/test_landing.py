@@ -18,8 +18,8 @@ from dblog_worker.errors import LeaseLost
 from dblog_worker.events import ChangeEvent, DumpRows, Op, Origin
 from dblog_worker.landing.arrow import SEGMENT_SCHEMA
 from dblog_worker.landing.names import parse_table_dir_name, table_dir_name
-from dblog_worker.landing.parquet import MAX_ROW_GROUP_ROWS, LandingZone, read_events
-from dblog_worker.landing.parquet_files import FileSegment, read_segment
+from dblog_worker.landing.parquet import LandingZone, read_events
+from dblog_worker.landing.parquet_files import MAX_ROW_GROUP_ROWS, FileSegment, read_segment
 from dblog_worker.names import split_table
 from dblog_worker.position import Position
 

@@ -114,6 +114,10 @@ def test_setup_logging_installs_the_format() -> None:
         setup_logging("text", "debug")
         assert isinstance(root.handlers[0].formatter, TextFormatter)
         assert root.level == logging.DEBUG
+        # an S3 request's headers (a session token among them) never reach the log
+        assert not logging.getLogger("botocore.endpoint").isEnabledFor(logging.DEBUG)
+        assert not logging.getLogger("urllib3.connectionpool").isEnabledFor(logging.DEBUG)
+        assert logging.getLogger("dblog_worker.session").isEnabledFor(logging.DEBUG)
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)

@@ -1,0 +1,408 @@
+"""The source over a fake database: what a kind's package implements (``dblog_worker.source``).
+
+The log is the database's commits in order: commit ``n``'s ``i``-th change is at position
+``(n, i, 0)``, and after each commit comes the checkpoint ``(n + 1, 0, 0)`` (``"n+1"``:
+the next commit to read). Watermarks are upserts of this source's row of the database's
+``dblog.watermark`` table, read back from the log like the real kinds' watermark tables.
+A low watermark's write remembers the commits logged before it that its snapshot did not
+see; the log gives their changes as :class:`~dblog_worker.events.Unseen` right after the
+low watermark (unless ``source.unseen = false``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+
+import pyarrow as pa
+
+from dblog_worker.config import SourceConfig
+from dblog_worker.errors import DumpFailed, LogGone, RequestRejected, SourceUnavailable
+from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin, Unseen, Watermark
+from dblog_worker.position import Position
+from dblog_worker.requests import KeyTexts
+from dblog_worker.row_filter import Condition, RowFilter
+from dblog_worker.row_filter import Op as Cmp
+from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion, locked
+from dblog_worker.tables import HEARTBEAT, WATERMARK_SCHEMA
+from dblog_worker.window import is_low_watermark
+from tests.fakedb.database import (
+    Column,
+    DatabaseError,
+    FakeDatabase,
+    Key,
+    Row,
+    Snapshot,
+    Table,
+    Value,
+    sort_key,
+)
+from tests.fakedb.options import SCHEME, FakeOptions
+
+WATERMARK_TABLE = f"{WATERMARK_SCHEMA}.watermark"
+MAX_COMMITS = 2000  # read by one poll
+_OPS = {"c": Op.CREATE, "u": Op.UPDATE, "d": Op.DELETE, "t": Op.TRUNCATE}
+
+
+def key_json(key: Key) -> str:
+    return json.dumps(list(key), separators=(",", ":"), ensure_ascii=False)
+
+
+def row_json(row: Row) -> str:
+    return json.dumps(row, separators=(",", ":"), ensure_ascii=False)
+
+
+def key_texts(key: Key) -> KeyTexts:
+    return tuple(str(v) for v in key)
+
+
+def parse_value(column: Column, text: str) -> Value:
+    """A text as the column's type; ValueError if it does not fit."""
+    return int(text) if column.type == "int" else text
+
+
+class FakeSource:
+    """One fake database (``fake:<name>`` in :data:`tests.fakedb.DATABASES`) as the worker
+    sees it."""
+
+    def __init__(self, config: SourceConfig, schema_version: SchemaVersion) -> None:
+        assert isinstance(config.options, FakeOptions)
+        self.config = config
+        self.options = config.options
+        self.name = config.name
+        self._schema_version = locked(schema_version)
+        self._versions: dict[tuple[str, tuple[Column, ...], tuple[str, ...]], int] = {}
+        self._versions_lock = threading.Lock()
+        self._db: FakeDatabase | None = None
+        self._next = 0  # the next commit the log reader reads
+        self._unseen: dict[str, frozenset[int]] = {}  # LW token -> commits it did not see
+
+    # -- setup -------------------------------------------------------------------------------
+
+    @property
+    def db(self) -> FakeDatabase:
+        if self._db is None:
+            raise SourceUnavailable("not connected")
+        if not self._db.available:
+            raise SourceUnavailable(f"fake database {self.config.dsn} is down")
+        return self._db
+
+    def connect(self) -> None:
+        from tests.fakedb import DATABASES
+
+        found = DATABASES.get(self.config.dsn.removeprefix(SCHEME))
+        if found is None:
+            raise SourceUnavailable(f"fake database {self.config.dsn} does not exist")
+        self._db = found
+        self.db  # noqa: B018 -- refuses a database that is down
+
+    def preflight(self) -> list[Problem]:
+        problems = []
+        for table in self.config.tables:
+            found = self.db.tables.get(table)
+            if found is None:
+                problems.append(Problem(f"table {table} does not exist", f"create {table}",
+                                        capture=False))
+        return problems
+
+    def modes(self) -> list[str]:
+        return ["watermarks: upserts of dblog.watermark, read back from the fake's log"]
+
+    def capture_exists(self) -> bool:
+        with self.db.lock:
+            return self.name in self.db.slots
+
+    def readers(self) -> dict[str, str]:
+        return {}
+
+    def prepare(self) -> str | None:
+        db = self.db
+        with db.lock:
+            if WATERMARK_TABLE not in db.tables:
+                db.create_table(WATERMARK_TABLE, [("source", "text"), ("value", "text")],
+                                ["source"])
+            if self.name in db.slots:
+                return None
+            db.slots[self.name] = db.next_seq()
+            return str(db.slots[self.name])
+
+    def close(self) -> None:
+        self._db = None
+
+    # -- the log -----------------------------------------------------------------------------
+
+    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
+        db = self.db
+        with db.lock:
+            slot = db.slots.get(self.name)
+            if slot is None:
+                raise LogGone(f"capture {self.name} does not exist in {self.config.dsn}")
+            self._next = int(checkpoint) if checkpoint else slot
+            if self._next < slot:
+                raise LogGone(f"the log before {slot} is gone (checkpoint {checkpoint})")
+        self._unseen = {}
+        return str(self._next)
+
+    def poll(self, timeout: float, out: list[LogItem]) -> None:
+        commits = self.db.commits_from(self._next, timeout)[:MAX_COMMITS]
+        captured = self.config.tables
+        for commit in commits:
+            seq, ts = commit.seq, commit.ts_us
+            for index, change in enumerate(commit.changes):
+                if change.table == WATERMARK_TABLE:
+                    assert change.after is not None
+                    if change.after["source"] == self.name:
+                        token = str(change.after["value"])
+                        out.append(Watermark(token, Position(seq, index, 0), ts))
+                        if token in self._unseen:
+                            out.append(self._unseen_of(self._unseen.pop(token)))
+                elif change.table in captured:
+                    version = self._version(change.table, change.columns, change.key_columns)
+                    out.append(ChangeEvent(
+                        change.table, _OPS[change.op], Position(seq, index, 0),
+                        None if change.key is None else key_json(change.key),
+                        None if change.after is None else row_json(change.after),
+                        None if change.before is None else row_json(change.before),
+                        Origin.LOG, ts, version))
+            out.append(Checkpoint(Position(seq + 1, 0, 0)))
+            self._next = seq + 1
+
+    def _unseen_of(self, seqs: frozenset[int]) -> Unseen:
+        changes: list[tuple[str, str | None]] = []
+        with self.db.lock:
+            for seq in sorted(seqs):
+                for change in self.db.log[seq - 1].changes:
+                    if change.table in self.config.tables:
+                        changes.append((change.table,
+                                        None if change.key is None else key_json(change.key)))
+        return Unseen(tuple(changes))
+
+    def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
+        return str(checkpoint.position.major)
+
+    def confirm(self, checkpoint: str) -> None:
+        with self.db.lock:
+            self.db.slots[self.name] = int(checkpoint)
+
+    def log_position(self) -> Position:
+        return Position(self.db.next_seq(), 0, 0)
+
+    def lag_bytes(self) -> int:
+        return max(0, self.db.next_seq() - self._next)
+
+    # -- watermarks ----------------------------------------------------------------------------
+
+    def write_watermark(self, token: str) -> None:
+        db = self.db
+        with db.lock:
+            if WATERMARK_TABLE not in db.tables:
+                raise SourceUnavailable(f"the watermark table {WATERMARK_TABLE} is gone; the "
+                                        "next session creates it again")
+            seen = db.snapshot()  # the watermark statement's snapshot
+            with db.transaction() as tx:
+                tx.upsert(WATERMARK_TABLE, {"source": self.name, "value": token})
+            if self.options.unseen and token != HEARTBEAT and is_low_watermark(token) \
+                    and seen.invisible:
+                self._unseen[token] = seen.invisible
+
+    def await_low_watermark(self) -> None:
+        return None
+
+    def heartbeat(self) -> None:
+        self.write_watermark(HEARTBEAT)
+
+    # -- pressure ------------------------------------------------------------------------------
+
+    def active_sessions(self) -> int:
+        return 0
+
+    def replica_lag_ms(self) -> float | None:
+        return None
+
+    # -- the captured tables -------------------------------------------------------------------
+
+    def _table(self, table: str) -> Table:
+        if table not in self.config.tables:
+            raise RequestRejected(f"table {table} is not captured by source {self.name}; "
+                                  f"captured: {', '.join(self.config.tables)}")
+        found = self.db.tables.get(table)
+        if found is None:
+            raise DumpFailed(f"table {table} does not exist any more")
+        return found
+
+    def _version(self, table: str, columns: tuple[Column, ...], key: tuple[str, ...]) -> int:
+        with self._versions_lock:
+            known = self._versions.get((table, columns, key))
+        if known is None:
+            document = {"columns": [{"name": c.name, "type": c.type} for c in columns],
+                        "key": list(key)}
+            known = self._schema_version(table, document)
+            with self._versions_lock:
+                self._versions[(table, columns, key)] = known
+        return known
+
+    def _current_version(self, table: Table) -> int:
+        return self._version(table.name, tuple(table.columns), table.key)
+
+    def refresh(self, table: str) -> None:
+        with self.db.lock:
+            self._table(table)
+
+    def key_arity(self, table: str) -> int:
+        with self.db.lock:
+            return len(self._table(table).key)
+
+    def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
+        with self.db.lock:
+            found = self._table(table)
+            for key in keys:
+                self._key(found, key, RequestRejected)
+
+    def check_filter(self, table: str, row_filter: RowFilter) -> None:
+        with self.db.lock:
+            found = self._table(table)
+            columns = {c.name: c for c in found.columns}
+            for condition in row_filter.conditions:
+                column = columns.get(condition.column)
+                if column is None:
+                    raise RequestRejected(f"table {table} has no column {condition.column}")
+                for value in condition.values:
+                    try:
+                        parse_value(column, value)
+                    except ValueError:
+                        raise RequestRejected(f"{value!r} is not a value of {table}."
+                                              f"{column.name} ({column.type})") from None
+            for key in (row_filter.from_key, row_filter.to_key):
+                if key is not None:
+                    self._key(found, key, RequestRejected)
+
+    def _key(self, table: Table, texts: KeyTexts,
+             error: type[Exception] = DumpFailed) -> Key:
+        columns = {c.name: c for c in table.columns}
+        if len(texts) != len(table.key):
+            raise error(f"a key of {table.name} has {len(table.key)} value(s), got {len(texts)}")
+        try:
+            return tuple(parse_value(columns[name], text)
+                         for name, text in zip(table.key, texts, strict=True))
+        except ValueError:
+            raise error(f"{list(texts)} is not a key of {table.name}") from None
+
+    # -- the chunks ------------------------------------------------------------------------------
+
+    def _selected(self, table: str, after: KeyTexts | None, upper: KeyTexts | None,
+                  row_filter: RowFilter | None) -> tuple[Table, list[tuple[Key, Row]]]:
+        """The rows a new snapshot sees after ``after``, up to ``upper``, that meet the
+        filter, in key order."""
+        db = self.db
+        with db.lock:
+            found = self._table(table)
+            snapshot: Snapshot = db.snapshot()
+            low = None if after is None else sort_key(self._key(found, after))
+            high = None if upper is None else sort_key(self._key(found, upper))
+            meets = _filter(found, row_filter)
+            rows = []
+            for key, row in db.rows(table, snapshot).items():
+                ordered = sort_key(key)
+                if (low is None or ordered > low) and (high is None or ordered <= high) \
+                        and meets(key, row):
+                    rows.append((key, row))
+            return found, rows
+
+    def _after_read(self, table: str, keys: list[Key]) -> None:
+        hook = self.db.on_read
+        if hook is not None and keys:
+            hook(table, keys)
+
+    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        _, rows = self._selected(table, None, None, row_filter)
+        return key_texts(rows[-1][0]) if rows else None
+
+    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int,
+                   row_filter: RowFilter | None = None) -> Chunk:
+        found, rows = self._selected(table, after, upper, row_filter)
+        rows = rows[:limit]
+        keys = [key_json(k) for k, _ in rows]
+        afters = [row_json(r) for _, r in rows]
+        self._after_read(table, [k for k, _ in rows])
+        return Chunk(len(rows), key_texts(rows[-1][0]) if rows else None,
+                     self._current_version(found),
+                     lambda: (pa.array(keys, pa.string()), pa.array(afters, pa.string())))
+
+    def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
+        db = self.db
+        with db.lock:
+            found = self._table(table)
+            wanted = [self._key(found, texts) for texts in keys]
+            rows = db.rows(table)
+        missing, encoded, afters = [], [], []
+        for texts, key in zip(keys, wanted, strict=True):
+            row = rows.get(key)
+            if row is None:
+                missing.append(texts)
+            elif key_json(key) not in encoded:
+                encoded.append(key_json(key))
+                afters.append(row_json(row))
+        self._after_read(table, [k for k in wanted if k in rows])
+        return KeysChunk(pa.array(encoded, pa.string()), pa.array(afters, pa.string()), missing,
+                         self._current_version(found))
+
+    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts, offset: int,
+                  row_filter: RowFilter | None = None) -> KeyTexts | None:
+        _, rows = self._selected(table, after, upper, row_filter)
+        return key_texts(rows[offset - 1][0]) if len(rows) >= offset else None
+
+    def lane(self, index: int) -> ChunkReader:
+        return self  # every call takes the database's lock: one reader serves every lane
+
+
+def _filter(table: Table, row_filter: RowFilter | None) -> Callable[[Key, Row], bool]:
+    """Whether a row (its key, its values) meets ``row_filter``; SQL's NULL logic."""
+    if row_filter is None:
+        return lambda key, row: True
+    columns = {c.name: c for c in table.columns}
+    try:
+        conditions = [(c, [parse_value(columns[c.column], v) for v in c.values])
+                      for c in row_filter.conditions]
+    except KeyError as exc:
+        raise DumpFailed(f"table {table.name} has no column {exc.args[0]} any more") from None
+
+    def keyed(texts: KeyTexts | None) -> tuple[tuple[int, int | str], ...] | None:
+        if texts is None:
+            return None
+        return sort_key(tuple(parse_value(columns[n], t)
+                              for n, t in zip(table.key, texts, strict=True)))
+
+    first, last = keyed(row_filter.from_key), keyed(row_filter.to_key)
+
+    def meets(key: Key, row: Row) -> bool:
+        ordered = sort_key(key)
+        if (first is not None and ordered < first) or (last is not None and ordered > last):
+            return False
+        return all(_holds(c, values, row.get(c.column)) for c, values in conditions)
+
+    return meets
+
+
+def _holds(condition: Condition, values: list[Value], value: Value) -> bool:
+    op = condition.op
+    if op is Cmp.IS_NULL:
+        return value is None
+    if op is Cmp.IS_NOT_NULL:
+        return value is not None
+    if value is None:
+        return False
+    if op is Cmp.IN:
+        return value in values
+    if op is Cmp.NOT_IN:
+        return value not in values
+    bound = values[0]
+    assert bound is not None
+    if op is Cmp.EQ:
+        return value == bound
+    if op is Cmp.NE:
+        return value != bound
+    if type(value) is not type(bound):
+        raise DatabaseError(f"{condition.column}: cannot compare {value!r} with {bound!r}")
+    return bool({Cmp.LT: value < bound, Cmp.LE: value <= bound,  # type: ignore[operator]
+                 Cmp.GT: value > bound, Cmp.GE: value >= bound}[op])  # type: ignore[operator]
