@@ -48,7 +48,10 @@ class DeltaFormat:
                 "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
 
     def runtime_conf(self, lake: LakeConfig) -> dict[str, str]:
-        return {}
+        # Dates and timestamps as the sources and delta-rs count them (proleptic Gregorian):
+        # Spark 3.5 otherwise refuses to write a date before 1582 (0001-01-01) to Parquet.
+        return {f"spark.sql.parquet.{kind}RebaseModeIn{way}": "CORRECTED"
+                for kind in ("datetime", "int96") for way in ("Write", "Read")}
 
     def table(self, lake: LakeConfig, table: str) -> str:
         return f"delta.{quote(table_path(lake, table))}"
