@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench import (
+    cascade_merge,
     dump_throughput,
     filtered_dumps,
     lake_merge,
@@ -34,6 +35,7 @@ from bench import (
 from bench.common import SOURCES, Options, Result, emit, progress
 
 BENCHMARKS: dict[str, Callable[[Options], Result]] = {
+    cascade_merge.NAME: cascade_merge.run,
     dump_throughput.NAME: dump_throughput.run,
     filtered_dumps.NAME: filtered_dumps.run,
     lake_merge.NAME: lake_merge.run,

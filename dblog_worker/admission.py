@@ -2,13 +2,15 @@
 (:func:`follow_queue`) and checks a request when it reaches it (:func:`refusal`): its
 tables are still dumpable, its saved progress fits their keys, its record in Redis is
 whole; a request refused here fails with the reason, and the log goes on. It also makes
-requests of its own: a primary-key dump of rows the log cut short (:func:`queue_repairs`).
+requests of its own: a primary-key dump of rows the log cut short (:func:`queue_repairs`),
+and a pruning dump of tables a foreign-key cascade changed where no event says how
+(:func:`queue_prunes`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from dblog_worker.chunks import PLANNERS
 from dblog_worker.dialect import Dialect
@@ -19,6 +21,7 @@ from dblog_worker.requests import (
     DumpKind,
     DumpRequest,
     KeyTexts,
+    MalformedRequest,
     RequestState,
     TableProgress,
     repair_token,
@@ -148,3 +151,20 @@ def queue_repairs(state: StateStore, dialect: Dialect,
             len(keys), table, dialect.incomplete_rows_hint(), request.id,
             extra={"request_id": request.id},
         )
+
+
+def queue_prunes(state: StateStore, tables: Iterable[str]) -> list[DumpRequest]:
+    """Queue a pruning dump of each table (a foreign-key cascade changed rows no event
+    names), unless one is queued already and has not started: it prunes from a low
+    watermark after these cascades. Returns the requests queued now."""
+    waiting = {request.tables[0] for request in state.list_records(active_only=True)
+               if not isinstance(request, MalformedRequest) and request.prune
+               and request.state is RequestState.QUEUED and len(request.tables) == 1}
+    queued = []
+    for table in sorted(set(tables) - waiting):
+        request = state.create_request(DumpKind.TABLES, [table], chunk_size=DEFAULT_CHUNK_SIZE,
+                                       delay_ms=0, prune=True)
+        log.warning("a foreign-key cascade changed rows of %s that no event names: dump %s "
+                    "prunes it", table, request.id, extra={"request_id": request.id})
+        queued.append(request)
+    return queued

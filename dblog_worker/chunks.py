@@ -42,7 +42,8 @@ def done(rows: Encoded) -> Future[Encoded]:
 @dataclass(frozen=True, slots=True)
 class ChunkRead:
     """What a window's chunk SELECT selected (``all_read``: a table dump's read reached
-    the upper bound; None: the planner judges by the count)."""
+    the upper bound; None: the planner judges by the count; ``upper``: the upper bound a
+    pruning dump's first window read)."""
 
     rows: Future[Encoded]
     selected: int = 0
@@ -50,6 +51,7 @@ class ChunkRead:
     missing: tuple[KeyTexts, ...] = ()
     schema_version: int = 0
     all_read: bool | None = None
+    upper: KeyTexts | None = None
 
 
 NOTHING_READ = ChunkRead(done((EMPTY, EMPTY)))
@@ -178,6 +180,33 @@ def _joined(encodes: Sequence[Callable[[], Encoded]]) -> Encoded:
 
 
 @dataclass(frozen=True, slots=True)
+class BoundRead:
+    """A pruning dump's first window of a table: it reads the table's upper bound, between
+    LW and HW, and no row. Every row inserted after that read is logged after LW, so LW is
+    where the dump's prune begins: once the table is read, a row no event wrote since LW
+    is not at the source (``TableProgress.prune_from``)."""
+
+    table: str
+    limit: int = 0
+
+    @property
+    def first(self) -> bool:
+        return False
+
+    def read(self, source: DumpReader, encode: Encode) -> ChunkRead:
+        upper = source.upper_bound(self.table)
+        return ChunkRead(done((EMPTY, EMPTY)), upper=upper, all_read=upper is None)
+
+
+@dataclass(frozen=True, slots=True)
+class Bounded:
+    """Where a pruning dump's reading goes on before its upper bound is in the progress."""
+
+    after: KeyTexts | None
+    upper: KeyTexts
+
+
+@dataclass(frozen=True, slots=True)
 class KeyBatch:
     """A primary-key dump's chunk: the requested keys from ``key_index`` on."""
 
@@ -196,7 +225,7 @@ class KeyBatch:
                          missing=tuple(batch.missing), schema_version=batch.schema_version)
 
 
-Cursor = KeyTexts | int
+Cursor = KeyTexts | int | Bounded
 """Where reading of a table goes on while windows are open (ahead of its progress)."""
 
 
@@ -223,24 +252,29 @@ class Planner(Protocol):
 
 
 class TablePlanner:
-    """ALL and TABLES: keyset chunks up to the largest key, captured once per table."""
+    """ALL and TABLES: keyset chunks up to the largest key, captured once per table (by a
+    pruning dump, inside its first window: :class:`BoundRead`)."""
 
     def start(self, table: TableProgress, source: ChunkReader,
               request: DumpRequest) -> TableProgress | None:
-        if table.started:
+        if table.started or request.prune:
             return None
         upper = source.upper_bound(table.table, request.row_filter)
         return dataclasses.replace(table, started=True, done=upper is None,
                                    upper_bound=None if upper is None else list(upper))
 
     def next(self, table: TableProgress, cursor: Cursor | None, request: DumpRequest,
-             keys: KeyFetch) -> KeyRange | KeyRanges | None:
-        if not table.started or table.upper_bound is None:
-            return None
+             keys: KeyFetch) -> KeyRange | KeyRanges | BoundRead | None:
+        upper: KeyTexts | None = None
         after = cursor if isinstance(cursor, tuple) else None
+        if isinstance(cursor, Bounded):
+            after, upper = cursor.after, cursor.upper
+        elif table.started and table.upper_bound is not None:
+            upper = tuple(table.upper_bound)
+        if upper is None:
+            return BoundRead(table.table) if request.prune and not table.started else None
         if after is None and table.last_key is not None:
             after = tuple(table.last_key)
-        upper = tuple(table.upper_bound)
         if request.parallelism > 1:
             return KeyRanges(table.table, request.chunk_size, after, upper,
                              request.parallelism, request.row_filter)
@@ -248,10 +282,18 @@ class TablePlanner:
 
     def opened(self, plan: ChunkPlan, read: ChunkRead,
                request: DumpRequest) -> tuple[Cursor | None, bool]:
+        if isinstance(plan, BoundRead):
+            return None if read.upper is None else Bounded(None, read.upper), read.upper is None
+        if request.prune and isinstance(plan, KeyRange | KeyRanges):
+            return Bounded(read.last_key or plan.after, plan.upper), _all_read(plan, read)
         return read.last_key, _all_read(plan, read)
 
     def completed(self, table: TableProgress, plan: ChunkPlan, read: ChunkRead,
                   request: DumpRequest) -> TableProgress:
+        if isinstance(plan, BoundRead):
+            return dataclasses.replace(
+                table, started=True, done=read.upper is None,
+                upper_bound=None if read.upper is None else list(read.upper))
         last_key = table.last_key if read.last_key is None else list(read.last_key)
         return dataclasses.replace(table, last_key=last_key, done=_all_read(plan, read))
 
@@ -305,12 +347,14 @@ PLANNERS: dict[DumpKind, Planner] = {
 
 
 class KeyColumn(Sequence[str]):
-    """The chunk's keys for the reconciler: encoded in another thread, turned into Python
-    strings only if it asks (an event touched the table in the window)."""
+    """The chunk's keys (``column`` 0) or row images (1) for the reconciler: encoded in
+    another thread, turned into Python strings only if it asks (an event touched the table
+    in the window)."""
 
-    def __init__(self, count: int, rows: Future[Encoded]) -> None:
+    def __init__(self, count: int, rows: Future[Encoded], column: int = 0) -> None:
         self._count = count
         self._rows = rows
+        self._column = column
         self._list: list[str] | None = None
 
     def __len__(self) -> int:
@@ -319,7 +363,7 @@ class KeyColumn(Sequence[str]):
     def _strings(self) -> list[str]:
         if self._list is None:
             try:
-                self._list = self._rows.result()[0].to_pylist()
+                self._list = self._rows.result()[self._column].to_pylist()
             except Exception:  # no row survives; the dump fails at HW (_emit_survivors)
                 self._list = []
         return self._list

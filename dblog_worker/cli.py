@@ -124,6 +124,10 @@ def _parser() -> argparse.ArgumentParser:
                       help='the first primary key to dump (included): 100 or [1,"a"]')
     dump.add_argument("--to-key", type=key_argument, metavar="KEY",
                       help="the last primary key to dump (included)")
+    dump.add_argument("--prune", action="store_true",
+                      help="also remove, downstream, the rows the source no longer has: once "
+                           "each table is read, its rows no event wrote since the dump began "
+                           "are gone (whole tables only)")
     _throttle_options(dump)
     dump.add_argument("--client-token", metavar="TOKEN",
                       help="idempotency token: the same token, one request (default: none)")
@@ -252,6 +256,7 @@ def _preflight(config: Config, args: argparse.Namespace) -> int:
     try:
         problems = source.preflight()
         modes = source.modes()
+        cascades = source.cascades()
     finally:
         source.close()
     if not problems:
@@ -263,6 +268,9 @@ def _preflight(config: Config, args: argparse.Namespace) -> int:
             print(f"- {problem.what}\n  fix: {problem.fix}")
     print("modes:")
     for line in modes:
+        print(f"  {line}")
+    print("foreign-key cascades:")
+    for line in cascades:
         print(f"  {line}")
     return 1 if problems else 0
 

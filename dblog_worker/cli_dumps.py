@@ -55,7 +55,7 @@ def dump(config: Config, args: argparse.Namespace) -> int:
                        chunk_size=args.chunk_size, delay_ms=args.delay_ms,
                        client_token=args.client_token, parallelism=args.parallelism,
                        where=args.where, from_key=args.from_key, to_key=args.to_key,
-                       throttle=throttle_limits(args))
+                       throttle=throttle_limits(args), prune=args.prune)
     state = state_of(config)
     request = create_dump(config, state, spec)
     if args.json:
@@ -64,7 +64,8 @@ def dump(config: Config, args: argparse.Namespace) -> int:
         print(f"{request.id} {request.state.value}: {request.kind.value} "
               f"{', '.join(request.tables)}"
               + (f" ({request.key_count} keys)" if request.key_count else "")
-              + (f" where {request.row_filter.describe()}" if request.row_filter else ""))
+              + (f" where {request.row_filter.describe()}" if request.row_filter else "")
+              + (", pruning" if request.prune else ""))
     if args.wait:
         return follow(state, request.id, 0)
     return 0

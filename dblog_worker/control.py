@@ -43,7 +43,8 @@ def create_dump(config: Config, state: StateStore, spec: DumpSpec) -> DumpReques
     return state.create_request(spec.kind, tables, chunk_size=spec.chunk_size,
                                 delay_ms=spec.delay_ms, keys=keys,
                                 client_token=spec.client_token, parallelism=spec.parallelism,
-                                row_filter=spec.row_filter, throttle=spec.throttle)
+                                row_filter=spec.row_filter, throttle=spec.throttle,
+                                prune=spec.prune)
 
 
 def source_keys(config: Config, spec: DumpSpec, tables: Sequence[str]) -> list[KeyTexts]:
@@ -89,6 +90,7 @@ def request_json(request: DumpRequest, progress: dict[str, TableProgress]) -> di
         "throttle": request.throttle.limits(),
         "key_count": request.key_count,
         "filter": None if request.row_filter is None else request.row_filter.to_json(),
+        "prune": request.prune,
         "created_at": request.created_at,
         "updated_at": request.updated_at,
         "error": request.error,

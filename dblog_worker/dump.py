@@ -137,9 +137,11 @@ class ActiveDump:
         if all_read:
             self._read_all.add(read.plan.table)
 
-    def window_closed(self, closed: WindowClosed, now: float) -> None:
+    def window_closed(self, closed: WindowClosed, now: float) -> TableProgress | None:
+        """Take a closed window's read into the progress; the table's progress if this
+        window read the rest of a table of a pruning dump (its prune event comes next)."""
         if not self.open_reads or closed.dump_id != self.id:
-            return
+            return None
         read = self.open_reads.popleft()
         table = self.progress[read.plan.table]
         self.closed_at = now
@@ -147,8 +149,9 @@ class ActiveDump:
         if read.stale or closed.retry:
             self._read_again(read.plan.table)
             self.read_later(now)
-            return
+            return None
         self._again = 0
+        was_done = table.done
         table = dataclasses.replace(table, rows=table.rows + len(closed.survivors))
         if not read.superseded:
             table = dataclasses.replace(
@@ -159,7 +162,12 @@ class ActiveDump:
             else:
                 table = self.planner.completed(table, read.plan, read.chunk, self.request)
                 self._missing.extend(read.chunk.missing)
+                if self.request.prune and table.prune_from is None and closed.low is not None:
+                    # the first window of the table (it read the upper bound): the prune's start
+                    table = dataclasses.replace(table, prune_from=closed.low.encode())
         self._set(table)
+        pruned = self.request.prune and table.done and not was_done and self.failure is None
+        return table if pruned else None
 
     def read_later(self, now: float) -> None:
         """The next chunk cannot be read now (stale, locked): wait, longer each time."""

@@ -45,6 +45,7 @@ class DumpSpec:
     parallelism: int = 1
     row_filter: RowFilter | None = None
     throttle: ThrottlePolicy = NO_THROTTLE
+    prune: bool = False  # also remove the rows the source does not have (whole tables)
 
     def __post_init__(self) -> None:
         check_chunk_size(self.chunk_size)
@@ -53,6 +54,7 @@ class DumpSpec:
         _check_tables(self.kind, self.tables)
         _check_keys(self.kind, self.keys)
         _check_filter(self.kind, self.tables, self.row_filter)
+        _check_prune(self.kind, self.row_filter, self.prune)
         if self.client_token is not None and not (
                 isinstance(self.client_token, str)
                 and 1 <= len(self.client_token) <= MAX_CLIENT_TOKEN):
@@ -65,7 +67,7 @@ class DumpSpec:
            delay_ms: int = 0, client_token: str | None = None,
            parallelism: int = 1, where: object = None, from_key: object = None,
            to_key: object = None,
-           throttle: Mapping[str, object] | None = None) -> DumpSpec:
+           throttle: Mapping[str, object] | None = None, prune: object = False) -> DumpSpec:
         """A spec from a front end's values: ``kind`` as text (``all``, ``tables``,
         ``keys``), tables in the order given (duplicates dropped), a filter's conditions
         and key range as :meth:`RowFilter.of` takes them."""
@@ -81,10 +83,12 @@ class DumpSpec:
             raise RequestRejected('tables must be a non-empty list of "schema.table" names')
         if keys is not None and (isinstance(keys, str) or not isinstance(keys, Sequence)):
             raise RequestRejected(f"keys must be a non-empty JSON array such as {KEYS_EXAMPLE}")
+        if not isinstance(prune, bool):
+            raise RequestRejected(f"prune must be true or false, got {prune!r}")
         return cls(dump_kind, tuple(dict.fromkeys(tables or ())),
                    None if keys is None else tuple(keys), chunk_size, delay_ms, client_token,
                    parallelism, RowFilter.of(where, from_key, to_key),
-                   ThrottlePolicy.of(throttle))
+                   ThrottlePolicy.of(throttle), prune)
 
     def table_names(self, captured: Sequence[str]) -> tuple[str, ...]:
         """The tables to dump: for kind ``all``, the ``captured`` tables."""
@@ -126,6 +130,17 @@ def _check_filter(kind: DumpKind, tables: tuple[str, ...],
         given = "kind all" if kind is DumpKind.ALL else f"{len(tables)} tables"
         raise RequestRejected("a key range (from_key, to_key) is of one table's key: use kind "
                               f"tables with one table, got {given}")
+
+
+def _check_prune(kind: DumpKind, row_filter: RowFilter | None, prune: bool) -> None:
+    if not prune:
+        return
+    if kind is DumpKind.KEYS:
+        raise RequestRejected("a pruning dump reads whole tables: use kind tables (or all), "
+                              "not keys")
+    if row_filter is not None:
+        raise RequestRejected("a pruning dump reads whole tables: give it no where, from_key "
+                              "or to_key")
 
 
 def _check_keys(kind: DumpKind, keys: tuple[object, ...] | None) -> None:

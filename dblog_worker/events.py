@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -21,6 +21,8 @@ class Op(StrEnum):
     DELETE = "d"
     READ = "r"  # a row read by a dump chunk
     TRUNCATE = "t"
+    FOREIGN_KEY = "f"  # what a foreign key's cascade did to child rows (foreign_keys.py)
+    PRUNE = "p"  # a pruning dump's end: rows no event wrote since it began are gone
 
 
 class Origin(StrEnum):
@@ -101,6 +103,8 @@ class PendingRows:
     commit_ts_us: int
     schema_version: int
     dump_id: str
+    # survivors whose image a foreign-key cascade in the window changed: index → image
+    replaced: Mapping[int, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return self.count
@@ -110,6 +114,11 @@ class PendingRows:
         if self.count < len(keys):
             survivors = pa.array(self.survivors, pa.int32())
             keys, afters = keys.take(survivors), afters.take(survivors)
+        if self.replaced:
+            images = afters.to_pylist()
+            for at, index in enumerate(self.survivors):
+                images[at] = self.replaced.get(index, images[at])
+            afters = pa.array(images, pa.string())
         return DumpRows(self.table, keys, afters, self.high, self.commit_ts_us,
                         self.schema_version, self.dump_id)
 
@@ -160,4 +169,13 @@ class Unseen:
     overflow: frozenset[str] = frozenset()
 
 
-LogItem = ChangeEvent | Watermark | Checkpoint | IncompleteRow | Unseen
+@dataclass(frozen=True, slots=True)
+class Cascaded:
+    """Captured tables a foreign-key cascade may have changed where no event can say which
+    rows (two foreign keys away, or values the database compares by collation): a pruning
+    dump of each is queued once the output up to here is durable."""
+
+    tables: frozenset[str]
+
+
+LogItem = ChangeEvent | Watermark | Checkpoint | IncompleteRow | Unseen | Cascaded

@@ -13,7 +13,8 @@ which trails the landing zone after a crash).
 
 Dump rows whose encoding failed are left out of the write, which goes on; ``wait``
 reports them in :attr:`OutputBuffer.failed` (dump id → error), so that their dump fails
-and the log does not stop.
+and the log does not stop. A prune event of such a dump (``op`` ``p``: rows it did not
+emit are gone) is left out too, in this write and every later one.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
 from dblog_worker.errors import DblogError, OutputUnavailable
-from dblog_worker.events import ChangeEvent, DumpRows, PendingRows
+from dblog_worker.events import ChangeEvent, DumpRows, Op, PendingRows
 from dblog_worker.landing.arrow import Item
 from dblog_worker.landing.sink import Sink
 from dblog_worker.position import Position
@@ -74,6 +75,7 @@ class OutputBuffer:
         self.emitted = 0  # events made durable by this buffer
         self.landed: dict[str, tuple[int, int]] = {}  # the last write: (log events, dump rows)
         self.failed: dict[str, str] = {}  # the last write: dumps whose rows failed to encode
+        self._failed_dumps: set[str] = set()  # the writer's: every dump whose rows failed
 
     def add(self, event: ChangeEvent) -> None:
         if self._replay_until is not None and self._is_replay(event):
@@ -137,6 +139,10 @@ class OutputBuffer:
                           for e in pending]
             except Exception:  # a chunk failed to encode: leave it out, its dump fails
                 events = self._without_failed(table, pending, failed)
+            self._failed_dumps.update(failed)
+            if self._failed_dumps:
+                events = [e for e in events if type(e) is not ChangeEvent
+                          or e.op is not Op.PRUNE or e.dump_id not in self._failed_dumps]
             if events:
                 written[table] = self._sink.commit(table, events)
         return written, failed

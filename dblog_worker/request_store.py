@@ -136,6 +136,7 @@ class RequestStore(RedisStore):
         parallelism: int = 1,
         row_filter: RowFilter | None = None,
         throttle: ThrottlePolicy = NO_THROTTLE,
+        prune: bool = False,
     ) -> DumpRequest:
         """Queue a request; with a ``client_token`` already used, return that request."""
         check_chunk_size(chunk_size)
@@ -147,6 +148,8 @@ class RequestStore(RedisStore):
             raise RequestRejected("a primary-key dump names exactly one table and some keys")
         if row_filter is not None and kind is DumpKind.KEYS:
             raise RequestRejected("a primary-key dump reads the keys it names: it takes no filter")
+        if prune and (kind is DumpKind.KEYS or row_filter is not None):
+            raise RequestRejected("a pruning dump reads whole tables: no keys, no filter")
         with redis_errors():
             self.ensure_layout()
             if client_token is not None:
@@ -161,6 +164,7 @@ class RequestStore(RedisStore):
                 key_count=len(keys), client_token=client_token, parallelism=parallelism,
                 row_filter=row_filter,
                 throttle=throttle,
+                prune=prune,
             )
 
             def fill(pipe: Any) -> None:

@@ -164,6 +164,7 @@ class DumpRequest:
     parallelism: int = 1
     row_filter: RowFilter | None = None  # a filtered dump's conditions and key range
     throttle: ThrottlePolicy = NO_THROTTLE
+    prune: bool = False  # a table dump that also removes the rows the source does not have
 
     def to_fields(self) -> dict[str, str]:
         fields = {
@@ -185,6 +186,8 @@ class DumpRequest:
             fields["client_token"] = self.client_token
         if self.row_filter is not None:
             fields["filter"] = json.dumps(self.row_filter.to_json())
+        if self.prune:
+            fields["prune"] = "1"
         fields.update(self.extra)
         return fields
 
@@ -207,7 +210,13 @@ class DumpRequest:
         if kind is DumpKind.KEYS and key_count == 0:
             raise bad("key_count", "is 0, but a primary-key dump has keys")
         known = {*REQUEST_REQUIRED, "key_count", "error", "client_token", "parallelism",
-                 "filter", *ThrottlePolicy.record_fields()}
+                 "filter", "prune", *ThrottlePolicy.record_fields()}
+        prune = fields.get("prune", "0")
+        if prune not in ("0", "1"):
+            raise bad("prune", f"is {_clip(prune)}, not 0 or 1")
+        if prune == "1" and (kind is DumpKind.KEYS or "filter" in fields):
+            raise bad("prune", "is set, but only a whole-table dump (kind all or tables, no "
+                      "filter) can prune")
         return cls(
             id=fields["id"],
             kind=kind,
@@ -226,6 +235,7 @@ class DumpRequest:
                               "parallelism"),
             row_filter=_row_filter(fields.get("filter"), kind, bad),
             throttle=ThrottlePolicy.from_fields(fields, bad),  # absent limits: off
+            prune=prune == "1",
         )
 
 
@@ -233,6 +243,7 @@ REQUEST_REQUIRED = ("id", "kind", "tables", "chunk_size", "delay_ms", "state", "
                     "updated_at")
 REQUEST_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")  # never ':', which would reach other keys
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
+_POSITION = re.compile(r"[0-9a-f]{48}")
 _MAX_COUNT = 2**63 - 1
 
 
@@ -352,6 +363,9 @@ class TableProgress:
     rows: int = 0  # emitted to the output
     dropped: int = 0  # removed by in-window log events
     missing: int = 0  # primary-key dumps: keys not found
+    # pruning dumps: the low watermark of the window that read the upper bound (48 hex
+    # digits); every row no event wrote since is gone once the table is read
+    prune_from: str | None = None
 
     def to_json(self) -> str:
         return json.dumps({name: getattr(self, name) for name in self.__slots__})
@@ -410,6 +424,8 @@ _PROGRESS_FIELDS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     ("started", lambda v: type(v) is bool, "true or false"),
     ("last_key", _is_key, "null or a JSON array of the key's texts"),
     ("upper_bound", _is_key, "null or a JSON array of the key's texts"),
+    ("prune_from", lambda v: v is None or (isinstance(v, str) and bool(_POSITION.fullmatch(v))),
+     "null or a position of 48 hex digits"),
     *((name, _is_count, "a count (an integer, 0 or more)")
       for name in ("next_key_index", "chunks", "selected", "rows", "dropped", "missing")),
 )

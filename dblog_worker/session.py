@@ -32,8 +32,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dblog_worker.admission import follow_queue, queue_repairs
-from dblog_worker.chunks import NOTHING_READ, KeyColumn
+from dblog_worker.admission import follow_queue, queue_prunes, queue_repairs
+from dblog_worker.chunks import NOTHING_READ, BoundRead, KeyColumn
 from dblog_worker.dialect import dialect
 from dblog_worker.dump import ActiveDump, WindowRead
 from dblog_worker.errors import (
@@ -44,15 +44,19 @@ from dblog_worker.errors import (
     TransientError,
 )
 from dblog_worker.events import (
+    Cascaded,
     ChangeEvent,
     Checkpoint,
     Encoded,
     IncompleteRow,
     LogItem,
+    Op,
+    Origin,
     PendingRows,
     Unseen,
     Watermark,
 )
+from dblog_worker.foreign_keys import prune_image
 from dblog_worker.output import OutputBuffer, landing_errors
 from dblog_worker.pacing import Pacer
 from dblog_worker.position import Position
@@ -98,6 +102,7 @@ class Covered:
     failure: str | None
     progress: dict[str, list[TableProgress]] = field(default_factory=dict)
     missing: dict[str, list[KeyTexts]] = field(default_factory=dict)
+    prunes: set[str] = field(default_factory=set)  # tables to prune (foreign-key cascades)
 
 
 class Session:
@@ -124,6 +129,7 @@ class Session:
         self.last_renew = time.monotonic()
         self.windows = 0
         self.incomplete: dict[str, dict[KeyTexts, None]] = {}  # keys to dump: rows the log cut
+        self.prunes: set[str] = set()  # tables to prune: cascades no event says (foreign_keys)
         # the open windows' chunks (keys, rows) and the log's end once their HW committed
         self.window_rows: deque[tuple[Future[Encoded], Position]] = deque()
         self.encoder = ThreadPoolExecutor(1, thread_name_prefix="dblog-encode")
@@ -230,12 +236,16 @@ class Session:
                 if closed is not None:
                     self._emit_survivors(closed)
                     if self.dump is not None:
-                        self.dump.window_closed(closed, time.monotonic())
+                        finished = self.dump.window_closed(closed, time.monotonic())
+                        if finished is not None:
+                            self._emit_prune(closed, finished)
                     telemetry.window_closed(closed)
             elif type(item) is Unseen:
                 reconciler.on_unseen(item)
             elif type(item) is IncompleteRow:
                 self.incomplete.setdefault(item.table, {})[item.key] = None
+            elif type(item) is Cascaded:
+                self.prunes.update(item.tables)
         telemetry.polled(items, self.pending_checkpoint, output.log_events_by_table)
         now = time.monotonic()
         if now - self.last_control >= self.config.control_interval_s:
@@ -278,8 +288,17 @@ class Session:
             self.output.add_rows(PendingRows(
                 closed.table, rows, closed.survivors, len(closed.survivors),
                 closed.high.position, closed.high.commit_ts_us, closed.schema_version,
-                closed.dump_id,
+                closed.dump_id, closed.replaced,
             ))
+
+    def _emit_prune(self, closed: WindowClosed, table: TableProgress) -> None:
+        """A pruning dump read the whole table: its prune event, right after the last
+        window's rows. The output drops it if any row of the dump failed to encode."""
+        assert self.output is not None and table.prune_from is not None
+        self.output.add(ChangeEvent(
+            table.table, Op.PRUNE, closed.high.position.dump_row(len(closed.survivors)),
+            None, None, prune_image(table.prune_from), Origin.DUMP, closed.high.commit_ts_us,
+            closed.schema_version, closed.dump_id))
 
     def _may_open(self, dump: ActiveDump, now: float) -> bool:
         """Without a delay, the next window opens while the last one's watermarks are on
@@ -294,7 +313,7 @@ class Session:
         """Whether a write would carry anything: events, a checkpoint, dump progress."""
         assert self.output is not None
         return (self.output.count > 0 or self.pending_checkpoint != self.checkpoint
-                or bool(self.incomplete) or self.dump is not None)
+                or bool(self.incomplete) or bool(self.prunes) or self.dump is not None)
 
     def _next_write(self) -> float:
         """When the next write is due: an interval after the last write of events (events
@@ -363,7 +382,9 @@ class Session:
         chunk = read.chunk
         self.window_rows.append((chunk.rows, self.source.log_position()))
         self.reconciler.open(plan.table, tokens, KeyColumn(chunk.selected, chunk.rows),
-                             dump.id, chunk.schema_version)
+                             dump.id, chunk.schema_version,
+                             KeyColumn(chunk.selected, chunk.rows, 1),
+                             bound=isinstance(plan, BoundRead))
         dump.window_opened(read)
         self.windows += 1
         self.worker.telemetry.window_opened(plan.table, dump.id, tokens.low, chunk.selected,
@@ -383,8 +404,10 @@ class Session:
             finish=None if dump is None or dump.open_reads else dump,
             finished=dump is not None and dump.finished,
             failure=None if dump is None else dump.failure,
+            prunes=self.prunes,
         )
         self.incomplete = {}
+        self.prunes = set()
         if dump is not None:
             tables, keys = dump.take_unsaved()
             if tables:  # copies: later windows change the live ones
@@ -415,6 +438,8 @@ class Session:
             if self.dump is not None and self.dump.id == dump_id:
                 self.dump.failure = self.dump.failure or failure
         queue_repairs(self.state, self.dialect, covered.incomplete, covered.checkpoint)
+        if covered.prunes:
+            queue_prunes(self.state, covered.prunes)
         checkpoint = covered.checkpoint
         if checkpoint == self.checkpoint:
             checkpoint = None

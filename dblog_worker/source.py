@@ -76,6 +76,11 @@ class Setup(Protocol):
         """For ``dblog preflight``: the ways this source can write watermarks and read
         chunks, each with whether it can here and why. Changes nothing."""
 
+    def cascades(self) -> list[str]:
+        """For ``dblog preflight``, after :meth:`preflight`: the foreign keys whose cascades
+        the log does not carry and that reach captured tables, and what the worker does
+        about each (:mod:`dblog_worker.foreign_keys`). Changes nothing."""
+
     def capture_exists(self) -> bool:
         """Whether the database already keeps a log position for us (a slot)."""
 

@@ -17,6 +17,17 @@ transaction visible only after logging its commit) arrives right after LW as
 keep, the window is *read again*: no row survives, and :attr:`WindowClosed.retry` tells
 the dump not to count the chunk as read.
 
+A foreign-key action event (:mod:`dblog_worker.foreign_keys`: what a cascade the log does
+not carry did to child rows) names no key but a predicate: between LW and HW, it removes
+from the chunk every row it deletes, and writes into every row it sets the new values
+(the chunk read the row before the cascade, and no event carries the row after it); a row
+read after the cascade no longer matches. The reconciler reads the chunk's row images only
+when such an event comes.
+
+A window that reads a pruning dump's upper bound (``bound``) reads no row: it is read again
+if a change of its table logged before LW was not seen by its SELECT, since the prune
+counts on every row older than LW being visible to it.
+
 The reconciler sees only the chunk's keys: it answers which rows survive
 (:class:`WindowClosed`); the rows themselves travel as columns (:class:`DumpRows`).
 
@@ -33,12 +44,14 @@ LW, LW twice, a token of no open window -- is a :class:`ProtocolError`.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 
 from dblog_worker.errors import ProtocolError
 from dblog_worker.events import EVERY_TABLE, ChangeEvent, Op, Unseen, Watermark
+from dblog_worker.foreign_keys import Action, apply_actions, parse_actions
+from dblog_worker.position import Position
 
 
 def is_low_watermark(token: str) -> bool:
@@ -68,6 +81,9 @@ class WindowClosed:
     selected: int
     schema_version: int
     retry: bool = False  # the chunk is to be read again: nothing of it survives
+    low: Position | None = None  # where LW was in the log
+    # surviving rows whose image a foreign-key action event changed: chunk index → image
+    replaced: Mapping[int, str] = field(default_factory=dict)
 
     @property
     def dropped(self) -> int:
@@ -75,8 +91,8 @@ class WindowClosed:
 
 
 class _OpenWindow:
-    __slots__ = ("dump_id", "keys", "retry", "schema_version", "state", "table", "tokens",
-                 "touched", "truncated")
+    __slots__ = ("actions", "bound", "dump_id", "keys", "low", "retry", "rows",
+                 "schema_version", "state", "table", "tokens", "touched", "truncated")
 
     def __init__(
         self,
@@ -85,13 +101,19 @@ class _OpenWindow:
         keys: Sequence[str],
         dump_id: str,
         schema_version: int,
+        rows: Sequence[str],
+        bound: bool,
     ) -> None:
         self.table = table
         self.tokens = tokens
         self.keys = keys  # unique: a primary key; read only if an event touched the table
+        self.rows = rows  # the row images, in chunk order: read only for foreign-key events
         self.touched: set[str] = set()
+        self.actions: list[list[Action]] = []  # foreign-key action events, in log order
         self.truncated = False
         self.retry = False
+        self.bound = bound
+        self.low: Position | None = None
         self.dump_id = dump_id
         self.schema_version = schema_version
         self.state = WindowState.AWAITING_LOW
@@ -139,9 +161,13 @@ class Reconciler:
         keys: Sequence[str],
         dump_id: str,
         schema_version: int,
+        rows: Sequence[str] = (),
+        bound: bool = False,
     ) -> None:
-        """Register the keys of the chunk selected between the two watermark writes."""
-        self._windows.append(_OpenWindow(table, tokens, keys, dump_id, schema_version))
+        """Register the keys (and row images) of the chunk selected between the two
+        watermark writes; ``bound``: the window read a pruning dump's upper bound."""
+        self._windows.append(_OpenWindow(table, tokens, keys, dump_id, schema_version, rows,
+                                         bound))
 
     def on_change(self, event: ChangeEvent) -> None:
         """Step 6: a log event inside the window removes the chunk rows it touches."""
@@ -154,6 +180,8 @@ class Reconciler:
             window.truncated = True
         elif event.key is not None:
             window.touched.add(event.key)
+        elif event.op is Op.FOREIGN_KEY and event.before and event.after:
+            window.actions.append(parse_actions(event.before, event.after))
 
     def on_unseen(self, unseen: Unseen) -> None:
         """Changes logged before LW that the chunk SELECT did not see: inside the window."""
@@ -163,6 +191,8 @@ class Reconciler:
         for table, key in unseen.changes:
             if table != window.table:
                 continue
+            if window.bound:
+                window.retry = True
             if key is None:
                 window.truncated = True
             else:
@@ -182,6 +212,7 @@ class Reconciler:
             if window.state is WindowState.IN_WINDOW:
                 raise ProtocolError(f"low watermark {token} arrived twice")
             window.state = WindowState.IN_WINDOW
+            window.low = watermark.position
             return None
         if token == window.tokens.high:
             if window.state is not WindowState.IN_WINDOW:
@@ -202,12 +233,15 @@ class Reconciler:
 def _close(window: _OpenWindow, high: Watermark) -> WindowClosed:
     keys, touched = window.keys, window.touched
     survivors: Sequence[int]
+    replaced: dict[int, str] = {}
     if window.truncated or window.retry:
         survivors = ()
     elif not touched:
         survivors = range(len(keys))
     else:
         survivors = [i for i, key in enumerate(keys) if key not in touched]
+    if window.actions and survivors:
+        survivors, replaced = _cascaded(window, survivors)
     return WindowClosed(
         table=window.table,
         dump_id=window.dump_id,
@@ -216,4 +250,23 @@ def _close(window: _OpenWindow, high: Watermark) -> WindowClosed:
         selected=len(keys),
         schema_version=window.schema_version,
         retry=window.retry,
+        low=window.low,
+        replaced=replaced,
     )
+
+
+def _cascaded(window: _OpenWindow, survivors: Sequence[int]
+              ) -> tuple[list[int], dict[int, str]]:
+    """The survivors once the window's foreign-key action events applied to their images:
+    those deleted are gone, those changed carry their new image."""
+    kept, replaced = [], {}
+    rows = window.rows
+    for index in survivors:
+        row = rows[index]
+        after = apply_actions(row, window.actions)
+        if after is None:
+            continue
+        kept.append(index)
+        if after is not row:
+            replaced[index] = after
+    return kept, replaced

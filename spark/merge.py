@@ -5,7 +5,9 @@
         spark/merge.py --config worker.toml [--table schema.table ...] [--json] [--report FILE]
 
 Per table and batch of segments, Spark reads the segments, drops what a truncate
-in the batch cleared, keeps the latest event per key (greatest position), and
+in the batch cleared, keeps the latest event per key (greatest position) and every
+foreign-key action and prune event (they name no key: the driver applies them by
+predicate, after the keyed ones, ``dblog_worker/target/derived.py``), and
 writes those rows into the batch's staging table in the target over JDBC; up to
 ``merge.parallel_tables`` tables at once, each on its own driver thread. The
 driver then applies the staging table in one transaction with the merge log
@@ -48,10 +50,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("dblog.merge")
 
 JDBC_BATCH_ROWS = "10000"
+BY_PREDICATE = ("f", "p")  # foreign-key action and prune events: no key
 
 
 def spark_stager(spark: SparkSession) -> Stager:
-    """Stage a batch with Spark: latest event per key, written over JDBC."""
+    """Stage a batch with Spark: the latest keyed event per key, and every foreign-key
+    action and prune event, written over JDBC."""
     from pyspark.sql import functions as F
 
     def stage(batch: Batch, target: Target, reader: LandedReader) -> None:
@@ -63,13 +67,14 @@ def spark_stager(spark: SparkSession) -> Stager:
                                   f"{batch.last_segment} into {batch.stage}")
         url, properties = target.jdbc()
         events = (spark.read.format(batch.format).load(batch.locations)
-                  .select("position", "op", "key", "after"))
+                  .select("position", "op", "key", "after", "before"))
         if batch.after_position:  # a compacted segment holds events merged already
             events = events.where(F.col("position") > F.lit(batch.after_position))
         if batch.truncate_at:
             events = events.where(F.col("position") > F.lit(batch.truncate_at))
+        by_predicate = F.col("op").isin(*BY_PREDICATE)
         latest = (
-            events.where(F.col("op") != F.lit("t"))
+            events.where((F.col("op") != F.lit("t")) & ~by_predicate)
             .groupBy("key")
             .agg(F.max(F.struct("position", "op", "after")).alias("e"))
             .select(
@@ -77,11 +82,20 @@ def spark_stager(spark: SparkSession) -> Stager:
                 F.col("e.op").alias("op"),
                 F.col("e.position").alias("position"),
                 F.col("e.after").alias("after_json"),
+                F.lit(None).cast("string").alias("before_json"),
             )
         )
+        derived = events.where(by_predicate).select(
+            F.lit(None).cast("string").alias("key_json"),
+            "op",
+            "position",
+            F.col("after").alias("after_json"),
+            F.col("before").alias("before_json"),
+        )
         try:
-            latest.write.jdbc(url, target.stage_table(batch.stage), mode="append",
-                              properties={**properties, "batchsize": JDBC_BATCH_ROWS})
+            latest.unionByName(derived).write.jdbc(
+                url, target.stage_table(batch.stage), mode="append",
+                properties={**properties, "batchsize": JDBC_BATCH_ROWS})
         except Exception as exc:
             raise _staging_error(batch, reader, exc) from None
 
@@ -161,7 +175,8 @@ def print_report(report: MergeReport, as_json: bool) -> None:
         else:
             print(f"{t.table} -> {t.target_table}: {t.events:,} events in {t.batches}"
                   f" batch(es), {t.upserted:,} upserted, {t.deleted:,} deleted"
-                  f"{', truncated' if t.truncated else ''}, {t.seconds:.1f} s")
+                  + (f", {t.derived:,} by foreign-key or prune events" if t.derived else "")
+                  + f"{', truncated' if t.truncated else ''}, {t.seconds:.1f} s")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

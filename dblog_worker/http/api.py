@@ -72,7 +72,7 @@ CONTENT_TYPES = {
 }
 STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")  # one file, never a path
 CREATE_FIELDS = ("kind", "tables", "keys", "chunk_size", "delay_ms", "parallelism",
-                 "client_token", "where", "from_key", "to_key", "throttle")
+                 "client_token", "where", "from_key", "to_key", "throttle", "prune")
 KNOB_FIELDS = ("chunk_size", "delay_ms", "parallelism", "throttle")
 NOT_READY = ("not ready (connecting, standing by, or failed); /readyz with the token, or "
              "GET /api/v1/status, says why")
@@ -238,7 +238,8 @@ class Api:
                            client_token=client_token,
                            parallelism=_integer(body, "parallelism", 1),
                            where=body.get("where"), from_key=body.get("from_key"),
-                           to_key=body.get("to_key"), throttle=_throttle(body))
+                           to_key=body.get("to_key"), throttle=_throttle(body),
+                           prune=body.get("prune", False))
         known = self._existing(spec.client_token)
         request = create_dump(self.config, self.state, spec)
         created = known is None or known != request.id

@@ -55,6 +55,9 @@ TABLE_PROGRESS: Schema = {
         "dropped": {"type": "integer", "minimum": 0,
                     "description": "removed by log events inside their window"},
         "missing": {"type": "integer", "minimum": 0, "description": "keys dumps: keys not found"},
+        "prune_from": {**_nullable("string"),
+                       "description": "pruning dumps: the position (48 hex digits) of the low "
+                                      "watermark of the window that read the upper bound"},
     },
     "required": ["table", "done", "started", "chunks", "selected", "rows", "dropped",
                  "missing"],
@@ -72,6 +75,9 @@ REQUEST_FIELDS: Schema = {
     "key_count": {"type": "integer", "minimum": 0},
     "filter": {"oneOf": [{"type": "null"}, _ref("RowFilter")],
                "description": "a filtered dump's conditions and key range"},
+    "prune": {"type": "boolean",
+              "description": "a pruning dump: once each table is read, the rows no event "
+                             "wrote since it began are removed downstream"},
     "created_at": {"type": "number", "description": "Unix time, seconds"},
     "updated_at": {"type": "number", "description": "Unix time, seconds"},
     "error": {**_nullable("string"), "description": "why it failed or was cancelled"},
@@ -88,6 +94,9 @@ PARALLELISM: Schema = {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELI
                        "description": "chunk SELECTs per window of a table dump, each on a "
                                       "source connection of its own (a primary-key dump "
                                       "reads one batch per window)"}
+PRUNE: Schema = {"type": "boolean", "default": False,
+                 "description": "also remove, downstream, the rows the source no longer has "
+                                "(whole tables: no filter)"}
 
 KEY: Schema = {"oneOf": [KEY_VALUE, {"type": "array", "minItems": 1, "items": KEY_VALUE}]}
 CONDITION: Schema = {
@@ -208,7 +217,8 @@ SCHEMAS: dict[str, Schema] = {
         "type": "object",
         "properties": {"kind": {"const": "all"}, "chunk_size": CHUNK_SIZE,
                        "delay_ms": DELAY_MS, "parallelism": PARALLELISM,
-                       "throttle": _ref("Throttle"), "client_token": _ref("ClientToken")},
+                       "throttle": _ref("Throttle"), "client_token": _ref("ClientToken"),
+                       "prune": PRUNE},
         "required": ["kind"],
         "additionalProperties": False,
     },
@@ -224,6 +234,7 @@ SCHEMAS: dict[str, Schema] = {
             "parallelism": PARALLELISM,
             "throttle": _ref("Throttle"),
             "client_token": _ref("ClientToken"),
+            "prune": PRUNE,
             **FILTER_FIELDS,
         },
         "required": ["kind", "tables"],

@@ -22,6 +22,10 @@ from dblog_worker.position import Position
 from dblog_worker.requests import MAX_CHUNK_SIZE
 
 FORMAT_VERSION = "1"
+# a segment holding foreign-key action or prune events (ops f, p), which a reader of
+# version 1 would not apply: such a reader refuses it rather than go wrong
+DERIVED_FORMAT_VERSION = "2"
+FORMAT_VERSIONS = frozenset({FORMAT_VERSION, DERIVED_FORMAT_VERSION})
 TRUNCATE_AT_KEY = "dblog.truncate_at"
 SCHEMA_VERSIONS_KEY = "dblog.schema_versions"
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -149,8 +153,10 @@ def segment_table(items: Sequence[Item], source: str, table: str, writer: int | 
     for field, column in zip(SEGMENT_SCHEMA, columns, strict=True):
         if not field.nullable and column.null_count:
             raise ValueError(f"events for {table!r} have a null {field.name}")
-    metadata = {"dblog.format": FORMAT_VERSION, "dblog.source": source, "dblog.table": table,
-                **plan_metadata(columns)}
+    op = columns[SEGMENT_SCHEMA.names.index("op")]
+    derived = pc.any(pc.is_in(op, pa.array(["f", "p"]))).as_py()
+    metadata = {"dblog.format": DERIVED_FORMAT_VERSION if derived else FORMAT_VERSION,
+                "dblog.source": source, "dblog.table": table, **plan_metadata(columns)}
     if writer is not None:
         metadata["dblog.writer"] = str(writer)
     return pa.Table.from_arrays(columns, schema=SEGMENT_SCHEMA.with_metadata(metadata))

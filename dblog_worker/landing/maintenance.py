@@ -147,7 +147,9 @@ def compacted_rows(zone: Maintained, run: Sequence[Segment]) -> pa.Table:
                                                               for p in parts)]
     data = pa.concat_tables([p.replace_schema_metadata(None) for p in parts])
     metadata = {
-        "dblog.format": first_meta[b"dblog.format"].decode(),
+        # the highest: a run that holds foreign-key action or prune events stays format 2
+        "dblog.format": max(m.get(b"dblog.format", b"").decode() for m in (
+            p.schema.metadata or {} for p in parts)),
         "dblog.source": first_meta[b"dblog.source"].decode(),
         "dblog.table": first_meta[b"dblog.table"].decode(),
         **plan_metadata(data.columns),

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from dblog_worker.errors import SegmentCorrupt
 from dblog_worker.landing.arrow import (
     FORMAT_VERSION,
+    FORMAT_VERSIONS,
     SCHEMA_VERSIONS_KEY,
     SEGMENT_SCHEMA,
     TRUNCATE_AT_KEY,
@@ -99,7 +100,7 @@ def read_parquet_segment(source: ParquetSource, where: str,
     try:
         with pq.ParquetFile(source) as parquet:
             metadata = parquet.schema_arrow.metadata or {}
-            if metadata.get(b"dblog.format") != FORMAT_VERSION.encode():
+            if metadata.get(b"dblog.format", b"").decode(errors="replace") not in FORMAT_VERSIONS:
                 raise ValueError(
                     f"{where} is not a dblog segment (no dblog.format={FORMAT_VERSION})"
                 )
@@ -140,7 +141,7 @@ def summarize_parquet(parquet_source: ParquetSource, where: str, table: str, sou
     try:
         with pq.ParquetFile(parquet_source) as parquet:
             metadata = parquet.schema_arrow.metadata or {}
-            if metadata.get(b"dblog.format") != FORMAT_VERSION.encode():
+            if metadata.get(b"dblog.format", b"").decode(errors="replace") not in FORMAT_VERSIONS:
                 raise SegmentCorrupt(f"{where} is not a dblog segment (no dblog.format)")
             if metadata.get(b"dblog.table") != table.encode() or metadata.get(
                 b"dblog.source"

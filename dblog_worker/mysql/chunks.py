@@ -206,6 +206,11 @@ class CapturedTables:
         known = self._cache.known(table)
         return None if known is None else known.shape.key
 
+    def known_version(self, table: str) -> int:
+        """The schema version of a table already read (0 if none): no catalog read."""
+        known = self._cache.known(table)
+        return 0 if known is None else known.version
+
     def load(self, table: str) -> _Table:
         """The table's columns from information_schema, between two looks at what
         ``SELECT *`` reads: equal looks mean no DDL came in between."""
@@ -295,10 +300,13 @@ class CapturedTables:
             raise RequestRejected(f"the filter does not apply to {table}: {exc}") from None
 
     def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        """The table's largest key; with ``watermarks = "position"`` read in a snapshot,
+        whose position is the window's when a window is open (a pruning dump reads it
+        inside its first window: everything logged before that position is below it)."""
         captured = self._cache.get(table)
         where, params = _where(table, captured, row_filter)
         rows = self._select(table, catalog.upper_bound_sql(captured.shape, where), params,
-                            primary=True)
+                            primary=True, snapshot=True)
         return None if not rows else captured.codec.key_texts_from_key_cells(rows[0])
 
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int,

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -34,7 +34,8 @@ from dblog_worker.errors import (
     SourceUnavailable,
 )
 from dblog_worker.events import Checkpoint, LogItem, Watermark
-from dblog_worker.mysql import catalog, pressure
+from dblog_worker.foreign_keys import CascadePlan
+from dblog_worker.mysql import cascades, catalog, pressure
 from dblog_worker.mysql.binlog import BinlogReader
 from dblog_worker.mysql.catalog import qualified
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
@@ -60,7 +61,7 @@ from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.rowimage import row_images
 from dblog_worker.mysql.rowtext import key_row_reader
 from dblog_worker.mysql.snapshot import Snapshot, WindowSnapshots
-from dblog_worker.mysql.translate import BinlogTranslator, TableView
+from dblog_worker.mysql.translate import NO_CASCADES, BinlogTranslator, TableView
 from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.mysql.xa_visibility import XaCommits, xids_listed
 from dblog_worker.names import split_table
@@ -134,6 +135,7 @@ class MySqlSource:
         self._status_sql = "SHOW BINARY LOG STATUS"
         self._lanes: list[_Lane] = []
         self._catalog_conn: DumpConnection | None = None  # the binlog reader thread's
+        self._cascades: CascadePlan = NO_CASCADES  # read by preflight
 
     # -- connection and checks ------------------------------------------------
 
@@ -202,6 +204,9 @@ class MySqlSource:
             problems += self._position_problems()
         for table in self.config.tables:
             problems += self._table_problems(table, scopes, account)
+        keys, unseen = cascades.foreign_keys(self._rows, self.config.tables)
+        self._cascades = cascades.plan(keys, self.config.tables)
+        problems += cascades.problems(self._cascades, unseen, account)
         if self._replica is not None:
             if self._is_mariadb:
                 problems += self._replica.problems(list(self.config.tables),
@@ -281,6 +286,35 @@ class MySqlSource:
             *keys,
             f"chunk reads: {reads}",
         ]
+
+    def cascades(self) -> list[str]:
+        """The foreign keys that cascade into captured tables (read by :meth:`preflight`),
+        and what the worker does about each."""
+        lines = cascades.summary(self._cascades)
+        return lines or ["no foreign key with ON DELETE / ON UPDATE CASCADE or SET NULL "
+                         "reaches a captured table"]
+
+    def _reload_cascades(self) -> CascadePlan:
+        """The foreign keys again, on the binary log reader's thread's connection (a DDL
+        statement in the log may have changed them). The session ends if they now reach a
+        database the reader does not read: the next one reads it."""
+        conn = self._reader_connection()
+
+        def query(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+            with connection_errors("reading foreign keys"), conn.cursor() as cursor:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+
+        keys, _ = cascades.foreign_keys(query, self.config.tables)
+        plan = cascades.plan(keys, self.config.tables)
+        if not self._databases(plan) <= self._databases(self._cascades):
+            raise SourceUnavailable("foreign keys now cascade from another database: the "
+                                    "session restarts to read its binary log events")
+        self._cascades = plan
+        return plan
+
+    def _databases(self, plan: CascadePlan) -> set[str]:
+        return {split_table(t)[0] for t in (*self.config.tables, *plan.parents)}
 
     def _table_problems(self, table: str, scopes: dict[str, set[str]],
                         account: str) -> list[Problem]:
@@ -424,8 +458,11 @@ class MySqlSource:
                 "since then are lost. Run `dblog reset --yes --config <file>`, start the "
                 "worker, then `dblog dump --all` to bring the output back in sync"
             )
-        translator = BinlogTranslator(self.name, self.config.tables, self._describe, start)
-        databases = {split_table(t)[0] for t in self.config.tables}
+        translator = BinlogTranslator(
+            self.name, self.config.tables, self._describe, start, cascades=self._cascades,
+            describe_parent=self._describe_parent, reload_cascades=self._reload_cascades,
+            version_of=self.captured.known_version)
+        databases = self._databases(self._cascades)
         self._reader = BinlogReader(
             self._args, server_id(self.config), start, translator, databases,
             by_gtid=self._by_gtid(start), is_mariadb=self._is_mariadb,
@@ -552,15 +589,30 @@ class MySqlSource:
         return TableView(table, codec, version,
                          row_images(event.columns, key_row_reader(event.columns, codec)))
 
-    def _catalog_columns(self, table: str) -> dict[str, MyColumn]:
-        """The table's columns as information_schema describes them now, by name, read on
-        a connection of the binlog reader's thread (which alone calls this);
-        UnsupportedType for a column of a type the worker does not read."""
+    def _describe_parent(self, table: str, event: Any) -> TableView:
+        """A parent table's codec for its rows decoded from the binlog (in the reader), when
+        it is not captured: of the columns its children reference only (whatever the types
+        of the others), for the foreign-key events it derives; no schema version."""
+        referenced = {c for key in self._cascades.children(table) for c in key.referenced}
+        binlog = [c for c in event.columns if getattr(c, "name", None) in referenced]
+        columns = columns_from_binlog(binlog, self._catalog_columns(table, referenced))
+        return TableView(table, MyRowCodec(columns, [c.name for c in columns]), 0)
+
+    def _reader_connection(self) -> DumpConnection:
+        """The connection of the binlog reader's thread (which alone calls this)."""
         if self._catalog_conn is None or not self._catalog_conn.open:
             self._catalog_conn = connect(self.config.dsn)
-        with connection_errors("reading the catalog"), self._catalog_conn.cursor() as cursor:
+        return self._catalog_conn
+
+    def _catalog_columns(self, table: str, names: Collection[str] | None = None
+                         ) -> dict[str, MyColumn]:
+        """The table's columns (or those of ``names``) as information_schema describes
+        them now, by name, read on a connection of the binlog reader's thread (which alone
+        calls this); UnsupportedType for a column of a type the worker does not read."""
+        with connection_errors("reading the catalog"), \
+                self._reader_connection().cursor() as cursor:
             cursor.execute(COLUMNS_SQL, split_table(table))
-            rows = list(cursor.fetchall())
+            rows = [r for r in cursor.fetchall() if names is None or str(r[0]) in names]
         columns = (column_from_information_schema(row) for row in rows)
         return {column.name: column for column in columns}
 

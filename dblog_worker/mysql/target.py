@@ -12,6 +12,11 @@ PyMySQL formats every statement here with Python's ``%`` (each is run with param
 ``()`` when it has none): names are spelled with :func:`~dblog_worker.mysql.catalog.ident`
 and other text taken from a name, a type or a member with :func:`_formatted`, which
 double ``%``.
+
+Foreign-key action and prune events (:mod:`dblog_worker.target.derived`) apply after the
+keyed ones, by predicate. A row they delete leaves a tombstone keyed by its typed key
+(``typed:`` and the JSON array of its key columns' text: the event has no key JSON), which
+the upsert checks besides the landing's key JSON.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dblog_worker.errors import ConfigError, TargetError, TargetUnavailable
 from dblog_worker.mysql.catalog import ident, quote_ident
 from dblog_worker.mysql.options import MYSQL, parse_dsn
 from dblog_worker.names import split_table
+from dblog_worker.target import derived
 from dblog_worker.target.base import POSITION_COLUMN, TARGET_GONE, Applied, Target
 from dblog_worker.target.columns import Encoding, SourceColumn, logical_of
 from dblog_worker.target.plan import Batch
@@ -156,6 +162,35 @@ def widened(table: str, column: SourceColumn, existing: str) -> str | None:
         if new:
             return f"{kind.upper()}({','.join(_string(m) for m in have + new)})"
     return None
+
+
+KEYED = "s.op IN ('c', 'u', 'r')"  # the staged events applied by key, besides deletes
+_DUPLICATE_TOMBSTONE = (
+    " ON DUPLICATE KEY UPDATE {t}.deleted_at = IF({t}.position < VALUES(position),"
+    " VALUES(deleted_at), {t}.deleted_at), {t}.position = IF({t}.position"
+    " < VALUES(position), VALUES(position), {t}.position)")
+
+
+def key_text(value: str, type_sql: str) -> str:
+    """SQL of the text of a typed key value (``value`` of a column of ``type_sql``): the
+    same for the target column and for a staged value cast to its type."""
+    lower = type_sql.lower()
+    if "binary" in lower or "blob" in lower:
+        return f"HEX({value})"
+    if lower.startswith("bit"):
+        return f"CAST({value} + 0 AS CHAR)"
+    return f"CAST({value} AS CHAR)"
+
+
+def typed_key(values: Sequence[str]) -> str:
+    """The text a derived delete's tombstone names a row by: ``typed:`` and the JSON array
+    of its key values' texts (:func:`key_text`)."""
+    return f"CONCAT('typed:', JSON_ARRAY({', '.join(values)}))"
+
+
+def _staged_path(slot: int, column: str) -> str:
+    path = f'$[{slot}]."' + column.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return _formatted(_string(path))
 
 
 _CASTS = (
@@ -346,8 +381,8 @@ class MySQLTarget(Target):
         with self._errors("creating the staging table"):
             self._run(f"DROP TABLE IF EXISTS {staged}")
             self._run(
-                f"CREATE TABLE {staged} (key_json LONGTEXT NOT NULL, op VARCHAR(1) NOT NULL,"
-                f" position {_POSITION} NOT NULL, after_json LONGTEXT)"
+                f"CREATE TABLE {staged} (key_json LONGTEXT, op VARCHAR(1) NOT NULL,"
+                f" position {_POSITION} NOT NULL, after_json LONGTEXT, before_json LONGTEXT)"
                 f" ENGINE=InnoDB CHARACTER SET {_TEXT} COLLATE {_COLLATION}"
             )
 
@@ -411,22 +446,20 @@ class MySQLTarget(Target):
             self._run(f"DELETE FROM {target} WHERE {_P} IS NULL OR {_P} < %s", (cut,))
             self._run(f"DELETE FROM {s}.tombstones WHERE target_table = %s AND position < %s",
                       (batch.target_table, cut))
-        t = f"{s}.tombstones"
         deleted = self._run(self.delete_sql(batch, types), (cut,))
         self._run(
             f"INSERT INTO {s}.tombstones (target_table, key_hash, key_json, position,"
             " deleted_at) SELECT %s, UNHEX(MD5(s.key_json)), s.key_json, s.position,"
             f" UTC_TIMESTAMP(6) FROM {stage} s WHERE s.op = 'd' AND s.position > %s"
-            f" ON DUPLICATE KEY UPDATE {t}.deleted_at = IF({t}.position < VALUES(position),"
-            f" VALUES(deleted_at), {t}.deleted_at), {t}.position = IF({t}.position"
-            f" < VALUES(position), VALUES(position), {t}.position)",
-            (batch.target_table, cut))
+            + self._duplicate_tombstone, (batch.target_table, cut))
         upserted = self._run(self.upsert_sql(batch, types),
-                             (cut, batch.target_table))
+                             (cut, batch.target_table, batch.target_table))
         self._run(
             f"DELETE tb FROM {s}.tombstones tb JOIN {stage} s"
-            " ON tb.key_hash = UNHEX(MD5(s.key_json)) WHERE s.op <> 'd'"
+            f" ON tb.key_hash = UNHEX(MD5(s.key_json)) WHERE {KEYED}"
             " AND tb.target_table = %s AND tb.position < s.position", (batch.target_table,))
+        removed, changed = self._apply_derived(batch, types, cut)
+        deleted += removed
         self._run(
             f"DELETE FROM {s}.tombstones WHERE target_table = %s AND position <= %s"
             " AND deleted_at < UTC_TIMESTAMP(6) - INTERVAL %s SECOND",
@@ -437,7 +470,141 @@ class MySQLTarget(Target):
             " updated_at = UTC_TIMESTAMP(6) WHERE source = %s AND source_table = %s"
             " AND target_table = %s",
             (batch.last_segment, batch.last_position, cut, batch.events, *ids))
-        return Applied(upserted=upserted, deleted=deleted, truncated=truncated)
+        return Applied(upserted=upserted, deleted=deleted, truncated=truncated,
+                       derived=removed + changed)
+
+    @property
+    def _duplicate_tombstone(self) -> str:
+        return _DUPLICATE_TOMBSTONE.format(t=f"{self._s}.tombstones")
+
+    def _apply_derived(self, batch: Batch, types: Mapping[str, str], cut: str
+                       ) -> tuple[int, int]:
+        """The batch's foreign-key action and prune events, in position order: rows deleted
+        and rows changed. A run's values go to an indexed temporary table of the target
+        columns' types first (``dblog_run``), so that each statement is one scan of the
+        table with an index lookup per row, not a scan per event."""
+        staged = self._rows(
+            f"SELECT position, op, before_json, after_json FROM {self._stage(batch.stage)}"
+            " WHERE op IN ('f', 'p') AND position > %s ORDER BY position", (cut,))
+        if not staged:
+            return 0, 0
+        try:
+            steps = derived.plan(staged)
+        except ValueError as exc:
+            raise TargetError(f"{batch.target_table}: {exc}") from None
+        deleted = changed = 0
+        for step in steps:
+            if isinstance(step, derived.Prune):
+                for sql, params in self.prune_sql(batch, types, step):
+                    count = self._run(sql, params)
+                deleted += count
+                continue
+            hits = len(step.slots) > 1
+            for sql, params in self.run_sql(batch, types, step):
+                self._run(sql, params)
+            if hits:
+                for sql, params in self.hits_sql(batch, step):
+                    self._run(sql, params)
+            for index, slot in enumerate(step.slots):
+                for sql, params in self.action_sql(batch, types, step, index, hits):
+                    count = self._run(sql, params)
+                if slot.deletes:
+                    deleted += count
+                else:
+                    changed += count
+            self._run("DROP TEMPORARY TABLE IF EXISTS dblog_run, dblog_hits")
+        return deleted, changed
+
+    def _typed_key(self, batch: Batch, types: Mapping[str, str], alias: str) -> str:
+        return typed_key([key_text(f"{alias}.{ident(k)}", types[k]) for k in batch.key])
+
+    def run_sql(self, batch: Batch, types: Mapping[str, str], run: derived.ActionRun
+                ) -> list[tuple[str, list[object]]]:
+        """``dblog_run``: a row per event of the run, its position and, per slot ``j``, what
+        it matches (``m{j}_{k}``, indexed) and sets (``n{j}_{k}``), in columns of the target
+        columns' types (made from a SELECT of them: the same types and collations)."""
+        target = qualified(batch.target_table)
+        by_name = {c.name: c for c in batch.columns}
+        names, values, keys = [], [], []
+        for j, slot in enumerate(run.slots):
+            matches = [f"m{j}_{k}" for k in range(len(slot.columns))]
+            keys.append(f"KEY ({', '.join(matches)})")
+            for k, column in enumerate(slot.columns):
+                names.append((f"m{j}_{k}", column))
+                values.append(convert(by_name[column], f"JSON_VALUE(s.before_json,"
+                                      f" {_staged_path(j, column)})", types[column]))
+                if not slot.deletes:
+                    names.append((f"n{j}_{k}", column))
+                    values.append(convert(by_name[column], f"JSON_VALUE(s.after_json,"
+                                          f" {_staged_path(j, column)})", types[column]))
+        columns = ", ".join(f"t.{ident(column)} AS {name}" for name, column in names)
+        return [
+            ("DROP TEMPORARY TABLE IF EXISTS dblog_run, dblog_hits", []),
+            (f"CREATE TEMPORARY TABLE dblog_run (position {_POSITION} NULL,"
+             f" {', '.join(keys)}) SELECT {columns} FROM {target} t WHERE 1 = 0", []),
+            (f"INSERT INTO dblog_run (position, {', '.join(n for n, _ in names)})"
+             f" SELECT s.position, {', '.join(values)} FROM {self._stage(batch.stage)} s"
+             " WHERE s.op = 'f' AND s.position BETWEEN %s AND %s", [run.first, run.last]),
+        ]
+
+    def _run_rows(self, run: derived.ActionRun, index: int, guard: str) -> str:
+        """The join of the table ``t`` with the run's events (``dblog_run r``) whose slot
+        ``index`` matches a row older than the event: after ``FROM target t``."""
+        match = " AND ".join(f"t.{ident(c)} = r.m{index}_{k}"
+                             for k, c in enumerate(run.slots[index].columns))
+        return f"JOIN dblog_run r ON {match} WHERE ({guard} IS NULL OR {guard} < r.position)"
+
+    def hits_sql(self, batch: Batch, run: derived.ActionRun
+                 ) -> list[tuple[str, list[object]]]:
+        """``dblog_hits``: the rows a run of several slots can change, with their positions
+        before it (a temporary table is read once per statement: a fill per slot)."""
+        keys = ", ".join(f"t.{ident(k)}" for k in batch.key)
+        primary = ", ".join(ident(k) for k in batch.key)
+        target = qualified(batch.target_table)
+        return [(f"CREATE TEMPORARY TABLE dblog_hits (PRIMARY KEY ({primary})) SELECT {keys},"
+                 f" t.{_P} AS dblog_pre FROM {target} t WHERE 1 = 0", []),
+                *((f"INSERT IGNORE INTO dblog_hits SELECT {keys}, t.{_P} FROM {target} t"
+                   f" {self._run_rows(run, index, f't.{_P}')}", [])
+                  for index in range(len(run.slots)))]
+
+    def action_sql(self, batch: Batch, types: Mapping[str, str], run: derived.ActionRun,
+                   index: int, hits: bool = False) -> list[tuple[str, list[object]]]:
+        """The statements of slot ``index`` of a run: tombstones then DELETE, or an UPDATE
+        that sets the slot's columns and the event's position. With ``hits`` (a run of
+        several slots), rows are met through ``dblog_hits`` and their earlier positions."""
+        slot = run.slots[index]
+        target = qualified(batch.target_table)
+        guard = "h.dblog_pre" if hits else f"t.{_P}"
+        rows = self._run_rows(run, index, guard)
+        if hits:
+            on = " AND ".join(f"h.{ident(k)} = t.{ident(k)}" for k in batch.key)
+            rows = f"JOIN dblog_hits h ON {on} {rows}"
+        if slot.deletes:
+            return [(
+                f"INSERT INTO {self._s}.tombstones (target_table, key_hash, key_json,"
+                " position, deleted_at) SELECT %s, UNHEX(MD5(d.k)), d.k, MIN(d.position),"
+                f" UTC_TIMESTAMP(6) FROM (SELECT {self._typed_key(batch, types, 't')} AS k,"
+                f" r.position FROM {target} t {rows}) d GROUP BY d.k"
+                + self._duplicate_tombstone, [batch.target_table]),
+                (f"DELETE t FROM {target} t {rows}", [])]
+        sets = ", ".join(f"t.{ident(c)} = r.n{index}_{k}" for k, c in enumerate(slot.columns))
+        position = f"GREATEST(COALESCE(t.{_P}, ''), r.position)" if hits else "r.position"
+        joined = rows.replace(" WHERE ", f" SET {sets}, t.{_P} = {position} WHERE ", 1)
+        return [(f"UPDATE {target} t {joined}", [])]
+
+    def prune_sql(self, batch: Batch, types: Mapping[str, str], prune: derived.Prune
+                  ) -> list[tuple[str, list[object]]]:
+        """A prune event's statements: tombstones (at its position) of the rows older than
+        the position it names, then their DELETE."""
+        target = qualified(batch.target_table)
+        older = f"(t.{_P} IS NULL OR t.{_P} < %s)"
+        return [(
+            f"INSERT INTO {self._s}.tombstones (target_table, key_hash, key_json, position,"
+            " deleted_at) SELECT %s, UNHEX(MD5(d.k)), d.k, %s, UTC_TIMESTAMP(6) FROM"
+            f" (SELECT {self._typed_key(batch, types, 't')} AS k FROM {target} t"
+            f" WHERE {older}) d" + self._duplicate_tombstone,
+            [batch.target_table, prune.position, prune.older_than]),
+            (f"DELETE t FROM {target} t WHERE {older}", [prune.older_than])]
 
     def delete_sql(self, batch: Batch, types: Mapping[str, str]) -> str:
         """Delete the target rows of the staged deletes that are newer; parameter the cut."""
@@ -453,6 +620,7 @@ class MySQLTarget(Target):
                 f" AND (t.{_P} IS NULL OR t.{_P} < s.position)")
 
     def upsert_sql(self, batch: Batch, types: Mapping[str, str]) -> str:
+        """The upsert of the staged rows; parameters the cut and the target table twice."""
         target = qualified(batch.target_table)
         stage = self._stage(batch.stage)
         names = [ident(c.name) for c in batch.columns]
@@ -460,9 +628,12 @@ class MySQLTarget(Target):
             f"j{i} LONGTEXT CHARACTER SET {_TEXT} PATH {_json_path(c.name)}"
             for i, c in enumerate(batch.columns)
         )
-        values = ", ".join(
-            convert(c, f"x.j{i}", types[c.name]) for i, c in enumerate(batch.columns)
-        )
+        converted = {c.name: convert(c, f"x.j{i}", types[c.name])
+                     for i, c in enumerate(batch.columns)}
+        values = ", ".join(converted.values())
+        key = typed_key([key_text(typed(converted[k], types[k]), types[k]) for k in batch.key])
+        tombstone = (f"SELECT 1 FROM {self._s}.tombstones tb WHERE tb.target_table = %s"
+                     " AND tb.key_hash = UNHEX(MD5({})) AND tb.position >= s.position")
         newer = f"{target}.{_P} IS NULL OR {target}.{_P} < VALUES({_P})"
         updates = ", ".join(
             f"{target}.{n} = IF({newer}, VALUES({n}), {target}.{n})" for n in names
@@ -471,9 +642,9 @@ class MySQLTarget(Target):
             f"INSERT INTO {target} ({', '.join(names)}, {_P})"
             f" SELECT {values}, s.position FROM {stage} s"
             f" CROSS JOIN JSON_TABLE(s.after_json, '$' COLUMNS ({record})) AS x"
-            f" WHERE s.op <> 'd' AND s.position > %s AND NOT EXISTS (SELECT 1 FROM"
-            f" {self._s}.tombstones tb WHERE tb.target_table = %s"
-            " AND tb.key_hash = UNHEX(MD5(s.key_json)) AND tb.position >= s.position)"
+            f" WHERE {KEYED} AND s.position > %s"
+            f" AND NOT EXISTS ({tombstone.format('s.key_json')})"
+            f" AND NOT EXISTS ({tombstone.format(key)})"
             f" ON DUPLICATE KEY UPDATE {updates},"
             f" {target}.{_P} = IF({newer}, VALUES({_P}), {target}.{_P})"
         )

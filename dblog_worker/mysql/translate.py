@@ -18,6 +18,14 @@ part of the binary log reader (:mod:`dblog_worker.mysql.binlog`).
   start. After ``XA ROLLBACK`` nothing of it is emitted.
 * An event the reader cannot decode but that carries changes (compressed, partial JSON)
   stops the worker: the setting that writes it loses changes.
+* A delete, or an update of referenced columns, of a parent of a foreign key that cascades
+  (:mod:`dblog_worker.foreign_keys`; the parent captured or not) becomes, per captured
+  child, a foreign-key action event at the parent row's position (twice the row's index:
+  the child's stream has nothing else there; a table that references itself, plus one),
+  unless the rows event says the session ran with ``foreign_key_checks = 0`` (then nothing
+  cascaded); the captured tables it reaches where no event can say how (or whose parent
+  image the log cut short) follow as :class:`Cascaded`. A DDL statement that can add or
+  drop a foreign key reads the foreign keys again.
 * A row image decoded by mysql-replication (not by ``rowimage.py``: a table with a MySQL 8
   JSON column) with a zero or invalid date, which the library gives as None like NULL,
   was cut short: an insert or the new image of an update becomes an
@@ -53,6 +61,7 @@ from pymysqlreplication.row_event import (
 
 from dblog_worker.errors import ConfigError, ProtocolError
 from dblog_worker.events import (
+    Cascaded,
     ChangeEvent,
     Checkpoint,
     IncompleteRow,
@@ -61,6 +70,7 @@ from dblog_worker.events import (
     Origin,
     Watermark,
 )
+from dblog_worker.foreign_keys import CascadePlan, action_images
 from dblog_worker.mysql.checkpoint import (
     BinlogCheckpoint,
     PreparedXa,
@@ -89,6 +99,10 @@ WATERMARK_TABLE = "watermark"
 _new = tuple.__new__
 _FL_STANDALONE = 1  # MariaDB GTID flag: the group is one statement, no XID follows
 _FL_PREPARED_XA = 64  # MariaDB GTID flag: an XA transaction's group, up to XA PREPARE
+_NO_FOREIGN_KEY_CHECKS = 2  # rows event flag: the session ran with foreign_key_checks = 0
+# DDL that can add, drop or move a foreign key (or a table that has one)
+_FOREIGN_KEY_DDL = re.compile(r"\b(FOREIGN|REFERENCES|CONSTRAINT|DROP|RENAME|ALTER|CREATE)\b",
+                              re.IGNORECASE)
 # Events that carry changes mysql-replication cannot decode, by type: the setting that
 # makes the server write them (catalog.REFUSED_SETTINGS).
 _UNREADABLE = {
@@ -101,6 +115,13 @@ _XA_RESOLVED = re.compile(
     r"\s*XA\s+(COMMIT|ROLLBACK)\s+X'([0-9A-F]*)'\s*,\s*X'([0-9A-F]*)'\s*,\s*(\d+)",
     re.IGNORECASE,
 )
+
+
+_LAST = Position(2**64, 0, 0)
+
+
+def _position_or_last(item: LogItem) -> Position:
+    return item.position if type(item) is ChangeEvent else _LAST
 
 
 def _text(value: str | bytes) -> str:
@@ -152,6 +173,7 @@ _LAYOUT = ("max_length", "length_size", "precision", "decimals", "fsp", "unsigne
            "character_set_name", "bits", "bytes", "size")
 
 Describe = Callable[[str, Any], TableView]  # (database.table, rows event) → view
+NO_CASCADES = CascadePlan((), frozenset())
 
 
 def _cut_short(table: str, codec: RowEncoder, values: Mapping[str, object],
@@ -209,10 +231,19 @@ class BinlogTranslator:
     """
 
     def __init__(self, source: str, tables: Iterable[str], describe: Describe,
-                 start: BinlogCheckpoint) -> None:
+                 start: BinlogCheckpoint, *, cascades: CascadePlan = NO_CASCADES,
+                 describe_parent: Describe | None = None,
+                 reload_cascades: Callable[[], CascadePlan] | None = None,
+                 version_of: Callable[[str], int] = lambda table: 0) -> None:
         self.source = source
         self.tables = frozenset(tables)
         self._describe = describe
+        # foreign keys: the parents' rows are decoded (without a schema version, when they
+        # are not captured) and a DDL statement reads the foreign keys again
+        self.cascades = cascades
+        self._describe_parent = describe_parent or describe
+        self._reload_cascades = reload_cascades
+        self._version_of = version_of
         self._views: dict[tuple[str, int], TableView] = {}
         self._versions: dict[str, int] = {}  # the last schema version seen per table
         self.file = start.file
@@ -273,6 +304,8 @@ class BinlogTranslator:
             # anew; a view is found by its columns' names, types and layout (_LAYOUT), but
             # ENUM/SET members are not in it, and the old codec would write them wrong.
             self._views.clear()
+            if self._reload_cascades is not None and _FOREIGN_KEY_DDL.search(query):
+                self.cascades = self._reload_cascades()
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         table = truncated_table(query, schema or "")
         if table is not None and table in self.tables:
@@ -364,16 +397,18 @@ class BinlogTranslator:
             commit.complete = xid == commit.xid and event.packet.log_pos == commit.prepared.end
         elif kind in (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent):
             table = f"{event.schema}.{event.table}"
-            if table in self.tables:
+            if self._read(table):  # a captured table, or the parent of one
                 first = len(out)
                 commit.rows += self._changes(table, event, commit.position, commit.rows,
                                              commit.commit_ts_us, out)
-                changes = commit.changes
-                if len(changes) + len(out) - first > XA_CHANGES_KEPT:
-                    commit.overflow.add(table)
+                added = [c for c in out[first:] if type(c) is ChangeEvent]
+                # a foreign-key action event names no key: its table counts whole
+                commit.overflow.update(c.table for c in added if c.op is Op.FOREIGN_KEY)
+                keyed = [(c.table, c.key) for c in added if c.op is not Op.FOREIGN_KEY]
+                if len(commit.changes) + len(keyed) > XA_CHANGES_KEPT:
+                    commit.overflow.update(t for t, _ in keyed)
                 else:
-                    changes.extend((table, change.key) for change in out[first:]
-                                   if type(change) is ChangeEvent)
+                    commit.changes.extend(keyed)
 
     def committed(self, out: list[LogItem]) -> XaCommit:
         """The group of :attr:`committing` is read again: the checkpoint of its commit;
@@ -406,15 +441,19 @@ class BinlogTranslator:
 
     # -- rows -----------------------------------------------------------------
 
+    def _read(self, table: str) -> bool:
+        """Whether rows of ``table`` are read: a captured table, or a cascading parent."""
+        return table in self.tables or table in self.cascades.parents
+
     def _rows(self, event: Any, out: list[LogItem]) -> None:
         table = f"{event.schema}.{event.table}"
         if self._xa is not None:  # emitted at its XA COMMIT, if that comes
-            if table in self.tables and not self._xa.captured:
+            if self._read(table) and not self._xa.captured:
                 self._xa = replace(self._xa, captured=True)
             return
         position = Position(file_number(self.file), event.packet.log_pos)
         ts = event.timestamp * 1_000_000
-        if table not in self.tables:
+        if not self._read(table):
             if event.schema == WATERMARK_SCHEMA and event.table == WATERMARK_TABLE:
                 self._watermarks(event, position.major, position.minor, ts, out)
             return
@@ -423,16 +462,74 @@ class BinlogTranslator:
     def _changes(self, table: str, event: Any, at: Position, first: int, ts: int,
                  out: list[LogItem]) -> int:
         """The rows of a rows event as change events: row ``i`` at (``at``'s file number
-        and event position, twice (``first`` + i)), a key change's create at the next one.
-        Returns how many rows the event has (none for a table the worker cannot read)."""
-        view = self._view(table, event)
+        and event position, twice (``first`` + i)), a key change's create at the next one;
+        then what they cascaded to. Returns how many rows the event has (none for a table
+        the worker cannot read)."""
+        captured = table in self.tables
+        view = self._view(table, event, captured)
         if view.codec is None:
             return 0
-        version = view.schema_version
         kind = type(event)
-        major, minor = at.major, at.minor
         encoded = self._encoded(view, event)
         step = 2 if kind is UpdateRowsEvent else 1
+        start = len(out)
+        if captured:
+            self._emit(table, view, kind, encoded, step, at, first, ts, out)
+        if (kind is not WriteRowsEvent and table in self.cascades.parents
+                and not event.flags & _NO_FOREIGN_KEY_CHECKS):
+            self._cascaded(table, view, encoded, step, at, first, ts, out)
+            if any(key.child == table for key in self.cascades.children(table)):
+                # a table that references itself: its events and its rows' cascades into
+                # it interleave (2 * i, 2 * i + 1); a stable sort keeps each table's order
+                out[start:] = sorted(out[start:], key=_position_or_last)
+        return len(encoded) // step
+
+    def _cascaded(self, table: str, view: TableView,
+                  encoded: Sequence[tuple[str, str] | _CutShort], step: int, at: Position,
+                  first: int, ts: int, out: list[LogItem]) -> None:
+        """The foreign-key action events of a parent's deleted or updated rows, each at its
+        row's position in each captured child's stream; then the tables to prune (a row
+        whose image the log cut short says nothing of its values: its children too)."""
+        derive, pruned = self.cascades.derive, set[str]()
+        for index in range(0, len(encoded), step):
+            old_key, before = _whole(view, encoded[index])
+            new = encoded[index + 1] if step == 2 else None
+            after = None if new is None or isinstance(new, _CutShort) else new[1]
+            if before is None or isinstance(new, _CutShort):
+                pruned.update(self._children_of(table))
+                continue
+            actions, reached = derive(table, before, after)
+            pruned.update(reached)
+            sub = 2 * (first + index // step)
+            for child, child_actions in actions.items():
+                if child == table:  # a table that references itself: its row took 2 * i
+                    if new is not None and new[0] != old_key:
+                        pruned.add(child)  # and its key change's create 2 * i + 1
+                        continue
+                    position = Position(at.major, at.minor, sub + 1)
+                else:
+                    position = Position(at.major, at.minor, sub)
+                matches, values = action_images(child_actions)
+                out.append(ChangeEvent(child, Op.FOREIGN_KEY, position, None, values, matches,
+                                       Origin.LOG, ts, self._child_version(child)))
+        if pruned:
+            out.append(Cascaded(frozenset(pruned)))
+
+    def _children_of(self, table: str) -> set[str]:
+        """Every captured table a change of ``table``'s rows can reach, by any rule."""
+        reached = set(self.cascades.reached().get(table, ()))
+        return reached | {k.child for k in self.cascades.children(table)
+                          if k.child in self.cascades.captured}
+
+    def _child_version(self, table: str) -> int:
+        version = self._versions.get(table)
+        return self._version_of(table) if version is None else version
+
+    def _emit(self, table: str, view: TableView, kind: type,
+              encoded: Sequence[tuple[str, str] | _CutShort], step: int, at: Position,
+              first: int, ts: int, out: list[LogItem]) -> None:
+        version = view.schema_version
+        major, minor = at.major, at.minor
         origin, create = Origin.LOG, Op.CREATE
         # tuple.__new__ builds the NamedTuples in C: the same values, without a Python frame
         for index in range(0, len(encoded), step):
@@ -467,7 +564,6 @@ class BinlogTranslator:
                     out.append(_new(ChangeEvent, (
                         table, create, _new(Position, (major, minor, position.sub + 1)),
                         new_key, after, None, origin, ts, version, None)))
-        return len(encoded) // step
 
     @staticmethod
     def _encoded(view: TableView, event: Any) -> Sequence[tuple[str, str] | _CutShort]:
@@ -498,14 +594,16 @@ class BinlogTranslator:
                     result.append(codec.key_row_from_binlog(values, sources))
         return result
 
-    def _view(self, table: str, event: Any) -> TableView:
+    def _view(self, table: str, event: Any, captured: bool = True) -> TableView:
         signature = (table, hash(tuple(
             (c.name, c.type, *(getattr(c, name, None) for name in _LAYOUT))
             for c in event.columns)))
         view = self._views.get(signature)
         if view is None:
-            view = self._views[signature] = self._describe(table, event)
-        self._versions[table] = view.schema_version
+            describe = self._describe if captured else self._describe_parent
+            view = self._views[signature] = describe(table, event)
+        if captured:
+            self._versions[table] = view.schema_version
         return view
 
     def _watermarks(self, event: Any, major: int, minor: int, ts: int,

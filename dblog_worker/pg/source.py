@@ -140,6 +140,10 @@ class PgSource:
             else "on the source (set [source.replica] to read them on a hot standby)"))
         return lines
 
+    def cascades(self) -> list[str]:
+        return ["PostgreSQL's logical decoding carries every row a foreign-key cascade "
+                "changes: nothing to derive"]
+
     def prepare(self) -> str | None:
         """Create what capture needs; returns the new slot's position if it was created now."""
         try:

@@ -7,6 +7,11 @@ catalog). Positions are ``varchar(48) COLLATE "C"``: byte order is position orde
 Every statement is run with parameters (``()`` when it has none), so psycopg reads
 ``%`` as a placeholder: names are spelled with :func:`~dblog_worker.pg.queries.ident`
 and types with :func:`~dblog_worker.pg.queries.sql_text`, which double it.
+
+Foreign-key action and prune events (:mod:`dblog_worker.target.derived`) apply after the
+keyed ones, by predicate. A row they delete leaves a tombstone keyed by its typed key
+(``typed:`` and the JSON array of its key columns' text output: the event has no key
+JSON), which the upsert checks besides the landing's key JSON.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from dblog_worker.pg.jdbc_tls import jdbc_properties
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.pg.queries import ident, quote_ident, sql_text
 from dblog_worker.pg.values import libpq_options
+from dblog_worker.target import derived
 from dblog_worker.target.base import POSITION_COLUMN, TARGET_GONE, Applied, Target
 from dblog_worker.target.columns import Encoding, SourceColumn, logical_of
 from dblog_worker.target.plan import Batch
@@ -160,27 +166,129 @@ def _key_match(batch: Batch, types: Mapping[str, str], alias: str, state: str) -
     return " AND ".join(parts)
 
 
+KEYED = "s.op IN ('c', 'u', 'r')"  # the staged events applied by key, besides deletes
+
+
+def _literal(text: str) -> str:
+    """A string literal in a statement run with parameters."""
+    return sql_text("'" + text.replace("'", "''") + "'")
+
+
+def typed_key(values: Sequence[str]) -> str:
+    """The text of a typed key (``values``: SQL of the key columns' typed values), as a
+    derived delete's tombstone names it: ``typed:`` and the JSON array of their texts."""
+    texts = ", ".join(f"CAST({v} AS text)" for v in values)
+    return f"('typed:' || json_build_array({texts})::text)"
+
+
 def upsert_sql(batch: Batch, types: Mapping[str, str], state: str) -> str:
     target = qualified(batch.target_table)
     stage = f"{ident(state)}.{ident(batch.stage)}"
     names = [ident(c.name) for c in batch.columns]
     record = ", ".join(f"{n} text" for n in names)
-    values = ", ".join(
-        convert(c, f"x.{n}", types[c.name], ident(state))
-        for c, n in zip(batch.columns, names, strict=True)
-    )
+    converted = {c.name: convert(c, f"x.{n}", types[c.name], ident(state))
+                 for c, n in zip(batch.columns, names, strict=True)}
+    values = ", ".join(converted.values())
     updates = ", ".join(f"{n} = EXCLUDED.{n}" for n in names)
     key = ", ".join(ident(k) for k in batch.key)
+    tombstone = (f"SELECT 1 FROM {ident(state)}.tombstones tb WHERE tb.target_table = "
+                 "%(target)s AND tb.key_hash = decode(md5({}), 'hex')"
+                 " AND tb.position >= s.position")
     return (
         f"INSERT INTO {target} AS t ({', '.join(names)}, {_P})"
         f" SELECT {values}, s.position FROM {stage} s"
         f" CROSS JOIN LATERAL json_to_record(s.after_json::json) AS x({record})"
-        f" WHERE s.op <> 'd' AND s.position > %(cut)s AND NOT EXISTS ("
-        f"SELECT 1 FROM {ident(state)}.tombstones tb WHERE tb.target_table = %(target)s"
-        f" AND tb.key_hash = decode(md5(s.key_json), 'hex') AND tb.position >= s.position)"
+        f" WHERE {KEYED} AND s.position > %(cut)s"
+        f" AND NOT EXISTS ({tombstone.format('s.key_json')})"
+        f" AND NOT EXISTS ({tombstone.format(typed_key([converted[k] for k in batch.key]))})"
         f" ON CONFLICT ({key}) DO UPDATE SET {updates}, {_P} = EXCLUDED.{_P}"
         f" WHERE t.{_P} IS NULL OR t.{_P} < EXCLUDED.{_P}"
     )
+
+
+def _staged_value(batch: Batch, types: Mapping[str, str], state: str, image: str, slot: int,
+                  column: str) -> str:
+    """The value of ``column`` in action ``slot`` of a staged event's ``image``
+    (``before_json``: what it matches; ``after_json``: what it sets), typed."""
+    by_name = {c.name: c for c in batch.columns}
+    text = f"(s.{image}::json -> {slot} ->> {_literal(column)})"
+    return convert(by_name[column], text, types[column], ident(state))
+
+
+def _run_rows(batch: Batch, types: Mapping[str, str], state: str, slot: derived.Slot,
+              index: int, guard: str = f"t.{_P}") -> str:
+    """The join of a run's events (positions ``%(first)s`` to ``%(last)s``) with the rows
+    slot ``index`` matches that are older than each: the FROM and WHERE after ``t``."""
+    stage = f"{ident(state)}.{ident(batch.stage)}"
+    match = " AND ".join(
+        f"t.{ident(c)} = {_staged_value(batch, types, state, 'before_json', index, c)}"
+        for c in slot.columns)
+    return (f"{stage} s WHERE s.op = 'f' AND s.position BETWEEN %(first)s AND %(last)s"
+            f" AND {match} AND ({guard} IS NULL OR {guard} < s.position)")
+
+
+def derived_tombstones_sql(batch: Batch, state: str, rows: str) -> str:
+    """Tombstones of the rows a derived delete removes: ``rows`` is the FROM and WHERE
+    after ``t`` (the target) that selects them with the event's ``s.position``."""
+    key = typed_key([f"t.{ident(k)}" for k in batch.key])
+    return (
+        f"INSERT INTO {ident(state)}.tombstones AS tb SELECT %(target)s,"
+        " decode(md5(h.k), 'hex'), h.k, h.position, now() FROM (SELECT DISTINCT ON (k) k,"
+        f" position FROM (SELECT {key} AS k, s.position FROM {qualified(batch.target_table)}"
+        f" t, {rows}) d ORDER BY k, position) h"
+        " ON CONFLICT (target_table, key_hash) DO UPDATE SET position = EXCLUDED.position,"
+        " deleted_at = EXCLUDED.deleted_at WHERE tb.position < EXCLUDED.position")
+
+
+def action_sql(batch: Batch, types: Mapping[str, str], state: str, slot: derived.Slot,
+               index: int, hits: bool = False) -> list[str]:
+    """The statements of one slot of a run: tombstones then DELETE, or an UPDATE that sets
+    the slot's columns and the event's position. With ``hits`` (a run of several slots),
+    rows are met through ``dblog_hits``, which holds their positions from before the run."""
+    target = qualified(batch.target_table)
+    key = " AND ".join(f"h.{ident(k)} = t.{ident(k)}" for k in batch.key)
+    guard = "h.dblog_pre" if hits else f"t.{_P}"
+    rows = _run_rows(batch, types, state, slot, index, guard)
+    if hits:
+        rows = f"dblog_hits h, {rows} AND {key}"
+    if slot.deletes:
+        return [derived_tombstones_sql(batch, state, rows),
+                f"DELETE FROM {target} t USING {rows}"]
+    sets = ", ".join(
+        f"{ident(c)} = {_staged_value(batch, types, state, 'after_json', index, c)}"
+        for c in slot.columns)
+    position = f"greatest(coalesce(t.{_P}, ''), s.position)" if hits else "s.position"
+    return [f"UPDATE {target} t SET {sets}, {_P} = {position} FROM {rows}"]
+
+
+def hits_sql(batch: Batch, types: Mapping[str, str], state: str,
+             run: derived.ActionRun) -> list[str]:
+    """The rows a run of several slots can change, with their positions before it: a
+    temporary table (made without parameters, which CREATE TABLE AS cannot take), filled."""
+    keys = ", ".join(f"t.{ident(k)}" for k in batch.key)
+    target = qualified(batch.target_table)
+    selects = " UNION ".join(
+        f"SELECT {keys}, t.{_P} FROM {target} t, {_run_rows(batch, types, state, slot, index)}"
+        for index, slot in enumerate(run.slots))
+    return [f"CREATE TEMP TABLE dblog_hits AS SELECT {keys}, t.{_P} AS dblog_pre"
+            f" FROM {target} t WITH NO DATA",
+            f"INSERT INTO dblog_hits {selects}"]
+
+
+def prune_sql(batch: Batch, state: str) -> list[str]:
+    """A prune event's statements: tombstones of the rows older than ``%(older)s`` at the
+    event's position ``%(position)s``, then their DELETE."""
+    target = qualified(batch.target_table)
+    older = f"(t.{_P} IS NULL OR t.{_P} < %(older)s)"
+    key = typed_key([f"t.{ident(k)}" for k in batch.key])
+    return [
+        f"INSERT INTO {ident(state)}.tombstones AS tb SELECT %(target)s,"
+        f" decode(md5(h.k), 'hex'), h.k, %(position)s, now() FROM (SELECT {key} AS k"
+        f" FROM {target} t WHERE {older}) h ON CONFLICT (target_table, key_hash) DO UPDATE"
+        " SET position = EXCLUDED.position, deleted_at = EXCLUDED.deleted_at"
+        " WHERE tb.position < EXCLUDED.position",
+        f"DELETE FROM {target} t WHERE {older}",
+    ]
 
 
 def delete_sql(batch: Batch, types: Mapping[str, str], state: str) -> str:
@@ -380,8 +488,9 @@ class PostgresTarget(Target):
         with self._errors("creating the staging table"), self.conn.transaction():
             self.conn.execute(f"DROP TABLE IF EXISTS {staged}".encode(), ())
             self.conn.execute(
-                f"CREATE UNLOGGED TABLE {staged} (key_json text NOT NULL, op text NOT NULL,"
-                ' position varchar(48) COLLATE "C" NOT NULL, after_json text)'.encode(), ()
+                f"CREATE UNLOGGED TABLE {staged} (key_json text, op text NOT NULL,"
+                ' position varchar(48) COLLATE "C" NOT NULL, after_json text,'
+                " before_json text)".encode(), ()
             )
 
     def stage_table(self, stage: str) -> str:
@@ -533,10 +642,12 @@ class PostgresTarget(Target):
                 upserted = conn.execute(upsert_sql(batch, types, self.state).encode(),
                                         params).rowcount
                 conn.execute(
-                    f"DELETE FROM {s}.tombstones tb USING {stage} s WHERE s.op <> 'd'"
+                    f"DELETE FROM {s}.tombstones tb USING {stage} s WHERE {KEYED}"
                     " AND tb.target_table = %(target)s"
                     " AND tb.key_hash = decode(md5(s.key_json), 'hex')"
                     " AND tb.position < s.position".encode(), params)
+                removed, changed = self._apply_derived(batch, types, stage, params)
+                deleted += removed
                 conn.execute(
                     f"DELETE FROM {s}.tombstones WHERE target_table = %s AND position <= %s"
                     " AND deleted_at < now() - make_interval(secs => %s)".encode(),
@@ -556,4 +667,44 @@ class PostgresTarget(Target):
                     f"-{batch.last_segment} was not applied (rolled back): "
                     f"{str(exc).strip()}"
                 ) from None
-        return Applied(upserted=upserted, deleted=deleted, truncated=truncated)
+        return Applied(upserted=upserted, deleted=deleted, truncated=truncated,
+                       derived=removed + changed)
+
+    def _apply_derived(self, batch: Batch, types: Mapping[str, str], stage: str,
+                       params: Mapping[str, str]) -> tuple[int, int]:
+        """The batch's foreign-key action and prune events, in position order: rows deleted
+        and rows changed."""
+        conn = self.conn
+        staged = conn.execute(
+            f"SELECT position, op, before_json, after_json FROM {stage} WHERE op IN ('f', 'p')"
+            " AND position > %(cut)s ORDER BY position".encode(), params).fetchall()
+        if not staged:
+            return 0, 0
+        try:
+            steps = derived.plan(staged)
+        except ValueError as exc:
+            raise TargetError(f"{batch.target_table}: {exc}") from None
+        deleted = changed = 0
+        for step in steps:
+            if isinstance(step, derived.Prune):
+                tombstones, delete = prune_sql(batch, self.state)
+                values = {**params, "position": step.position, "older": step.older_than}
+                conn.execute(tombstones.encode(), values)
+                deleted += conn.execute(delete.encode(), values).rowcount
+                continue
+            values = {**params, "first": step.first, "last": step.last}
+            hits = len(step.slots) > 1
+            if hits:
+                create, fill = hits_sql(batch, types, self.state, step)
+                conn.execute(create.encode(), ())
+                conn.execute(fill.encode(), values)
+            for index, slot in enumerate(step.slots):
+                for sql in action_sql(batch, types, self.state, slot, index, hits):
+                    count = conn.execute(sql.encode(), values).rowcount
+                if slot.deletes:
+                    deleted += count
+                else:
+                    changed += count
+            if hits:
+                conn.execute(b"DROP TABLE dblog_hits", ())
+        return deleted, changed

@@ -36,6 +36,7 @@ class Applied:
     upserted: int
     deleted: int
     truncated: bool
+    derived: int = 0  # rows a foreign-key action or prune event deleted or changed
 
 
 class Target(abc.ABC):
@@ -107,7 +108,9 @@ class Target(abc.ABC):
 
     @abc.abstractmethod
     def prepare_stage(self, stage: str) -> None:
-        """An empty staging table (``key_json``, ``op``, ``position``, ``after_json``)."""
+        """An empty staging table (``key_json``, ``op``, ``position``, ``after_json``,
+        ``before_json``): the latest keyed event per key, and every foreign-key action and
+        prune event (:mod:`dblog_worker.target.derived`; no key)."""
 
     @abc.abstractmethod
     def stage_table(self, stage: str) -> str:

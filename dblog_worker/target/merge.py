@@ -53,6 +53,7 @@ class TableReport:
     events: int = 0
     upserted: int = 0
     deleted: int = 0
+    derived: int = 0  # of those deleted, and rows changed: by foreign-key and prune events
     truncated: bool = False
     seconds: float = 0.0
     started_at: float = 0.0  # wall clock (epoch seconds) when the table's merge began
@@ -183,6 +184,7 @@ def _merge_table(reader: LandedReader, config: Config, target: Target, stage: St
             result.events += batch.events
             result.upserted += applied.upserted
             result.deleted += applied.deleted
+            result.derived += applied.derived
             result.truncated |= applied.truncated
             result.merged_to = batch.last_position
             log.info("%s -> %s: segments %d-%d%s, %d events: %d upserted, %d deleted%s",

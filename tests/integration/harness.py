@@ -23,6 +23,7 @@ import pymysql.cursors
 import pytest
 import redis
 
+from dblog_worker.foreign_keys import apply_actions, parse_actions, parse_prune
 from dblog_worker.landing.parquet import read_events
 from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.landing.sink import LandingRoot, open_reader
@@ -185,12 +186,19 @@ class Replay:
 
 def replay(landing: LandingRoot, source: str, table: str, version_column: str = "version"
            ) -> Replay:
-    """Apply the landed events in order; check that no key's version ever goes back."""
+    """Apply the landed events in order; check that no key's version ever goes back.
+
+    A foreign-key action event (``f``) applies to every row it matches, a prune event
+    (``p``) removes every row last written before the position it names
+    (``dblog_worker/foreign_keys.py``): the order is the log's, so each meets only older
+    rows."""
     result = Replay()
     zone = open_reader(landing, source)
     events = read_events(zone, table)
     last_position = ""
     seen: dict[str, tuple[int, bool]] = {}  # key -> (version, deleted)
+    images: dict[str, str] = {}  # key -> its row's JSON, as landed or as an f event left it
+    written: dict[str, str] = {}  # key -> the position of its row's last write
     for event in events:
         position = str(event["position"])
         assert position > last_position or position == last_position, "output out of order"
@@ -200,10 +208,29 @@ def replay(landing: LandingRoot, source: str, table: str, version_column: str = 
         if op == "t":
             result.rows.clear()
             seen.clear()
+            images.clear()
+            written.clear()
+            continue
+        if op == "f":
+            actions = parse_actions(str(event["before"]), str(event["after"]))
+            for row_key, image in list(images.items()):
+                changed = apply_actions(image, [actions])
+                if changed is None:
+                    del result.rows[row_key], images[row_key], written[row_key]
+                elif changed is not image:
+                    result.rows[row_key], images[row_key] = json.loads(changed), changed
+                    written[row_key] = position
+            continue
+        if op == "p":
+            older = parse_prune(str(event["before"]))
+            for row_key in [k for k, at in written.items() if at < older]:
+                del result.rows[row_key], images[row_key], written[row_key]
             continue
         assert isinstance(key, str)
         if op == "d":
             result.rows.pop(key, None)
+            images.pop(key, None)
+            written.pop(key, None)
             before = json.loads(str(event["before"])) if event["before"] else None
             if before is not None and version_column in before:
                 seen[key] = (int(before[version_column]), True)
@@ -220,6 +247,7 @@ def replay(landing: LandingRoot, source: str, table: str, version_column: str = 
         if version is not None:
             seen[key] = (int(version), False)
         result.rows[key] = after
+        images[key], written[key] = str(event["after"]), position
     return result
 
 
@@ -311,6 +339,9 @@ class TableFlavour:
     a name quoted already). ``pg_options`` follows the column list of PostgreSQL's
     ``CREATE TABLE`` (``PARTITION BY ...``); ``pg_after`` are statements run after it,
     ``{table}`` standing for the table in SQL; ``my_options`` follows MariaDB's column list.
+    ``parent`` and ``ref`` name the columns of a child table's foreign keys
+    (:meth:`Database.cascade`), which a flavour whose tables cannot have one (InnoDB's
+    partitioned tables) leaves out (``foreign_keys``).
     """
 
     name: str = "plain"
@@ -322,11 +353,14 @@ class TableFlavour:
     pg_options: str = ""
     pg_after: tuple[str, ...] = ()
     my_options: str = ""
+    parent: str = "parent"
+    ref: str = "ref"
+    foreign_keys: bool = True
 
 
 PLAIN = TableFlavour()
 HOSTILE = TableFlavour("hostile", prefix='odd "na%me".', key="i d%", version="ver`sion",
-                       payload="pay load", quote=True)
+                       payload="pay load", quote=True, parent='pa"re`nt %s', ref="ré f")
 """Names that need quoting everywhere: a dot, double quotes, ``%``, a space, a backtick."""
 PARTITIONED = TableFlavour(
     "partitioned",
@@ -337,6 +371,7 @@ PARTITIONED = TableFlavour(
         f"ALTER TABLE {{table}}_p{i} REPLICA IDENTITY FULL",
     )),
     my_options=" PARTITION BY HASH (id) PARTITIONS 4",
+    foreign_keys=False,  # InnoDB's partitioned tables have no foreign keys
 )
 """Tables partitioned by their key: a key change moves the row to another partition."""
 
@@ -434,6 +469,11 @@ class Database(ABC):
         by default the flavour's key)."""
         ...
 
+    def cascade(self, parent: str, child: str) -> bool:
+        """Make ``child`` a child of ``parent`` by foreign keys that cascade (only where the
+        log does not carry cascades: MariaDB); whether it did."""
+        return False
+
 
 def _keyed(rows: Sequence[dict[str, Any]], key: Sequence[str]) -> dict[str, dict[str, Any]]:
     return {json.dumps([row[k] for k in key], ensure_ascii=False, separators=(",", ":")): row
@@ -505,7 +545,14 @@ class PgDatabase(Database):
 
 
 class MariaDatabase(Database):
-    """A database of a MariaDB server; the version sequence is ``versions`` in it."""
+    """A database of a MariaDB server; the version sequence is ``versions`` in it.
+
+    A child table (:meth:`cascade`) has two foreign keys to its parent's key, which InnoDB
+    applies without a row event of the child in the binary log: ``parent`` (ON DELETE
+    CASCADE, ON UPDATE CASCADE), the parent of the same key, and ``ref`` (ON DELETE SET
+    NULL, ON UPDATE SET NULL), the parent of the key 10 above. The workload's inserts and
+    updates of a child point both at those parents when they exist (else null); its
+    deletes and key changes of the parent cascade."""
 
     kind = "mariadb"
     next_version = "NEXTVAL(versions)"
@@ -515,6 +562,55 @@ class MariaDatabase(Database):
         self.server = server
         self.name = name
         self.dsn = server.url()
+        self.parents: dict[str, str] = {}  # child table -> its parent (cascade)
+
+    def cascade(self, parent: str, child: str) -> bool:
+        f = self.flavour
+        if not f.foreign_keys:
+            return False
+        key, version, _ = self.names
+        up, ref = self.ident(f.parent), self.ident(f.ref)
+        target = f"{self.sql(parent)} ({key})"
+        self.parents[child] = parent
+        with self.connect() as session:
+            session.run(
+                f"ALTER TABLE {self.sql(child)} ADD COLUMN {up} int NULL,"
+                f" ADD COLUMN {ref} int NULL,"
+                f" ADD FOREIGN KEY ({up}) REFERENCES {target} ON DELETE CASCADE"
+                " ON UPDATE CASCADE,"
+                f" ADD FOREIGN KEY ({ref}) REFERENCES {target} ON DELETE SET NULL"
+                " ON UPDATE SET NULL")
+            session.run(f"UPDATE {self.sql(child)} AS c SET {version} = {self.next_version},"
+                        f" {self._pointers(child, 'c')}")
+        return True
+
+    def _pointers(self, child: str, row: str) -> str:
+        """SQL that points a row of ``child`` (``row``: its key in SQL) at its parents."""
+        f, key = self.flavour, self.names[0]
+        parent = self.sql(self.parents[child])
+        return (f"{self.ident(f.parent)} = (SELECT p.{key} FROM {parent} p"
+                f" WHERE p.{key} = {row}.{key}), {self.ident(f.ref)} = (SELECT p.{key}"
+                f" FROM {parent} p WHERE p.{key} = {row}.{key} + 10)")
+
+    def upsert(self, table: str) -> str:
+        if table not in self.parents:
+            return self._plain_upsert(table)
+        f, (key, version, payload) = self.flavour, self.names
+        parent, sql = self.sql(self.parents[table]), self.sql(table)
+        return (f"INSERT INTO {sql} ({key}, {version}, {payload}, {self.ident(f.parent)},"
+                f" {self.ident(f.ref)}) SELECT k.g, {self.next_version}, {self.random_text},"
+                f" (SELECT p.{key} FROM {parent} p WHERE p.{key} = k.g),"
+                f" (SELECT p.{key} FROM {parent} p WHERE p.{key} = k.g + 10)"
+                f" FROM (SELECT %s AS g) k ON DUPLICATE KEY UPDATE"
+                f" {sql}.{version} = {self.next_version}, {sql}.{payload} = VALUES({payload})")
+
+    def update(self, table: str) -> str:
+        if table not in self.parents:
+            return super().update(table)
+        key, version, payload = self.names
+        return (f"UPDATE {self.sql(table)} AS c SET {version} = {self.next_version},"
+                f" {payload} = {self.random_text}, {self._pointers(table, 'c')}"
+                f" WHERE c.{key} = %s")
 
     def table(self, name: str) -> str:
         return f"{self.name}.{self.flavour.prefix}{name}"
@@ -539,7 +635,7 @@ class MariaDatabase(Database):
     def series(self, first: int, last: int) -> str:
         return f"(SELECT seq AS g FROM seq_{int(first)}_to_{int(last)}) AS series"
 
-    def upsert(self, table: str) -> str:
+    def _plain_upsert(self, table: str) -> str:
         key, version, payload = self.names
         return (f"INSERT INTO {self.sql(table)} ({key}, {version}, {payload}) VALUES "
                 f"(%s, NEXTVAL(versions), {self.random_text}) ON DUPLICATE KEY "
@@ -692,6 +788,23 @@ class Backend:
     def log_end(self) -> tuple[int, int]:
         return self.db.log_end()
 
+    def delete_unlogged(self, table: str, where: str) -> int:
+        """Delete rows of ``table`` (``where``: a condition) without the log carrying it,
+        as a restore, a replica's own write or a cascade would: MariaDB, with the session's
+        binary log off; PostgreSQL, with the table out of the worker's publication. The
+        number of rows deleted."""
+        sql = self.db.sql(table)
+        if self.kind != "postgresql":
+            with self.connect() as session:  # autocommit: the DELETE commits at once
+                session.run("SET SESSION sql_log_bin = 0")
+                return session.run(f"DELETE FROM {sql} WHERE {where}")
+        publication = self.db.ident(f"dblog_{SOURCE}")
+        with self.connect() as session:
+            session.run(f"ALTER PUBLICATION {publication} DROP TABLE {sql}")
+            count = session.run(f"DELETE FROM {sql} WHERE {where}")
+            session.run(f"ALTER PUBLICATION {publication} ADD TABLE {sql}")
+        return count
+
     def workload(self, tables: list[str], seed: int) -> Workload:
         return Workload(self.db, tables, seed)
 
@@ -723,10 +836,13 @@ def dumps_under_load(backend: Backend, config: Path, worker: WorkerProcess,
                      kind: str) -> list[str]:
     """Dumps of ``backend.t1`` and ``t2`` while the workload writes to both: ``all``
     (chunks of 37), ``tables`` (53), ``parallel`` (29, three ranges a window), ``filtered``
-    (47, two ranges a window, with conditions every row meets: the whole table converges)
-    or ``keys`` (t1's keys and one that never existed, in batches of 41; t2 by table, 64);
-    returns the requests' ids once each completed."""
+    (47, two ranges a window, with conditions every row meets: the whole table converges),
+    ``keys`` (t1's keys and one that never existed, in batches of 41; t2 by table, 64) or
+    ``prune`` (a pruning dump of both, 43: no row the source has may be pruned); returns
+    the requests' ids once each completed. On MariaDB, ``t2`` becomes a child of ``t1`` by
+    foreign keys that cascade, while the worker streams (:meth:`Database.cascade`)."""
     t1, t2 = backend.t1, backend.t2
+    cascades = backend.db.cascade(t1, t2)
     workload = backend.workload([t1, t2], seed=sum(map(ord, kind)))
     workload.start()
     try:
@@ -738,6 +854,8 @@ def dumps_under_load(backend: Backend, config: Path, worker: WorkerProcess,
         elif kind == "parallel":
             ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "29",
                         "--parallelism", "3")]
+        elif kind == "prune":
+            ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "43", "--prune")]
         elif kind == "filtered":
             flavour = backend.db.flavour
             ids = [dump(config, "--table", t1, "--table", t2, "--chunk-size", "47",
@@ -756,7 +874,15 @@ def dumps_under_load(backend: Backend, config: Path, worker: WorkerProcess,
     finally:
         workload.stop()
     assert workload.transactions > 20 and workload.key_changes > 0
+    if cascades:
+        assert_cascaded(backend, t2)
     return ids
+
+
+def assert_cascaded(backend: Backend, table: str) -> None:
+    """The output of ``table`` holds foreign-key action events: cascades were derived."""
+    wait_for(lambda: any(e["op"] == "f" for e in events_of(backend, table)), 30,
+             f"a foreign-key action event of {table}")
 
 
 def dump_through_kills(backend: Backend, config: Path, start: Callable[[Path], WorkerProcess],
@@ -765,9 +891,11 @@ def dump_through_kills(backend: Backend, config: Path, start: Callable[[Path], W
     """A dump of ``backend.t1`` and ``t2`` (``dump_args``) while the workload writes; the
     worker is killed with SIGKILL once the dump has closed each of ``kills`` windows (at
     least one more than at the last kill), at a random moment of a window, and started
-    again. The dump completes, the output converges, and no event landed twice."""
+    again. The dump completes, the output converges, and no event landed twice. On
+    MariaDB, ``t2`` is a child of ``t1`` by foreign keys that cascade."""
     t1, t2 = backend.t1, backend.t2
     worker = start(config)
+    cascades = backend.db.cascade(t1, t2)
     workload = backend.workload([t1, t2], seed=rnd.randrange(1000))
     workload.start()
     try:
@@ -791,6 +919,8 @@ def dump_through_kills(backend: Backend, config: Path, start: Callable[[Path], W
         workload.stop()
     assert_converged(backend, t1, t2)
     assert_landed_once(backend, t1, t2)
+    if cascades:
+        assert_cascaded(backend, t2)
 
 
 def assert_landed_once(backend: Backend, *tables: str) -> None:

@@ -113,9 +113,9 @@ def test_the_server_is_set_up_as_production_ones_are(server: MariaDBServer) -> N
 
 @pytest.mark.parametrize(("kind", "flavour"), [
     ("tables", PLAIN), ("keys", PLAIN), ("parallel", PLAIN), ("parallel", HOSTILE),
-    ("all", PARTITIONED), ("filtered", HOSTILE),
+    ("all", PARTITIONED), ("filtered", HOSTILE), ("prune", PLAIN),
 ], ids=["tables", "keys", "parallel", "parallel-hostile-names", "partitioned-all",
-        "filtered-hostile-names"])
+        "filtered-hostile-names", "prune"])
 def test_dumps_converge_under_load_with_position_watermarks(
         backend: Backend, server: MariaDBServer, kind: str, flavour: TableFlavour,
         worker_process: Callable[..., WorkerProcess]) -> None:

@@ -252,8 +252,10 @@ def test_add_column_mid_stream(backend: Backend,
     # three chunk SELECTs per window, on three connections; with names that need quoting
     # in the range ends' key-only SELECTs too, and on partitioned tables
     ("parallel", PLAIN), ("parallel", HOSTILE), ("parallel", PARTITIONED),
+    # a pruning dump under writes: no row the source has may be pruned downstream
+    ("prune", PLAIN),
 ], ids=["all", "tables", "keys", "hostile-names-tables", "partitioned-all", "parallel-tables",
-        "parallel-hostile-names", "parallel-partitioned"])
+        "parallel-hostile-names", "parallel-partitioned", "prune"])
 def test_dumps_converge_under_load(backend: Backend, kind: str, flavour: TableFlavour,
                                    worker_process: Callable[..., WorkerProcess]) -> None:
     backend.use(flavour)
@@ -278,6 +280,41 @@ def test_dumps_converge_under_load(backend: Backend, kind: str, flavour: TableFl
                     > 2 * 29 * sum(p.chunks for p in progress.values())), progress
     finally:
         store.close()
+
+
+def test_a_pruning_dump_removes_rows_the_log_never_deleted(
+        backend: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
+    """Rows deleted where the log does not say so stay in the output of a table dump; a
+    pruning dump (``--prune``) reads the table and lands one prune event after its rows,
+    and the output equals the table, under writes. A dump of an empty table prunes all."""
+    t1, t2, v = backend.t1, backend.t2, backend.next_version
+    backend.create(t1, 400)
+    backend.create(t2, 50)
+    config = backend.config_path([t1, t2])
+    worker = worker_process(config)
+    first = dump(config, "--all", "--chunk-size", "90")
+    wait_request(backend.redis_url, SOURCE, first, ["completed"], 60, worker)
+    assert_converged(backend, t1, t2)
+    assert backend.delete_unlogged(t1, "MOD(id, 7) = 0") > 40
+    assert backend.delete_unlogged(t2, "id > 0") == 50
+    backend.execute(f"UPDATE {t1} SET version = {v} WHERE id = 10")
+    wait_events(backend, t1, [("u", "[10]")], worker)
+    extra = set(replay(backend.landing, SOURCE, t1).rows) - set(backend.rows(t1))
+    assert len(extra) > 40  # the output keeps rows the source no longer has
+    workload = backend.workload([t1], seed=7)
+    workload.start()
+    try:
+        pruned = dump(config, "--table", t1, "--table", t2, "--chunk-size", "37", "--prune")
+        state = wait_request(backend.redis_url, SOURCE, pruned, ["completed", "failed"], 90,
+                             worker)
+        assert state["state"] == "completed", state
+    finally:
+        workload.stop()
+    assert_converged(backend, t1, t2)
+    for table in (t1, t2):
+        prunes = [e for e in events_of(backend, table) if e["op"] == "p"]
+        assert [e["dump_id"] for e in prunes] == [pruned], prunes
+        assert events_of(backend, table)[-1]["op"] in ("p", "c", "u", "d")
 
 
 # -- writes between the watermarks and the chunk SELECT ---------------------------
@@ -325,6 +362,9 @@ class HookedSource:
 
     def readers(self) -> dict[str, str]:
         return self.inner.readers()
+
+    def cascades(self) -> list[str]:
+        return self.inner.cascades()
 
     def capture_exists(self) -> bool:
         return self.inner.capture_exists()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
-from dblog_worker.chunks import EMPTY, ChunkRead, KeyBatch, KeyRange, done
+from dblog_worker.chunks import EMPTY, BoundRead, ChunkRead, KeyBatch, KeyRange, done
 from dblog_worker.dump import RETRY_S, ActiveDump, WindowRead
 from dblog_worker.events import ChangeEvent, Op, Origin, Watermark
 from dblog_worker.position import Position
@@ -30,6 +31,9 @@ class Bounds:
         raise AssertionError("not read here")
 
     def key_after(self, *args: object) -> Any:
+        raise AssertionError("not read here")
+
+    def lane(self, index: int) -> Any:
         raise AssertionError("not read here")
 
 
@@ -451,3 +455,76 @@ def test_a_keys_batch_read_again_is_read_from_its_first_key() -> None:
     again = plan_of(dump)
     assert again is not None and again.key_index == 0
     assert dump.progress[A].next_key_index == 0 and not dump.progress[A].done
+
+
+# -- pruning dumps -------------------------------------------------------------------------
+
+
+def pruning() -> ActiveDump:
+    return ActiveDump(dataclasses.replace(request(tables=(A,)), prune=True), {})
+
+
+def closed_at(low: int, survivors: int = 0, retry: bool = False) -> WindowClosed:
+    return WindowClosed(table=A, dump_id=DUMP, high=Watermark("run.1.hw", Position(low + 1, 0),
+                                                              5),
+                        survivors=range(survivors), selected=survivors, schema_version=1,
+                        retry=retry, low=Position(low, 0))
+
+
+def test_a_pruning_dump_reads_the_upper_bound_in_its_first_window() -> None:
+    dump = pruning()
+    assert not dump.start(Bounds(("9",)))  # nothing outside a window
+    bound = plan_of(dump)
+    assert isinstance(bound, BoundRead)
+    dump.window_opened(WindowRead(bound, bound.read(Bounds(("9",)), done_rows)))
+    first = plan_of(dump)  # read ahead, before the bound's window closed
+    assert isinstance(first, KeyRange) and (first.after, first.upper) == (None, ("9",))
+    dump.window_opened(read(first, selected=2, last_key=("4",)))
+    assert dump.window_closed(closed_at(100), 1.0) is None
+    progress = dump.progress[A]
+    assert (progress.started, progress.upper_bound, progress.done) == (True, ["9"], False)
+    assert progress.prune_from == Position(100, 0).encode()  # the bound's window's LW
+    assert dump.window_closed(closed_at(200, 2), 2.0) is None
+    last = plan_of(dump)
+    assert isinstance(last, KeyRange) and (last.after, last.upper) == (("4",), ("9",))
+    dump.window_opened(read(last, selected=1, last_key=("9",)))
+    finished = dump.window_closed(closed_at(300, 1), 3.0)
+    assert finished is not None and finished.done
+    assert finished.prune_from == Position(100, 0).encode()  # kept: the first window's
+
+
+def test_a_pruning_dump_of_an_empty_table_ends_in_its_first_window() -> None:
+    dump = pruning()
+    bound = plan_of(dump)
+    dump.window_opened(WindowRead(bound, bound.read(Bounds(None), done_rows)))
+    assert dump.current_table() is None  # all read
+    finished = dump.window_closed(closed_at(100), 1.0)
+    assert finished is not None and finished.prune_from == Position(100, 0).encode()
+
+
+def test_a_bound_window_read_again_starts_the_prune_later() -> None:
+    dump = pruning()
+    bound = plan_of(dump)
+    dump.window_opened(WindowRead(bound, bound.read(Bounds(("9",)), done_rows)))
+    assert dump.window_closed(closed_at(100, retry=True), 1.0) is None
+    assert dump.progress[A].prune_from is None and not dump.progress[A].started
+    again = plan_of(dump)
+    assert isinstance(again, BoundRead)
+    dump.window_opened(WindowRead(again, again.read(Bounds(("9",)), done_rows)))
+    dump.window_closed(closed_at(150), 2.0)
+    assert dump.progress[A].prune_from == Position(150, 0).encode()
+
+
+def test_a_failed_pruning_dump_does_not_prune() -> None:
+    dump = pruning()
+    bound = plan_of(dump)
+    dump.window_opened(WindowRead(bound, bound.read(Bounds(("9",)), done_rows)))
+    dump.window_closed(closed_at(100), 1.0)
+    last = plan_of(dump)
+    dump.window_opened(read(last, selected=1, last_key=("9",)))
+    dump.failure = "the rows could not be encoded"
+    assert dump.window_closed(closed_at(200, 1), 2.0) is None
+
+
+def done_rows(encode: Any) -> Any:
+    return done((EMPTY, EMPTY))

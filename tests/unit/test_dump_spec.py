@@ -50,12 +50,22 @@ def test_accepted_specs() -> None:
     (("tables", ["public.a"]), {"client_token": ""}, "client_token must be a string of 1"),
     (("tables", ["public.a"]), {"client_token": "x" * (MAX_CLIENT_TOKEN + 1)},
      f"client_token must be a string of 1 to {MAX_CLIENT_TOKEN} characters"),
+    (("keys", ["public.a"], [1]), {"prune": True}, "a pruning dump reads whole tables: use"),
+    (("tables", ["public.a"]), {"prune": True, "where": [["a", "=", "1"]]},
+     "a pruning dump reads whole tables: give it no where"),
+    (("tables", ["public.a"]), {"prune": "yes"}, "prune must be true or false, got 'yes'"),
 ])
 def test_refused_specs(arguments: tuple[object, ...], options: dict[str, object],
                        message: str) -> None:
     with pytest.raises(RequestRejected) as refused:
         DumpSpec.of(*arguments, **options)  # type: ignore[arg-type]
     assert message in str(refused.value)
+
+
+def test_a_pruning_dump_is_of_whole_tables() -> None:
+    assert DumpSpec.of("all", prune=True).prune
+    assert DumpSpec.of("tables", ["public.a"], prune=True).prune
+    assert not DumpSpec.of("tables", ["public.a"]).prune
 
 
 def test_too_many_keys() -> None:

@@ -314,7 +314,7 @@ def _as_written(request: DumpRequest) -> DumpRequest:
     if request.kind is not DumpKind.KEYS:
         return request
     return dataclasses.replace(request, tables=request.tables[:1],
-                               key_count=max(1, request.key_count))
+                               key_count=max(1, request.key_count), prune=False)
 
 
 _finite = st.floats(min_value=0, max_value=4e9, allow_nan=False, allow_infinity=False)
@@ -337,6 +337,7 @@ _text = st.text(max_size=20)
         client_token=st.none() | _text,
         extra=st.dictionaries(st.from_regex(r"x_[a-z]{1,8}", fullmatch=True), _text,
                               max_size=3),
+        prune=st.booleans(),
     ).map(_as_written)
 )
 def test_fields_round_trip(request: DumpRequest) -> None:
@@ -352,13 +353,14 @@ def test_table_progress_json_exact() -> None:
     assert TableProgress("public.t").to_json() == (
         '{"table": "public.t", "done": false, "last_key": null, "upper_bound": null, '
         '"started": false, "next_key_index": 0, "chunks": 0, "selected": 0, "rows": 0, '
-        '"dropped": 0, "missing": 0}'
+        '"dropped": 0, "missing": 0, "prune_from": null}'
     )
 
 
 FULL_PROGRESS = TableProgress(
     table="public.t", done=True, last_key=["eu", "7"], upper_bound=["us", "9"], started=True,
     next_key_index=4, chunks=3, selected=12, rows=10, dropped=2, missing=1,
+    prune_from="0" * 32 + "00000000000000a1",
 )
 
 
@@ -367,7 +369,7 @@ def test_table_progress_round_trip() -> None:
     assert json.loads(text) == {
         "table": "public.t", "done": True, "last_key": ["eu", "7"], "upper_bound": ["us", "9"],
         "started": True, "next_key_index": 4, "chunks": 3, "selected": 12, "rows": 10,
-        "dropped": 2, "missing": 1,
+        "dropped": 2, "missing": 1, "prune_from": "0" * 32 + "00000000000000a1",
     }
     assert TableProgress.from_json(text) == FULL_PROGRESS
 
@@ -413,3 +415,20 @@ def _one_arity(progress: TableProgress) -> TableProgress:
 )
 def test_table_progress_round_trip_any(progress: TableProgress) -> None:
     assert TableProgress.from_json(progress.to_json()) == progress
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"prune": "yes"}, "'prune': is 'yes', not 0 or 1"),
+    ({"prune": "1", "kind": "keys", "key_count": "2"}, "only a whole-table dump"),
+    ({"prune": "1", "filter": '{"where": [{"column": "a", "op": "=", "value": 1}]}'},
+     "only a whole-table dump"),
+])
+def test_a_malformed_prune_field_is_named(fields: dict[str, str], message: str) -> None:
+    with pytest.raises(CorruptRequest, match=message):
+        DumpRequest.from_fields({**BASE_FIELDS, **fields})
+    assert DumpRequest.from_fields({**BASE_FIELDS, "prune": "1"}).prune
+
+
+def test_a_malformed_prune_position_is_named() -> None:
+    with pytest.raises(CorruptRequest, match="prune_from is 'abc', not null or a position"):
+        TableProgress.from_json('{"table": "public.t", "prune_from": "abc"}', table="public.t")

@@ -366,9 +366,12 @@ def test_postgresql_merge_sql_doubles_percent_in_names_and_types() -> None:
         ' SELECT CAST(x."i d%%" AS integer), CAST(decode(x."a%%sb""", \'base64\') AS "by%%te"),'
         ' s.position FROM "dblog"."stage_5dac100f2bfa095f" s CROSS JOIN LATERAL'
         ' json_to_record(s.after_json::json) AS x("i d%%" text, "a%%sb""" text)'
-        " WHERE s.op <> 'd' AND s.position > %(cut)s AND NOT EXISTS (SELECT 1 FROM"
-        ' "dblog".tombstones tb WHERE tb.target_table = %(target)s'
+        " WHERE s.op IN ('c', 'u', 'r') AND s.position > %(cut)s AND NOT EXISTS (SELECT 1"
+        ' FROM "dblog".tombstones tb WHERE tb.target_table = %(target)s'
         " AND tb.key_hash = decode(md5(s.key_json), 'hex') AND tb.position >= s.position)"
+        ' AND NOT EXISTS (SELECT 1 FROM "dblog".tombstones tb WHERE tb.target_table ='
+        " %(target)s AND tb.key_hash = decode(md5(('typed:' || json_build_array(CAST(CAST("
+        """x."i d%%" AS integer) AS text))::text)), 'hex') AND tb.position >= s.position)"""
         ' ON CONFLICT ("i d%%") DO UPDATE SET "i d%%" = EXCLUDED."i d%%",'
         ' "a%%sb""" = EXCLUDED."a%%sb""", "_dblog_position" = EXCLUDED."_dblog_position"'
         ' WHERE t."_dblog_position" IS NULL OR t."_dblog_position" < EXCLUDED."_dblog_position"')
@@ -394,9 +397,12 @@ def test_mysql_merge_sql_doubles_percent_in_names_and_json_paths() -> None:
         f" SELECT x.j0, x.j1, s.position FROM {stage} s CROSS JOIN JSON_TABLE(s.after_json,"
         " '$' COLUMNS (j0 LONGTEXT CHARACTER SET utf8mb4 PATH '$.\"i d%%\"',"
         " j1 LONGTEXT CHARACTER SET utf8mb4 PATH '$.\"a%%sb`\\\\\"\"')) AS x"
-        " WHERE s.op <> 'd' AND s.position > %s AND NOT EXISTS (SELECT 1 FROM"
+        " WHERE s.op IN ('c', 'u', 'r') AND s.position > %s AND NOT EXISTS (SELECT 1 FROM"
         " `dblog`.tombstones tb WHERE tb.target_table = %s"
         " AND tb.key_hash = UNHEX(MD5(s.key_json)) AND tb.position >= s.position)"
+        " AND NOT EXISTS (SELECT 1 FROM `dblog`.tombstones tb WHERE tb.target_table = %s"
+        " AND tb.key_hash = UNHEX(MD5(CONCAT('typed:', JSON_ARRAY(CAST(CAST(x.j0 AS SIGNED)"
+        " AS CHAR))))) AND tb.position >= s.position)"
         f" ON DUPLICATE KEY UPDATE `db`.`t%%s`.`i d%%` = IF({newer}, VALUES(`i d%%`),"
         f" `db`.`t%%s`.`i d%%`), `db`.`t%%s`.`a%%sb``\"` = IF({newer},"
         ' VALUES(`a%%sb``"`), `db`.`t%%s`.`a%%sb``"`),'

@@ -347,3 +347,69 @@ def test_a_window_read_again_says_so() -> None:
     closed = reconciler.on_watermark(Watermark(tokens.high, Position(2, 0), 0))
     assert closed is not None
     assert closed.retry and list(closed.survivors) == [] and closed.selected == 2
+
+
+# -- foreign-key action events inside the window ---------------------------------------------
+
+
+def _fk_event(before: str, after: str, table: str = TABLE, at: int = 5) -> ChangeEvent:
+    return ChangeEvent(table, Op.FOREIGN_KEY, Position(at, 0), None, after, before, Origin.LOG,
+                       0, 1)
+
+
+ROWS = ['{"id":"a","pid":7,"x":-0}', '{"id":"b","pid":8,"x":1e+20}',
+        '{"id":"c","pid":7,"x":"ü"}', '{"id":"d","pid":9,"x":null}']
+
+
+def _window(events: Sequence[ChangeEvent], *, before_lw: Sequence[ChangeEvent] = (),
+            rows: Sequence[str] = ROWS) -> tuple[list[int], dict[int, str], Position | None]:
+    reconciler = Reconciler(RUN)
+    tokens = reconciler.next_tokens()
+    keys = [key(r.split('"')[3]) for r in rows]
+    reconciler.open(TABLE, tokens, keys, "d", 1, rows)
+    for event in before_lw:
+        reconciler.on_change(event)
+    reconciler.on_watermark(Watermark(tokens.low, Position(1, 0), 0))
+    for event in events:
+        reconciler.on_change(event)
+    closed = reconciler.on_watermark(Watermark(tokens.high, Position(9, 0), 0))
+    assert closed is not None
+    return list(closed.survivors), dict(closed.replaced), closed.low
+
+
+def test_a_cascade_in_the_window_drops_the_rows_it_deletes_and_rewrites_those_it_sets() -> None:
+    deleted = _fk_event('[{"pid":7}]', "[null]")
+    assert _window([deleted]) == ([1, 3], {}, Position(1, 0))
+    set_null = _fk_event('[{"pid":8}]', '[{"pid":null}]')
+    moved = _fk_event('[{"pid":9}]', '[{"pid":10}]', at=6)
+    survivors, replaced, _ = _window([set_null, moved])
+    assert survivors == [0, 1, 2, 3]
+    # the new values in place; every other value keeps its bytes
+    assert replaced == {1: '{"id":"b","pid":null,"x":1e+20}', 3: '{"id":"d","pid":10,"x":null}'}
+    # in order: 8 -> 9 then 9 -> 10 moves b twice
+    survivors, replaced, _ = _window([_fk_event('[{"pid":8}]', '[{"pid":9}]'), moved])
+    assert replaced[1] == '{"id":"b","pid":10,"x":1e+20}'
+
+
+def test_cascades_outside_the_window_or_of_another_table_change_nothing() -> None:
+    deleted = _fk_event('[{"pid":7}]', "[null]")
+    assert _window([], before_lw=[deleted]) == ([0, 1, 2, 3], {}, Position(1, 0))
+    assert _window([_fk_event('[{"pid":7}]', "[null]", table=OTHER)])[:2] == (
+        [0, 1, 2, 3], {})
+
+
+def test_a_cascade_and_a_keyed_event_in_one_window() -> None:
+    keyed = ChangeEvent(TABLE, Op.UPDATE, Position(4, 0), key("b"), "{}", None, Origin.LOG, 0, 1)
+    assert _window([keyed, _fk_event('[{"pid":9}]', '[{"pid":null}]')])[:2] == (
+        [0, 2, 3], {3: '{"id":"d","pid":null,"x":null}'})
+
+
+def test_a_window_that_reads_an_upper_bound_is_read_again_for_a_change_it_missed() -> None:
+    reconciler = Reconciler(RUN)
+    tokens = reconciler.next_tokens()
+    reconciler.open(TABLE, tokens, [], "d", 1, bound=True)
+    reconciler.on_watermark(Watermark(tokens.low, Position(1, 0), 0))
+    reconciler.on_unseen(Unseen(((OTHER, key("a")),)))
+    reconciler.on_unseen(Unseen(((TABLE, key("a")),)))
+    closed = reconciler.on_watermark(Watermark(tokens.high, Position(2, 0), 0))
+    assert closed is not None and closed.retry and closed.low == Position(1, 0)
