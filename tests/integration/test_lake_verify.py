@@ -136,11 +136,16 @@ def test_a_capture_merged_into_a_lake_verifies_equal(
     keys = sorted(int(json.loads(k)[0]) for k in backend.rows(t1))
     gone, changed = keys[3], keys[len(keys) // 2]
     lake.sql(config, t1, f"DELETE FROM {{t}} WHERE id = {gone}")
-    lake.sql(config, t1, f"UPDATE {{t}} SET payload = 'damaged' WHERE id = {changed}")
+    # MERGE, not UPDATE: this session has both formats' extensions, and Iceberg 1.12's
+    # rewrite of an UPDATE for row lineage fails on a Delta table (each job loads one)
+    lake.sql(config, t1, f"MERGE INTO {{t}} AS t USING (SELECT {changed} AS id) AS s"
+                         " ON t.id = s.id WHEN MATCHED THEN UPDATE SET payload = 'damaged'")
     lake.sql(config, t1, "INSERT INTO {t} (id, version, payload, _dblog_position)"
                          " VALUES (-5, 1, 'extra', NULL)")
-    lake.sql(config, TYPED, "UPDATE {t} SET clock = '12:34:56.788' WHERE id = 1")
-    lake.sql(config, TYPED, "UPDATE {t} SET ratio = 0.30000000000000004 WHERE id = 4")
+    lake.sql(config, TYPED, "MERGE INTO {t} AS t USING (SELECT 1 AS id) AS s ON t.id = s.id"
+                            " WHEN MATCHED THEN UPDATE SET clock = '12:34:56.788'")
+    lake.sql(config, TYPED, "MERGE INTO {t} AS t USING (SELECT 4 AS id) AS s ON t.id = s.id"
+                            " WHEN MATCHED THEN UPDATE SET ratio = 0.30000000000000004")
     result = verify.verify(config_module.load(config), [t1, TYPED],
                            verify.VerifyOptions(range_rows=100))
     first, second = result.tables
