@@ -72,10 +72,68 @@ def markers_of(item: pytest.Item) -> set[str]:
     return found
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def shared_scope_group(item: pytest.Item) -> str | None:
+    """The ``xdist_group`` of a test that uses a module- or class-scoped fixture (a server,
+    an Airflow, a Spark cluster of its module): its module's path, so that under
+    ``pytest -n N --dist loadgroup`` (scripts/test) the module's tests run on one worker and
+    start that fixture once. Other tests go to whichever worker is free."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for definitions in info.name2fixturedefs.values():
+        if any(d.scope in ("module", "class", "package") for d in definitions):
+            return str(Path(str(item.path)).relative_to(TESTS))
+    return None
+
+
+# Under pytest-xdist, the folders of long tests (a benchmark or a chaos scenario runs for a
+# minute or more) go first, so that the workers end together instead of one finishing them
+# while the others wait.
+LONG_FIRST = ("bench", "chaos")
+
+
+def long_first(item: pytest.Item) -> int:
+    folder = Path(str(item.path)).relative_to(TESTS).parts[0]
+    return LONG_FIRST.index(folder) if folder in LONG_FIRST else len(LONG_FIRST)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the same order in every worker
+        items.sort(key=long_first)
+    loadgroup = getattr(config.option, "loadgroup", False)  # set in pytest-xdist's workers
     for item in items:
         for marker in sorted(markers_of(item)):
             item.add_marker(marker)
+        group = shared_scope_group(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+            if loadgroup:
+                # --dist loadgroup schedules by the node id's "@group" suffix, which
+                # pytest-xdist 3.8 writes where pytest 9 no longer reads it (._nodeid)
+                from _pytest.nodeid import coerce_node_id
+
+                item._id = coerce_node_id(f"{item.nodeid}@{group}")
+
+
+# Lines a test reports for the end of the run: a user property named "<something> report"
+# (the chaos scenarios' figures) is printed in a section of that name after the run. Taken
+# from the test reports, which under pytest-xdist reach the controlling process.
+_report_lines: dict[str, list[str]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":  # a fixture's teardown adds the line before this report
+        for name, value in report.user_properties:
+            if name.endswith(" report"):
+                _report_lines.setdefault(name, []).append(str(value))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for name, lines in _report_lines.items():
+        terminalreporter.section(name)
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
