@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -46,15 +45,6 @@ V1: dict[str, Any] = {"columns": [{"name": "id", "type": "int4", "type_oid": 23}
                       "key": ["id"]}
 V2: dict[str, Any] = {**V1, "columns": [*V1["columns"],
                                         {"name": "added", "type": "int8", "type_oid": 20}]}
-
-
-@pytest.fixture(scope="module")
-def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeSession]:
-    session = LakeSession(tmp_path_factory.mktemp("lake-session") / "spark.log")
-    try:
-        yield session
-    finally:
-        session.close()
 
 
 def ev(op: str, major: int, id_: int | None, version: int = 1, **values: object) -> ChangeEvent:
@@ -206,7 +196,7 @@ def test_an_iceberg_table_in_a_hadoop_catalog(tmp_path: Path, pg_dsn: str,
 KV = "public.kv"
 KV_SCHEMA = {"columns": [{"name": "id", "type": "int8", "type_oid": 20},
                          {"name": "v", "type": "int8", "type_oid": 20}], "key": ["id"]}
-SEGMENT_EVENTS, SEGMENTS = 500, 16
+SEGMENT_EVENTS, SEGMENTS = 200, 6
 
 
 def land_kv(landing: Path, seed: int) -> dict[int, int]:
@@ -220,7 +210,7 @@ def land_kv(landing: Path, seed: int) -> dict[int, int]:
         events = []
         for i in range(SEGMENT_EVENTS):
             index = segment * SEGMENT_EVENTS + i
-            key, position = rnd.randrange(1000), Position(0x1000 + index, 0, 0)
+            key, position = rnd.randrange(300), Position(0x1000 + index, 0, 0)
             if key in present and rnd.random() < 0.2:
                 del present[key]
                 events.append(ChangeEvent(KV, Op.DELETE, position, f"[{key}]", None, None,

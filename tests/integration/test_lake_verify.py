@@ -12,7 +12,7 @@ verify, key by key; ``remove_extra`` deletes the extra row, guarded by its posit
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
@@ -59,15 +59,6 @@ TYPED_ROWS = [
      "0001-01-01", "2000-02-29 12:00:00.000001", "2038-01-19 03:14:08+00", "23:59:59.999999",
      "00000000-0000-0000-0000-000000000000", '"text"'),
 ]
-
-
-@pytest.fixture(scope="module")
-def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeSession]:
-    session = LakeSession(tmp_path_factory.mktemp("lake-session") / "spark.log")
-    try:
-        yield session
-    finally:
-        session.close()
 
 
 @pytest.fixture
