@@ -89,8 +89,8 @@ def test_a_capture_merged_into_a_lake_verifies_equal(
         worker_process: Callable[..., WorkerProcess]) -> None:
     backend.use(PLAIN)
     t1, t2 = backend.t1, backend.t2
-    backend.create(t1, 600)
-    backend.create(t2, 300)
+    backend.create(t1, 200)
+    backend.create(t2, 100)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(TYPED_DDL)
         conn.execute("ALTER TABLE public.typed REPLICA IDENTITY FULL")
