@@ -166,10 +166,11 @@ class LakeSession:
     """One Spark 3.5 session of ``tests/lake_session.py`` that merges configuration after
     configuration (the JVM starts once per test module, not once per merge)."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, conf: dict[str, str] | None = None) -> None:
+        """``conf``: Spark settings over the session's (which suit a test's few rows)."""
         jars = ",".join(["/usr/share/java/postgresql.jar",
                          *(str(j) for js in LAKE_JARS.values() for j in js)])
-        extra = {"spark.driver.extraJavaOptions": FAST_JVM}
+        extra = {"spark.driver.extraJavaOptions": FAST_JVM, **(conf or {})}
         self.log_path = log
         self._log = log.open("ab")
         self.proc = subprocess.Popen(
