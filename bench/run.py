@@ -18,6 +18,7 @@ from bench import (
     cascade_merge,
     dump_throughput,
     filtered_dumps,
+    lake_merge,
     landing_stores,
     live_latency,
     log_capture,
@@ -38,6 +39,7 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
     cascade_merge.NAME: cascade_merge.run,
     dump_throughput.NAME: dump_throughput.run,
     filtered_dumps.NAME: filtered_dumps.run,
+    lake_merge.NAME: lake_merge.run,
     landing_stores.NAME: landing_stores.run,
     log_capture.NAME: log_capture.run,
     live_latency.NAME: live_latency.run,
@@ -54,6 +56,7 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
 }
 # Benchmarks that run for some source kinds only; the others run for every kind.
 SOURCE_KINDS: dict[str, tuple[str, ...]] = {
+    lake_merge.NAME: lake_merge.SOURCE_KINDS,
     landing_stores.NAME: landing_stores.SOURCE_KINDS,
     merge_throughput.NAME: merge_throughput.SOURCE_KINDS,
     metrics_exposition.NAME: metrics_exposition.SOURCE_KINDS,

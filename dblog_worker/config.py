@@ -64,6 +64,7 @@ from urllib.parse import urlsplit
 
 from dblog_worker import kinds
 from dblog_worker.checks import integer, number, str_value
+from dblog_worker.config_lake import LAKE_KINDS, LAKE_OPTIONS, LakeConfig, lake_section
 from dblog_worker.config_sections import (
     HttpConfig,
     LeaseConfig,
@@ -101,6 +102,8 @@ def name_problem(kind: str, name: str) -> str | None:
         name.encode()
     except UnicodeEncodeError:
         return "a name must be valid Unicode"
+    if kind in LAKE_KINDS:  # Spark quotes any name; Delta tables map columns by name
+        return None
     return kinds.rules(kind).name_problem(name)
 
 
@@ -108,7 +111,7 @@ def check_table_name(table: str, kind: str, where: str, *, landed: bool = False)
     """``schema.table`` (``database.table``): split at the first dot, both parts names of a
     ``kind`` database (and, when the table is ``landed``, its landing directory's name
     within the filesystem's limit); ConfigError naming ``where`` otherwise."""
-    form = kinds.rules(kind).table_form
+    form = "schema.table" if kind in LAKE_KINDS else kinds.rules(kind).table_form
     schema_name, _, table_name = table.partition(".")
     if not schema_name or not table_name:
         raise ConfigError(f"{where}: {table!r} must be qualified: {form} (split at the first "
@@ -215,16 +218,23 @@ class ReplicaConfig:
 class TargetConfig:
     """The database ``dblog merge`` writes and ``dblog verify`` compares with."""
 
-    kind: str  # a key of kinds.REGISTRY
-    dsn: str = field(repr=False)
+    kind: str  # a key of kinds.REGISTRY, or a lake format (lake_config.LAKE_KINDS)
+    dsn: str = field(repr=False)  # "" for a lake target
     state_schema: str = "dblog"  # merge log, tombstones and staging tables
     renames: Mapping[str, str] = field(default_factory=dict)  # source table -> target table
+    lake: LakeConfig | None = None  # an Iceberg or Delta target's warehouse and catalog
+
+    @property
+    def is_lake(self) -> bool:
+        return self.lake is not None
 
     def table(self, source_table: str) -> str:
         """The target table (``schema.table``) a source table is merged into."""
         return self.renames.get(source_table, source_table)
 
     def safe_dsn(self) -> str:
+        if self.lake is not None:
+            return self.lake.describe()
         return kinds.rules(self.kind).redact(self.dsn)
 
 
@@ -295,7 +305,8 @@ KNOWN: Mapping[str, frozenset[str]] = {
     "worker": frozenset({"heartbeat_interval_s", "status_interval_s", "control_interval_s",
                          "reconnect_max_s", "shutdown_timeout_s", "max_active_dumps"}),
     "lease": frozenset({"ttl_s", "renew_interval_s", "standby_poll_s"}),
-    "target": frozenset({"kind", "dsn", "dsn_env", "password_env", "state_schema", "tables"}),
+    "target": frozenset({"kind", "dsn", "dsn_env", "password_env", "state_schema", "tables"})
+    | LAKE_OPTIONS,
     "merge": frozenset({"master", "jars", "batch_max_events", "tombstone_retention_h",
                         "parallel_tables", "spark_conf", "s3a_jars"}),
     "http": frozenset({"listen", "enabled", "token_env"}),
@@ -422,7 +433,7 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         max_active_dumps=integer(worker, "max_active_dumps", DEFAULT_ACTIVE_DUMPS, 1,
                                  MAX_ACTIVE_DUMPS),
         lease=lease_section(data),
-        target=_target(data, env, kind),
+        target=_target(data, env, kind, tables),
         merge=merge_section(data),
         http=http_section(data, env),
         logs=logs_section(data),
@@ -540,11 +551,16 @@ def _secret_label(section: Mapping[str, Any], key: str, name: str) -> str:
 
 
 def _target(data: Mapping[str, Any], env: Mapping[str, str],
-            source_kind: str) -> TargetConfig | None:
+            source_kind: str, source_tables: object = ()) -> TargetConfig | None:
     if "target" not in data:
         return None
     target = _table(data, "target")
-    kind = _kind(target, "target.kind")
+    lake_kind = target.get("kind")
+    kind = lake_kind if lake_kind in LAKE_KINDS else _kind(target, "target.kind")
+    if kind not in LAKE_KINDS:
+        for option in sorted(LAKE_OPTIONS & target.keys()):
+            raise ConfigError(f"target.{option} is an option of lake targets (kind = "
+                              f'"iceberg" or "delta"); this target is {kind}: remove it')
     renames = target.get("tables", {})
     if not isinstance(renames, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in renames.items()
@@ -554,6 +570,12 @@ def _target(data: Mapping[str, Any], env: Mapping[str, str],
     for source_table, target_table in renames.items():
         check_table_name(source_table, source_kind, "target.tables")
         check_table_name(target_table, kind, "target.tables")
+    if kind in LAKE_KINDS:
+        sources = source_tables if isinstance(source_tables, list) else []
+        return TargetConfig(
+            kind=kind, dsn="", state_schema=_plain_name(target, "state_schema", "dblog"),
+            renames=dict(renames),
+            lake=lake_section(kind, target, env, frozenset(str(t) for t in sources)))
     return TargetConfig(
         kind=kind,
         dsn=_database_dsn(target, kind, env, "target"),

@@ -51,6 +51,8 @@ REGISTRY: Mapping[str, Kind] = {
     "mysql": Kind("dblog_worker.mysql"),
 }
 DEFAULT = "postgresql"
+LAKE_PACKAGE = "dblog_worker.lake"  # the lake targets' formats (config_lake.LAKE_KINDS)
+LAKE = Kind(LAKE_PACKAGE)  # its parts: the merge target, verify's dialect
 
 
 class Rules(Protocol):
@@ -111,3 +113,8 @@ def kind(name: str) -> Kind:
 
 def rules(name: str) -> Rules:
     return kind(name).rules
+
+
+def lake(module: str) -> Any:
+    """A module of the lake targets' package (``target``, ``runtime``, ``read``)."""
+    return importlib.import_module(f"{LAKE_PACKAGE}.{module}")

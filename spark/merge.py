@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dblog_worker import config as config_module
+from dblog_worker import kinds
+from dblog_worker.config import Config
 from dblog_worker.errors import (
     ConfigError,
     RequestRejected,
@@ -37,7 +39,7 @@ from dblog_worker.errors import (
     TransientError,
 )
 from dblog_worker.landing.sink import LandedReader
-from dblog_worker.merge.loop import MergeReport, Stager, merge_source
+from dblog_worker.merge.loop import MergeReport, Stager, merge_source, open_target
 from dblog_worker.merge.plan import Batch
 from dblog_worker.merge.submit import reach_target
 from dblog_worker.merge.target import Target
@@ -100,6 +102,24 @@ def spark_stager(spark: SparkSession) -> Stager:
     return stage
 
 
+def lake_stager() -> Stager:
+    """Stage a batch for a lake target: a persisted view in the table's session."""
+
+    def stage(batch: Batch, target: Target, reader: LandedReader) -> None:
+        context = target.spark.sparkContext  # type: ignore[attr-defined]
+        context.setLocalProperty("spark.scheduler.pool", batch.stage)
+        context.setJobDescription(f"dblog merge: segments {batch.segments[0].seq}-"
+                                  f"{batch.last_segment} into {batch.target_table}")
+        try:
+            target.stage(batch)  # type: ignore[attr-defined]  # a lake target's
+        except TransientError:
+            raise
+        except Exception as exc:
+            raise _staging_error(batch, reader, exc) from None
+
+    return stage
+
+
 def _staging_error(batch: Batch, reader: LandedReader, exc: Exception) -> Exception:
     """Name the damaged segment if one is; otherwise the target's refusal, shortened."""
     for segment in batch.segments:
@@ -108,7 +128,28 @@ def _staging_error(batch: Batch, reader: LandedReader, exc: Exception) -> Except
         except (ValueError, OSError) as damaged:
             return SegmentCorrupt(f"{segment.location} is truncated or damaged: {damaged}")
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-    return TargetError(f"{batch.target_table}: staging over JDBC failed: {first_line[:500]}")
+    return TargetError(f"{batch.target_table}: staging failed: {first_line[:500]}")
+
+
+def merge_in(spark: SparkSession, config: Config, tables: Sequence[str] = ()) -> MergeReport:
+    """The job in a running session: ConfigError when its Spark cannot write the target
+    (a lake format's jar of another Spark line), TransientError when the target is
+    unreachable (nothing of the batch in flight applied)."""
+    target_config = config.require_target()
+    if not target_config.is_lake:
+        return merge_source(config, spark_stager(spark), tables, open_target)
+    problem = kinds.lake("runtime").runtime_problem(
+        target_config.kind, spark.version, _scala(spark), spark.conf.get("spark.jars", "") or "")
+    if problem:
+        raise ConfigError(problem)
+    return merge_source(config, lake_stager(), tables,
+                        lambda c: kinds.lake("target").LakeTarget(c, spark))
+
+
+def _scala(spark: SparkSession) -> str:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    return str(jvm.scala.util.Properties.versionNumberString())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -168,7 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     application = {"application_id": spark.sparkContext.applicationId,
                    "master": spark.sparkContext.master}
     try:
-        report = merge_source(config, spark_stager(spark), args.tables)
+        report = merge_in(spark, config, args.tables)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except TransientError as exc:  # a driver's message may span lines
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 3

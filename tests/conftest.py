@@ -27,6 +27,8 @@ from tests.services import MariaDBServer, PostgresServer, RedisServer, SeaweedSe
 if TYPE_CHECKING:  # pyspark only for the tests that use Spark
     from pyspark.sql import SparkSession
 
+    from tests.lake import LakeSession
+
 # No per-example deadline: the machines are shared and noisy, and speed is measured by the
 # benchmarks (bench/), not by tests; a slow example is not a wrong one.
 settings.register_profile("dblog", deadline=None)
@@ -39,7 +41,7 @@ TESTS = Path(__file__).parent
 FIXTURE_MARKERS = {
     "postgres_server": "pg", "mariadb_server": "mariadb", "redis_server": "redis",
     "chaos_redis": "redis", "spark": "spark", "airflow_home": "airflow",
-    "seaweed_server": "s3",
+    "seaweed_server": "s3", "lake": "spark",
 }
 # ... the source kind and landing store of its parameters (the ``backend`` fixture's,
 # a ``store`` fixture's) ...
@@ -72,14 +74,23 @@ def markers_of(item: pytest.Item) -> set[str]:
     return found
 
 
+# Session-scoped fixtures that one worker should start once for every test that uses them,
+# and their group: the lake tests' Spark 3.5 session (a JVM with the Iceberg and Delta jars).
+SHARED_SESSION_GROUPS = {"lake": "lake-spark35"}
+
+
 def shared_scope_group(item: pytest.Item) -> str | None:
     """The ``xdist_group`` of a test that uses a module- or class-scoped fixture (a server,
     an Airflow, a Spark cluster of its module): its module's path, so that under
     ``pytest -n N --dist loadgroup`` (scripts/test) the module's tests run on one worker and
-    start that fixture once. Other tests go to whichever worker is free."""
+    start that fixture once; of a test that uses one of SHARED_SESSION_GROUPS, that group,
+    whatever its module. Other tests go to whichever worker is free."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
+    for name, group in SHARED_SESSION_GROUPS.items():
+        if name in info.names_closure:
+            return group
     for definitions in info.name2fixturedefs.values():
         if any(d.scope in ("module", "class", "package") for d in definitions):
             return str(Path(str(item.path)).relative_to(TESTS))
@@ -179,6 +190,19 @@ def spark() -> Iterator[SparkSession]:
 
     with local_spark() as session:
         yield session
+
+
+@pytest.fixture(scope="session")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeSession]:
+    """One Spark 3.5 session with the Iceberg and Delta jars (tests/lake_session.py) that
+    merges for every lake test of the worker: its JVM starts once."""
+    from tests.lake import LakeSession
+
+    session = LakeSession(tmp_path_factory.mktemp("lake-session") / "spark.log")
+    try:
+        yield session
+    finally:
+        session.close()
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ removing a row the source has (again):
    (``_dblog_position``; NULL for a row the merge did not write);
 2. look the keys up in the source, as a primary-key dump does;
 3. delete each key the source still lacks, only where the target row still has the
-   position read in 1.
+   position read in 1 (a lake target's rows: read and deleted without Spark, each delete
+   one commit, :mod:`dblog_worker.lake.rows`).
 
 A key the source inserts after 2 reaches the target through the log and the merge: before
 3, the row's position changed and it is kept; after 3, the merge inserts it anew. The
@@ -21,7 +22,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from dblog_worker import kinds
 from dblog_worker.config import Config
 from dblog_worker.dialect import open_source
 from dblog_worker.dump.requests import KeyTexts, parse_keys
@@ -54,7 +57,8 @@ def remove_extra(config: Config, table: str, keys: Sequence[object]) -> ExtraRem
     target_config = config.require_target()
     target_table = target_config.table(table)
     source = open_source(config.source, lambda name, schema: 0)
-    target = open_target(target_config)
+    target: Any = (kinds.lake("rows").LakeRows(target_config) if target_config.is_lake
+                   else open_target(target_config))
     source.connect()
     try:
         target.connect()

@@ -101,8 +101,10 @@ class _InFlight:
                 self.now -= 1
 
 
-def merge_source(config: Config, stage: Stager, tables: Sequence[str] = ()) -> MergeReport:
-    """Merge what is new in the landing zone of ``config``'s source into its target.
+def merge_source(config: Config, stage: Stager, tables: Sequence[str] = (),
+                 targets: Callable[[TargetConfig], Target] = open_target) -> MergeReport:
+    """Merge what is new in the landing zone of ``config``'s source into its target
+    (``targets`` opens one; a lake target's is the Spark job's).
 
     A table whose segments are damaged or whose target cannot take its events is
     reported and left as it was; the other tables go on. TargetUnavailable (the target
@@ -114,7 +116,7 @@ def merge_source(config: Config, stage: Stager, tables: Sequence[str] = ()) -> M
     chosen = list(tables) or sorted(set(reader.tables()) | set(config.source.selector.names))
     report = MergeReport(parallel_tables=config.merge.parallel_tables)
     report.tables = [TableReport(table=t, target_table=target_config.table(t)) for t in chosen]
-    setup = open_target(target_config)
+    setup = targets(target_config)
     setup.connect()
     try:
         setup.ensure_state()
@@ -127,7 +129,7 @@ def merge_source(config: Config, stage: Stager, tables: Sequence[str] = ()) -> M
             result.started_at = time.time()
             started = time.monotonic()
             try:
-                target = open_target(target_config)
+                target = targets(target_config)
                 target.connect()
                 try:
                     target.ensure_state()  # exists by now; sets the session up (MySQL: USE)
@@ -170,6 +172,9 @@ def _merge_table(reader: LandedReader, config: Config, target: Target, stage: St
             batch = next_batch(reader, config.source.kind, result.table, result.target_table,
                                merged, pending, merge.batch_max_events)
             if batch is None:
+                if result.batches:
+                    target.finish(reader.source, result.table, result.target_table,
+                                  merge.tombstone_retention_h)
                 return
             types = target.prepare_table(batch)
             target.prepare_stage(batch.stage)

@@ -76,7 +76,7 @@ class MergeJob:
 def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequence[str] = (),
               as_json: bool = False) -> MergeJob:
     """The merge job of ``config`` on ``master``: a pure function of its arguments."""
-    config.require_target()
+    target = config.require_target()
     config.source.check_table_names(tables)
     merge = config.merge
     defaults = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
@@ -85,6 +85,8 @@ def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequenc
     if isinstance(config.landing_path, S3Location):
         jars = (*jars, *merge.s3a_jars)
         defaults |= s3a_conf(config.landing_path)
+    if target.is_lake:
+        defaults |= kinds.lake("target").session_conf(target)
     env = {}
     if master.startswith("local"):
         defaults |= {"spark.driver.host": _LOOPBACK, "spark.driver.bindAddress": _LOOPBACK}
@@ -194,14 +196,20 @@ def _escape(text: str, key: bool = False) -> str:
 
 
 def reach_target(config: Config) -> None:
-    """Connect to the target once (TargetUnavailable if it cannot be reached)."""
-    target = open_target(config.require_target())
+    """Connect to the target once (TargetUnavailable if it cannot be reached); a lake
+    target's JDBC catalog, where pyiceberg is installed (else the job's session finds it)."""
+    target_config = config.require_target()
+    if target_config.lake is not None:
+        kinds.lake("read").check_catalog(target_config.lake)
+        return
+    target = open_target(target_config)
     target.connect()
     target.close()
 
 
 def check_jars(config: Config) -> None:
-    """Local jars must exist; URLs (``hdfs://``, ``https://``) are the cluster's business."""
+    """Local jars must exist; URLs (``hdfs://``, ``https://``) are the cluster's business.
+    A lake target's runtime jar must be listed (which Spark it fits, the job checks)."""
     if isinstance(config.landing_path, S3Location):
         absent = [j for j in config.merge.s3a_jars if "://" not in j and not Path(j).is_file()]
         if absent:
@@ -210,6 +218,13 @@ def check_jars(config: Config) -> None:
                 f"{', '.join(absent)}; run scripts/install (it fetches them from Maven Central"
                 " into .tools/jars), or list them in merge.s3a_jars")
     missing = [j for j in config.merge.jars if "://" not in j and not Path(j).is_file()]
+    target = config.require_target()
+    if target.is_lake and not missing:
+        runtime = kinds.lake("runtime")
+        if not any(runtime.jar_spark_line(target.kind, jar) for jar in config.merge.jars):
+            raise ConfigInvalid(f"a {target.kind} target needs its Spark runtime jar in"
+                                f" merge.jars: {runtime.JAR_NAMES[target.kind]}, of your Spark's"
+                                " line (docs/merge.md#spark-versions)")
     if missing:
         raise ConfigInvalid(
             f"JDBC driver jar(s) not found: {', '.join(missing)}; on Debian install them with"

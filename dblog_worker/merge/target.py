@@ -124,6 +124,12 @@ class Target(abc.ABC):
     def apply(self, batch: Batch, types: Mapping[str, str], retention_h: float) -> Applied:
         """Apply the staged batch and advance the merge log, in one transaction."""
 
+    def finish(self, source: str, source_table: str, target_table: str,
+               retention_h: float) -> None:
+        """After the batches of a table that applied at least one (a lake target copies its
+        merge log and drops old tombstones here; a database does both per batch)."""
+        return None
+
     # -- shared -----------------------------------------------------------------------------
 
     def prepare_table(self, batch: Batch) -> dict[str, str]:

@@ -26,7 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from dblog_worker import kinds
 from dblog_worker.config import Config
+from dblog_worker.config_lake import LakeConfig
 from dblog_worker.control.commands import captured_tables
 from dblog_worker.dump.requests import MAX_KEYS
 from dblog_worker.errors import RequestRejected, SourceUnavailable
@@ -45,10 +47,12 @@ _T = TypeVar("_T")
 class Database:
     """One connection to the source or the target; counts the seconds spent in queries."""
 
-    def __init__(self, role: str, kind: str, dsn: str, safe_dsn: str) -> None:
+    def __init__(self, role: str, kind: str, dsn: str, safe_dsn: str,
+                 lake: LakeConfig | None = None) -> None:
         self.role = role  # "source" or "target"
         self.kind = kind
         self._dsn = dsn
+        self._lake = lake  # a lake target's tables: read into an embedded DuckDB
         self.safe_dsn = safe_dsn
         self.seconds = 0.0
         self.queries = 0
@@ -66,6 +70,10 @@ class Database:
 
     def _connect(self) -> None:
         where = f"the {self.role} database ({self.safe_dsn})"
+        if self._lake is not None:
+            where = f"the {self.role} ({self.safe_dsn})"
+            self._conn = kinds.lake("verify_sql").LakeConnection(self._lake, where)
+            return
         self._conn = vs.sql_of(self.kind).connect(self._dsn, where)
 
     def query(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
@@ -305,7 +313,8 @@ def verify(config: Config, tables: Sequence[str] | None = None,
             raise RequestRejected(f"{target_config.table(name)} is in the merge's state schema "
                                   f"{schema}, which verify never compares")
     source = Database("source", config.source.kind, config.source.dsn, config.source.safe_dsn())
-    target = Database("target", target_config.kind, target_config.dsn, target_config.safe_dsn())
+    target = Database("target", target_config.kind, target_config.dsn, target_config.safe_dsn(),
+                      target_config.lake)
     try:
         with ThreadPoolExecutor(1, thread_name_prefix="dblog-verify-target") as executor:
             both = InParallel(executor)

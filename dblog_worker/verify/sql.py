@@ -60,6 +60,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from dblog_worker import kinds
+from dblog_worker.config_lake import LAKE_KINDS
 from dblog_worker.errors import RequestRejected, TerminalError
 from dblog_worker.masking import ColumnMask, TableMasks, generated_left_out
 
@@ -186,9 +187,12 @@ class VerifyDialect(Protocol):
 
 
 SQL: kinds.Part[VerifyDialect] = kinds.Part("verify_sql", "SQL")
+LAKE = "lake"  # the dialect of lake targets' tables (Iceberg, Delta), whatever the format
 
 
 def sql_of(kind: str) -> VerifyDialect:
+    if kind == LAKE or kind in LAKE_KINDS:
+        return kinds.LAKE.part(SQL)
     return kinds.kind(kind).part(SQL)
 
 

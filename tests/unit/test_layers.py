@@ -16,7 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "dblog_worker"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
-KIND_PACKAGES = ("dblog_worker.pg", "dblog_worker.mysql")
+# dblog_worker.lake: the lake formats, which know their catalogs' databases (a JDBC URL).
+KIND_PACKAGES = ("dblog_worker.pg", "dblog_worker.mysql", "dblog_worker.lake")
 DRIVERS = ("psycopg", "psycopg_pool", "pymysql", "pymysqlreplication")
 FRONT_ENDS = ("dblog_airflow", "dblog_dags", "dblog_spark")  # above the whole package
 KIND_NAMES = {"postgresql", "postgres", "mysql", "mariadb"}

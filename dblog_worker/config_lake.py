@@ -1,0 +1,158 @@
+"""The ``[target]`` options of a lake target (``kind = "iceberg"`` or ``"delta"``): where its
+tables live, its catalog, and how a table is partitioned. A frozen value and its parser; the
+formats themselves are :mod:`dblog_worker.lake` (docs/merge.md#lake-targets)::
+
+    [target]
+    kind = "iceberg"
+    warehouse = "/srv/lake/warehouse"          # or s3a://bucket/warehouse
+    catalog = "jdbc"                           # "hadoop": the warehouse alone
+    catalog_uri = "jdbc:postgresql://catalog:5432/lake"
+    catalog_user = "lake"
+    catalog_password_env = "LAKE_CATALOG_PASSWORD"
+    partition_by = { "public.orders" = ["days:created_at", "bucket:16:id"] }
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from dblog_worker.errors import ConfigError
+
+__all__ = ["LAKE_KINDS", "LAKE_OPTIONS", "LakeConfig", "Partition", "lake_section"]
+
+LAKE_KINDS = ("iceberg", "delta")
+CATALOGS = ("jdbc", "hadoop")
+LAKE_OPTIONS = frozenset({"warehouse", "catalog", "catalog_uri", "catalog_user",
+                          "catalog_password_env", "partition_by"})
+# Iceberg's partition transforms; a Delta table takes plain columns only.
+TRANSFORMS = ("identity", "years", "months", "days", "hours", "bucket", "truncate")
+_WITH_WIDTH = ("bucket", "truncate")
+_PARTITION = re.compile(r"(?:(?P<transform>[a-z]+):(?:(?P<width>\d{1,6}):)?)?(?P<column>.+)",
+                        re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """One partition field: a column, and an Iceberg transform of it (``identity``: the
+    column itself)."""
+
+    column: str
+    transform: str = "identity"
+    width: int = 0  # bucket count, truncate width
+
+    def describe(self) -> str:
+        width = f":{self.width}" if self.transform in _WITH_WIDTH else ""
+        return self.column if self.transform == "identity" else \
+            f"{self.transform}{width}:{self.column}"
+
+
+@dataclass(frozen=True)
+class LakeConfig:
+    """Where a lake target's tables live and how they are found."""
+
+    format: str  # "iceberg" or "delta"
+    warehouse: str  # a local path or a Hadoop URI (file:, s3a:, hdfs:)
+    catalog: str = "hadoop"  # Iceberg: "jdbc" or "hadoop"; Delta: tables by path
+    catalog_uri: str = ""  # Iceberg JDBC catalog: jdbc:postgresql://host:port/database
+    catalog_user: str = ""
+    catalog_password: str = field(default="", repr=False)
+    partition_by: Mapping[str, tuple[Partition, ...]] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """The target as it may be logged (never a password)."""
+        where = self.catalog_uri if self.catalog == "jdbc" else self.warehouse
+        return f"{self.format} tables ({self.catalog} catalog {where})"
+
+
+def _text(target: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    value = target.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"target.{key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def lake_section(kind: str, target: Mapping[str, Any], env: Mapping[str, str],
+                 tables: frozenset[str]) -> LakeConfig:
+    """The lake options of a ``[target]`` of ``kind`` (``iceberg``, ``delta``);
+    ``tables``: the source tables partition_by may name."""
+    for option in ("dsn", "dsn_env", "password_env"):
+        if option in target:
+            raise ConfigError(f"target.{option} is an option of database targets; a {kind}"
+                              " target names its warehouse (target.warehouse) and catalog")
+    warehouse = _text(target, "warehouse")
+    catalog = target.get("catalog", "hadoop")
+    if kind == "delta":
+        for option in ("catalog", "catalog_uri", "catalog_user", "catalog_password_env"):
+            if option in target:
+                raise ConfigError(f"target.{option}: a Delta target's tables are found by"
+                                  " path under target.warehouse, without a catalog; remove it")
+    elif catalog not in CATALOGS:
+        raise ConfigError(f"target.catalog must be one of {', '.join(CATALOGS)}, got"
+                          f" {catalog!r}")
+    uri = user = password = ""
+    if catalog == "jdbc" and kind == "iceberg":
+        uri = _text(target, "catalog_uri")
+        parts = urlsplit(uri.removeprefix("jdbc:"))
+        if not uri.startswith("jdbc:") or not parts.hostname or not parts.path.strip("/"):
+            raise ConfigError("target.catalog_uri must be a JDBC URL of the catalog's"
+                              ' database, like "jdbc:postgresql://catalog:5432/lake"')
+        if parts.password or "password" in parts.query.lower():
+            raise ConfigError("target.catalog_uri must not hold a password: name the variable"
+                              " that holds it in target.catalog_password_env")
+        user = _text(target, "catalog_user")
+        if "catalog_password_env" in target:
+            name = target["catalog_password_env"]
+            if not isinstance(name, str) or name not in env:
+                raise ConfigError(f"target.catalog_password_env names {name!r}, which is not"
+                                  " set")
+            password = env[name]
+    elif kind == "iceberg":
+        for option in ("catalog_uri", "catalog_user", "catalog_password_env"):
+            if option in target:
+                raise ConfigError(f"target.{option} is an option of the jdbc catalog; set"
+                                  ' target.catalog = "jdbc", or remove it')
+    return LakeConfig(format=kind, warehouse=warehouse, catalog=str(catalog),
+                      catalog_uri=uri, catalog_user=user, catalog_password=password,
+                      partition_by=_partitions(kind, target.get("partition_by", {}), tables))
+
+
+def _partitions(kind: str, value: object, tables: frozenset[str]
+                ) -> dict[str, tuple[Partition, ...]]:
+    example = ('target.partition_by must map source tables to partition fields, like'
+               ' { "public.orders" = ["days:created_at", "region"] }')
+    if not isinstance(value, dict):
+        raise ConfigError(example)
+    found: dict[str, tuple[Partition, ...]] = {}
+    for table, fields in value.items():
+        if table not in tables:
+            raise ConfigError(f"target.partition_by names {table!r}, which is not in"
+                              " source.tables")
+        if not isinstance(fields, list) or not fields or \
+                not all(isinstance(f, str) and f for f in fields):
+            raise ConfigError(f"target.partition_by of {table}: {example}")
+        found[str(table)] = tuple(parse_partition(kind, table, f) for f in fields)
+    return found
+
+
+def parse_partition(kind: str, table: str, text: str) -> Partition:
+    """``column``, ``transform:column`` or ``bucket:N:column`` / ``truncate:N:column``."""
+    match = _PARTITION.fullmatch(text)
+    transform = (match and match["transform"]) or "identity"
+    if match is None or transform not in TRANSFORMS or (match["transform"] is None
+                                                        and ":" in text):
+        raise ConfigError(
+            f"target.partition_by of {table}: {text!r} is not a partition field: a column,"
+            f" or transform:column with a transform of {', '.join(TRANSFORMS[1:])}"
+            " (bucket:N:column, truncate:N:column)")
+    width = int(match["width"] or 0)
+    if (transform in _WITH_WIDTH) != bool(width):
+        raise ConfigError(f"target.partition_by of {table}: {text!r}: bucket and truncate"
+                          " take a width (bucket:16:id), the other transforms none")
+    if kind == "delta" and transform != "identity":
+        raise ConfigError(f"target.partition_by of {table}: {text!r}: a Delta table is"
+                          " partitioned by plain columns; transforms are Iceberg's")
+    return Partition(column=match["column"], transform=transform, width=width)
