@@ -1,0 +1,142 @@
+"""The quickstart on the object store and a lake target (``./scripts/quickstart --lake``).
+
+Used by ``scripts/quickstart.py``: a private SeaweedFS (``weed server -s3``, the object store
+the tests use) holds the landing zone (``s3://dblog/landing``) and the Iceberg warehouse
+(``s3a://dblog/warehouse``); the Iceberg catalog is a JDBC catalog in a database of the
+PostgreSQL source's server (``lake_catalog``). The merge runs on Spark 3.5 (``.tools/spark35``,
+which ``scripts/install`` sets up: Iceberg publishes no runtime for the main environment's
+Spark 4.2) with the Iceberg runtime and Hadoop 3.3.4's S3A connector (``hadoop-aws`` 3.3.4 and
+the AWS SDK v1 modules it calls: Spark 3.5 ships Hadoop 3.3.4). Credentials are the store's
+test identity, in the environment of every process the quickstart starts, never in a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+from psycopg.conninfo import conninfo_to_dict
+from quickstart_shop import ROOT, Failed, Shop
+
+from dblog_worker import config as config_module
+from dblog_worker.config_lake import LakeConfig
+from dblog_worker.lake.iceberg import CATALOG
+from dblog_worker.lake.read import open_table
+from dblog_worker.landing.s3_objects import S3Location
+from tests.services import SeaweedServer
+
+__all__ = ["BUCKET", "CATALOG", "CATALOG_DATABASE", "SPARK35", "corrupt_table", "landing_root",
+           "landing_section", "merge_section", "missing", "object_store", "target_section",
+           "warehouse"]
+
+SPARK35 = ROOT / ".tools" / "spark35"
+JARS = ROOT / ".tools" / "jars"
+BUCKET = "dblog"
+CATALOG_DATABASE = "lake_catalog"
+ICEBERG_JARS = ("iceberg-spark-runtime-3.5_2.12-1.12.0.jar",)
+# S3A of Spark 3.5's Hadoop (3.3.4): hadoop-aws and the AWS SDK v1 modules of the version
+# hadoop-project 3.3.4 pins (scripts/install fetches them; the SDK's bundle is 280 MB).
+S3A_JARS_SPARK35 = ("hadoop-aws-3.3.4.jar", "aws-java-sdk-core-1.12.262.jar",
+                    "aws-java-sdk-s3-1.12.262.jar", "aws-java-sdk-kms-1.12.262.jar",
+                    "aws-java-sdk-sts-1.12.262.jar", "aws-java-sdk-dynamodb-1.12.262.jar",
+                    "jmespath-java-1.12.262.jar")
+
+
+def missing() -> list[str]:
+    """What ``scripts/install`` puts in place and is not there."""
+    needed = [SPARK35 / "bin" / "spark-submit",
+              *(JARS / name for name in (*ICEBERG_JARS, *S3A_JARS_SPARK35))]
+    return [str(path) for path in needed if not path.exists()]
+
+
+@contextlib.contextmanager
+def object_store() -> Iterator[SeaweedServer]:
+    """A private SeaweedFS with the quickstart's bucket; its credentials (and endpoint, for
+    pyiceberg's reads) in this process's environment, which every child inherits."""
+    with SeaweedServer().start() as store:
+        store.create_bucket(BUCKET)
+        os.environ.update(store.env())
+        os.environ["AWS_ENDPOINT_URL"] = store.endpoint  # pyiceberg's S3 client (pyarrow)
+        os.environ["AWS_REGION"] = "us-east-1"
+        yield store
+
+
+def warehouse() -> str:
+    return f"s3a://{BUCKET}/warehouse"
+
+
+def landing_section(store: SeaweedServer) -> str:
+    return (f'path = "s3://{BUCKET}/landing"\n'
+            f'flush_interval_s = 1.0\n\n'
+            f'[landing.s3]\nendpoint = "{store.endpoint}"\nregion = "us-east-1"\n'
+            'path_style = true\n')
+
+
+def landing_root(store: SeaweedServer) -> S3Location:
+    return S3Location.parse(f"s3://{BUCKET}/landing", endpoint=store.endpoint,
+                            region="us-east-1", path_style=True)
+
+
+def target_section(shop: Shop, catalog_dsn: str) -> str:
+    """An Iceberg target: the warehouse on the store, the JDBC catalog in ``catalog_dsn``'s
+    database, each source's tombstones in a namespace of its own."""
+    params = conninfo_to_dict(catalog_dsn)
+    uri = f"jdbc:postgresql://{params['host']}:{params['port']}/{params['dbname']}"
+    return (f'[target]\nkind = "iceberg"\nwarehouse = "{warehouse()}"\n'
+            f'catalog = "jdbc"\ncatalog_uri = "{uri}"\ncatalog_user = "{params["user"]}"\n'
+            f'state_schema = "dblog_{shop.source}"\n')
+
+
+def merge_section() -> str:
+    """Spark 3.5 with the Iceberg runtime, PostgreSQL's JDBC driver (the catalog) and S3A."""
+    jars = ["/usr/share/java/postgresql.jar", *(str(JARS / name) for name in ICEBERG_JARS)]
+    python = str(SPARK35 / "bin" / "python")
+    return (f"[merge]\njars = {json.dumps(jars)}\n"
+            f"s3a_jars = {json.dumps([str(JARS / name) for name in S3A_JARS_SPARK35])}\n"
+            "# No Spark UI (it would take port 4040); a few shuffle partitions for small\n"
+            "# batches; the job's Python is Spark 3.5's.\n"
+            "[merge.spark_conf]\n"
+            '"spark.ui.enabled" = "false"\n"spark.sql.shuffle.partitions" = "4"\n'
+            f'"spark.pyspark.python" = "{python}"\n"spark.pyspark.driver.python" = "{python}"\n'
+            '"spark.driver.extraJavaOptions" = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"\n')
+
+
+def lake_of(config: Path) -> LakeConfig:
+    lake = config_module.load(config).require_target().lake
+    assert lake is not None
+    return lake
+
+
+def corrupt_table(config: Path, table: str, changed: int, deleted: int, copied: int,
+                  extra: int) -> None:
+    """Damage the Iceberg table of ``table`` through pyiceberg, as another engine would: the
+    name of ``changed`` changed, ``deleted`` deleted, a copy of ``copied`` added as
+    ``extra`` (without a position: the merge never wrote it)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    found = open_table(lake_of(config), table)
+    if found is None:
+        raise Failed(f"the Iceberg table of {table} does not exist after the merge")
+    handle = found.handle
+    with warnings.catch_warnings():  # pyiceberg rewrites the files of a merge-on-read table
+        warnings.filterwarnings("ignore", "Merge on read is not yet supported", UserWarning)
+        row = handle.scan(row_filter=f"id = {changed}").to_arrow()
+        names = row.schema.get_field_index("name")
+        row = row.set_column(names, "name", pa.array(["corrupted"] * row.num_rows))
+        handle.refresh().overwrite(row, overwrite_filter=f"id = {changed}")
+        handle.refresh().delete(f"id = {deleted}")
+        copy = handle.refresh().scan(row_filter=f"id = {copied}").to_arrow()
+        copy = copy.set_column(copy.schema.get_field_index("id"), "id",
+                               pc.cast(pa.array([extra] * copy.num_rows), copy["id"].type))
+        position = copy.schema.get_field_index("_dblog_position")
+        copy = copy.set_column(position, "_dblog_position",
+                               pa.array([None] * copy.num_rows, pa.string()))
+        handle.refresh().append(copy)
+    if row.num_rows != 1 or copy.num_rows != 1:
+        raise Failed(f"corrupting the Iceberg table of {table} found {row.num_rows} and "
+                     f"{copy.num_rows} rows, not one each")
