@@ -395,6 +395,7 @@ class Quickstart:
             "PYTHONPATH": os.pathsep.join([str(ROOT / "dags"), *filter(None, [
                 env.get("PYTHONPATH")])]),
             "SPARK_LOCAL_IP": "127.0.0.1",
+            **({"SPARK_HOME": str(quickstart_lake.spark_home())} if self.options.lake else {}),
             "PYTHONUNBUFFERED": "1",
             # The DAGs' settings, the provider's [dblog] section
             # (docs/airflow.md#settings-of-the-dag-files).

@@ -30,8 +30,8 @@ from dblog_worker.landing.s3_objects import S3Location
 from tests.services import SeaweedServer
 
 __all__ = ["BUCKET", "CATALOG", "CATALOG_DATABASE", "SPARK35", "corrupt_table", "landing_root",
-           "landing_section", "merge_section", "missing", "object_store", "target_section",
-           "warehouse"]
+           "landing_section", "merge_section", "missing", "object_store", "spark_home",
+           "target_section", "warehouse"]
 
 SPARK35 = ROOT / ".tools" / "spark35"
 JARS = ROOT / ".tools" / "jars"
@@ -46,9 +46,16 @@ S3A_JARS_SPARK35 = ("hadoop-aws-3.3.4.jar", "aws-java-sdk-core-1.12.262.jar",
                     "jmespath-java-1.12.262.jar")
 
 
+def spark_home() -> Path:
+    """Spark 3.5's home: the pyspark folder of .tools/spark35 (its spark-submit would
+    otherwise look for its home with the Python of PYSPARK_PYTHON, the job's: Spark 4.2)."""
+    found = sorted(SPARK35.glob("lib/python3*/site-packages/pyspark"))
+    return found[0] if found else SPARK35 / "pyspark"
+
+
 def missing() -> list[str]:
     """What ``scripts/install`` puts in place and is not there."""
-    needed = [SPARK35 / "bin" / "spark-submit",
+    needed = [SPARK35 / "bin" / "spark-submit", spark_home() / "jars",
               *(JARS / name for name in (*ICEBERG_JARS, *S3A_JARS_SPARK35))]
     return [str(path) for path in needed if not path.exists()]
 
