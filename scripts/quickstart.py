@@ -54,6 +54,7 @@ from quickstart_shop import (
     Child,
     Failed,
     MariaDBShop,
+    PostgresLakeShop,
     PostgresShop,
     Shop,
     ShopLoad,
@@ -329,7 +330,9 @@ class Quickstart:
             stack.callback(self._keep_log, self.redis.log_path, "redis.log")
             say(f"   Redis on port {self.redis.port}")
             for kind in options.sources:
-                shop = stack.enter_context(SHOPS[kind].started())
+                shop_kind = (PostgresLakeShop if options.lake and kind == PostgresShop.kind
+                             else SHOPS[kind])
+                shop = stack.enter_context(shop_kind.started())
                 stack.callback(self._keep_log, shop.server_log, f"{kind}.log")
                 say(f"   {shop.describe()} ({shop.server_note}), source {shop.source}")
                 self.captures.append(Capture(shop, self.run_dir / f"{shop.source}.toml",

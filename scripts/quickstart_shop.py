@@ -530,6 +530,18 @@ FROM generate_series(1, %s) AS g
         return command if sql is None else f'{command} -c "{sql}"'
 
 
+class PostgresLakeShop(PostgresShop):
+    """The PostgreSQL shop of ``--lake``: ``customers.tags`` is ``jsonb``, not ``text[]``
+    (lake targets refuse array columns: docs/merge.md#lake-targets-iceberg-and-delta)."""
+
+    SCHEMA_SQL = PostgresShop.SCHEMA_SQL.replace("tags        text[],", "tags        jsonb,")
+    FILL_CUSTOMERS = PostgresShop.FILL_CUSTOMERS.replace(
+        "ARRAY['vip', 'café']", "'[\"vip\", \"café\"]'::jsonb")
+
+    def tags(self, tags: list[str] | None) -> object:
+        return None if tags is None else json.dumps(tags, ensure_ascii=False)
+
+
 class _PgSession:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
