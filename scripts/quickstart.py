@@ -236,11 +236,14 @@ class Capture:
         args = ["verify", "--json"]
         for table in tables:
             args += ["--table", table]
-        output = self.dblog(*args, show=False, check=False)
+        done = subprocess.run([sys.executable, "-m", "dblog_worker", *args], env=self.env,
+                              cwd=ROOT, timeout=300, capture_output=True, text=True,
+                              check=False)
         try:
-            return dict(json.loads(output))
+            return dict(json.loads(done.stdout))
         except ValueError:
-            raise Failed(f"dblog verify ({self.source}) printed no result: {output[-2000:]}"
+            raise Failed(f"dblog verify ({self.source}) printed no result (exit status "
+                         f"{done.returncode}): {(done.stdout + done.stderr)[-2000:]}"
                          ) from None
 
 
@@ -319,8 +322,7 @@ class Quickstart:
                 stack.callback(self._keep_log, self.store.log_path, "seaweedfs.log")
                 self.landing = quickstart_lake.landing_root(self.store)
                 say(f"   SeaweedFS {self.store.version()}: S3 on {self.store.endpoint}, "
-                    f"bucket {quickstart_lake.BUCKET} (the landing zone, the Iceberg "
-                    "warehouse)")
+                    f"bucket {quickstart_lake.BUCKET} (the landing zone)")
             port = options.airflow_port or free_port()
             self.airflow = LocalAirflow(self.run_dir / "airflow", self.logs, port,
                                         self._airflow_env(port))
@@ -351,7 +353,7 @@ class Quickstart:
                 lake = None
                 if self.store is not None:
                     lake = (quickstart_lake.landing_section(self.store),
-                            quickstart_lake.target_section(capture.shop, catalog),
+                            quickstart_lake.target_section(capture.shop, catalog, self.run_dir),
                             quickstart_lake.merge_section())
                 write_config(capture.config, capture.shop, capture.redis_url,
                              self.run_dir / "landing", lake=lake)
@@ -692,7 +694,7 @@ class Quickstart:
         say(f"   landing zone   {self.landing}")
         if self.store is not None:
             say(f"   object store   SeaweedFS S3 on {self.store.endpoint}; Iceberg warehouse "
-                f"{quickstart_lake.warehouse()}, catalog database "
+                f"{quickstart_lake.warehouse(self.run_dir)}, catalog database "
                 f"{quickstart_lake.CATALOG_DATABASE}")
         ok = (converged and verified and repaired_ok
               and all(r.succeeded for r in runs))
@@ -762,7 +764,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     run_dir = (options.workdir or Path(tempfile.mkdtemp(prefix="dblog-quickstart-"))).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    for old in ("landing", "airflow", "logs"):  # a --workdir used before
+    for old in ("landing", "airflow", "logs", "warehouse"):  # a --workdir used before
         shutil.rmtree(run_dir / old, ignore_errors=True)
     run_id = uuid.uuid4().hex
     os.environ[RUN_MARKER] = run_id  # inherited by every process started from here on

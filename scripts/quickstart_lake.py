@@ -1,13 +1,15 @@
 """The quickstart on the object store and a lake target (``./scripts/quickstart --lake``).
 
 Used by ``scripts/quickstart.py``: a private SeaweedFS (``weed server -s3``, the object store
-the tests use) holds the landing zone (``s3://dblog/landing``) and the Iceberg warehouse
-(``s3a://dblog/warehouse``); the Iceberg catalog is a JDBC catalog in a database of the
-PostgreSQL source's server (``lake_catalog``). The merge runs on Spark 3.5 (``.tools/spark35``,
-which ``scripts/install`` sets up: Iceberg publishes no runtime for the main environment's
-Spark 4.2) with the Iceberg runtime and Hadoop 3.3.4's S3A connector (``hadoop-aws`` 3.3.4 and
-the AWS SDK v1 modules it calls: Spark 3.5 ships Hadoop 3.3.4). Credentials are the store's
-test identity, in the environment of every process the quickstart starts, never in a file.
+the tests use) holds the landing zone (``s3://dblog/landing``); the Iceberg tables live in the
+run directory's ``warehouse`` (``dblog verify`` and the repair read them through pyiceberg,
+which a lake target gives no S3 endpoint yet) and their catalog is a JDBC catalog in a database
+of the PostgreSQL source's server (``lake_catalog``). The merge runs on Spark 3.5
+(``.tools/spark35``, which ``scripts/install`` sets up: Iceberg publishes no runtime for the
+main environment's Spark 4.2) with the Iceberg runtime and Hadoop 3.3.4's S3A connector
+(``hadoop-aws`` 3.3.4 and the AWS SDK v1 modules it calls: Spark 3.5 ships Hadoop 3.3.4).
+Credentials are the store's test identity, in the environment of every process the quickstart
+starts, never in a file.
 """
 
 from __future__ import annotations
@@ -62,18 +64,16 @@ def missing() -> list[str]:
 
 @contextlib.contextmanager
 def object_store() -> Iterator[SeaweedServer]:
-    """A private SeaweedFS with the quickstart's bucket; its credentials (and endpoint, for
-    pyiceberg's reads) in this process's environment, which every child inherits."""
+    """A private SeaweedFS with the quickstart's bucket; its credentials in this process's
+    environment, which every child inherits."""
     with SeaweedServer().start() as store:
         store.create_bucket(BUCKET)
         os.environ.update(store.env())
-        os.environ["AWS_ENDPOINT_URL"] = store.endpoint  # pyiceberg's S3 client (pyarrow)
-        os.environ["AWS_REGION"] = "us-east-1"
         yield store
 
 
-def warehouse() -> str:
-    return f"s3a://{BUCKET}/warehouse"
+def warehouse(run_dir: Path) -> str:
+    return str(run_dir / "warehouse")
 
 
 def landing_section(store: SeaweedServer) -> str:
@@ -88,12 +88,12 @@ def landing_root(store: SeaweedServer) -> S3Location:
                             region="us-east-1", path_style=True)
 
 
-def target_section(shop: Shop, catalog_dsn: str) -> str:
-    """An Iceberg target: the warehouse on the store, the JDBC catalog in ``catalog_dsn``'s
-    database, each source's tombstones in a namespace of its own."""
+def target_section(shop: Shop, catalog_dsn: str, run_dir: Path) -> str:
+    """An Iceberg target: the warehouse in ``run_dir``, the JDBC catalog in
+    ``catalog_dsn``'s database, each source's tombstones in a namespace of its own."""
     params = conninfo_to_dict(catalog_dsn)
     uri = f"jdbc:postgresql://{params['host']}:{params['port']}/{params['dbname']}"
-    return (f'[target]\nkind = "iceberg"\nwarehouse = "{warehouse()}"\n'
+    return (f'[target]\nkind = "iceberg"\nwarehouse = {json.dumps(warehouse(run_dir))}\n'
             f'catalog = "jdbc"\ncatalog_uri = "{uri}"\ncatalog_user = "{params["user"]}"\n'
             f'state_schema = "dblog_{shop.source}"\n')
 
