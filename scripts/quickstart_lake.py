@@ -135,7 +135,8 @@ def corrupt_table(config: Path, table: str, changed: int, deleted: int, copied: 
         row = handle.scan(row_filter=f"id = {changed}").to_arrow()
         names = row.schema.get_field_index("name")
         row = row.set_column(names, "name", pa.array(["corrupted"] * row.num_rows))
-        handle.refresh().overwrite(row, overwrite_filter=f"id = {changed}")
+        schema = handle.schema().as_arrow()  # the key NOT NULL, as the table has it
+        handle.refresh().overwrite(row.cast(schema), overwrite_filter=f"id = {changed}")
         handle.refresh().delete(f"id = {deleted}")
         copy = handle.refresh().scan(row_filter=f"id = {copied}").to_arrow()
         copy = copy.set_column(copy.schema.get_field_index("id"), "id",
@@ -143,7 +144,7 @@ def corrupt_table(config: Path, table: str, changed: int, deleted: int, copied: 
         position = copy.schema.get_field_index("_dblog_position")
         copy = copy.set_column(position, "_dblog_position",
                                pa.array([None] * copy.num_rows, pa.string()))
-        handle.refresh().append(copy)
+        handle.refresh().append(copy.cast(schema))
     if row.num_rows != 1 or copy.num_rows != 1:
         raise Failed(f"corrupting the Iceberg table of {table} found {row.num_rows} and "
                      f"{copy.num_rows} rows, not one each")
