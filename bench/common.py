@@ -84,6 +84,23 @@ class Options:
     profile_gil: bool = False
     source: str = POSTGRESQL
     kills: int = 10
+    masks: bool = False  # the workers mask columns of the benchmark tables (MASKS)
+
+
+# ``--masks``: what the workers do to the 5-column benchmark tables' columns: the two most
+# common masks (a hashed integer and text) and the two cheap ones. The HMAC key is set in
+# the benchmark's environment, which the workers inherit.
+MASK_KEY_ENV = "DBLOG_BENCH_COLUMN_KEY"
+MASKS = f"""
+[source.columns]
+key_env = "{MASK_KEY_ENV}"
+
+[source.columns."*.*"]
+a = "hash"
+b = "hash"
+c = {{ mask = "masked" }}
+d = "exclude"
+"""
 
 
 def die_with_parent() -> Callable[[], None] | None:
@@ -306,6 +323,9 @@ class Environment:
                flush_interval_s: float = FLUSH_INTERVAL_S, instance: str = "",
                extra_config: str = "", source_config: str = "",
                landing: LandingRoot | None = None) -> WorkerRun:
+        if self.options.masks:
+            os.environ.setdefault(MASK_KEY_ENV, "the benchmarks' HMAC key: 32 bytes")
+            source_config += MASKS
         run = WorkerRun(self, source, tables, flush_interval_s=flush_interval_s,
                         instance=instance, extra_config=extra_config,
                         source_config=source_config, landing=landing)

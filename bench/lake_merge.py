@@ -51,6 +51,10 @@ NAME = "lake_merge"
 FIGURES = ("*.events_per_s", "*.merge_s", "events")
 SOURCE_KINDS = ("postgresql",)
 TARGETS = ("postgresql", "iceberg", "delta")
+# A job's settings for a million events on local[2] (the tests' session has one shuffle
+# partition and no adaptive execution, for a few rows): those of bench.merge_throughput.
+SESSION_CONF = {"spark.sql.shuffle.partitions": "4", "spark.sql.adaptive.enabled": "true",
+                "spark.default.parallelism": "2"}
 
 
 def write_config(workdir: Path, kind: str, landing: Path, dsn: str, label: str) -> Path:
@@ -138,7 +142,7 @@ def run(options: Options) -> Result:
                  f" {stream.segments} segments")
         server.start()
         started = time.perf_counter()
-        session = LakeSession(workdir / "spark.log")
+        session = LakeSession(workdir / "spark.log", conf=SESSION_CONF)
         startup_s = time.perf_counter() - started
         progress(f"{NAME}: the Spark 3.5 session started in {startup_s:.1f} s")
         try:
@@ -161,6 +165,7 @@ def run(options: Options) -> Result:
     result: Result = {"benchmark": NAME, "events": stream.events, "keys": keys,
                       "segments": stream.segments, "segment_events": SEGMENT_EVENTS,
                       "ops": stream.ops, "runs": options.runs, "spark": "3.5.9 local[2]",
+                      "spark_conf": SESSION_CONF,
                       "session_startup_s": rounded(startup_s), "machine": machine()}
     for kind in TARGETS:
         seconds = [r["seconds"] for r in runs[kind]]

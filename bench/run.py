@@ -25,6 +25,7 @@ from bench import (
     memory,
     merge_throughput,
     metrics_exposition,
+    priorities,
     replica_identity,
     replica_reads,
     takeover,
@@ -45,6 +46,7 @@ BENCHMARKS: dict[str, Callable[[Options], Result]] = {
     memory.NAME: memory.run,
     merge_throughput.NAME: merge_throughput.run,
     metrics_exposition.NAME: metrics_exposition.run,
+    priorities.NAME: priorities.run,
     replica_identity.NAME: replica_identity.run,
     replica_reads.NAME: replica_reads.run,
     takeover.NAME: takeover.run,
@@ -88,6 +90,9 @@ def parse_options(
     parser.add_argument("--kills", type=int,
                         help="takeover: leader kills per run and lease configuration "
                              f"(default {Options.kills}; --quick {QUICK_KILLS})")
+    parser.add_argument("--masks", action="store_true",
+                        help="the workers hash, mask and exclude columns of the benchmark "
+                             "tables ([source.columns]; bench.common.MASKS)")
     parser.add_argument("--out", type=Path, help="also append the JSON lines to this file")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="sample every worker with py-spy into DIR (raw collapsed stacks)")
@@ -106,7 +111,7 @@ def parse_options(
     idle_s = args.idle_s if args.idle_s is not None else (QUICK_IDLE_S if args.quick else 30.0)
     options = Options(rows=rows, runs=runs, quick=args.quick, memory_rows=memory_rows,
                       idle_s=idle_s, profile_dir=args.profile,
-                      profile_gil=args.profile_gil, kills=kills)
+                      profile_gil=args.profile_gil, kills=kills, masks=args.masks)
     sources = list(SOURCES) if args.source == "all" else [args.source]
     return options, sources, args.only or list(BENCHMARKS), args.out
 
@@ -123,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             progress(f"== {name} ({source})")
             result = BENCHMARKS[name](dataclasses.replace(options, source=source))
-            emit({"benchmark": result["benchmark"], "source": source, **result}, out)
+            emit({"benchmark": result["benchmark"], "source": source,
+                  **({"masks": True} if options.masks else {}), **result}, out)
     return 0
 
 

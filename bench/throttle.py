@@ -18,6 +18,7 @@ throttle's average delay (sampled from the worker's status) and the reasons it g
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import random
 import re
@@ -148,10 +149,10 @@ def dump(env: Environment, source: str, table: str, rows: int, limit_ms: int
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"dump {request} did not end\n{worker.log_tail()}")
                 worker.check_alive()
-                status = client.hgetall(status_key)
-                if limit_ms and status.get("active_request") == request:
-                    delays.append(float(status.get("dump_throttle_ms") or 0))
-                    reasons[_reason(status.get("dump_throttle", ""))] += 1
+                ours = json.loads(client.hget(status_key, "dumps") or "{}").get(request)
+                if limit_ms and ours is not None:
+                    delays.append(float(ours.get("throttle_ms") or 0))
+                    reasons[_reason(ours.get("throttle", ""))] += 1
                 time.sleep(SAMPLE_S)
         created, completed = worker.wait_dump(request, 10)
         landed = worker.landed_rows(table)

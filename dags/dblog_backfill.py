@@ -13,12 +13,16 @@ dumps the rows updated since its interval began (a value may use ``data_interval
                    ↘ pace
 
 - **check**: the form's rules (scope tables needs tables, a key range one table), the
-  filter's templates rendered; picks the delay of the hour.
-- **submit**: queues the dump (``dblog dump --all`` or ``--table ...``), once per run.
+  filter's templates rendered, the delay of the hour; its XCom is the request, built once
+  (the JSON of its ``DumpSpec``).
+- **submit**: queues it (``dblog dump --all`` or ``--table ...``), once per run, at the
+  form's *Priority*, ``background`` by default: a repair or any other dump queued meanwhile
+  takes most of the worker's windows, the backfill goes on with the rest.
 - **wait**: follows it (deferrable) until it completes; fails with the worker's error.
 - **pace**: while the dump runs, every 5 minutes: during busy hours the delay between
   chunks is *busy_delay_ms*, outside them *delay_ms*. A delay set by hand (``dblog set``)
-  is left alone. Succeeds when the dump has ended.
+  is left alone. In between it waits deferred on the dump, and succeeds as soon as the dump
+  has ended.
 - **merge**: the Spark merge of the dumped tables.
 - **verify**: ``dblog verify`` of the dumped tables when the form's *Verify* is on.
 
@@ -40,6 +44,8 @@ variable names below are read when an option is not set)::
                                   empty (default): every row
     DBLOG_BACKFILL_FROM_KEY       the first key dumped (one table only), JSON or text;
     DBLOG_BACKFILL_TO_KEY         the last; empty (default): no key range
+    DBLOG_BACKFILL_PRIORITY       urgent, normal or background (default): the dump's share
+                                  of the worker's windows while other dumps run
 
 and ``DBLOG_CONN_ID``, ``DBLOG_CONFIG``, ``DBLOG_SPARK_CONN_ID``, ``DBLOG_POLL_INTERVAL_S``.
 """
@@ -58,7 +64,8 @@ from dblog_dags import params, settings
 from dblog_dags.pace import BUSY_HOURS_PATTERN, DumpPaceSensor, Pace, parse_busy_hours
 from dblog_dags.tasks import merge_after_dump, verify_dumped, wait_for_dump
 
-from dblog_worker.requests import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_MS
+from dblog_worker.errors import RequestRejected
+from dblog_worker.requests import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_MS, check_priority
 
 CONN_ID = settings.env_str("DBLOG_CONN_ID", "dblog_default")
 SPARK_CONN_ID = settings.env_str("DBLOG_SPARK_CONN_ID", "spark_default")
@@ -83,6 +90,11 @@ VERIFY = settings.env_str("DBLOG_BACKFILL_VERIFY", "false").lower() in ("1", "tr
 WHERE = settings.env_where("DBLOG_BACKFILL_WHERE")
 FROM_KEY = settings.env_str("DBLOG_BACKFILL_FROM_KEY", "") or None
 TO_KEY = settings.env_str("DBLOG_BACKFILL_TO_KEY", "") or None
+PRIORITY = settings.env_str("DBLOG_BACKFILL_PRIORITY", "background")
+try:
+    check_priority(PRIORITY)
+except RequestRejected as exc:
+    raise ValueError(f"DBLOG_BACKFILL_PRIORITY: {exc}") from None
 try:
     params.check_dump("tables" if BACKFILL_TABLES else "all", BACKFILL_TABLES, None, WHERE,
                       FROM_KEY, TO_KEY)
@@ -111,6 +123,7 @@ with DAG(
         "delay_ms": params.delay_ms_param(DELAY_MS, "Delay outside busy hours"),
         "busy_delay_ms": params.delay_ms_param(BUSY_DELAY_MS, "Delay during busy hours"),
         "parallelism": params.parallelism_param(),
+        "priority": params.priority_param(PRIORITY),
         **params.throttle_params(),
         "busy_hours": Param(
             BUSY_HOURS, type="string", pattern=BUSY_HOURS_PATTERN,
@@ -126,34 +139,28 @@ with DAG(
 ) as dag:
 
     @task
-    def check(**context: Any) -> dict[str, Any]:
-        """The form's rules, its filter rendered; the checked form and the delay of the
-        hour, for the submit."""
+    def check(**context: Any) -> str:
+        """The form's rules, its filter rendered, the delay of the hour; the request's spec
+        (JSON), for the submit."""
         form = context["params"]
         try:
             rows = params.render_templates(
                 [form["where"], form["from_key"], form["to_key"]], context)
-            checked = params.check_dump(form["scope"], form["tables"], None, *rows)
             pace = Pace(form["delay_ms"], form["busy_delay_ms"],
                         parse_busy_hours(form["busy_hours"]))
+            checked = params.check_dump(
+                form["scope"], form["tables"], None, *rows, pace=form,
+                delay_ms=pace.delay_at(datetime.now(ZoneInfo(TIMEZONE))))
         except ValueError as exc:
             raise AirflowFailException(str(exc)) from None
         if checked.row_filter is not None:
             log.info("rows: %s", checked.row_filter.describe())
-        return {**checked.as_xcom(), "delay_ms": pace.delay_at(datetime.now(ZoneInfo(TIMEZONE)))}
+        return checked.spec.to_json()
 
     submit = DblogDumpOperator(
         task_id="submit",
         dblog_conn_id="{{ params.conn_id }}",
-        scope="{{ params.scope }}",
-        tables="{{ params.tables }}",
-        chunk_size="{{ params.chunk_size }}",
-        delay_ms="{{ ti.xcom_pull(task_ids='check')['delay_ms'] }}",
-        parallelism="{{ params.parallelism }}",
-        where="{{ ti.xcom_pull(task_ids='check')['where'] or '' }}",
-        from_key="{{ ti.xcom_pull(task_ids='check')['from_key'] or '' }}",
-        to_key="{{ ti.xcom_pull(task_ids='check')['to_key'] or '' }}",
-        throttle=params.throttle_templates(),
+        spec="{{ ti.xcom_pull(task_ids='check') }}",
     )
     wait = wait_for_dump(POLL_INTERVAL_S, days=6)
     pace = DumpPaceSensor(
@@ -161,6 +168,7 @@ with DAG(
         request_id="{{ ti.xcom_pull(task_ids='submit') }}",
         dblog_conn_id="{{ params.conn_id }}",
         timezone=TIMEZONE,
+        poll_interval=POLL_INTERVAL_S,
         timeout=timedelta(days=6).total_seconds(),
     )
     merge = merge_after_dump(SPARK_CONN_ID)

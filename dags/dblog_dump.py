@@ -7,10 +7,12 @@ key*, *To key*). Tasks::
     check → submit → wait → should_merge → merge → verify
 
 - **check**: the rules that join the form's fields (scope keys needs one table and keys; a
-  key range needs one table); fails at once with a plain sentence. Its XCom is the checked
-  form, the filter included, which the submit sends.
-- **submit**: queues the dump in the worker's Redis (like ``dblog dump``); its XCom is the
-  request id (``dump-7``). A retry returns the same request: no second dump.
+  key range needs one table); fails at once with a plain sentence. Its XCom is the request,
+  built once: the JSON of its ``DumpSpec`` (filter, knobs and priority included).
+- **submit**: queues that request in the worker's Redis (like ``dblog dump``); its XCom is
+  the request id (``dump-7``). A retry returns the same request: no second dump. The form's
+  *Priority* (empty: urgent for scope keys, else normal) sets its share of the worker's
+  windows while other dumps run.
 - **wait**: a deferrable sensor: the triggerer follows the dump and logs its progress;
   fails with the worker's error if the dump failed or was cancelled.
 - **should_merge**: skips the merge and the verify when the form's *Merge* is off.
@@ -62,6 +64,7 @@ with DAG(
         "chunk_size": params.chunk_size_param(),
         "delay_ms": params.delay_ms_param(),
         "parallelism": params.parallelism_param(),
+        "priority": params.priority_param(),
         **params.throttle_params(),
         "merge": Param(True, type="boolean", title="Merge: run the Spark merge afterwards",
                        section="Afterwards"),
@@ -72,31 +75,24 @@ with DAG(
 ) as dag:
 
     @task
-    def check(**context: Any) -> dict[str, Any]:
-        """The rules that join fields of the form; the checked form, for the submit."""
+    def check(**context: Any) -> str:
+        """The rules that join fields of the form; the request's spec (JSON), for the
+        submit."""
         form = context["params"]
         try:
             checked = params.check_dump(form["scope"], form["tables"], form["keys"],
-                                        form["where"], form["from_key"], form["to_key"])
+                                        form["where"], form["from_key"], form["to_key"],
+                                        pace=form)
         except ValueError as exc:
             raise AirflowFailException(str(exc)) from None
         if checked.row_filter is not None:
             log.info("rows: %s", checked.row_filter.describe())
-        return checked.as_xcom()
+        return checked.spec.to_json()
 
     submit = DblogDumpOperator(
         task_id="submit",
         dblog_conn_id="{{ params.conn_id }}",
-        scope="{{ params.scope }}",
-        tables="{{ params.tables }}",
-        keys="{{ params['keys'] or '' }}",
-        chunk_size="{{ params.chunk_size }}",
-        delay_ms="{{ params.delay_ms }}",
-        parallelism="{{ params.parallelism }}",
-        where="{{ ti.xcom_pull(task_ids='check')['where'] or '' }}",
-        from_key="{{ ti.xcom_pull(task_ids='check')['from_key'] or '' }}",
-        to_key="{{ ti.xcom_pull(task_ids='check')['to_key'] or '' }}",
-        throttle=params.throttle_templates(),
+        spec="{{ ti.xcom_pull(task_ids='check') }}",
     )
     wait = wait_for_dump(POLL_INTERVAL_S, days=3)
 

@@ -7,9 +7,10 @@ may name a slice of it to re-dump instead of the differing keys. Tasks::
 
 - **compare**: checks the form's filter, then ``dblog verify`` of the table. Equal: the run
   ends here, green (the other tasks are skipped). Otherwise its XCom lists the keys that are
-  missing in the target, changed, or extra (in the target only), and the dump to submit;
-  more keys than ``[dblog] keys_in_xcom`` go to a file in ``[dblog] keys_dir`` instead, and
-  XCom names it (``dblog_dags/key_files.py``).
+  missing in the target, changed, or extra (in the target only), and the dump to submit
+  (``spec``: the JSON of its ``DumpSpec``, built once); more keys than ``[dblog]
+  keys_in_xcom`` go to a file in ``[dblog] keys_dir`` instead (the spec then leaves them
+  out), and XCom names it (``dblog_dags/key_files.py``).
   With the form's *Dry run* on, it logs what the repair would dump (the keys, or the slice)
   and which target rows it would delete (the extra keys the source still lacks then), puts
   that in its XCom ``dry_run``, and ends the run there: nothing is queued or changed.
@@ -19,7 +20,8 @@ may name a slice of it to re-dump instead of the differing keys. Tasks::
   missing and changed rows again inside watermark windows; the extra keys it does not find,
   and reports them missing. With a filter, a filtered dump of the table (``dblog dump
   --table T --where ... --from-key ... --to-key ...``): every row of that slice, whatever the
-  compare found.
+  compare found. Its priority is the form's, ``urgent`` by default: the worker runs it at
+  once next to a running backfill and gives it most of its windows.
 - **wait**: follows the dump (deferrable); fails with the worker's error.
 - **merge**: the Spark merge of the table (``dblog merge --table``).
 - **remove_extra**: deletes the target rows of the extra keys the source still does not
@@ -30,8 +32,8 @@ may name a slice of it to re-dump instead of the differing keys. Tasks::
   it too, and its message says the dump was filtered.
 
 Up to ``[dblog] repair_max_active_runs`` (default 8) runs at once: a repair of one table does
-not wait for a repair of another in Airflow (the worker runs one dump at a time per source,
-in the order they were queued).
+not wait for a repair of another in Airflow, nor in the worker (it runs up to ``[worker]
+max_active_dumps`` requests at once, by priority).
 
 Settings (``[dblog]`` options, see dblog_dags/settings.py): ``conn_id``, ``config`` (the table
 pick list), ``spark_conn_id``, ``poll_interval_s``, ``repair_max_active_runs``. See
@@ -40,7 +42,7 @@ docs/airflow.md and docs/runbooks/.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 from typing import Any
 
@@ -49,6 +51,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from dblog_airflow.operators.dump import DblogDumpOperator
 from dblog_dags import params, settings
 from dblog_dags.tasks import merge_after_dump, verify_dumped, wait_for_dump
+
+from dblog_worker.requests import DumpKind
 
 CONN_ID = settings.env_str("DBLOG_CONN_ID", "dblog_default")
 SPARK_CONN_ID = settings.env_str("DBLOG_SPARK_CONN_ID", "spark_default")
@@ -74,6 +78,7 @@ with DAG(
         "to_key": params.key_param("to"),
         "chunk_size": params.chunk_size_param(),
         "delay_ms": params.delay_ms_param(),
+        "priority": params.priority_param("urgent"),
         **params.throttle_params(),
         "dry_run": Param(False, type="boolean",
                          title="Dry run: only report what the repair would dump and delete",
@@ -96,7 +101,7 @@ with DAG(
         table = form["table"]
         try:
             sliced = params.check_dump("tables", [table], None, form["where"],
-                                       form["from_key"], form["to_key"])
+                                       form["from_key"], form["to_key"], pace=form)
         except ValueError as exc:
             raise AirflowFailException(str(exc)) from None
         result = run_verify(form["conn_id"], [table])
@@ -114,13 +119,15 @@ with DAG(
             report = dry_run_report(table, entry, sliced.row_filter)
             context["ti"].xcom_push(key="dry_run", value=report)
             return {}
-        plan = {**sliced.as_xcom(), "scope": "tables" if sliced.row_filter else "keys"}
         keys = [k for kind in KINDS for k in entry.get(kind) or []]
         extra = entry.get("extra") or []
+        spec = sliced.spec
+        if sliced.row_filter is None:  # the differing keys, the form's knobs and priority
+            spec = dataclasses.replace(spec, kind=DumpKind.KEYS, keys=tuple(keys))
         filed = key_files.save(table, keys, extra, context)  # many keys: a file, not XCom
         if filed is not None:
-            return {**plan, "keys": "", "extra": [], **filed}
-        return {**plan, "keys": json.dumps(keys, ensure_ascii=False), "extra": extra}
+            return {"spec": spec.to_json(keys=False), "extra": [], **filed}
+        return {"spec": spec.to_json(), "extra": extra}
 
     def dry_run_report(table: str, entry: dict[str, Any], row_filter: Any) -> dict[str, Any]:
         """What the repair would dump and delete, logged; nothing is queued or changed."""
@@ -141,21 +148,12 @@ with DAG(
         return {"table": table, "dump": dump, "delete": delete,
                 **{kind: entry.get(kind) or [] for kind in KINDS}}
 
-    plan = "{% set plan = ti.xcom_pull(task_ids='compare') %}"
     submit = DblogDumpOperator(
         task_id="submit",
         dblog_conn_id="{{ params.conn_id }}",
-        scope=plan + "{{ plan['scope'] }}",
-        tables=["{{ params.table }}"],
-        keys=plan + "{{ plan['keys'] if plan['scope'] == 'keys' else '' }}",
-        keys_file=plan + "{{ plan.get('keys_file', '') if plan['scope'] == 'keys' else '' }}",
-        where=plan + "{{ plan['where'] or '' }}",
-        from_key=plan + "{{ plan['from_key'] or '' }}",
-        to_key=plan + "{{ plan['to_key'] or '' }}",
-        chunk_size="{{ params.chunk_size }}",
+        spec="{{ ti.xcom_pull(task_ids='compare')['spec'] }}",
+        keys_file="{{ ti.xcom_pull(task_ids='compare').get('keys_file', '') }}",
         new_request_on_clear=True,
-        delay_ms="{{ params.delay_ms }}",
-        throttle=params.throttle_templates(),
     )
     wait = wait_for_dump(POLL_INTERVAL_S, days=1)
     merge = merge_after_dump(SPARK_CONN_ID, tables=["{{ params.table }}"])

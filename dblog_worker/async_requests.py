@@ -1,5 +1,6 @@
-"""A dump request read, and cancelled, with ``redis.asyncio``: for callers that run in an
-event loop they must not block (Airflow's triggerer). The same keys, checks and errors as
+"""A dump request read, and steered (:meth:`AsyncRequests.command`), with
+``redis.asyncio``: for callers that run in an event loop they must not block (Airflow's
+triggerer). The same keys, checks and errors as
 :class:`~dblog_worker.state.StateStore`: a malformed record is :class:`CorruptRequest`,
 Redis unreachable is :class:`StateUnavailable`, an unknown id :class:`RequestRejected`."""
 
@@ -12,7 +13,7 @@ import redis.asyncio
 from redis.client import NEVER_DECODE
 
 from dblog_worker.errors import CorruptRequest, RequestRejected
-from dblog_worker.redis_store import LAYOUT_VERSION, redis_errors
+from dblog_worker.redis_store import NAMESPACE, redis_errors
 from dblog_worker.request_store import (
     _TRANSITION,
     parse_progress,
@@ -29,7 +30,7 @@ class AsyncRequests:
 
     def __init__(self, url: str, source: str, *, socket_timeout: float = 5.0) -> None:
         self.source = source
-        self.prefix = f"dblog:v{LAYOUT_VERSION}:{source}:"
+        self.prefix = f"{NAMESPACE}:{source}:"
         self.redis: redis.asyncio.Redis = redis.asyncio.Redis.from_url(
             url, decode_responses=True, socket_timeout=socket_timeout,
             socket_connect_timeout=socket_timeout, health_check_interval=30,
@@ -69,10 +70,10 @@ class AsyncRequests:
         with redis_errors():
             return cast(dict[str, str], await self.redis.hgetall(self.key("worker")))
 
-    async def cancel(self, request_id: str) -> RequestState | None:
-        """Cancel the request if it has not ended; the state it was in, None if it had
-        ended already (nothing to cancel)."""
-        target, only_from = COMMANDS["cancel"]
+    async def command(self, request_id: str, name: str) -> RequestState | None:
+        """Pause, resume or cancel the request (``name``) if its state allows it; the state
+        it was in, None if it does not (a cancel of a request that has ended)."""
+        target, only_from = COMMANDS[name]
         with redis_errors():
             result = await self._transition(
                 keys=[self.key("request", request_id), self.key("active"), ""],

@@ -41,8 +41,10 @@ from dblog_worker.requests import (
     MAX_DELAY_MS,
     MAX_KEYS,
     MAX_PARALLELISM,
+    Priority,
 )
 from dblog_worker.row_filter import key_argument
+from dblog_worker.source import Source
 from dblog_worker.throttle import LIMITS
 
 
@@ -128,6 +130,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="also remove, downstream, the rows the source no longer has: once "
                            "each table is read, its rows no event wrote since the dump began "
                            "are gone (whole tables only)")
+    dump.add_argument("--priority", choices=[p.value for p in Priority],
+                      help="its share of windows while other dumps run, and its place in the "
+                           "queue: urgent (weight 16), normal (4), background (1); default: "
+                           "urgent for --keys and --prune, else normal")
     _throttle_options(dump)
     dump.add_argument("--client-token", metavar="TOKEN",
                       help="idempotency token: the same token, one request (default: none)")
@@ -152,8 +158,8 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(command=name)
 
     knobs = command("set", cli_dumps.set_knobs,
-                    "change chunk size, delay, parallelism and/or throttle limits of a dump "
-                    "that runs")
+                    "change chunk size, delay, parallelism, throttle limits and/or priority "
+                    "of a dump that has not ended")
     knobs.add_argument("id")
     knobs.add_argument("--chunk-size", type=int, metavar="N",
                        help=f"rows per chunk (1-{MAX_CHUNK_SIZE:,}; default: unchanged)")
@@ -162,6 +168,9 @@ def _parser() -> argparse.ArgumentParser:
     knobs.add_argument("--parallelism", type=int, metavar="P",
                        help=f"chunk SELECTs per window (1-{MAX_PARALLELISM}; default: "
                             "unchanged)")
+    knobs.add_argument("--priority", choices=[p.value for p in Priority],
+                       help="urgent, normal or background: its share of windows from its "
+                            "next turn, and its place in the queue (default: unchanged)")
     _throttle_options(knobs)
     knobs.add_argument("--no-throttle", action="store_true",
                        help="turn every throttle limit off")
@@ -246,7 +255,7 @@ def _run(config: Config, args: argparse.Namespace) -> int:
 
     setup_logging(args.log_format or config.logs.format, args.log_level or config.logs.level,
                   config.source.name)
-    Worker(config, adopt_slot=args.adopt_slot).run_forever()
+    Worker(config, adopt_slot=args.adopt_slot, config_path=Path(args.config)).run_forever()
     return 0
 
 
@@ -257,22 +266,52 @@ def _preflight(config: Config, args: argparse.Namespace) -> int:
         problems = source.preflight()
         modes = source.modes()
         cascades = source.cascades()
+        selection = source.selection()
+        masked = _masked(config, source, selection.existing)
     finally:
         source.close()
-    if not problems:
+    stopping = [p for p in problems if not p.warning]  # all but a pattern's tables
+    if not stopping:
         print(f"source {config.source.name} ({config.source.safe_dsn()}) is ready: "
-              f"{len(config.source.tables)} table(s)")
+              f"{len(selection.existing)} table(s)")
     else:
-        print(f"source {config.source.name}: {len(problems)} problem(s)")
-        for problem in problems:
-            print(f"- {problem.what}\n  fix: {problem.fix}")
+        print(f"source {config.source.name}: {len(stopping)} problem(s)")
+    for problem in problems:
+        warning = "warning: " if problem.warning else ""
+        print(f"- {warning}{problem.what}\n  fix: {problem.fix}")
+    print("tables:")
+    for table, why in selection.captured.items():
+        print(f"  captured {table}: {why}")
+    for table, why in selection.excluded.items():
+        print(f"  left out {table}: {why}")
+    if config.source.columns:
+        rules = config.source.columns
+        print("columns ([source.columns]"
+              + (f"; the HMAC key from ${rules.key_env}" if rules.key_env else "") + "):")
+        for table, columns in masked.items():
+            done = ", ".join(f"{c} {how}" for c, how in columns.items())
+            print(f"  {table}: {done or 'no column matches its rules'}")
     print("modes:")
     for line in modes:
         print(f"  {line}")
     print("foreign-key cascades:")
     for line in cascades:
         print(f"  {line}")
-    return 1 if problems else 0
+    return 1 if stopping else 0
+
+
+def _masked(config: Config, source: Source, tables: Sequence[str]
+            ) -> dict[str, dict[str, str]]:
+    """For ``dblog preflight``: what ``[source.columns]`` does to each captured table its
+    rules reach, or why it cannot say."""
+    found: dict[str, dict[str, str]] = {}
+    for table in tables:
+        if config.source.columns.reaches(table):
+            try:
+                found[table] = source.masked_columns(table)
+            except DblogError as exc:
+                found[table] = {"(not read)": str(exc)}
+    return found
 
 
 def _merge(config: Config, args: argparse.Namespace) -> int:
@@ -312,9 +351,16 @@ def _status(config: Config, args: argparse.Namespace) -> int:
         checkpoint, malformed = state.checkpoint(), None
     except CorruptState as exc:  # shown; the worker stops on it with the same message
         checkpoint, malformed = None, str(exc)
+    from dblog_worker.capture import dumped_since, needs_dump, status_lines
+
+    captured, excluded = state.captured(), state.excluded()
+    dumped = dumped_since(state.list_records())
     document = {"source": config.source.name, "checkpoint": checkpoint,
                 "checkpoint_error": malformed, "worker": status, "lease": lease,
-                "members": members}
+                "members": members,
+                "tables": {"captured": {t: {**e, "needs_dump": needs_dump(t, e, dumped)}
+                                        for t, e in captured.items()},
+                           "excluded": excluded}}
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
@@ -328,6 +374,8 @@ def _status(config: Config, args: argparse.Namespace) -> int:
     for member in members:
         print(f"  {member.get('role', '?'):8} {member['holder']}  http {member.get('http') or '-'}"
               f"  seen {cli_dumps.ago(member.get('updated_at'))}")
+    for line in status_lines(captured, excluded, dumped):
+        print(line)
     if not status:
         print("no worker has reported yet")
         return 0
@@ -335,9 +383,13 @@ def _status(config: Config, args: argparse.Namespace) -> int:
     print(f"{who} pid {status.get('pid')} on {status.get('host')} (token "
           f"{status.get('token') or '-'}), last report {cli_dumps.ago(status.get('updated_at'))}")
     for name in ("http", "checkpoint", "lag_bytes", "watermarks", "readers", "window", "windows",
-                 "active_request", "dump_waiting", "dump_throttle", "events_emitted",
-                 "events_replayed"):
+                 "active_requests", "events_emitted", "events_replayed"):
         print(f"  {name}: {status.get(name) or '-'}")
+    for request_id, dump in state.dump_statuses().items():
+        print(f"  dump {request_id}: {dump.get('state', '?')}, priority "
+              f"{dump.get('priority', '?')}"
+              + (f", waiting: {dump['waiting']}" if dump.get("waiting") else "")
+              + (f", throttle: {dump['throttle']}" if dump.get("throttle") else ""))
     return 0
 
 
@@ -356,8 +408,9 @@ def _throttle_options(parser: argparse.ArgumentParser) -> None:
 
 def _verify(config: Config, args: argparse.Namespace) -> int:
     from dblog_worker import verify, verify_report
+    from dblog_worker.control import captured_tables
 
-    tables = list(dict.fromkeys(args.tables or config.source.tables))
+    tables = list(dict.fromkeys(args.tables or captured_tables(config)))
     config.source.check_captured(tables)  # before the names make keys file names
     paths = verify_report.keys_paths(args.keys_out, tables) if args.keys_out else {}
     options = verify.VerifyOptions(range_rows=args.range_rows, delay_ms=args.delay_ms,

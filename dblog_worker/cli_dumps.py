@@ -11,14 +11,19 @@ from collections.abc import Sequence
 
 from dblog_worker.config import Config
 from dblog_worker.control import (
+    command,
     create_dump,
+    describe_knobs,
     entry_json,
     entry_of,
     list_entries,
     request_json,
     show_record_json,
 )
-from dblog_worker.dump_spec import DumpSpec
+from dblog_worker.control import (
+    set_knobs as change_knobs,
+)
+from dblog_worker.dump_spec import DumpSpec, Knobs
 from dblog_worker.errors import RequestRejected
 from dblog_worker.requests import (
     COMMANDS,
@@ -55,7 +60,8 @@ def dump(config: Config, args: argparse.Namespace) -> int:
                        chunk_size=args.chunk_size, delay_ms=args.delay_ms,
                        client_token=args.client_token, parallelism=args.parallelism,
                        where=args.where, from_key=args.from_key, to_key=args.to_key,
-                       throttle=throttle_limits(args), prune=args.prune)
+                       throttle=throttle_limits(args), prune=args.prune,
+                       priority=args.priority)
     state = state_of(config)
     request = create_dump(config, state, spec)
     if args.json:
@@ -65,7 +71,8 @@ def dump(config: Config, args: argparse.Namespace) -> int:
               f"{', '.join(request.tables)}"
               + (f" ({request.key_count} keys)" if request.key_count else "")
               + (f" where {request.row_filter.describe()}" if request.row_filter else "")
-              + (", pruning" if request.prune else ""))
+              + (", pruning" if request.prune else "")
+              + f", priority {request.priority.value}")
     if args.wait:
         return follow(state, request.id, 0)
     return 0
@@ -76,16 +83,16 @@ def list_dumps(config: Config, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([entry_json(entry) for entry in entries], indent=2))
         return 0
-    rows = [("ID", "STATE", "KIND", "TABLES", "ROWS", "CHUNK", "DELAY", "CREATED")]
+    rows = [("ID", "STATE", "PRIORITY", "KIND", "TABLES", "ROWS", "CHUNK", "DELAY", "CREATED")]
     malformed = []
     for entry in entries:
         if isinstance(entry, MalformedRequest):
-            rows.append((entry.id, "malformed", "-", "-", "-", "-", "-", "-"))
+            rows.append((entry.id, "malformed", "-", "-", "-", "-", "-", "-", "-"))
             malformed.append(entry)
             continue
         request, progress = entry
         rows.append((
-            request.id, request.state.value, request.kind.value,
+            request.id, request.state.value, request.priority.value, request.kind.value,
             done_tables(request, progress), str(sum(p.rows for p in progress.values())),
             str(request.chunk_size), f"{request.delay_ms}ms",
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(request.created_at)),
@@ -110,20 +117,20 @@ def show(config: Config, args: argparse.Namespace) -> int:
             print(f"  {name}: {value}")
         return 1
     request, progress = entry
-    print(f"{request.id}: {request.state.value} ({request.kind.value}), chunk size "
-          f"{request.chunk_size}, delay {request.delay_ms} ms, parallelism "
-          f"{request.parallelism}")
+    print(f"{request.id}: {request.state.value} ({request.kind.value}), priority "
+          f"{request.priority.value}, chunk size {request.chunk_size}, delay "
+          f"{request.delay_ms} ms, parallelism {request.parallelism}")
     if request.row_filter is not None:
         print(f"where: {request.row_filter.describe()}")
     if request.throttle.on:
         print(f"throttle limits: {request.throttle.describe()}")
     if request.error:
         print(f"error: {request.error}")
-    status = state.status()
-    if status.get("active_request") == request.id and status.get("dump_waiting"):
-        print(f"waiting: {status['dump_waiting']}")
-    if status.get("active_request") == request.id and status.get("dump_throttle"):
-        print(f"throttle: {status['dump_throttle']}")
+    running = state.dump_status(request.id)
+    if running.get("waiting"):
+        print(f"waiting: {running['waiting']}")
+    if running.get("throttle"):
+        print(f"throttle: {running['throttle']}")
     rows = [("TABLE", "STATE", "CHUNKS", "SELECTED", "ROWS", "DROPPED", "MISSING", "LAST KEY")]
     for table in request.tables:
         p = progress.get(table) or TableProgress(table)
@@ -199,20 +206,18 @@ def worker_silence(state: StateStore) -> str | None:
 
 
 def control(config: Config, args: argparse.Namespace) -> int:
-    target, only_from = COMMANDS[args.command]
-    previous = state_of(config).transition(args.id, target, only_from=only_from)
-    print(f"{args.id}: {previous.value} -> {target.value}")
+    previous = command(state_of(config), args.id, args.command)
+    print(f"{args.id}: {previous.value} -> {COMMANDS[args.command][0].value}")
     return 0
 
 
 def set_knobs(config: Config, args: argparse.Namespace) -> int:
     throttle = dict.fromkeys(LIMITS, 0) if args.no_throttle else {}
     throttle.update(throttle_limits(args))
-    request = state_of(config).set_knobs(args.id, chunk_size=args.chunk_size,
-                                         delay_ms=args.delay_ms, parallelism=args.parallelism,
-                                         throttle=throttle)
-    print(f"{request.id}: chunk size {request.chunk_size}, delay {request.delay_ms} ms, "
-          f"parallelism {request.parallelism}, throttle limits {request.throttle.describe()}")
+    knobs = Knobs.of(chunk_size=args.chunk_size, delay_ms=args.delay_ms,
+                     parallelism=args.parallelism, throttle=throttle or None,
+                     priority=args.priority)
+    print(describe_knobs(change_knobs(state_of(config), args.id, knobs)))
     return 0
 
 

@@ -82,6 +82,8 @@ from dblog_worker.errors import ConfigError, ConfigInvalid, RequestRejected
 from dblog_worker.landing.names import table_dir_name
 from dblog_worker.landing.policy import CompactionPolicy, RetentionPolicy
 from dblog_worker.landing.sink import DEFAULT_FORMAT, FORMATS, LandingRoot
+from dblog_worker.masking import ColumnRules, parse_rules
+from dblog_worker.table_patterns import PatternError, TablePattern, TableSelector
 
 NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
@@ -131,11 +133,20 @@ class SourceConfig:
     name: str
     kind: str  # a key of kinds.REGISTRY
     dsn: str = field(repr=False)
-    tables: tuple[str, ...]
+    tables: tuple[str, ...]  # as written: names and patterns (table_patterns.py)
     options: object  # the kind's own [source] options (kinds.Rules.source_options)
     replica: ReplicaConfig | None = None  # [source.replica]: where chunk SELECTs run
+    exclude_tables: tuple[str, ...] = ()
+    dump_new_tables: bool = False  # queue a table dump of each table that joins capture
+    rescan_interval_s: float = 10.0  # how often the worker looks for tables to capture
+    columns: ColumnRules = field(default_factory=ColumnRules)  # [source.columns]
     # [source] keys: the key columns of tables without a primary key, as their owners know
     keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def selector(self) -> TableSelector:
+        """``tables`` and ``exclude_tables``, parsed (checked when the file was read)."""
+        return _selector(self.kind, self.tables, self.exclude_tables)
 
     def key_of(self, table: str) -> tuple[str, ...] | None:
         """The key columns ``source.keys`` names for ``table``, if any."""
@@ -155,13 +166,39 @@ class SourceConfig:
                 raise RequestRejected(str(exc)) from None
 
     def check_captured(self, tables: Iterable[str]) -> None:
-        """Refuse (:class:`RequestRejected`) a table this source does not capture."""
+        """Refuse (:class:`RequestRejected`) a table this source does not capture: one no
+        entry of ``source.tables`` names or matches (the source itself refuses a table
+        that does not exist, or that a pattern matches but leaves out)."""
         tables = list(tables)
         self.check_table_names(tables)
+        selector = self.selector
         for table in tables:
-            if table not in self.tables:
-                raise RequestRejected(f"table {table} is not captured by source {self.name}; "
-                                      f"captured: {', '.join(self.tables)}")
+            captured, why = selector.verdict(table)
+            if not captured:
+                raise RequestRejected(f"table {table} is not captured by source {self.name}: "
+                                      f"it {why}; source.tables: {', '.join(self.tables)}")
+
+
+def _selector(kind: str, tables: Sequence[str], exclude: Sequence[str]) -> TableSelector:
+    return _SELECTORS.get((kind, tuple(tables), tuple(exclude))) or _new_selector(
+        kind, tables, exclude)
+
+
+_SELECTORS: dict[tuple[str, tuple[str, ...], tuple[str, ...]], TableSelector] = {}
+
+
+def _new_selector(kind: str, tables: Sequence[str], exclude: Sequence[str]) -> TableSelector:
+    def landing_problem(table: str) -> str | None:
+        schema, _, name = table.partition(".")
+        try:
+            table_dir_name(schema, name)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    selector = TableSelector(tables, exclude, kinds.rules(kind).table_form, landing_problem)
+    _SELECTORS[(kind, tuple(tables), tuple(exclude))] = selector
+    return selector
 
 
 @dataclass(frozen=True)
@@ -201,6 +238,10 @@ class TargetConfig:
         return kinds.rules(self.kind).redact(self.dsn)
 
 
+DEFAULT_ACTIVE_DUMPS = 4
+MAX_ACTIVE_DUMPS = 64
+
+
 @dataclass(frozen=True)
 class Config:
     source: SourceConfig
@@ -216,6 +257,7 @@ class Config:
     control_interval_s: float = 0.2
     reconnect_max_s: float = 30.0
     shutdown_timeout_s: float = 30.0
+    max_active_dumps: int = DEFAULT_ACTIVE_DUMPS  # dump requests running at once
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     target: TargetConfig | None = None
     merge: MergeConfig = field(default_factory=MergeConfig)
@@ -255,12 +297,13 @@ def load(path: Path | str, environ: Mapping[str, str] | None = None) -> Config:
 
 KNOWN: Mapping[str, frozenset[str]] = {
     "source": frozenset({"name", "kind", "dsn", "dsn_env", "password_env", "tables",
+                         "exclude_tables", "dump_new_tables", "rescan_interval_s", "columns",
                          "replica", "keys"}),
     "redis": frozenset({"url", "url_env"}),
     "landing": frozenset({"path", "format", "flush_interval_s", "flush_max_events", "s3",
                           "compaction", "retention"}),
     "worker": frozenset({"heartbeat_interval_s", "status_interval_s", "control_interval_s",
-                         "reconnect_max_s", "shutdown_timeout_s"}),
+                         "reconnect_max_s", "shutdown_timeout_s", "max_active_dumps"}),
     "lease": frozenset({"ttl_s", "renew_interval_s", "standby_poll_s"}),
     "target": frozenset({"kind", "dsn", "dsn_env", "password_env", "state_schema", "tables"})
     | LAKE_OPTIONS,
@@ -287,17 +330,19 @@ def _check_names(data: Mapping[str, Any]) -> None:
                     )
 
 
-def _keys(source: Mapping[str, Any], tables: Sequence[str]) -> dict[str, tuple[str, ...]]:
+def _keys(source: Mapping[str, Any], selector: TableSelector) -> dict[str, tuple[str, ...]]:
     """``source.keys``: captured table -> its key columns, for tables without a primary
-    key (``keys = { "public.events" = ["tenant", "id"] }``)."""
+    key (``keys = { "public.events" = ["tenant", "id"] }``); a table named or matched by a
+    pattern of ``source.tables``."""
     keys = source.get("keys", {})
     example = 'source.keys must be a table like { "public.events" = ["tenant", "id"] }'
     if not isinstance(keys, dict):
         raise ConfigError(example)
     found: dict[str, tuple[str, ...]] = {}
     for table, columns in keys.items():
-        if table not in tables:
-            raise ConfigError(f"source.keys names {table!r}, which is not in source.tables")
+        if not selector.captures(table):
+            raise ConfigError(f"source.keys names {table!r}, which source.tables does not "
+                              f"capture ({selector.verdict(table)[1]})")
         if (not isinstance(columns, list) or not columns
                 or not all(isinstance(c, str) and c for c in columns)):
             raise ConfigError(f"source.keys of {table} must be a non-empty list of column "
@@ -329,9 +374,31 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     dsn = _database_dsn(source, kind, env, "source")
     tables = source.get("tables")
     if not isinstance(tables, list) or not tables or not all(isinstance(t, str) for t in tables):
-        raise ConfigError('source.tables must be a non-empty list like ["public.orders"]')
-    for table in tables:
+        raise ConfigError('source.tables must be a non-empty list like ["public.orders"] or '
+                          '["shop.*"]')
+    exclude = source.get("exclude_tables", [])
+    if not isinstance(exclude, list) or not all(isinstance(t, str) for t in exclude):
+        raise ConfigError('source.exclude_tables must be a list like ["shop.tmp_*"]')
+    form = kinds.rules(kind).table_form
+    for where, entries in (("source.tables", tables), ("source.exclude_tables", exclude)):
+        for entry in entries:
+            try:
+                TablePattern.parse(entry, form)
+            except PatternError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+    try:
+        selector = _selector(kind, tables, exclude)
+    except PatternError as exc:
+        raise ConfigError(f"source.tables: {exc}") from None
+    for table in selector.names:
         check_table_name(table, kind, "source.tables", landed=True)
+    dump_new_tables = source.get("dump_new_tables", False)
+    if not isinstance(dump_new_tables, bool):
+        raise ConfigError("source.dump_new_tables must be true or false")
+    try:
+        columns = parse_rules(source.get("columns"), env, form)
+    except ValueError as exc:
+        raise ConfigError(f"source.columns{exc}") from None
     redis_section = _table(data, "redis")
     landing = _table(data, "landing")
     worker = data.get("worker", {})
@@ -345,7 +412,11 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             tables=tuple(dict.fromkeys(tables)),
             options=options,
             replica=_replica(source, kind, env),
-            keys=_keys(source, tables),
+            exclude_tables=tuple(dict.fromkeys(exclude)),
+            dump_new_tables=dump_new_tables,
+            rescan_interval_s=number(source, "rescan_interval_s", 10.0, 0.2, 3600),
+            columns=columns,
+            keys=_keys(source, selector),
         ),
         redis_url=_redis_url(redis_section, env),
         landing_path=landing_root(landing),
@@ -359,6 +430,8 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         control_interval_s=number(worker, "control_interval_s", 0.2, 0.01, 10),
         reconnect_max_s=number(worker, "reconnect_max_s", 30.0, 0.1, 600),
         shutdown_timeout_s=number(worker, "shutdown_timeout_s", 30.0, 1, 3600),
+        max_active_dumps=integer(worker, "max_active_dumps", DEFAULT_ACTIVE_DUMPS, 1,
+                                 MAX_ACTIVE_DUMPS),
         lease=lease_section(data),
         target=_target(data, env, kind, tables),
         merge=merge_section(data),

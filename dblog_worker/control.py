@@ -1,9 +1,13 @@
-"""Dump requests as every front end makes and shows them: the CLI and the HTTP API.
+"""Dump requests as every front end makes, steers and shows them: the CLI, the HTTP API,
+the Airflow hook and operators, the deferrable trigger.
 
 :func:`create_dump` checks a request (a :class:`~dblog_worker.dump_spec.DumpSpec`, checked
 when built) against the source (captured tables that still exist and have a primary key;
 keys that fit the key columns) before it is queued, so a bad request is refused at once
-instead of failing in the worker later.
+instead of failing in the worker later. :func:`command` (pause, resume, cancel; and
+:func:`command_async` for an event loop) and :func:`set_knobs` (chunk size, delay,
+parallelism, throttle limits, priority: a :class:`~dblog_worker.dump_spec.Knobs`) are the
+one way each front end steers a request.
 
 A request whose record in Redis is malformed (its hash, progress or keys: see
 :class:`~dblog_worker.errors.CorruptRequest`) is shown as such, with the key, the field
@@ -13,17 +17,20 @@ and what is wrong (:func:`malformed_json`), and the others are shown as usual.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from dblog_worker.async_requests import AsyncRequests
 from dblog_worker.config import Config, SourceConfig
 from dblog_worker.dialect import dialect, open_source
-from dblog_worker.dump_spec import DumpSpec
-from dblog_worker.errors import CorruptRequest, DumpFailed, RequestRejected
+from dblog_worker.dump_spec import DumpSpec, Knobs
+from dblog_worker.errors import CorruptRequest, DumpFailed, RequestRejected, SourceUnavailable
 from dblog_worker.requests import (
+    COMMANDS,
     DumpKind,
     DumpRequest,
     KeyTexts,
     MalformedRequest,
+    RequestState,
     TableProgress,
 )
 from dblog_worker.state import StateStore
@@ -31,20 +38,90 @@ from dblog_worker.state import StateStore
 SOURCE_CONNECT_TIMEOUT_S = 10  # a source that does not answer refuses the request, in time
 
 
-def create_dump(config: Config, state: StateStore, spec: DumpSpec) -> DumpRequest:
+def create_dump(config: Config | None, state: StateStore, spec: DumpSpec, *,
+                unreachable: Callable[[SourceUnavailable], None] | None = None
+                ) -> DumpRequest:
     """Check a dump request against the source, then queue it.
 
     Kind ``all`` dumps every captured table; a ``keys`` dump's keys must fit its table's
     key columns. With a client token already used, the request made with it is returned.
     Raises :class:`RequestRejected` (nothing queued) or a transient error.
+
+    Without ``config`` (an Airflow connection that names no worker configuration), only
+    what needs no source is checked (the keys' shape; kind ``all`` is refused: the captured
+    tables are in the configuration); the worker checks the rest when it takes the request
+    up. With ``unreachable``, a source that does not answer is reported to it and the
+    request is queued so, instead of refused (the Airflow hook's choice).
     """
-    tables = spec.table_names(config.source.tables)
-    keys = source_keys(config, spec, tables)
+    if config is None:
+        if spec.kind is DumpKind.ALL:
+            raise RequestRejected("kind all needs the captured tables, which are in the "
+                                  "worker's configuration: name it, or use kind tables and "
+                                  "name the tables")
+        tables, keys = spec.tables, spec.key_texts(spec.guessed_arity())
+    else:
+        tables = spec.table_names(captured_tables(config) if spec.kind is DumpKind.ALL
+                                  else ())
+        try:
+            keys = source_keys(config, spec, tables)
+        except SourceUnavailable as exc:
+            if unreachable is None:
+                raise
+            unreachable(exc)
+            keys = spec.key_texts(spec.guessed_arity())
     return state.create_request(spec.kind, tables, chunk_size=spec.chunk_size,
                                 delay_ms=spec.delay_ms, keys=keys,
                                 client_token=spec.client_token, parallelism=spec.parallelism,
                                 row_filter=spec.row_filter, throttle=spec.throttle,
-                                prune=spec.prune)
+                                prune=spec.prune, priority=spec.queue_priority)
+
+
+def command(state: StateStore, request_id: str, name: str) -> RequestState:
+    """Pause, resume or cancel a request (``name``, one of :data:`COMMANDS`) if its state
+    allows it; the state it was in. :class:`RequestRejected` when it does not (or there is
+    no such request)."""
+    if name not in COMMANDS:
+        raise RequestRejected(f"unknown command {name!r}: {', '.join(COMMANDS)}")
+    target, only_from = COMMANDS[name]
+    return state.transition(request_id, target, only_from=only_from)
+
+
+async def command_async(requests: AsyncRequests, request_id: str, name: str
+                        ) -> RequestState | None:
+    """:func:`command` from an event loop (Airflow's triggerer); None where the request's
+    state does not allow it (it has ended, for a cancel)."""
+    if name not in COMMANDS:
+        raise RequestRejected(f"unknown command {name!r}: {', '.join(COMMANDS)}")
+    return await requests.command(request_id, name)
+
+
+def set_knobs(state: StateStore, request_id: str, knobs: Knobs) -> DumpRequest:
+    """Change what ``knobs`` gives of a request that has not ended; the worker applies it
+    from its next window (a priority: its next turn, and its place in the queue)."""
+    return state.set_knobs(request_id, chunk_size=knobs.chunk_size, delay_ms=knobs.delay_ms,
+                           parallelism=knobs.parallelism, throttle=knobs.throttle,
+                           priority=knobs.priority)
+
+
+def describe_knobs(request: DumpRequest) -> str:
+    """One line of a request's knobs, as the front ends confirm a change."""
+    return (f"{request.id}: priority {request.priority.value}, chunk size "
+            f"{request.chunk_size}, delay {request.delay_ms} ms, parallelism "
+            f"{request.parallelism}, throttle limits {request.throttle.describe()}")
+
+
+def captured_tables(config: Config) -> list[str]:
+    """The tables the source captures now (that exist): the names of ``source.tables``, or,
+    when it holds patterns, the catalog's tables they match (the source is asked)."""
+    selector = config.source.selector
+    if not selector.has_patterns:
+        return list(selector.names)
+    source = open_source(_with_connect_timeout(config.source), lambda table, schema: 0)
+    source.connect()
+    try:
+        return list(source.selection().existing)
+    finally:
+        source.close()
 
 
 def source_keys(config: Config, spec: DumpSpec, tables: Sequence[str]) -> list[KeyTexts]:
@@ -87,6 +164,7 @@ def request_json(request: DumpRequest, progress: dict[str, TableProgress]) -> di
         "chunk_size": request.chunk_size,
         "delay_ms": request.delay_ms,
         "parallelism": request.parallelism,
+        "priority": request.priority.value,
         "throttle": request.throttle.limits(),
         "key_count": request.key_count,
         "filter": None if request.row_filter is None else request.row_filter.to_json(),

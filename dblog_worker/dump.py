@@ -76,6 +76,9 @@ class ActiveDump:
         # why the last window read nothing (a read replica behind, a table locked, ...);
         # None once a window reads
         self.waiting: str | None = None
+        # why it runs no window although running: more urgent requests hold every slot
+        # ([worker] max_active_dumps); None while it has one
+        self.parked: str | None = None
 
     @property
     def id(self) -> str:
@@ -90,7 +93,19 @@ class ActiveDump:
 
     @property
     def runnable(self) -> bool:
-        return self.request.state is RequestState.RUNNING and self.failure is None
+        return (self.request.state is RequestState.RUNNING and self.failure is None
+                and self.parked is None)
+
+    @property
+    def paced(self) -> bool:
+        """A delay between its windows (its own, or its throttle's): one open at a time."""
+        return bool(self.request.delay_ms or self.throttle.delay_ms)
+
+    @property
+    def why_waiting(self) -> str | None:
+        """What keeps it from reading, as the status shows it: no slot, or its last window
+        read nothing."""
+        return self.parked or self.waiting
 
     @property
     def finished(self) -> bool:

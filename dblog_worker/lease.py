@@ -32,7 +32,7 @@ from typing import cast
 import redis
 
 from dblog_worker.errors import LeaseLost, StateUnavailable
-from dblog_worker.state import LAYOUT_VERSION, redis_errors
+from dblog_worker.state import NAMESPACE, redis_errors
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class Lease:
 
     def __init__(self, url: str, source: str, *, ttl_s: float, holder: str | None = None
                  ) -> None:
-        self.prefix = f"dblog:v{LAYOUT_VERSION}:{source}:"
+        self.prefix = f"{NAMESPACE}:{source}:"
         self.key = self.prefix + "lease"
         self.ttl_ms = max(1, round(ttl_s * 1000))
         self.holder = holder or new_holder_id()

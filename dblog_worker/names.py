@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+WATERMARK_SCHEMA = "dblog"  # the schema (database) of the watermark table: the worker's own
+
 
 def split_table(table: str) -> tuple[str, str]:
     """Split ``schema.table`` at the first dot; both parts must be non-empty.

@@ -1,12 +1,13 @@
-"""The session's side of automatic throttling (:mod:`dblog_worker.throttle`): when the
-running dump's throttle decides, and the signals it reads for it.
+"""The session's side of automatic throttling (:mod:`dblog_worker.throttle`): when each
+running dump's throttle decides, and the signals it reads for them.
 
-The throttle decides after every window that closed and, while the dump waits for its
-next window, about once a second. The source is read at most every ``SAMPLE_S`` (active
-sessions, the replica's lag, the log lag), on the worker's own connections, between
-windows (the session never calls this between a window's LW and HW). A signal that
-cannot be read (a privilege missing, the replica unreachable) is left out and said once
-in the log; a source that is gone ends the session as any other query would.
+A dump's throttle decides after every window of it that closed and, while the dump waits
+for its next window, about once a second. The signals are read once for every dump: the
+source at most every ``SAMPLE_S`` (active sessions, the replica's lag, the log lag), on
+the worker's own connections, between windows (the session never calls this between a
+window's LW and HW). A signal that cannot be read (a privilege missing, the replica
+unreachable) is left out and said once in the log; a source that is gone ends the session
+as any other query would.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ class Signalled(Pressure, Protocol):
 
 
 class Pacer:
-    """Reads the signals and has the running dump's throttle decide."""
+    """Reads the signals and has each running dump's throttle decide."""
 
     def __init__(self, source: Signalled) -> None:
         self.source = source
-        self.decided_at = 0.0
+        self.decided_at: dict[str, float] = {}  # per dump
         self.read_at = -math.inf
         self.sessions: int | None = None
         self.replica_lag_ms: float | None = None
@@ -43,13 +44,17 @@ class Pacer:
         self.failed = ""  # why the last reading failed, logged once
 
     def due(self, dump: ActiveDump, now: float) -> bool:
-        return dump.runnable and (dump.unpaced or now - self.decided_at >= SAMPLE_S)
+        return dump.runnable and (dump.unpaced
+                                  or now - self.decided_at.get(dump.id, 0.0) >= SAMPLE_S)
+
+    def forget(self, dump_id: str) -> None:
+        self.decided_at.pop(dump_id, None)
 
     def pace(self, dump: ActiveDump, now: float) -> None:
         """The throttle's decision: after a window closed (``dump.unpaced``: it may step
         up), or while the dump waits (it may only hold or ease)."""
         policy = dump.request.throttle
-        window, dump.unpaced, self.decided_at = dump.unpaced, False, now
+        window, dump.unpaced, self.decided_at[dump.id] = dump.unpaced, False, now
         if not policy.on and not dump.throttle.delay_ms and not dump.throttle.reason:
             return
         if now - self.read_at >= SAMPLE_S:

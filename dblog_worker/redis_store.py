@@ -14,7 +14,8 @@ from redis.client import NEVER_DECODE
 
 from dblog_worker.errors import ConfigError, LeaseLost, StateUnavailable
 
-LAYOUT_VERSION = 1
+NAMESPACE = "dblog:v1"  # every key's prefix, the same for every layout version so far
+LAYOUT_VERSION = 2  # what the records look like: meta's ``layout``, migrated step by step
 
 
 def as_str(value: object) -> str:
@@ -80,12 +81,15 @@ def redis_errors() -> Iterator[None]:
                                f"or wait for the failover to end): {exc}") from exc
 
 
+OLDER_LAYOUTS = ("1",)  # layouts this dblog migrates to LAYOUT_VERSION
+
+
 class RedisStore:
     """One source's keys in Redis, and writes fenced by the leader's lease token."""
 
     def __init__(self, url: str, source: str, *, socket_timeout: float = 5.0) -> None:
         self.source = source
-        self.prefix = f"dblog:v{LAYOUT_VERSION}:{source}:"
+        self.prefix = f"{NAMESPACE}:{source}:"
         self.redis: redis.Redis = redis.Redis.from_url(
             url, decode_responses=True, socket_timeout=socket_timeout,
             socket_connect_timeout=socket_timeout, health_check_interval=30,
@@ -144,14 +148,28 @@ class RedisStore:
             return bool(self.redis.exists(self.key("meta")))
 
     def ensure_layout(self) -> None:
-        """Create the layout on first use; refuse a layout of another version."""
+        """Create the layout on first use; migrate an older one, one version at a time
+        (:meth:`_migrate`); refuse a layout this dblog does not know (a newer dblog's)."""
         with redis_errors():
-            self.redis.hsetnx(self.key("meta"), "layout", str(LAYOUT_VERSION))
-            self.redis.hsetnx(self.key("meta"), "created_at", repr(time.time()))
-            found = self.redis.hget(self.key("meta"), "layout")
-        if found != str(LAYOUT_VERSION):
-            raise ConfigError(
-                f"Redis holds state of layout {found!r} for source {self.source!r}; this "
-                f"dblog reads layout {LAYOUT_VERSION}. Upgrade dblog, or use another "
-                "Redis database or source name."
-            )
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.hsetnx(self.key("meta"), "layout", str(LAYOUT_VERSION))
+            pipe.hsetnx(self.key("meta"), "created_at", repr(time.time()))
+            pipe.hget(self.key("meta"), "layout")
+            found = pipe.execute()[-1]
+        while found != str(LAYOUT_VERSION):
+            if found not in OLDER_LAYOUTS:
+                raise ConfigError(
+                    f"Redis holds state of layout {found!r} for source {self.source!r}; this "
+                    f"dblog reads layout {LAYOUT_VERSION} (and migrates layouts "
+                    f"{', '.join(OLDER_LAYOUTS)}). Upgrade dblog, or use another Redis "
+                    "database or source name."
+                )
+            self._migrate(int(found))
+            with redis_errors():
+                found = self.redis.hget(self.key("meta"), "layout")
+
+    def _migrate(self, version: int) -> None:
+        """Rewrite the records of layout ``version`` as the next layout has them and set
+        ``layout`` to it, atomically (a store that knows the records overrides this)."""
+        raise ConfigError(f"Redis holds state of layout {version} for source "
+                          f"{self.source!r}, which this part of dblog cannot migrate")

@@ -5,6 +5,7 @@ missing keys and progress, every record checked as it is read back."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -23,20 +24,25 @@ from dblog_worker.redis_store import (
     shown,
 )
 from dblog_worker.requests import (
+    QUEUE_NUMBERS,
     DumpKind,
     DumpRequest,
     KeyTexts,
     MalformedRequest,
+    Priority,
     RequestState,
     TableProgress,
     check_chunk_size,
     check_delay_ms,
     check_parallelism,
     key_record,
+    queue_score,
     sources_of,
 )
 from dblog_worker.row_filter import RowFilter
 from dblog_worker.throttle import NO_THROTTLE, RECORD_PREFIX, ThrottlePolicy, check_limit
+
+log = logging.getLogger(__name__)
 
 _TRANSITION = """
 if KEYS[3] ~= '' and redis.call('HGET', KEYS[3], 'token') ~= ARGV[5] then return {'fenced', ''} end
@@ -67,16 +73,27 @@ redis.call('HSET', KEYS[1], 'state', 'failed', 'updated_at', ARGV[2], 'error', A
 return 'failed'
 """
 
+# Knobs change together; a new priority also moves the request in the queue (``active``
+# is scored by priority rank, then number: requests.queue_score).
 _SET_KNOBS = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'missing', ''} end
 if state == 'completed' or state == 'failed' or state == 'cancelled' then
   return {'refused', state}
 end
-for i = 1, #ARGV - 1, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-redis.call('HSET', KEYS[1], 'updated_at', ARGV[#ARGV])
+for i = 4, #ARGV - 1, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[3])
+if ARGV[2] ~= '' then
+  local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+  if score then
+    local number = tonumber(score) % NUMBERS
+    redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[2]) * NUMBERS + number, ARGV[1])
+  end
+end
 return {'ok', state}
-"""
+""".replace("NUMBERS", str(QUEUE_NUMBERS))
+
+QUEUE_PAGE = 100  # request ids read at a time when the worker walks the queue
 
 
 
@@ -137,8 +154,10 @@ class RequestStore(RedisStore):
         row_filter: RowFilter | None = None,
         throttle: ThrottlePolicy = NO_THROTTLE,
         prune: bool = False,
+        priority: Priority | None = None,
     ) -> DumpRequest:
-        """Queue a request; with a ``client_token`` already used, return that request."""
+        """Queue a request; with a ``client_token`` already used, return that request.
+        Without a ``priority``, the kind's (:meth:`Priority.default_for`)."""
         check_chunk_size(chunk_size)
         check_delay_ms(delay_ms)
         check_parallelism(parallelism)
@@ -165,6 +184,7 @@ class RequestStore(RedisStore):
                 row_filter=row_filter,
                 throttle=throttle,
                 prune=prune,
+                priority=priority or Priority.default_for(kind, prune),
             )
 
             def fill(pipe: Any) -> None:
@@ -175,7 +195,8 @@ class RequestStore(RedisStore):
                                    *(json.dumps(list(k)) for k in keys[start:start + 10_000]))
                 pipe.hset(self.key("request", request.id), mapping=fields_of(request.to_fields()))
                 pipe.zadd(self.key("requests"), {request.id: number})
-                pipe.zadd(self.key("active"), {request.id: number})
+                pipe.zadd(self.key("active"), {request.id: queue_score(request.priority,
+                                                                        number)})
                 if client_token is not None:
                     pipe.hsetnx(self.key("tokens"), client_token, request.id)
 
@@ -187,6 +208,61 @@ class RequestStore(RedisStore):
                                     error=f"duplicate of {as_str(winner)} (same client token)")
                     return self.get_request(as_str(winner))
         return request
+
+    def _migrate(self, version: int) -> None:
+        """Layout 1 to 2: every request not yet terminal gets its ``priority`` (its kind's
+        default) and its place in ``active`` by priority, then number (it was by number
+        alone). One transaction, done again if a request was queued meanwhile."""
+        if version != 1:
+            super()._migrate(version)
+        meta, active = self.key("meta"), self.key("active")
+        with redis_errors(), self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(meta, active)  # type: ignore[no-untyped-call]
+                    if pipe.hget(meta, "layout") != "1":
+                        return  # another process migrated it
+                    queued = cast(list[tuple[str, float]], pipe.zrange(active, 0, -1,
+                                                                        withscores=True))
+                    priorities = self._priorities([request_id for request_id, _ in queued])
+                    pipe.multi()
+                    for (request_id, score), (priority, absent) in zip(
+                            queued, priorities, strict=True):
+                        if absent:
+                            pipe.hset(self.key("request", request_id), "priority",
+                                      priority.value)
+                        pipe.zadd(active, {request_id: queue_score(priority, int(score))})
+                    pipe.hset(meta, "layout", "2")
+                    pipe.execute()
+                    log.info("Redis state of source %s migrated from layout 1 to 2: %d "
+                             "request(s) queued by priority", self.source, len(queued))
+                    return
+                except redis.WatchError:
+                    continue
+
+    def _priorities(self, request_ids: Sequence[str]) -> list[tuple[Priority, bool]]:
+        """Each request's priority as its hash says, or its kind's default (urgent for a
+        pruning dump; and whether the field must be written); a hash that is not one (the
+        worker quarantines it) or a field that is garbage: normal, nothing written."""
+        pipe = self.redis.pipeline(transaction=False)
+        for request_id in request_ids:
+            pipe.execute_command(  # type: ignore[no-untyped-call]
+                "HMGET", self.key("request", request_id), "kind", "priority", "prune",
+                **{NEVER_DECODE: True})
+        found: list[tuple[Priority, bool]] = []
+        for reply in pipe.execute(raise_on_error=False):
+            if not isinstance(reply, list) or reply[0] is None:
+                found.append((Priority.NORMAL, False))
+                continue
+            kind, priority, prune = (None if v is None else v.decode(errors="replace")
+                                     for v in reply)
+            if priority in {p.value for p in Priority}:
+                found.append((Priority(priority), False))
+            elif priority is None and kind in {k.value for k in DumpKind}:
+                found.append((Priority.default_for(DumpKind(kind), prune == "1"), True))
+            else:
+                found.append((Priority.NORMAL, False))
+        return found
 
     def token_request(self, client_token: str) -> str | None:
         """The id of the request made with ``client_token``, if any."""
@@ -234,15 +310,40 @@ class RequestStore(RedisStore):
         return [self._record(i, reply, listed=True) for i, reply in zip(ids, replies,
                                                                          strict=True)]
 
-    def next_request(self) -> DumpRequest | None:
-        """The oldest request not yet terminal: the one the worker runs (checked:
-        :class:`CorruptRequest` if its record is malformed, or missing)."""
-        with redis_errors():
-            ids = cast(list[str], self.redis.zrange(self.key("active"), 0, 0))
-        if not ids:
-            return None
-        [reply] = self._request_replies(ids)
-        return self._parse_request(ids[0], reply, listed=True)
+    def queue_head(self, runnable: int) -> list[DumpRequest | MalformedRequest]:
+        """The requests not yet terminal in the order the worker takes them up (priority,
+        then age), up to the ``runnable``-th that is queued or running: the paused ones
+        before it are among them; a malformed record (or an id without its hash) as a
+        :class:`MalformedRequest`."""
+        found: list[DumpRequest | MalformedRequest] = []
+        start = 0
+        while runnable > 0:
+            with redis_errors():
+                ids = cast(list[str], self.redis.zrange(self.key("active"), start,
+                                                        start + QUEUE_PAGE - 1))
+            for request_id, reply in zip(ids, self._request_replies(ids), strict=True):
+                record = self._record(request_id, reply, listed=True)
+                found.append(record)
+                if isinstance(record, DumpRequest) and record.state in (
+                        RequestState.QUEUED, RequestState.RUNNING):
+                    runnable -= 1
+                    if runnable == 0:
+                        break
+            if len(ids) < QUEUE_PAGE:
+                break
+            start += QUEUE_PAGE
+        return found
+
+    def get_records(self, request_ids: Sequence[str]
+                    ) -> dict[str, DumpRequest | MalformedRequest | None]:
+        """Several requests at once (one round trip), as :meth:`get_record` reads them;
+        None for an id without a request."""
+        records: dict[str, DumpRequest | MalformedRequest | None] = {}
+        for request_id, reply in zip(request_ids, self._request_replies(request_ids),
+                                     strict=True):
+            records[request_id] = None if not reply else self._record(request_id, reply,
+                                                                      listed=False)
+        return records
 
     def _request_replies(self, ids: Sequence[str]) -> list[Any]:
         """The request hashes, as bytes (a reply that is an error: the key is no hash)."""
@@ -317,9 +418,11 @@ class RequestStore(RedisStore):
     def set_knobs(
         self, request_id: str, *, chunk_size: int | None = None, delay_ms: int | None = None,
         parallelism: int | None = None, throttle: Mapping[str, int] | None = None,
+        priority: Priority | None = None,
     ) -> DumpRequest:
-        """Change chunk size, delay, parallelism and/or throttle limits (only those given)
-        of a request that is not finished."""
+        """Change chunk size, delay, parallelism, throttle limits and/or priority (only
+        those given) of a request that is not finished; a new priority moves it in the
+        queue at once."""
         args: list[str] = []
         if chunk_size is not None:
             args += ["chunk_size", str(check_chunk_size(chunk_size))]
@@ -329,13 +432,19 @@ class RequestStore(RedisStore):
             args += ["parallelism", str(check_parallelism(parallelism))]
         for name, value in (throttle or {}).items():
             args += [RECORD_PREFIX + name, str(check_limit(name, value))]
+        rank = ""
+        if priority is not None:
+            args += ["priority", Priority(priority).value]
+            rank = str(Priority(priority).rank)
         if not args:
-            raise RequestRejected("give a chunk size, a delay, a parallelism or a throttle limit")
+            raise RequestRejected("give a chunk size, a delay, a parallelism, a throttle limit "
+                                  "or a priority")
+        self.ensure_layout()  # the queue's scores are of this layout
         with redis_errors():
             outcome, previous = cast(
                 list[str],
-                self._set_knobs(keys=[self.key("request", request_id)],
-                                args=[*args, repr(time.time())]),
+                self._set_knobs(keys=[self.key("request", request_id), self.key("active")],
+                                args=[request_id, rank, repr(time.time()), *args]),
             )
         if outcome == "missing":
             raise RequestRejected(f"no dump request {request_id!r} for source {self.source!r}")

@@ -8,9 +8,11 @@
       ▼          ▼             ▼
     cancelled, failed  ◄───────┘   (from queued, running or paused)
 
-The worker runs one request at a time, oldest first. A paused request keeps its
-place: nothing else is dumped until it is resumed or cancelled (pausing is the
-brake an operator pulls when the source is under load).
+The worker runs several requests at once, up to ``[worker] max_active_dumps``, chosen by
+:class:`Priority` and then age; their windows interleave, each request's share of them
+following its priority's weight (:mod:`dblog_worker.schedule`). A paused request keeps its
+progress and gives its turn to the others (pausing is the brake an operator pulls on one
+dump when the source is under load).
 """
 
 from __future__ import annotations
@@ -39,6 +41,54 @@ class DumpKind(StrEnum):
     ALL = "all"  # every captured table
     TABLES = "tables"  # some captured tables
     KEYS = "keys"  # a list of primary keys of one table
+
+
+class Priority(StrEnum):
+    """How much of the worker's windows a request gets while others run: its weight."""
+
+    URGENT = "urgent"  # repairs and key dumps: an operator waits for them
+    NORMAL = "normal"
+    BACKGROUND = "background"  # backfills: whatever the others leave
+
+    @property
+    def weight(self) -> int:
+        """The request's share of windows among the requests ready for one."""
+        return PRIORITY_WEIGHTS[self]
+
+    @property
+    def rank(self) -> int:
+        """Its place in the queue: a lower rank starts first (then the older request)."""
+        return _RANKS[self]
+
+    @classmethod
+    def default_for(cls, kind: DumpKind, prune: bool = False) -> Priority:
+        """The priority of a request that names none: urgent for a primary-key dump (a
+        repair: few rows, someone waits) and for a pruning dump (a repair: a cascade the
+        log did not carry), normal otherwise."""
+        return cls.URGENT if kind is DumpKind.KEYS or prune else cls.NORMAL
+
+
+PRIORITY_WEIGHTS: Mapping[Priority, int] = {
+    Priority.URGENT: 16, Priority.NORMAL: 4, Priority.BACKGROUND: 1,
+}
+_RANKS: Mapping[Priority, int] = {p: rank for rank, p in enumerate(Priority)}
+QUEUE_NUMBERS = 2**40  # request numbers below this; a queue score is rank * this + number
+
+
+def queue_score(priority: Priority, number: int) -> int:
+    """A request's score in the ``active`` sorted set: by priority, then by number (age)."""
+    return priority.rank * QUEUE_NUMBERS + number
+
+
+def check_priority(value: object) -> Priority:
+    """A priority by its name; :class:`RequestRejected` with the names otherwise."""
+    try:
+        return Priority(value.strip() if isinstance(value, str) else str(value))
+    except ValueError:
+        raise RequestRejected(
+            f"priority must be one of {', '.join(p.value for p in Priority)}, got "
+            f"{json.dumps(value) if isinstance(value, str | None) else repr(value)}"
+        ) from None
 
 
 class RequestState(StrEnum):
@@ -165,6 +215,14 @@ class DumpRequest:
     row_filter: RowFilter | None = None  # a filtered dump's conditions and key range
     throttle: ThrottlePolicy = NO_THROTTLE
     prune: bool = False  # a table dump that also removes the rows the source does not have
+    priority: Priority = Priority.NORMAL
+
+    @property
+    def number(self) -> int:
+        """The request's number (``dump-12``: 12), its age in the queue; 0 if its id has
+        none (a record written by hand)."""
+        digits = self.id.rpartition("-")[2]
+        return int(digits) if digits.isdigit() and int(digits) < QUEUE_NUMBERS else 0
 
     def to_fields(self) -> dict[str, str]:
         fields = {
@@ -178,6 +236,7 @@ class DumpRequest:
             "updated_at": repr(self.updated_at),
             "key_count": str(self.key_count),
             "parallelism": str(self.parallelism),
+            "priority": self.priority.value,
             **self.throttle.to_fields(),
         }
         if self.error is not None:
@@ -210,7 +269,7 @@ class DumpRequest:
         if kind is DumpKind.KEYS and key_count == 0:
             raise bad("key_count", "is 0, but a primary-key dump has keys")
         known = {*REQUEST_REQUIRED, "key_count", "error", "client_token", "parallelism",
-                 "filter", "prune", *ThrottlePolicy.record_fields()}
+                 "filter", "prune", "priority", *ThrottlePolicy.record_fields()}
         prune = fields.get("prune", "0")
         if prune not in ("0", "1"):
             raise bad("prune", f"is {_clip(prune)}, not 0 or 1")
@@ -236,6 +295,9 @@ class DumpRequest:
             row_filter=_row_filter(fields.get("filter"), kind, bad),
             throttle=ThrottlePolicy.from_fields(fields, bad),  # absent limits: off
             prune=prune == "1",
+            # requests written before priorities (layout 1) take their kind's default
+            priority=_member(Priority, fields["priority"], bad, "priority")
+            if "priority" in fields else Priority.default_for(kind, prune == "1"),
         )
 
 
@@ -264,7 +326,7 @@ def _clip(value: object) -> str:
     return text if len(text) <= 80 else text[:76] + "...'"
 
 
-E = TypeVar("E", DumpKind, "RequestState")
+E = TypeVar("E", DumpKind, "RequestState", Priority)
 
 
 def _member(enum: type[E], text: str, bad: _Bad, name: str) -> E:

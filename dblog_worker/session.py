@@ -5,13 +5,15 @@ One thread does everything, in this order, again and again:
 
 1. read what the log has (``LogReader.poll``) and pass each event to the output and to
    the reconciler; a high watermark releases the surviving chunk rows;
-2. if a dump is running, no window is open and its delay has passed: write LW,
-   select the chunk, write HW (the only time the log waits); the chunk's rows are
-   encoded to JSON by a second thread meanwhile, needed only when HW comes back;
+2. if a running dump can open a window (its delay has passed, fewer windows are open
+   than allowed), the one the scheduler picks (:mod:`dblog_worker.schedule`: shares by
+   priority) writes LW, selects its chunk, writes HW (the only time the log waits); the
+   chunk's rows are encoded to JSON by a second thread meanwhile, needed only when HW
+   comes back;
 3. every flush interval (or when the buffer is full, or a dump's last window has
    closed): commit the output, then save the checkpoint and the progress the output
    now covers, then confirm the log;
-4. every control interval: read the request's state and knobs from Redis.
+4. every control interval: read the requests to run, their states and knobs, from Redis.
 
 A session ends on any transient failure (source or Redis gone): buffered output is
 dropped, and the next session starts over from the saved checkpoint and progress.
@@ -21,6 +23,7 @@ Replayed events that are already durable are dropped by the output buffer.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import math
 import os
@@ -32,7 +35,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dblog_worker.admission import follow_queue, queue_prunes, queue_repairs
+from dblog_worker.admission import follow_requests, queue_prunes, queue_repairs
+from dblog_worker.capture import TableFollower
 from dblog_worker.chunks import NOTHING_READ, BoundRead, KeyColumn
 from dblog_worker.dialect import dialect
 from dblog_worker.dump import ActiveDump, WindowRead
@@ -65,6 +69,7 @@ from dblog_worker.requests import (
     RequestState,
     TableProgress,
 )
+from dblog_worker.schedule import Ready, Scheduler
 from dblog_worker.startup import check_landed, refuse_lost_state
 from dblog_worker.state import StateStore
 from dblog_worker.tables import not_ready
@@ -80,6 +85,18 @@ WRITE_POLL_S = 0.005  # how often the loop looks whether a write in flight is du
 DRAIN_S = 5.0  # at a stop, how long an open window may take to close before it is abandoned
 
 
+def dump_status(dump: ActiveDump) -> dict[str, object]:
+    """What the status hash says of a dump the worker runs (``dblog status``, ``show``)."""
+    request = dump.request
+    return {
+        "state": request.state.value,
+        "priority": request.priority.value,
+        "waiting": dump.why_waiting or "",
+        "throttle": dump.throttle.describe() if request.throttle.on else "",
+        "throttle_ms": round(dump.throttle.delay_ms),
+    }
+
+
 def _dump_failure(dump: ActiveDump, exc: Exception) -> str:
     """Why a dump fails: the error's own message, or, for one dblog did not expect, its
     type and message (the traceback goes to the log)."""
@@ -91,15 +108,22 @@ def _dump_failure(dump: ActiveDump, exc: Exception) -> str:
             "please report it)")
 
 
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """A dump whose every closed window is in a write: done, or failed, once it is durable."""
+
+    dump: ActiveDump
+    finished: bool
+    failure: str | None
+
+
 @dataclass
 class Covered:
     """What a write covers: saved to Redis, and confirmed to the source, once it is durable."""
 
     checkpoint: str | None
     incomplete: dict[str, dict[KeyTexts, None]]
-    finish: ActiveDump | None  # a dump whose every closed window is in this write
-    finished: bool
-    failure: str | None
+    endings: list[Ending] = field(default_factory=list)
     progress: dict[str, list[TableProgress]] = field(default_factory=dict)
     missing: dict[str, list[KeyTexts]] = field(default_factory=dict)
     prunes: set[str] = field(default_factory=set)  # tables to prune (foreign-key cascades)
@@ -120,7 +144,9 @@ class Session:
         self.dialect = dialect(self.config.source.kind)
         self.reconciler = Reconciler(self.run_id)
         self.output: OutputBuffer | None = None
-        self.dump: ActiveDump | None = None
+        self.dumps: dict[str, ActiveDump] = {}  # the requests this session runs, by id
+        self.scheduler = Scheduler()  # whose turn the next window is
+        self.queue_read = False  # the whole queue was read once (the session's first control)
         self.checkpoint: str | None = None  # durable and saved
         self.pending_checkpoint: str | None = None  # covered by the buffered output
         self.started_at = time.time()
@@ -134,14 +160,16 @@ class Session:
         self.window_rows: deque[tuple[Future[Encoded], Position]] = deque()
         self.encoder = ThreadPoolExecutor(1, thread_name_prefix="dblog-encode")
         self.in_flight: Covered | None = None  # what the write in flight covers
-        self.ended = ""  # the dump whose ending write was submitted
-        self.pacer = Pacer(self.source)  # the dump's automatic throttle, between windows
+        self.ended: set[str] = set()  # the dumps whose ending write was submitted
+        self.pacer = Pacer(self.source)  # the dumps' automatic throttles, between windows
         self.readers: dict[str, str] = {}  # which implementation reads what (Setup.readers)
+        self.tables = TableFollower(self.state, self.source, self.config.source,
+                                    worker.telemetry)  # the captured tables, as they change
 
     def run(self) -> None:
         try:
             self._start()
-            while not self.worker.stopping:
+            while not self.worker.ending:
                 self._step()
             self._drain()
             self._flush()
@@ -175,6 +203,7 @@ class Session:
             raise not_ready([problem for problem in problems if problem.capture])
         created = self.source.prepare()
         self._renew(time.monotonic())
+        first = saved is None and created is not None  # capture begins now
         if saved is None and created is not None:
             saved = created
             self.state.save_progress(saved, {}, {})
@@ -182,6 +211,7 @@ class Session:
         with landing_errors():
             self.worker.sink.mark_capture_started()
         self.output = OutputBuffer(self.worker.sink, landed)
+        self.tables.start(first)
         log.info("session %s streaming %s from %s (lease token %d)", self.run_id,
                  self.config.source.safe_dsn(), self.checkpoint, self.token)
         self.readers = self.source.readers()
@@ -235,8 +265,9 @@ class Session:
                 watching = reconciler.watching
                 if closed is not None:
                     self._emit_survivors(closed)
-                    if self.dump is not None:
-                        finished = self.dump.window_closed(closed, time.monotonic())
+                    closed_dump = self.dumps.get(closed.dump_id)
+                    if closed_dump is not None:
+                        finished = closed_dump.window_closed(closed, time.monotonic())
                         if finished is not None:
                             self._emit_prune(closed, finished)
                     telemetry.window_closed(closed)
@@ -250,11 +281,12 @@ class Session:
         now = time.monotonic()
         if now - self.last_control >= self.config.control_interval_s:
             self._control(now)
-        dump = self.dump
-        if dump is not None and self.pacer.due(dump, now):
-            self.pacer.pace(dump, now)
-        if dump is not None and self._may_open(dump, now):
-            self._window(dump)
+        for dump in self.dumps.values():
+            if self.pacer.due(dump, now):
+                self.pacer.pace(dump, now)
+        chosen = self._next_window(now)
+        if chosen is not None:
+            self._window(chosen)
         if self.in_flight is not None and (
             not output.writing or output.count >= self.config.flush_max_events
         ):
@@ -262,9 +294,11 @@ class Session:
         if self.in_flight is None and (
             output.count >= self.config.flush_max_events
             or self._write_due(now)
-            or (dump is not None and dump.ending and dump.id != self.ended)
+            or any(d.ending and d.id not in self.ended for d in self.dumps.values())
         ):
             self._submit()
+        if self.tables.due(now):
+            self.tables.look(now)
         if now - self.last_heartbeat >= self.config.heartbeat_interval_s:
             self.source.heartbeat()
             self.last_heartbeat = now
@@ -278,11 +312,12 @@ class Session:
         """Algorithm 1, step 7: the chunk rows no log event touched, at HW's position."""
         assert self.output is not None
         rows, _ = self.window_rows.popleft()
-        if rows.done() and rows.exception() is not None and self.dump is not None:
+        dump = self.dumps.get(closed.dump_id)
+        if rows.done() and rows.exception() is not None and dump is not None:
             failure = f"the rows of {closed.table} could not be encoded: {rows.exception()!r}"
-            log.error("dump %s: %s", self.dump.id, failure, exc_info=rows.exception(),
-                      extra={"request_id": self.dump.id})
-            self.dump.failure = self.dump.failure or failure
+            log.error("dump %s: %s", dump.id, failure, exc_info=rows.exception(),
+                      extra={"request_id": dump.id})
+            dump.failure = dump.failure or failure
             return
         if closed.survivors:
             self.output.add_rows(PendingRows(
@@ -301,19 +336,30 @@ class Session:
             closed.schema_version, closed.dump_id))
 
     def _may_open(self, dump: ActiveDump, now: float) -> bool:
-        """Without a delay, the next window opens while the last one's watermarks are on
-        their way (windows stay apart in the log: the next LW is written after HW)."""
-        paused = dump.request.delay_ms or dump.throttle.delay_ms
-        most = 1 if paused else MAX_OPEN_WINDOWS
-        return (not self.worker.stopping and dump.runnable and now >= dump.next_window_at
-                and self.reconciler.open_windows < most and len(dump.open_reads) < most
-                and dump.current_table() is not None)
+        """Whether ``dump`` could open a window at ``now``: running, its delay passed, and
+        fewer of its windows open than it may have. Without a delay, its next window opens
+        while the last one's watermarks are on their way; windows of other dumps may be
+        open too, up to MAX_OPEN_WINDOWS in all (windows stay apart in the log: the next LW
+        is written after the last HW)."""
+        most = 1 if dump.paced else MAX_OPEN_WINDOWS
+        return (not self.worker.ending and dump.runnable and now >= dump.next_window_at
+                and len(dump.open_reads) < most and dump.current_table() is not None)
+
+    def _next_window(self, now: float) -> ActiveDump | None:
+        """The dump whose window opens now: of those that may, the scheduler's pick."""
+        if self.reconciler.open_windows >= MAX_OPEN_WINDOWS:
+            return None
+        ready = [Ready(d.id, d.request.priority.weight,
+                       (d.request.priority.rank, d.request.number))
+                 for d in self.dumps.values() if self._may_open(d, now)]
+        chosen = self.scheduler.pick(ready)
+        return None if chosen is None else self.dumps[chosen.id]
 
     def _news(self) -> bool:
         """Whether a write would carry anything: events, a checkpoint, dump progress."""
         assert self.output is not None
         return (self.output.count > 0 or self.pending_checkpoint != self.checkpoint
-                or bool(self.incomplete) or bool(self.prunes) or self.dump is not None)
+                or bool(self.incomplete) or bool(self.prunes) or bool(self.dumps))
 
     def _next_write(self) -> float:
         """When the next write is due: an interval after the last write of events (events
@@ -330,9 +376,9 @@ class Session:
         deadline = min(self._next_write(), self.last_control + self.config.control_interval_s)
         if self.in_flight is not None:  # what the write covers is saved once it is durable
             deadline = max(min(deadline, now + WRITE_POLL_S), now + WRITE_POLL_S / 5)
-        dump = self.dump
-        if dump is not None and self._may_open(dump, max(now, dump.next_window_at)):
-            deadline = min(deadline, dump.next_window_at)
+        for dump in self.dumps.values():
+            if self._may_open(dump, max(now, dump.next_window_at)):
+                deadline = min(deadline, dump.next_window_at)
         return max(0.0, min(0.2, deadline - now))
 
     # -- dump windows -----------------------------------------------------------
@@ -386,29 +432,26 @@ class Session:
                              KeyColumn(chunk.selected, chunk.rows, 1),
                              bound=isinstance(plan, BoundRead))
         dump.window_opened(read)
+        self.scheduler.opened(dump.id, dump.request.priority.weight)
         self.windows += 1
         self.worker.telemetry.window_opened(plan.table, dump.id, tokens.low, chunk.selected,
-                                            chunk.rows if plan.first else None)
+                                            chunk.rows if plan.first else None,
+                                            priority=dump.request.priority.value)
 
     # -- durability -------------------------------------------------------------
 
     def _submit(self) -> None:
         """Hand the output to the writer, with what it covers: saved once it is durable."""
         assert self.output is not None and self.in_flight is None
-        dump = self.dump
-        if dump is not None and dump.ending:
-            self.ended = dump.id  # this write ends it: no more writes out of turn for it
-        covered = Covered(
-            checkpoint=self.pending_checkpoint,
-            incomplete=self.incomplete,
-            finish=None if dump is None or dump.open_reads else dump,
-            finished=dump is not None and dump.finished,
-            failure=None if dump is None else dump.failure,
-            prunes=self.prunes,
-        )
+        covered = Covered(checkpoint=self.pending_checkpoint, incomplete=self.incomplete,
+                          prunes=self.prunes)
         self.incomplete = {}
         self.prunes = set()
-        if dump is not None:
+        for dump in self.dumps.values():
+            if dump.ending:
+                self.ended.add(dump.id)  # this write ends it: no more writes out of turn
+            if not dump.open_reads:
+                covered.endings.append(Ending(dump, dump.finished, dump.failure))
             tables, keys = dump.take_unsaved()
             if tables:  # copies: later windows change the live ones
                 covered.progress[dump.id] = list(tables)  # immutable: the values as they are now
@@ -420,7 +463,7 @@ class Session:
             self.output.submit()
         self.in_flight = covered
         self.worker.telemetry.submitted()
-        if dump is not None:
+        for dump in self.dumps.values():
             self.worker.telemetry.dump_progress(dump)
         self.last_flush = time.monotonic()
 
@@ -432,11 +475,10 @@ class Session:
             return
         with landing_errors():
             self.output.wait()
-        for dump_id, failure in self.output.failed.items():  # rows that failed to encode
-            if covered.finish is not None and covered.finish.id == dump_id:
-                covered.failure = covered.failure or failure
-            if self.dump is not None and self.dump.id == dump_id:
-                self.dump.failure = self.dump.failure or failure
+        failed = self.output.failed  # rows that failed to encode, by dump
+        for dump_id, failure in failed.items():
+            if dump_id in self.dumps:
+                self.dumps[dump_id].failure = self.dumps[dump_id].failure or failure
         queue_repairs(self.state, self.dialect, covered.incomplete, covered.checkpoint)
         if covered.prunes:
             queue_prunes(self.state, covered.prunes)
@@ -449,8 +491,10 @@ class Session:
             self.checkpoint = checkpoint
             self.source.confirm(checkpoint)
         self.worker.telemetry.durable(self.output.landed, checkpoint)
-        if covered.finish is not None and covered.finish is self.dump:
-            self._finish(covered.finish, covered.finished, covered.failure)
+        for ending in covered.endings:
+            if self.dumps.get(ending.dump.id) is ending.dump:
+                self._finish(ending.dump, ending.finished,
+                             ending.failure or failed.get(ending.dump.id))
 
     def _flush(self) -> None:
         """Write everything buffered and save what it covers; wait for all of it."""
@@ -473,15 +517,27 @@ class Session:
                 return
         except RequestRejected:
             return  # paused or cancelled meanwhile: the control poll sorts it out
-        self.dump = None
+        self._forget(dump.id)
         self.worker.telemetry.dump_ended(dump.id, "failed" if failure else "completed", failure)
+
+    def _forget(self, dump_id: str) -> None:
+        self.dumps.pop(dump_id, None)
+        self.scheduler.forget(dump_id)
+        self.pacer.forget(dump_id)
+        self.ended.discard(dump_id)
 
     # -- control ----------------------------------------------------------------
 
     def _control(self, now: float) -> None:
-        """Follow the head of the queue (:func:`~dblog_worker.admission.follow_queue`)."""
+        """Follow the queue (:func:`~dblog_worker.admission.follow_requests`)."""
         self.last_control = now
-        self.dump = follow_queue(self.state, self.source, self.worker.telemetry, self.dump)
+        following = follow_requests(self.state, self.source, self.worker.telemetry,
+                                    self.dumps, self.config.max_active_dumps,
+                                    whole_queue=not self.queue_read)
+        self.queue_read = True
+        for gone in [i for i in self.dumps if i not in following]:
+            self._forget(gone)
+        self.dumps = following
 
     def _publish_status(self) -> None:
         window = self.reconciler.window_state
@@ -499,11 +555,8 @@ class Session:
             "windows": self.windows,
             "watermarks": str(getattr(self.config.source.options, "watermarks", "table")),
             "readers": ", ".join(f"{part}={how}" for part, how in sorted(self.readers.items())),
-            "active_request": "" if self.dump is None else self.dump.id,
-            "dump_waiting": "" if self.dump is None else self.dump.waiting or "",
-            "dump_throttle": "" if self.dump is None or not self.dump.request.throttle.on
-            else self.dump.throttle.describe(),
-            "dump_throttle_ms": 0 if self.dump is None else round(self.dump.throttle.delay_ms),
+            "active_requests": ",".join(self.dumps),
+            "dumps": json.dumps({dump.id: dump_status(dump) for dump in self.dumps.values()}),
             "events_emitted": 0 if self.output is None else self.output.emitted,
             "events_replayed": 0 if self.output is None else self.output.replayed,
             "http": self.worker.http_url,

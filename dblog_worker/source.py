@@ -21,6 +21,7 @@ from dblog_worker.events import Checkpoint, Encoded, LogItem
 from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 from dblog_worker.row_filter import RowFilter
+from dblog_worker.table_patterns import Rescan, Selection
 
 SchemaVersion = Callable[[str, Mapping[str, object]], int]  # (table, schema) → version
 
@@ -30,11 +31,14 @@ class Problem:
     """Something that stops capture, and the change that fixes it. A problem that stops
     only part of it (``capture`` False: a read replica unreachable, whose dumps wait; a
     table with a column of a type the worker does not read, which it leaves out) is
-    reported by ``dblog preflight`` and logged by the worker, which streams the log anyway."""
+    reported by ``dblog preflight`` and logged by the worker, which streams the log anyway.
+    ``dblog preflight`` fails on every problem but a ``warning`` (one of a table a pattern
+    brought in, which capture leaves out)."""
 
     what: str
     fix: str
     capture: bool = True
+    warning: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,11 @@ class Setup(Protocol):
 
     def capture_exists(self) -> bool:
         """Whether the database already keeps a log position for us (a slot)."""
+
+    def selection(self) -> Selection:
+        """The tables ``source.tables`` captures now, each with why, and those its patterns
+        match but leave out, each with why not: the catalog read once, then at each
+        :meth:`Tables.rescan`. Changes nothing."""
 
     def readers(self) -> dict[str, str]:
         """Which implementation reads each part of this source, as ``dblog status`` and the
@@ -135,11 +144,22 @@ class WatermarkWriter(Protocol):
 class Tables(Protocol):
     """The captured tables as the source describes them: their columns and keys."""
 
+    def rescan(self) -> Rescan:
+        """Read the catalog again: which tables joined capture (created, renamed into a
+        pattern) and left it (dropped, renamed out) since the last look. The source follows
+        at once (PostgreSQL: its publication gets the new tables and loses the others); a
+        new table's dump waits, if it must, until what the log may have missed of it is
+        visible to its chunk SELECTs."""
+
     def refresh(self, table: str) -> None:
         """Read the table's columns again: the worker calls it before a window, not in it."""
 
     def key_arity(self, table: str) -> int:
         """The number of key columns; DumpFailed for a table not captured, gone or keyless."""
+
+    def masked_columns(self, table: str) -> dict[str, str]:
+        """What ``[source.columns]`` does to the table's columns: column -> "exclude",
+        "hash" or "mask '<text>'" (the columns it leaves as they are are not named)."""
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         """RequestRejected unless every key fits the key columns' types."""

@@ -1,18 +1,22 @@
 """Redis, the control plane: checkpoint, dump requests, their progress and knobs.
 
-Layout (every key under ``dblog:v1:<source>:``; ``v1`` is the layout version)::
+Layout 2 (every key under ``dblog:v1:<source>:``; the layout version is in ``meta``)::
 
     meta                      hash   layout version, created_at
     checkpoint                hash   value (source-specific log position), updated_at
     seq                       int    request number counter
     requests                  zset   every request id, scored by number
-    active                    zset   ids of the requests not yet terminal, oldest first
+    active                    zset   ids of the requests not yet terminal, by priority then
+                                     age (score: rank * 2**40 + number)
     tokens                    hash   client token -> request id (idempotent creation)
     request:<id>              hash   the DumpRequest fields
     request:<id>:keys         list   primary-key dumps: the keys, JSON arrays of texts
     request:<id>:missing      list   primary-key dumps: keys that did not exist
     request:<id>:progress     hash   table -> TableProgress JSON
     worker                    hash   status of the leading worker (position, window, ...)
+    captured                  hash   table -> JSON: why it is captured, since when, whether it
+                                     joined while capture ran (dblog_worker.capture)
+    excluded                  hash   table -> why a pattern matched it but it is not captured
     lease, lease:epoch, members, member:<id>    the leader lease (dblog_worker.lease)
 
 Every state change of a request goes through one Lua script that checks the
@@ -42,11 +46,17 @@ import redis
 
 from dblog_worker import kinds
 from dblog_worker.errors import CorruptState
-from dblog_worker.redis_store import LAYOUT_VERSION, decode, fields_of, redis_errors
+from dblog_worker.redis_store import (
+    LAYOUT_VERSION,
+    NAMESPACE,
+    decode,
+    fields_of,
+    redis_errors,
+)
 from dblog_worker.request_store import RequestStore
 from dblog_worker.requests import KeyTexts, TableProgress
 
-__all__ = ["LAYOUT_VERSION", "StateStore", "check_checkpoint", "redis_errors"]
+__all__ = ["LAYOUT_VERSION", "NAMESPACE", "StateStore", "check_checkpoint", "redis_errors"]
 
 
 def check_checkpoint(text: str, key: str) -> str:
@@ -127,6 +137,46 @@ class StateStore(RequestStore):
 
         self._write(fill)
 
+    # -- the captured tables -------------------------------------------------
+
+    def captured(self) -> dict[str, dict[str, Any]]:
+        """The captured tables as the leader recorded them: table -> ``why``, ``since``,
+        ``joined`` (while capture ran), ``dump`` (the request queued for it); an entry that
+        is not such a JSON object is shown as ``{"malformed": text}``."""
+        with redis_errors():
+            raw = cast(dict[str, str], self.redis.hgetall(self.key("captured")))
+        found: dict[str, dict[str, Any]] = {}
+        for table, text in sorted(raw.items()):
+            try:
+                entry = json.loads(text)
+            except ValueError:
+                entry = None
+            found[table] = entry if isinstance(entry, dict) else {"malformed": text}
+        return found
+
+    def excluded(self) -> dict[str, str]:
+        """The tables a pattern matched that are not captured, and why."""
+        with redis_errors():
+            return dict(sorted(cast(dict[str, str],
+                                    self.redis.hgetall(self.key("excluded"))).items()))
+
+    def save_captured(self, joined: Mapping[str, Mapping[str, Any]], left: Sequence[str],
+                      excluded: Mapping[str, str]) -> None:
+        """Record the tables that joined capture, forget those that left it, and replace
+        the tables left out."""
+        key, out = self.key("captured"), self.key("excluded")
+
+        def fill(pipe: Any) -> None:
+            if left:
+                pipe.hdel(key, *left)
+            if joined:
+                pipe.hset(key, mapping={t: json.dumps(dict(e)) for t, e in joined.items()})
+            pipe.delete(out)
+            if excluded:
+                pipe.hset(out, mapping=dict(excluded))
+
+        self._write(fill)
+
     # -- worker status --------------------------------------------------------
 
     def publish_status(self, status: Mapping[str, Any]) -> None:
@@ -136,6 +186,22 @@ class StateStore(RequestStore):
     def status(self) -> dict[str, str]:
         with redis_errors():
             return cast(dict[str, str], self.redis.hgetall(self.key("worker")))
+
+    def dump_statuses(self) -> dict[str, dict[str, Any]]:
+        """What the leader's status says of each dump it runs (``dumps``: state, priority,
+        why it waits, its throttle's decision), in the order it runs them; {} when it runs
+        none (or the field is not what a worker writes)."""
+        try:
+            dumps = json.loads(self.status().get("dumps") or "{}")
+        except ValueError:
+            return {}
+        if not isinstance(dumps, dict):
+            return {}
+        return {str(k): v for k, v in dumps.items() if isinstance(v, dict)}
+
+    def dump_status(self, request_id: str) -> dict[str, Any]:
+        """:meth:`dump_statuses` of one request; {} if the leader does not run it now."""
+        return self.dump_statuses().get(request_id, {})
 
     def lease(self) -> dict[str, str]:
         """The leader lease ({} while nobody holds it): holder, token, host, pid, http."""

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -29,7 +31,9 @@ from dblog_worker import verify_ranges as ranges
 from dblog_worker import verify_sql as vs
 from dblog_worker.config import Config
 from dblog_worker.config_lake import LakeConfig
+from dblog_worker.control import captured_tables
 from dblog_worker.errors import RequestRejected, SourceUnavailable
+from dblog_worker.masking import Action, ColumnRules, MaskConflict, hmac_hex
 from dblog_worker.requests import MAX_KEYS
 from dblog_worker.verify_report import KeyValues, TableResult, VerifyResult
 from dblog_worker.verify_sql import KeyParam, SideSql, TablePlan, VerifyFailed
@@ -184,6 +188,88 @@ class TableReader:
         return {key: digest for key, digest in self._keyed(rows) if key in wanted}
 
 
+class MaskedReader(TableReader):
+    """The source side of a table whose columns ``[source.columns]`` masks: each row of a
+    range is read (its key and values, a masked column as the worker's codec reads it) and
+    its text and checksum computed here, each masked value as the target holds it
+    (``masked``: position among the values -> that function). Boundaries and split
+    points are the database's, as for any table."""
+
+    def __init__(self, db: Database, side: SideSql, params: Sequence[KeyParam],
+                 masked: Mapping[int, Callable[[Any], str | None]]) -> None:
+        super().__init__(db, side, params)
+        self.masked = dict(masked)
+
+    def _digests(self, rows: list[tuple[Any, ...]]) -> list[tuple[int, Key, str]]:
+        """(bucket, key, md5 of the row's text) of each row, as row_sql would make it."""
+        width = len(self.side.keys)
+        found = []
+        for row in rows:
+            items = []
+            for i, (cell, free) in enumerate(zip(row[1 + width:], self.side.free,
+                                                  strict=True)):
+                value = self.masked[i](cell) if i in self.masked \
+                    else None if cell is None else _text(cell)
+                items.append("N" if value is None else f"{len(value)}:{value}" if free
+                             else value)
+            digest = hashlib.md5(",".join(items).encode(), usedforsecurity=False).hexdigest()
+            found.append((int(row[0]), tuple(_text(c) for c in row[1:1 + width]), digest))
+        return found
+
+    def summaries(self, lower: Key | None, bounds: Sequence[Key],
+                  upper: Key | None) -> list[Summary]:
+        sql = ranges.values_sql(self.side, lower=lower is not None, upper=upper is not None,
+                                buckets=len(bounds) + 1)
+        params = ranges.summary_params(self.side, self._bind(lower),
+                                       [[p(t) for p, t in zip(self.params, b, strict=True)]
+                                        for b in bounds], self._bind(upper))
+        counts, sums = [0] * (len(bounds) + 1), [0] * (len(bounds) + 1)
+        for bucket, _, digest in self._digests(self.db.query(sql, params)):
+            counts[bucket] += 1
+            sums[bucket] += int(digest[:15], 16)
+        return [Summary(c, s) for c, s in zip(counts, sums, strict=True)]
+
+    def rows(self, lower: Key | None, upper: Key | None,
+             limit: int | None = None) -> list[tuple[Key, str]]:
+        sql = ranges.values_sql(self.side, lower=lower is not None, upper=upper is not None)
+        params = self._range(lower, upper)
+        if limit is not None:
+            sql, params = sql + " LIMIT %s", [*params, limit]
+        return [(key, digest) for _, key, digest in self._digests(self.db.query(sql, params))]
+
+    def lookup(self, keys: Sequence[Key]) -> dict[Key, str]:
+        if not keys:
+            return {}
+        bound = [self._bind(key) or [] for key in keys]
+        rows = self.db.query(ranges.lookup_values_sql(self.side, len(keys)),
+                             ranges.lookup_params(bound))
+        wanted = set(keys)
+        return {key: digest for _, key, digest in self._digests(rows) if key in wanted}
+
+
+def masked_values(db: Database, table: TablePlan, key: bytes
+                  ) -> dict[int, Callable[[Any], str | None]]:
+    """For each masked column of ``table``, the function from what the source side reads
+    of it to the text the target holds: the hex HMAC of its canonical JSON, or the mask."""
+    functions: dict[int, Callable[[Any], str | None]] = {}
+    for position, column, mask in table.masked:
+        fragment = vs.sql_of(db.kind).fragment_of(db.query, column)
+        if mask.action is Action.HASH:
+            functions[position] = functools.partial(_hashed, fragment, key)
+        else:
+            functions[position] = functools.partial(_masked_text, fragment, mask.text)
+    return functions
+
+
+def _hashed(fragment: Callable[[Any], str | None], key: bytes, cell: Any) -> str | None:
+    text = fragment(cell)
+    return None if text is None else hmac_hex(key, text)[1:-1]
+
+
+def _masked_text(fragment: Callable[[Any], str | None], mask: str, cell: Any) -> str | None:
+    return None if fragment(cell) is None else mask
+
+
 # --- the command ----------------------------------------------------------------------
 
 
@@ -219,7 +305,7 @@ def verify(config: Config, tables: Sequence[str] | None = None,
     options.check()
     started = time.perf_counter()
     target_config = config.require_target()
-    names = list(dict.fromkeys(tables or config.source.tables))
+    names = list(dict.fromkeys(tables or captured_tables(config)))
     config.source.check_captured(names)
     for name in names:
         schema = target_config.table(name).partition(".")[0]
@@ -234,10 +320,11 @@ def verify(config: Config, tables: Sequence[str] | None = None,
             both = InParallel(executor)
             both(source.connect, target.connect)
             plans = [_plan_table(source, target, name, target_config.table(name),
-                                 config.source.key_of(name))
+                                 config.source.columns, config.source.key_of(name))
                      for name in names]
             results = [p if isinstance(p, TableResult) else
-                       _compare(source, target, p, options, sleep, both) for p in plans]
+                       _compare(source, target, p, options, sleep, both,
+                                config.source.columns.key) for p in plans]
     finally:
         source.close()
         target.close()
@@ -247,10 +334,12 @@ def verify(config: Config, tables: Sequence[str] | None = None,
 
 
 def _plan_table(source: Database, target: Database, name: str, target_name: str,
-                configured: Sequence[str] | None = None) -> TablePlan | TableResult:
-    """``configured``: the key source.keys names for the table. A source table without a
-    primary key is compared on the target's, which the merge gave it: the key the worker
-    chose (source.keys, or a unique index)."""
+                rules: ColumnRules, configured: Sequence[str] | None = None
+                ) -> TablePlan | TableResult:
+    """``rules``: [source.columns], what the target holds of each column; ``configured``:
+    the key source.keys names for the table. A source table without a primary key is
+    compared on the target's, which the merge gave it: the key the worker chose
+    (source.keys, or a unique index)."""
     described = vs.describe(source.kind, source.query, name, "source")
     if described is None:
         raise RequestRejected(f"source table {name} does not exist")
@@ -260,17 +349,23 @@ def _plan_table(source: Database, target: Database, name: str, target_name: str,
     key = tuple(configured) if configured else described.key or other.key
     described = dataclasses.replace(described, key=key)
     try:
-        return vs.plan(described, other)
+        masks = rules.for_table(name, [c.name for c in described.columns], described.key)
+    except MaskConflict as exc:
+        raise RequestRejected(str(exc)) from None
+    try:
+        return vs.plan(described, other, masks)
     except VerifyFailed as exc:
         return TableResult(name, target_name, described.key, error=str(exc))
 
 
 def _compare(source: Database, target: Database, table: TablePlan, options: VerifyOptions,
-             sleep: Callable[[float], None], both: Both) -> TableResult:
+             sleep: Callable[[float], None], both: Both, key: bytes = b"") -> TableResult:
     started = time.perf_counter()
     before = (source.seconds, target.seconds, source.queries, target.queries)
-    sides = Sides(TableReader(source, table.source, table.source_params),
-                  TableReader(target, table.target, table.target_params), both)
+    reader = TableReader(source, table.source, table.source_params) if not table.masked \
+        else MaskedReader(source, table.source, table.source_params,
+                          masked_values(source, table, key))
+    sides = Sides(reader, TableReader(target, table.target, table.target_params), both)
     walk_options = WalkOptions(range_rows=options.range_rows, leaf_rows=options.leaf_rows,
                                fanout=options.fanout, max_keys=options.max_keys,
                                delay_s=options.delay_ms / 1000)

@@ -100,3 +100,30 @@ def lookup_sql(side: SideSql, count: int) -> str:
 
 def lookup_params(keys: Sequence[Sequence[object]]) -> list[object]:
     return [p for key in keys for p in key]
+
+
+# --- a table with masked columns: each row's values, for Python to checksum ---------------
+
+
+def _bucket(side: SideSql, buckets: int) -> str:
+    if buckets <= 1:
+        return "0"
+    whens = " ".join(f"WHEN {_compare(side, '<=')} THEN {i}" for i in range(buckets - 1))
+    return f"CASE {whens} ELSE {buckets - 1} END"
+
+
+def values_sql(side: SideSql, *, lower: bool, upper: bool, buckets: int = 1) -> str:
+    """Each row of a range: its bucket (as :func:`summary_sql` splits the range), its
+    normalized key, and its values (``SideSql.values``), in key order. Parameters: those of
+    :func:`summary_params`."""
+    return (f"SELECT {_bucket(side, buckets)}, {', '.join(side.keys)}, "
+            f"{', '.join(side.values)} FROM {_from(side)}{_condition(side, lower, upper)} "
+            f"ORDER BY {', '.join(side.order)}")
+
+
+def lookup_values_sql(side: SideSql, count: int) -> str:
+    """:func:`values_sql` of ``count`` given keys (bucket 0): parameters
+    :func:`lookup_params`."""
+    where = sql_of(side.dialect).lookup_where(side.order, side.binds, count)
+    return (f"SELECT 0, {', '.join(side.keys)}, {', '.join(side.values)} FROM {_from(side)} "
+            f"WHERE {where}")

@@ -31,6 +31,17 @@ characters>:<value>``, any other value as itself, NULL as ``N``.  Its checksum i
 first 15 hex digits of its md5 (UTF-8) as an integer; a key range is summarized by its
 row count and the sum of its rows' checksums.
 
+Masked columns
+==============
+
+A column ``[source.columns]`` excludes is not compared (the target may still have it, from
+before). A masked one is compared as the text the target holds: the hex HMAC, or the mask.
+The source side then reads each row of a range with the column as the worker's codec reads
+it (``fragment_sql``), and verify computes, in Python, its canonical JSON with that very
+codec (``fragment_of``), the HMAC, and the row's checksum: the key never goes to a
+database (pgcrypto's ``hmac()`` could compute it in PostgreSQL, but the key would then
+travel to the source and could land in its statement logs), and MySQL has no HMAC.
+
 Key ranges
 ==========
 
@@ -43,7 +54,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Protocol, cast
@@ -51,6 +62,7 @@ from typing import Any, Protocol, cast
 from dblog_worker import kinds
 from dblog_worker.config_lake import LAKE_KINDS
 from dblog_worker.errors import RequestRejected, TerminalError
+from dblog_worker.masking import ColumnMask, TableMasks, generated_left_out
 
 __all__ = [
     "Column",
@@ -96,6 +108,7 @@ class Column:
     cast: str = ""  # the type to cast a bound key value to, where the kind needs one
     collation: str | None = None  # effective collation of a collatable column
     native: object = None  # what else the kind knows of the column (MySQL: its MyColumn)
+    generated: str | None = None  # PostgreSQL: a STORED generated column's expression
 
 
 KeyParam = Callable[[str], object]
@@ -136,6 +149,13 @@ class VerifyDialect(Protocol):
         the other database is of another kind."""
 
     def row_sql(self, values: Sequence[str], free: Sequence[bool]) -> str: ...
+
+    def fragment_sql(self, column: Column, ref: str) -> str:
+        """A masked column as the worker's dump reads it (its codec's input)."""
+
+    def fragment_of(self, query: Query, column: Column) -> Callable[[Any], str | None]:
+        """What :meth:`fragment_sql` gives to the value's canonical JSON, by the worker's
+        own codec (None for NULL, or a value the worker writes as ``null``)."""
 
     def bind_sql(self, column: Column, family: Family, *, cross: bool) -> str:
         """A key value as a parameter, typed like the column (bound by key_param's)."""
@@ -219,6 +239,8 @@ class SideSql:
     keys: tuple[str, ...]  # the normalized key values, in key order
     order: tuple[str, ...]  # key columns as ordered and compared (key_sql)
     binds: tuple[str, ...]  # one key value as a parameter: "%s", "CAST(%s AS int8)", ...
+    values: tuple[str, ...] = ()  # each column's normalized value (a masked one: its input)
+    free: tuple[bool, ...] = ()  # whether each value is free text in the row's text
 
 
 TABLE_ALIAS = "t"
@@ -286,6 +308,8 @@ class TablePlan:
     source_params: tuple[KeyParam, ...]
     target_params: tuple[KeyParam, ...]
     report: tuple[KeyParam, ...]  # a normalized key value as `dblog dump --keys` takes it
+    # the masked source columns: (position among the compared values, column, mask)
+    masked: tuple[tuple[int, Column, ColumnMask], ...] = ()
 
 
 _CROSS_KEY_FAMILIES = frozenset({Family.NUMBER, Family.FLOAT, Family.TEXT, Family.BINARY,
@@ -324,28 +348,48 @@ def _ref(dialect: str, column: Column) -> str:
 
 
 def _side(description: TableDescription, columns: Sequence[Column], families: Sequence[Family],
-          free: Sequence[bool], keys: Sequence[int], *, cross: bool, binary: bool) -> SideSql:
+          free: Sequence[bool], keys: Sequence[int], *, cross: bool, binary: bool,
+          masked: Sequence[int] = ()) -> SideSql:
     dialect = description.dialect
     schema, _, name = description.name.partition(".")
     table = f"{sql_of(dialect).quote(schema)}.{sql_of(dialect).quote(name)}"
-    values = [value_sql(dialect, c, f, cross=cross, ref=_ref(dialect, c))
-              for c, f in zip(columns, families, strict=True)]
+    values = [sql_of(dialect).fragment_sql(c, _ref(dialect, c)) if i in masked
+              else value_sql(dialect, c, f, cross=cross, ref=_ref(dialect, c))
+              for i, (c, f) in enumerate(zip(columns, families, strict=True))]
     return SideSql(
         dialect=dialect, table=table, row=row_sql(dialect, values, free),
         keys=tuple(values[i] for i in keys),
         order=tuple(key_sql(dialect, columns[i], binary=binary, ref=_ref(dialect, columns[i]))
                     for i in keys),
         binds=tuple(bind_sql(dialect, columns[i], families[i], cross=cross) for i in keys),
+        values=tuple(values), free=tuple(free),
     )
 
 
-def plan(source: TableDescription, target: TableDescription) -> TablePlan:
-    """The comparison of two described tables.
+def _masked(source: TableDescription, masks: TableMasks) -> TableDescription:
+    """The source as the target sees it: excluded columns gone (and the generated ones
+    the schema document leaves out: :func:`generated_left_out`), masked ones text."""
+    gone = generated_left_out([(c.name, c.generated) for c in source.columns
+                               if c.generated is not None], masks)
+    columns = tuple(replace(c, family=Family.TEXT) if c.name in masks.masks else c
+                    for c in source.columns
+                    if not masks.excluded(c.name) and c.name not in gone)
+    return replace(source, columns=columns)
+
+
+def plan(source: TableDescription, target: TableDescription,
+         masks: TableMasks | None = None) -> TablePlan:
+    """The comparison of two described tables; with ``masks`` (``[source.columns]``), the
+    excluded source columns are left out and the masked ones compared as the text the
+    target holds (see *Masked columns* above).
 
     Raises RequestRejected when the keys cannot be compared (no primary key, a different
     one, a key type whose order differs between the databases) and VerifyFailed when a
     source column has no comparable target column.
     """
+    masks = masks or TableMasks()
+    native = {c.name: c for c in source.columns}
+    source = _masked(source, masks)
     if not source.key:
         raise RequestRejected(f"source table {source.name} has no primary key")
     same_key = len(target.key) == len(source.key) and all(
@@ -372,14 +416,18 @@ def plan(source: TableDescription, target: TableDescription) -> TablePlan:
                  and (cross or ours[i].collation != theirs[i].collation) for i in keys)
     as_text = not cross and sql_of(source.dialect).same_kind_as_text
     free = [as_text or f in FREE_TEXT for f in families]
+    masked = tuple((i, native[c.name], masks.masks[c.name]) for i, c in enumerate(ours)
+                   if c.name in masks.masks)
     return TablePlan(
         table=source.name, target_table=target.name, key_columns=source.key,
         key_order="binary" if binary else "native",
-        source=_side(source, ours, families, free, keys, cross=cross, binary=binary),
+        source=_side(source, [native[c.name] for c in ours], families, free, keys, cross=cross,
+                     binary=binary, masked=[i for i, _, _ in masked]),
         target=_side(target, theirs, families, free, keys, cross=cross, binary=binary),
         source_params=tuple(key_param(source.dialect, ours[i], families[i], cross=cross)
                             for i in keys),
         target_params=tuple(key_param(target.dialect, theirs[i], families[i], cross=cross)
                             for i in keys),
         report=tuple(key_json(source.dialect, ours[i], families[i], cross=cross) for i in keys),
+        masked=masked,
     )

@@ -6,7 +6,9 @@ its token. A worker without the lease stands by and takes over once the lease ex
 A session that ends on a transient failure is followed by another, after a back-off.
 SIGTERM ends the session cleanly: no new window, the open one closed (or abandoned after
 a few seconds: its chunk is read again), the output flushed, the checkpoint saved, the
-lease released.
+lease released. SIGHUP (or ``POST /api/v1/reload``) reads the configuration file again
+(:mod:`dblog_worker.reload`): once it is accepted, the session ends the same way and the
+next one starts at once with it, the lease kept.
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
+from dblog_worker import reload as reload_module
 from dblog_worker.config import Config
 from dblog_worker.dialect import open_source
 from dblog_worker.errors import DblogError, LeaseLost, StateUnavailable, TransientError
 from dblog_worker.http.server import ControlServer
 from dblog_worker.landing.sink import open_sink
 from dblog_worker.lease import Lease
+from dblog_worker.reload import ReloadResult
 from dblog_worker.schemas import SchemaRegistry
 from dblog_worker.session import Session
 from dblog_worker.source import SchemaVersion, Source
@@ -41,9 +46,14 @@ def default_source(config: Config, schema_version: SchemaVersion) -> Source:
 
 class Worker:
     def __init__(
-        self, config: Config, *, adopt_slot: bool = False, source: SourceFactory = default_source
+        self, config: Config, *, adopt_slot: bool = False, source: SourceFactory = default_source,
+        config_path: Path | None = None,
     ) -> None:
         self.config = config
+        self.config_path = config_path  # read again on SIGHUP and POST /api/v1/reload
+        self.pending: Config | None = None  # a reloaded configuration, for the next session
+        self._reloading = threading.Lock()
+        self._http: ControlServer | None = None
         self.adopt_slot = adopt_slot
         self.source_factory = source
         self.sink = open_sink(config.landing_path, config.source.name, config.landing_format)
@@ -62,8 +72,9 @@ class Worker:
         """Serve the HTTP API (unless disabled) while the sessions run."""
         http = None
         if self.config.http.enabled:  # refuses to start if it cannot listen
-            http = ControlServer(self.config, self.telemetry).start()
+            http = ControlServer(self.config, self.telemetry, self.reload).start()
             self.http_url = http.url
+            self._http = http
         try:
             self._run_sessions(handle_signals=handle_signals)
         finally:
@@ -82,10 +93,12 @@ class Worker:
         if handle_signals:
             signal.signal(signal.SIGTERM, self._stop)
             signal.signal(signal.SIGINT, self._stop)
+            signal.signal(signal.SIGHUP, self._reload_signal)
         delay = 0.5
         while not self.stopping and self._lead():
             started = time.monotonic()
             self.sessions += 1
+            self._take_reloaded()
             try:
                 Session(self).run()
                 self.telemetry.session_ended(None)
@@ -149,6 +162,40 @@ class Worker:
             self._member_at, self._member_role = now, role
             self.lease.publish_member(role, self.http_url,
                                       max(5.0, 3 * self.config.status_interval_s))
+
+    # -- reload ---------------------------------------------------------------
+
+    @property
+    def ending(self) -> bool:
+        """The session should end: the worker stops, or a reloaded configuration waits."""
+        return self.stopping or self.pending is not None
+
+    def reload(self) -> ReloadResult:
+        """Read the configuration file again; once accepted (checked against the source),
+        the session ends and the next one runs with it. One reload at a time."""
+        if self.config_path is None:
+            return ReloadResult(False, reason="reload refused: this worker was not started "
+                                "from a configuration file")
+        with self._reloading:
+            current = self.pending or self.config
+            result, new = reload_module.reload(self.config_path, current)
+            if new is not None:
+                self.pending = new
+            (log.info if result.accepted else log.warning)("%s", result.describe())
+            return result
+
+    def _take_reloaded(self) -> None:
+        with self._reloading:
+            if self.pending is None:
+                return
+            self.config, self.pending = self.pending, None
+            if self._http is not None:
+                self._http.api.config = self.config
+            log.info("running with the reloaded configuration: tables %s",
+                     ", ".join(self.config.source.tables))
+
+    def _reload_signal(self, signum: int, frame: FrameType | None) -> None:
+        threading.Thread(target=self.reload, name="dblog-reload", daemon=True).start()
 
     def _stop(self, signum: int, frame: FrameType | None) -> None:
         if self.stopping:

@@ -27,6 +27,8 @@ from tests.services import MariaDBServer, PostgresServer, RedisServer, SeaweedSe
 if TYPE_CHECKING:  # pyspark only for the tests that use Spark
     from pyspark.sql import SparkSession
 
+    from tests.lake import LakeSession
+
 # No per-example deadline: the machines are shared and noisy, and speed is measured by the
 # benchmarks (bench/), not by tests; a slow example is not a wrong one.
 settings.register_profile("dblog", deadline=None)
@@ -39,7 +41,7 @@ TESTS = Path(__file__).parent
 FIXTURE_MARKERS = {
     "postgres_server": "pg", "mariadb_server": "mariadb", "redis_server": "redis",
     "chaos_redis": "redis", "spark": "spark", "airflow_home": "airflow",
-    "seaweed_server": "s3",
+    "seaweed_server": "s3", "lake": "spark",
 }
 # ... the source kind and landing store of its parameters (the ``backend`` fixture's,
 # a ``store`` fixture's) ...
@@ -72,10 +74,77 @@ def markers_of(item: pytest.Item) -> set[str]:
     return found
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# Session-scoped fixtures that one worker should start once for every test that uses them,
+# and their group: the lake tests' Spark 3.5 session (a JVM with the Iceberg and Delta jars).
+SHARED_SESSION_GROUPS = {"lake": "lake-spark35"}
+
+
+def shared_scope_group(item: pytest.Item) -> str | None:
+    """The ``xdist_group`` of a test that uses a module- or class-scoped fixture (a server,
+    an Airflow, a Spark cluster of its module): its module's path, so that under
+    ``pytest -n N --dist loadgroup`` (scripts/test) the module's tests run on one worker and
+    start that fixture once; of a test that uses one of SHARED_SESSION_GROUPS, that group,
+    whatever its module. Other tests go to whichever worker is free."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name, group in SHARED_SESSION_GROUPS.items():
+        if name in info.names_closure:
+            return group
+    for definitions in info.name2fixturedefs.values():
+        if any(d.scope in ("module", "class", "package") for d in definitions):
+            return str(Path(str(item.path)).relative_to(TESTS))
+    return None
+
+
+# Under pytest-xdist, the folders of long tests (a benchmark or a chaos scenario runs for a
+# minute or more) go first, so that the workers end together instead of one finishing them
+# while the others wait.
+LONG_FIRST = ("bench", "chaos")
+
+
+def long_first(item: pytest.Item) -> int:
+    folder = Path(str(item.path)).relative_to(TESTS).parts[0]
+    return LONG_FIRST.index(folder) if folder in LONG_FIRST else len(LONG_FIRST)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the same order in every worker
+        items.sort(key=long_first)
+    loadgroup = getattr(config.option, "loadgroup", False)  # set in pytest-xdist's workers
     for item in items:
         for marker in sorted(markers_of(item)):
             item.add_marker(marker)
+        group = shared_scope_group(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+            if loadgroup:
+                # --dist loadgroup schedules by the node id's "@group" suffix, which
+                # pytest-xdist 3.8 writes where pytest 9 no longer reads it (._nodeid)
+                from _pytest.nodeid import coerce_node_id
+
+                item._id = coerce_node_id(f"{item.nodeid}@{group}")
+
+
+# Lines a test reports for the end of the run: a user property named "<something> report"
+# (the chaos scenarios' figures) is printed in a section of that name after the run. Taken
+# from the test reports, which under pytest-xdist reach the controlling process.
+_report_lines: dict[str, list[str]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":  # a fixture's teardown adds the line before this report
+        for name, value in report.user_properties:
+            if name.endswith(" report"):
+                _report_lines.setdefault(name, []).append(str(value))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for name, lines in _report_lines.items():
+        terminalreporter.section(name)
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
@@ -121,6 +190,19 @@ def spark() -> Iterator[SparkSession]:
 
     with local_spark() as session:
         yield session
+
+
+@pytest.fixture(scope="session")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeSession]:
+    """One Spark 3.5 session with the Iceberg and Delta jars (tests/lake_session.py) that
+    merges for every lake test of the worker: its JVM starts once."""
+    from tests.lake import LakeSession
+
+    session = LakeSession(tmp_path_factory.mktemp("lake-session") / "spark.log")
+    try:
+        yield session
+    finally:
+        session.close()
 
 
 @pytest.fixture

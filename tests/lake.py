@@ -23,6 +23,12 @@ LAKE_JARS = {
     "iceberg": [JARS / "iceberg-spark-runtime-3.5_2.12-1.12.0.jar"],
     "delta": [JARS / "delta-spark_2.12-3.3.2.jar", JARS / "delta-storage-3.3.2.jar"],
 }
+# S3A of Spark 3.5's Hadoop (3.3.4) with the AWS SDK v1 modules it calls, for an s3://
+# landing zone merged by Spark 3.5 (merge.s3a_jars; the default is Spark 4.2's)
+S3A_SPARK35_JARS = [JARS / "hadoop-aws-3.3.4.jar", *(
+    JARS / f"{name}-1.12.262.jar" for name in (
+        "aws-java-sdk-core", "aws-java-sdk-s3", "aws-java-sdk-sts", "aws-java-sdk-kms",
+        "aws-java-sdk-dynamodb", "jmespath-java"))]
 # A short-lived JVM: C1 only, the serial GC.
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
@@ -38,7 +44,8 @@ def lake_sections(tmp: Path, kind: str, pg_dsn: str, *,
                   renames: dict[str, str] | None = None,
                   partition_by: dict[str, list[str]] | None = None,
                   batch_max_events: int = 5_000_000, warehouse: Path | None = None,
-                  spark_conf: dict[str, str] | None = None, catalog: str = "jdbc") -> str:
+                  spark_conf: dict[str, str] | None = None, catalog: str = "jdbc",
+                  merge_extra: str = "") -> str:
     """The ``[target]`` and ``[merge]`` sections of a ``kind`` lake target (an Iceberg
     target's JDBC catalog in the database of ``pg_dsn``, or its ``hadoop`` catalog: the
     warehouse alone); ``spark_conf``: more of ``[merge.spark_conf]``."""
@@ -63,7 +70,7 @@ master = "local[2]"
 jars = {json.dumps(jars)}
 batch_max_events = {batch_max_events}
 parallel_tables = 2
-
+{merge_extra}
 [merge.spark_conf]
 "spark.ui.enabled" = "false"
 "spark.sql.shuffle.partitions" = "4"
@@ -73,9 +80,16 @@ parallel_tables = 2
 """
 
 
-def lake_config(tmp: Path, kind: str, landing: Path, source: str, tables: list[str],
-                pg_dsn: str, **options: Any) -> Path:
-    """A configuration file of ``source`` merged into a ``kind`` lake target."""
+def lake_config(tmp: Path, kind: str, landing: Path | str, source: str, tables: list[str],
+                pg_dsn: str, *, s3_endpoint: str = "", **options: Any) -> Path:
+    """A configuration file of ``source`` merged into a ``kind`` lake target; with
+    ``s3_endpoint``, ``landing`` is an s3:// URL on that store, read through Spark 3.5's
+    S3A."""
+    s3 = ""
+    if s3_endpoint:
+        s3 = f'\n[landing.s3]\nendpoint = "{s3_endpoint}"\npath_style = true\n'
+        jars = json.dumps([str(j) for j in S3A_SPARK35_JARS])
+        options["merge_extra"] = f"s3a_jars = {jars}\n"
     text = f"""
 [source]
 name = "{source}"
@@ -87,7 +101,7 @@ url = "redis://127.0.0.1:1"
 
 [landing]
 path = {json.dumps(str(landing))}
-{lake_sections(tmp, kind, pg_dsn, **options)}"""
+{s3}{lake_sections(tmp, kind, pg_dsn, **options)}"""
     path = tmp / f"{source}-{kind}.toml"
     path.write_text(text)
     return path
@@ -152,10 +166,11 @@ class LakeSession:
     """One Spark 3.5 session of ``tests/lake_session.py`` that merges configuration after
     configuration (the JVM starts once per test module, not once per merge)."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, conf: dict[str, str] | None = None) -> None:
+        """``conf``: Spark settings over the session's (which suit a test's few rows)."""
         jars = ",".join(["/usr/share/java/postgresql.jar",
                          *(str(j) for js in LAKE_JARS.values() for j in js)])
-        extra = {"spark.driver.extraJavaOptions": FAST_JVM}
+        extra = {"spark.driver.extraJavaOptions": FAST_JVM, **(conf or {})}
         self.log_path = log
         self._log = log.open("ab")
         self.proc = subprocess.Popen(

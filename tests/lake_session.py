@@ -38,8 +38,9 @@ def main() -> int:
 
     builder = SparkSession.builder.master("local[2]").appName("dblog-lake-tests")
     conf = {"spark.jars": jars, "spark.sql.session.timeZone": "UTC",
-            "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
-            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
+            "spark.default.parallelism": "2", "spark.sql.adaptive.enabled": "false",
+            "spark.databricks.delta.snapshotPartitions": "1",
             "spark.ui.showConsoleProgress": "false", "spark.scheduler.mode": "FAIR",
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
             "spark.sql.extensions":

@@ -873,10 +873,19 @@ class RedisServer(_Server):
             raise ServiceError("RedisServer already started")
         self._base = Path(tempfile.mkdtemp(prefix="dblog-redis-"))
         self._register_atexit()
+        fixed_port = self._port is not None
         try:
-            if self._port is None:
-                self._port = free_port()
-            self._launch()
+            attempts = 1 if fixed_port else 5
+            for attempt in range(attempts):
+                if not fixed_port:
+                    self._port = free_port()
+                try:
+                    self._launch()
+                    break
+                except ServiceError:
+                    # Another process (a parallel test worker) may have grabbed the port.
+                    if attempt + 1 == attempts or "in use" not in _tail(self.log_path):
+                        raise
         except BaseException:
             self.stop()
             raise

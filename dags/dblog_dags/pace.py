@@ -4,7 +4,9 @@
 empty for none; ``"22-06"`` wraps past midnight, ``"00-24"`` is all day. The backfill's
 ``pace`` task (:class:`DumpPaceSensor`) applies :meth:`Pace.next_delay` to the running dump
 every few minutes: it moves the delay to the value of the hour, but leaves a delay that
-someone set by hand (``dblog set``, the runbook *slow down or pause a dump*) alone.
+someone set by hand (``dblog set``, the runbook *slow down or pause a dump*) alone. Between
+two settings it waits deferred, on the dump's trigger, which wakes it when the dump ends:
+the run ends with its dump, not minutes after.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowException
 
 from dblog_worker.errors import RequestRejected, StateUnavailable
 
@@ -74,18 +77,25 @@ class Pace:
 class DumpPaceSensor(BaseSensorOperator):
     """Keep a running dump at the delay of the hour until it ends (then succeed).
 
-    Each poke (``mode="reschedule"``: no worker slot is held in between) reads the request
-    and, when :meth:`Pace.next_delay` says so, sets its delay (``dblog set --delay-ms``).
-    The pace comes from the run's params ``delay_ms``, ``busy_delay_ms`` and ``busy_hours``.
+    Every ``poke_interval`` seconds (300 by default) it reads the request and, when
+    :meth:`Pace.next_delay` says so, sets its delay (``dblog set --delay-ms``). The pace
+    comes from the run's params ``delay_ms``, ``busy_delay_ms`` and ``busy_hours``.
+    In between it defers to :class:`~dblog_airflow.triggers.dump.DblogDumpTrigger` (with
+    ``wake_after``), which polls the dump every ``poll_interval`` seconds: the task ends
+    as soon as the dump does. With ``deferrable=False`` it is a classic sensor in
+    ``reschedule`` mode, which notices the end only at its next poke.
 
     :param request_id: The dump request (templated), e.g. the submit task's XCom.
     :param dblog_conn_id: The ``dblog`` connection (templated).
     :param timezone: The time zone of ``busy_hours`` (an IANA name, e.g. Europe/Paris).
+    :param poll_interval: Seconds between two reads of the request while deferred.
+    :param deferrable: Wait in the triggerer between two settings (default).
     """
 
     template_fields: Sequence[str] = ("request_id", "dblog_conn_id")
 
     def __init__(self, *, request_id: str, dblog_conn_id: str, timezone: str = "UTC",
+                 poll_interval: float = 10.0, deferrable: bool = True,
                  **kwargs: Any) -> None:
         kwargs.setdefault("mode", "reschedule")
         kwargs.setdefault("poke_interval", 300)
@@ -93,6 +103,41 @@ class DumpPaceSensor(BaseSensorOperator):
         self.request_id = request_id
         self.dblog_conn_id = dblog_conn_id
         self.zone = ZoneInfo(timezone)
+        self.poll_interval = float(poll_interval)
+        self.deferrable = deferrable
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        if not self.poke(context):
+            self._defer()
+        return None
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> None:
+        """The trigger fired: the dump ended (nothing more to pace), or the next setting is
+        due (set it, and wait again)."""
+        status = (event or {}).get("status")
+        if status == "running":
+            if not self.poke(context):
+                self._defer()
+            return
+        if status == "error":
+            raise AirflowException((event or {}).get("message") or
+                                   f"the trigger following {self.request_id} failed")
+        self.log.info("%s: nothing more to pace", (event or {}).get("message")
+                      or f"{self.request_id} ended")
+
+    def _defer(self) -> None:
+        from dblog_airflow.triggers.dump import DblogDumpTrigger
+
+        self.defer(
+            trigger=DblogDumpTrigger(request_id=self.request_id,
+                                     dblog_conn_id=self.dblog_conn_id,
+                                     poll_interval=self.poll_interval,
+                                     wake_after=float(self.poke_interval), log_progress=False),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
 
     def poke(self, context: Context) -> bool:
         from dblog_airflow.hooks.dblog import DblogHook

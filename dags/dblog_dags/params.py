@@ -10,7 +10,9 @@ what was wrong and the field's schema, whose ``title`` says what is expected::
 
 Rules that join two fields (scope ``keys`` needs one table and keys; a key range needs one
 table) cannot be said in one field's schema: :func:`check_dump` checks them in the run's
-first task, ``check``, which fails at once with a plain sentence.
+first task, ``check``, which fails at once with a plain sentence, and builds the request's
+:class:`~dblog_worker.dump_spec.DumpSpec` once: the task's XCom is its JSON, which the
+*submit* task's operator reads back (``DblogDumpOperator(spec=...)``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dblog_worker.requests import (
     MAX_CHUNK_SIZE,
     MAX_DELAY_MS,
     MAX_PARALLELISM,
+    Priority,
 )
 from dblog_worker.row_filter import MAX_CONDITIONS, Op, RowFilter, key_argument
 from dblog_worker.throttle import LIMITS
@@ -45,12 +48,12 @@ __all__ = [
     "delay_ms_param",
     "key_param",
     "keys_param",
+    "priority_param",
     "render_templates",
     "scope_param",
     "table_param",
     "tables_param",
     "throttle_params",
-    "throttle_templates",
     "where_param",
 ]
 
@@ -202,6 +205,24 @@ def parallelism_param(default: int = 1) -> Param:
     )
 
 
+def priority_param(default: str | None = None) -> Param:
+    """The request's priority; None (the form's "default"): urgent for scope keys, else
+    normal."""
+    weights = ", ".join(f"{p.value} ({p.weight})" for p in Priority)
+    return Param(
+        default, type=["string", "null"], enum=[*(p.value for p in Priority), None],
+        values_display={"urgent": "Urgent: repairs, key dumps (weight 16)",
+                        "normal": "Normal (weight 4)",
+                        "background": "Background: backfills (weight 1)"},
+        title="Priority: urgent, normal or background",
+        description="The dump's share of the worker's windows while other dumps run "
+                    f"(weights {weights}), and its place in the queue. Empty: urgent for "
+                    "scope keys, else normal. It can be changed while the dump runs "
+                    "(dblog set --priority).",
+        section="Pace",
+    )
+
+
 _THROTTLE_TITLES = {
     "max_chunk_ms": "Throttle: the longest a chunk SELECT may take, ms (0: off)",
     "max_active_sessions": "Throttle: the most sessions running on the source (0: off)",
@@ -226,35 +247,35 @@ def throttle_params() -> dict[str, Param]:
     }
 
 
-def throttle_templates() -> dict[str, str]:
-    """The operator's ``throttle``, rendered from the form's :func:`throttle_params`."""
-    return {name: f"{{{{ params.throttle_{name} }}}}" for name in LIMITS}
-
-
 @dataclass(frozen=True)
 class DumpForm:
-    """A dump form that passed :func:`check_dump`: what the submit task sends."""
+    """A dump form that passed :func:`check_dump`: the request's spec, which the submit task
+    queues (the check task's XCom is ``spec.to_json()``), and the form's keys as given."""
 
-    scope: str
-    tables: list[str]
+    spec: DumpSpec
     keys: str | None  # the JSON text of the keys (scope keys only)
-    row_filter: RowFilter | None = None
 
-    def as_xcom(self) -> dict[str, Any]:
-        """The form for the submit's templates: the filter's conditions and key range as
-        JSON text (None when not given), as ``DblogDumpOperator`` takes them."""
-        parts = self.row_filter.to_json() if self.row_filter else {}
-        texts = {name: json.dumps(parts[name], ensure_ascii=False) if parts.get(name) else None
-                 for name in ("where", "from_key", "to_key")}
-        return {"scope": self.scope, "tables": self.tables, "keys": self.keys, **texts,
-                "filter": self.row_filter.describe() if self.row_filter else None}
+    @property
+    def scope(self) -> str:
+        return self.spec.kind.value
+
+    @property
+    def tables(self) -> list[str]:
+        return list(self.spec.tables)
+
+    @property
+    def row_filter(self) -> RowFilter | None:
+        return self.spec.row_filter
 
 
 def check_dump(scope: str, tables: Sequence[str] | None, keys: str | None,
                where: Sequence[Any] | None = None, from_key: str | None = None,
-               to_key: str | None = None) -> DumpForm:
+               to_key: str | None = None, *, pace: Mapping[str, Any] | None = None,
+               **overrides: Any) -> DumpForm:
     """The rules that join fields of a dump form (those of every dump request:
-    :class:`~dblog_worker.dump_spec.DumpSpec`); ValueError with a plain sentence."""
+    :class:`~dblog_worker.dump_spec.DumpSpec`); ValueError with a plain sentence. ``pace``:
+    the form's other fields (chunk size, delay, parallelism, throttle limits, priority),
+    each as its Param gives it; ``overrides`` replace them (the delay of the hour)."""
     text = (keys or "").strip()
     parsed = None
     if text:
@@ -265,12 +286,24 @@ def check_dump(scope: str, tables: Sequence[str] | None, keys: str | None,
                              f"column {exc.colno}).") from None
     first, last = ((key_argument(k.strip()) if k and k.strip() else None)
                    for k in (from_key, to_key))
+    knobs = {**_pace_of(pace or {}), **overrides}
     try:
         spec = DumpSpec.of(scope, list(tables or ()), parsed, where=where or None,
-                           from_key=first, to_key=last)
+                           from_key=first, to_key=last, **knobs)
     except RequestRejected as exc:
         raise ValueError(f"The dump form is refused: {exc} (scope is the kind).") from None
-    return DumpForm(spec.kind.value, list(spec.tables), text or None, spec.row_filter)
+    return DumpForm(spec, text or None)
+
+
+def _pace_of(form: Mapping[str, Any]) -> dict[str, Any]:
+    """The knobs a form gives (those of its fields it has)."""
+    knobs: dict[str, Any] = {name: form[name] for name in ("chunk_size", "delay_ms",
+                                                           "parallelism", "priority")
+                             if form.get(name) is not None}
+    limits = {name: form[f"throttle_{name}"] for name in LIMITS if f"throttle_{name}" in form}
+    if any(limits.values()):
+        knobs["throttle"] = limits
+    return knobs
 
 
 TEMPLATE_VARIABLES = ("data_interval_start", "data_interval_end", "logical_date", "ds",

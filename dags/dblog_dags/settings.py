@@ -166,9 +166,10 @@ def env_where(name: str, environ: Mapping[str, str] | None = None) -> list[dict[
 
 def captured_tables(environ: Mapping[str, str] | None = None) -> list[str]:
     """``source.tables`` of the worker configuration ``$DBLOG_CONFIG`` names, for the forms'
-    pick lists; empty when the variable is unset or the file cannot be read (the forms then
-    take any ``schema.table``). Only the TOML is read: no secret is resolved, nothing is
-    connected to."""
+    pick lists; empty when the variable is unset, the file cannot be read, or the list
+    holds a pattern (``shop.*``: the tables it matches are the catalog's), so that the
+    forms take any ``schema.table``. Only the TOML is read: no secret is resolved, nothing
+    is connected to."""
     path = env_str("DBLOG_CONFIG", "", environ)
     if not path:
         return []
@@ -183,4 +184,11 @@ def captured_tables(environ: Mapping[str, str] | None = None) -> list[str]:
     tables = source.get("tables") if isinstance(source, dict) else None
     if not isinstance(tables, list):
         return []
-    return [t for t in tables if isinstance(t, str)]
+    from dblog_worker.table_patterns import PatternError, TablePattern
+
+    try:
+        parsed = [TablePattern.parse(t) for t in tables if isinstance(t, str)]
+    except PatternError:
+        return []
+    names = [p.name for p in parsed]
+    return [] if None in names else [n for n in names if n is not None]

@@ -18,18 +18,26 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dblog_worker import lifecycle
 from dblog_worker.config import Config
 from dblog_worker.control import (
+    command,
     create_dump,
     entry_json,
     list_entries,
+    set_knobs,
     show_json,
     show_record_json,
 )
-from dblog_worker.dump_spec import MAX_CLIENT_TOKEN, DumpSpec
+from dblog_worker.dump_spec import (
+    KNOB_FIELDS,
+    MAX_CLIENT_TOKEN,
+    SPEC_FIELDS,
+    DumpSpec,
+    Knobs,
+)
 from dblog_worker.errors import (
     ConfigError,
     CorruptRequest,
@@ -46,9 +54,6 @@ from dblog_worker.requests import (
     DEFAULT_CHUNK_SIZE,
     REQUEST_ID,
     DumpRequest,
-    check_chunk_size,
-    check_delay_ms,
-    check_parallelism,
 )
 from dblog_worker.state import StateStore
 from dblog_worker.telemetry import Telemetry
@@ -71,9 +76,7 @@ CONTENT_TYPES = {
     ".map": "application/json",
 }
 STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")  # one file, never a path
-CREATE_FIELDS = ("kind", "tables", "keys", "chunk_size", "delay_ms", "parallelism",
-                 "client_token", "where", "from_key", "to_key", "throttle", "prune")
-KNOB_FIELDS = ("chunk_size", "delay_ms", "parallelism", "throttle")
+CREATE_FIELDS = SPEC_FIELDS  # a request's body is a dump spec's JSON
 NOT_READY = ("not ready (connecting, standing by, or failed); /readyz with the token, or "
              "GET /api/v1/status, says why")
 
@@ -147,6 +150,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/v1/landing/compact", "landing_compact", body=True),
     Route("POST", "/api/v1/landing/retain", "landing_retain", body=True),
     Route("GET", "/api/v1/feed", "feed", query=("after", "limit")),
+    Route("POST", "/api/v1/reload", "reload"),
     Route("GET", "/metrics", "metrics"),
     Route("GET", "/api/v1/openapi.json", "openapi"),
     Route("GET", "/", "index", public=True, any_query=True),
@@ -154,13 +158,24 @@ ROUTES: tuple[Route, ...] = (
 )
 
 
+class Reloaded(Protocol):
+    """What a reload of the configuration answers (``dblog_worker.reload.ReloadResult``)."""
+
+    @property
+    def accepted(self) -> bool: ...
+
+    def to_json(self) -> dict[str, object]: ...
+
+
 class Api:
     """The handlers, over one source's Redis state and the worker's telemetry."""
 
-    def __init__(self, config: Config, telemetry: Telemetry, url: Callable[[], str]) -> None:
-        self.config = config
+    def __init__(self, config: Config, telemetry: Telemetry, url: Callable[[], str],
+                 reload: Callable[[], Reloaded] | None = None) -> None:
+        self.config = config  # the worker puts a reloaded configuration here
         self.telemetry = telemetry
         self.url = url
+        self._reload = reload
         self.state = StateStore(config.redis_url, config.source.name, socket_timeout=2.0)
         self._scanning = threading.Lock()
         self._openapi = json.dumps(openapi.document(auth=config.http.token is not None),
@@ -196,7 +211,8 @@ class Api:
     def status(self, call: Call) -> Response:
         document: dict[str, Any] = self.telemetry.snapshot()
         redis: dict[str, Any] = {"checkpoint": None, "checkpoint_error": None, "worker": None,
-                                 "members": [], "error": None}
+                                 "members": [], "captured": {}, "excluded": {},
+                                 "error": None}
         try:
             try:
                 redis["checkpoint"] = self.state.checkpoint()
@@ -204,6 +220,8 @@ class Api:
                 redis["checkpoint_error"] = str(exc)
             redis["worker"] = self.state.status()
             redis["members"] = self.state.members()
+            redis["captured"] = self.state.captured()
+            redis["excluded"] = self.state.excluded()
         except StateUnavailable as exc:
             redis["error"] = str(exc)
         document["http"] = self.url()
@@ -239,7 +257,7 @@ class Api:
                            parallelism=_integer(body, "parallelism", 1),
                            where=body.get("where"), from_key=body.get("from_key"),
                            to_key=body.get("to_key"), throttle=_throttle(body),
-                           prune=body.get("prune", False))
+                           prune=body.get("prune", False), priority=_priority(body))
         known = self._existing(spec.client_token)
         request = create_dump(self.config, self.state, spec)
         created = known is None or known != request.id
@@ -260,24 +278,18 @@ class Api:
     def set_knobs(self, call: Call) -> Response:
         body = _object(call.body, KNOB_FIELDS, required=True)
         if not body:
-            raise ApiError(400, "give chunk_size, delay_ms, parallelism and/or throttle")
+            raise ApiError(400, f"give {', '.join(KNOB_FIELDS[:-1])} and/or {KNOB_FIELDS[-1]}")
         throttle = _throttle(body)
         if throttle == {}:
             raise ApiError(400, "throttle must name at least one limit: "
                                 f"{', '.join(LIMITS)} (0 turns one off)")
-        chunk_size = _integer(body, "chunk_size", None)
-        delay_ms = _integer(body, "delay_ms", None)
-        parallelism = _integer(body, "parallelism", None)
-        if chunk_size is not None:
-            check_chunk_size(chunk_size)
-        if delay_ms is not None:
-            check_delay_ms(delay_ms)
-        if parallelism is not None:
-            check_parallelism(parallelism)
+        knobs = Knobs.of(chunk_size=_integer(body, "chunk_size", None),
+                         delay_ms=_integer(body, "delay_ms", None),
+                         parallelism=_integer(body, "parallelism", None), throttle=throttle,
+                         priority=_priority(body))
         request = self._request(call)
         try:
-            request = self.state.set_knobs(request.id, chunk_size=chunk_size, delay_ms=delay_ms,
-                                           parallelism=parallelism, throttle=throttle)
+            request = set_knobs(self.state, request.id, knobs)
         except RequestRejected as exc:
             raise ApiError(409, str(exc)) from None
         return json_response(200, show_json(self.state, request))
@@ -294,9 +306,8 @@ class Api:
     def _command(self, call: Call, name: str) -> Response:
         _object(call.body, (), required=False)
         request = self._request(call)
-        target, only_from = COMMANDS[name]
         try:
-            previous = self.state.transition(request.id, target, only_from=only_from)
+            previous = command(self.state, request.id, name)
         except RequestRejected as exc:
             raise ApiError(409, str(exc)) from None
         document = show_json(self.state, self.state.get_request(request.id))
@@ -378,6 +389,14 @@ class Api:
         limit = _query_integer(call.query, "limit", FEED_LIMIT, 1, FEED_LIMIT)
         return json_response(200, self.telemetry.feed(after, limit))
 
+    def reload(self, call: Call) -> Response:
+        """Read the worker's configuration file again (as SIGHUP does): 200 with what
+        changed, or 409 with the one-line reason it was refused (nothing changed)."""
+        if self._reload is None:
+            raise ApiError(409, "reload refused: this server does not run in a worker")
+        result = self._reload()
+        return json_response(200 if result.accepted else 409, result.to_json())
+
     def metrics(self, call: Call) -> Response:
         self._scan_landing()
         body, content_type = self.telemetry.exposition(call.accept)
@@ -437,6 +456,18 @@ def _integer(body: Mapping[str, Any], name: str, default: int | None) -> Any:
     value = body[name]
     if isinstance(value, bool) or not isinstance(value, int):
         raise ApiError(400, f"{name} must be an integer, got {json.dumps(value)}")
+    return value
+
+
+def _priority(body: Mapping[str, Any]) -> str | None:
+    """The ``priority`` of a body: a name (checked by the spec or the knobs), or None when
+    left out (the kind's when creating, unchanged in a PATCH)."""
+    if "priority" not in body:
+        return None
+    value = body["priority"]
+    if not isinstance(value, str):
+        raise ApiError(400, f"priority must be one of urgent, normal, background, got "
+                            f"{json.dumps(value)}")
     return value
 
 

@@ -17,6 +17,7 @@ from dblog_worker.requests import (
     MAX_KEYS,
     MAX_PARALLELISM,
     DumpKind,
+    Priority,
     RequestState,
 )
 from dblog_worker.row_filter import MAX_CONDITIONS, MAX_VALUES, Op
@@ -72,6 +73,7 @@ REQUEST_FIELDS: Schema = {
     "delay_ms": {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS},
     "parallelism": {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELISM},
     "throttle": _ref("Throttle"),
+    "priority": _ref("Priority"),
     "key_count": {"type": "integer", "minimum": 0},
     "filter": {"oneOf": [{"type": "null"}, _ref("RowFilter")],
                "description": "a filtered dump's conditions and key range"},
@@ -217,8 +219,8 @@ SCHEMAS: dict[str, Schema] = {
         "type": "object",
         "properties": {"kind": {"const": "all"}, "chunk_size": CHUNK_SIZE,
                        "delay_ms": DELAY_MS, "parallelism": PARALLELISM,
-                       "throttle": _ref("Throttle"), "client_token": _ref("ClientToken"),
-                       "prune": PRUNE},
+                       "throttle": _ref("Throttle"), "priority": _ref("Priority"),
+                       "client_token": _ref("ClientToken"), "prune": PRUNE},
         "required": ["kind"],
         "additionalProperties": False,
     },
@@ -233,6 +235,7 @@ SCHEMAS: dict[str, Schema] = {
             "delay_ms": DELAY_MS,
             "parallelism": PARALLELISM,
             "throttle": _ref("Throttle"),
+            "priority": _ref("Priority"),
             "client_token": _ref("ClientToken"),
             "prune": PRUNE,
             **FILTER_FIELDS,
@@ -257,6 +260,7 @@ SCHEMAS: dict[str, Schema] = {
             "delay_ms": DELAY_MS,
             "parallelism": PARALLELISM,
             "throttle": _ref("Throttle"),
+            "priority": _ref("Priority"),
             "client_token": _ref("ClientToken"),
         },
         "required": ["kind", "tables", "keys"],
@@ -267,9 +271,18 @@ SCHEMAS: dict[str, Schema] = {
     "Knobs": {
         "type": "object",
         "properties": {"chunk_size": CHUNK_SIZE, "delay_ms": DELAY_MS,
-                       "parallelism": PARALLELISM, "throttle": _ref("Throttle")},
+                       "parallelism": PARALLELISM, "throttle": _ref("Throttle"),
+                       "priority": _ref("Priority")},
         "minProperties": 1,
         "additionalProperties": False,
+    },
+    "Priority": {
+        "type": "string", "enum": [p.value for p in Priority],
+        "description": "The request's share of the worker's windows while other dumps run, "
+                       "and its place in the queue (then age): "
+                       + ", ".join(f"{p.value} (weight {p.weight})" for p in Priority)
+                       + ". Left out when creating: urgent for kind keys, normal otherwise. "
+                       "Changed while the request runs by a PATCH.",
     },
     "Throttle": {
         "type": "object",
@@ -311,12 +324,21 @@ SCHEMAS: dict[str, Schema] = {
                        "properties": {"table": {"type": "string"},
                                       "dump_id": {"type": "string"},
                                       "opened_at": {"type": "number"}}},
-            "active_request": _nullable("string"),
+            "active_requests": {"type": "array", "items": {"type": "string"},
+                                "description": "the dump requests this worker runs, in "
+                                               "queue order (priority, then age)"},
+            "active_request": {**_nullable("string"),
+                               "description": "the first of active_requests"},
             "events_per_s": {"type": "number"},
             "uptime_s": {"type": "number"},
             "reconnects": {"type": "integer", "minimum": 0},
-            "dump": {"type": ["object", "null"],
-                     "description": "the running dump's per-table progress and eta_s"},
+            "dumps": {"type": "array", "items": {"type": "object"},
+                      "description": "each running dump: request_id, state, priority, "
+                                     "waiting (why it reads nothing, or null), throttle, "
+                                     "per-table progress and eta_s"},
+            "dump": {"type": ["object", "null"], "description": "the first of dumps"},
+            "tables": {**_ref("Tables"),
+                       "description": "the captured tables (empty before the first session)"},
             "http": {"type": "string", "examples": ["http://127.0.0.1:8750"]},
             "redis": {
                 "type": "object",
@@ -336,16 +358,52 @@ SCHEMAS: dict[str, Schema] = {
                                 "description": "every worker of the source seen lately, "
                                                "leader first: holder, role, host, pid, http, "
                                                "token, updated_at"},
+                    "captured": {"type": "object", "additionalProperties": {"type": "object"},
+                                 "description": "the captured tables as the leader recorded "
+                                                "them: table -> why, since, joined (while "
+                                                "capture ran), dump (queued for it)"},
+                    "excluded": {"type": "object", "additionalProperties": {"type": "string"},
+                                 "description": "tables a pattern matched that are not "
+                                                "captured, and why"},
                     "error": {**_nullable("string"),
                               "description": "set when Redis is unreachable"},
                 },
-                "required": ["checkpoint", "checkpoint_error", "worker", "members", "error"],
+                "required": ["checkpoint", "checkpoint_error", "worker", "members", "captured",
+                             "excluded", "error"],
             },
         },
         "required": ["source", "connected", "role", "lease_token", "leader", "last_error",
                      "position", "checkpoint",
-                     "checkpoint_age_s", "lag_bytes", "lag_s", "window", "active_request",
-                     "events_per_s", "uptime_s", "reconnects", "dump", "http", "redis"],
+                     "checkpoint_age_s", "lag_bytes", "lag_s", "window", "active_requests",
+                     "active_request", "events_per_s", "uptime_s", "reconnects", "dumps",
+                     "dump", "http", "redis"],
+    },
+    "Reloaded": {
+        "type": "object",
+        "description": "A reload of the configuration file that was taken: a new session "
+                       "starts with it (the lease kept).",
+        "properties": {
+            "reloaded": {"const": True},
+            "changed": {"type": "array", "items": {"type": "string"},
+                        "description": "the options that changed (none: the file is as it "
+                                       "was)"},
+            "notes": {"type": "array", "items": {"type": "string"},
+                      "description": "what the user must do, such as dumping tables whose "
+                                     "column rules changed"},
+        },
+        "required": ["reloaded", "changed", "notes"],
+    },
+    "Tables": {
+        "type": "object",
+        "description": "What source.tables captures now (table -> why: the name, or the "
+                       "pattern that matched) and what its patterns matched but it leaves "
+                       "out (table -> why not).",
+        "properties": {
+            "captured": {"type": "object", "additionalProperties": {"type": "string"}},
+            "excluded": {"type": "object", "additionalProperties": {"type": "string"}},
+            "missing": {"type": "array", "items": {"type": "string"},
+                        "description": "tables named in source.tables that do not exist"},
+        },
     },
     "LandingTable": {
         "type": "object",
@@ -421,7 +479,7 @@ ERRORS = {
     404: "No such request, file or route",
     405: "The route does not take this method (see the Allow header)",
     409: "The request's state does not allow this (e.g. resume a request that is not paused), "
-         "or its record in Redis is malformed",
+         "or its record in Redis is malformed; a reload refused (the reason, one line)",
     411: "A chunked body: send a Content-Length instead",
     413: f"The body is larger than {MAX_BODY_BYTES // 1024 // 1024} MiB",
     415: "The body is not application/json",
@@ -523,8 +581,8 @@ def document(*, auth: bool) -> dict[str, Any]:
                               public=False, errors=(404, 503), parameters=[_id()],
                               auth=auth),
             "patch": _operation(
-                "Change the chunk size, delay, parallelism and/or throttle limits of a request "
-                "that has not ended",
+                "Change the chunk size, delay, parallelism, throttle limits and/or priority of "
+                "a request that has not ended",
                 {"200": request_ok}, public=False, errors=with_body, parameters=[_id()],
                 requestBody=_body(_ref("Knobs")), auth=auth),
         },
@@ -561,6 +619,14 @@ def document(*, auth: bool) -> dict[str, Any]:
                 {"name": "limit", "in": "query", "required": False,
                  "schema": {"type": "integer", "minimum": 1, "maximum": FEED_LIMIT,
                             "default": FEED_LIMIT}}], auth=auth)},
+        "/api/v1/reload": {"post": _operation(
+            "Read the worker's configuration file again (as SIGHUP does). What may change "
+            "without a restart: source.tables, exclude_tables, dump_new_tables, "
+            "rescan_interval_s, [source.columns], the [landing] and [worker] timings; the "
+            "new configuration is checked against the source first. Anything else is refused "
+            "(409) with the one-line reason, and nothing changes",
+            {"200": _json(_ref("Reloaded"), "Taken: a new session starts with it")},
+            public=False, errors=(409, 503), auth=auth)},
         "/metrics": {"get": _operation(
             "Prometheus metrics: the text format 0.0.4, or OpenMetrics 1.0 when the Accept "
             "header asks for application/openmetrics-text",

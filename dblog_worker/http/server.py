@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -44,6 +44,7 @@ from dblog_worker.http.api import (
     Api,
     ApiError,
     Call,
+    Reloaded,
     Response,
     Route,
     json_response,
@@ -84,9 +85,10 @@ class _ClientGone(Exception):
 class ControlServer:
     """The HTTP API of one worker: bound at construction, served once started."""
 
-    def __init__(self, config: Config, telemetry: Telemetry) -> None:
+    def __init__(self, config: Config, telemetry: Telemetry,
+                 reload: Callable[[], Reloaded] | None = None) -> None:
         http = config.http
-        self.api = Api(config, telemetry, lambda: self.url)
+        self.api = Api(config, telemetry, lambda: self.url, reload)
         family = socket.AF_INET6 if ":" in http.host else socket.AF_INET
         try:
             self.server = _Server((http.host, http.port), family, self.api, http.token)

@@ -100,7 +100,8 @@ class BinlogReader:
     """A thread that streams the binary log from a checkpoint into batches of items."""
 
     def __init__(self, connect_args: Mapping[str, Any], server_id: int,
-                 start: BinlogCheckpoint, translator: BinlogTranslator, schemas: Iterable[str],
+                 start: BinlogCheckpoint, translator: BinlogTranslator,
+                 schemas: Iterable[str] | None,
                  *, by_gtid: bool, is_mariadb: bool, facts: LogFacts | None = None,
                  xa: XaCommits | None = None) -> None:
         self.translator = translator
@@ -109,7 +110,8 @@ class BinlogReader:
         self._settings = dict(connect_args)  # the DSN's: host, port, user, password, TLS
         # not the deprecated db=
         self._control = {**self._settings, "database": "information_schema"}
-        self._schemas = sorted({*schemas, WATERMARK_SCHEMA})
+        # the databases to read (None: all of them, when a pattern's database is one)
+        self._schemas = None if schemas is None else sorted({*schemas, WATERMARK_SCHEMA})
         position: dict[str, Any] = (
             {"auto_position": start.gtid, "is_mariadb": is_mariadb} if by_gtid
             else {"log_file": start.file, "log_pos": start.pos, "resume_stream": True}

@@ -64,6 +64,26 @@ def table_key(rows: Sequence[tuple[Any, ...]], configured: Sequence[str] | None
     return choose_key(indexes, configured)
 
 
+# The tables patterns may match (not in the system databases), and their unique indexes'
+# columns (:func:`table_key` chooses a key among them): two queries, joined by the worker.
+_SYSTEM = "('mysql', 'information_schema', 'performance_schema', 'sys')"
+CANDIDATE_TABLES_SQL = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+    f"WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN {_SYSTEM}"
+)
+CANDIDATE_KEYS_SQL = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, COLUMN_NAME, NULLABLE, SUB_PART "
+    f"FROM information_schema.STATISTICS WHERE NON_UNIQUE = 0 AND TABLE_SCHEMA NOT IN {_SYSTEM} "
+    "ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX"
+)
+
+
+def in_schemas(sql: str, count: int) -> str:
+    """``sql`` limited to ``count`` databases, given as parameters."""
+    return f"{sql.split(' ORDER BY ')[0]} AND TABLE_SCHEMA IN ({', '.join(['%s'] * count)})" + (
+        f" ORDER BY {sql.split(' ORDER BY ')[1]}" if " ORDER BY " in sql else "")
+
+
 REQUIRED_SETTINGS = (
     ("log_bin", "ON", "log-bin = mysql-bin"),
     ("binlog_format", "ROW", "binlog-format = ROW"),

@@ -15,7 +15,7 @@ source's other statements end the session."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -30,6 +30,7 @@ from dblog_worker.errors import (
     SourceUnavailable,
 )
 from dblog_worker.events import Encoded
+from dblog_worker.masking import ColumnRules, TableMasks
 from dblog_worker.mysql import catalog
 from dblog_worker.mysql.catalog import TableShape
 from dblog_worker.mysql.columns import (
@@ -125,10 +126,11 @@ class _Table:
     """A captured table as information_schema describes it now, and as ``SELECT *``
     describes it (``described``: what a later look must find for a chunk to be current)."""
 
-    __slots__ = ("codec", "columns", "described", "key_positions", "shape", "version")
+    __slots__ = ("codec", "columns", "described", "key_positions", "masks", "shape", "version")
 
     def __init__(self, shape: TableShape, columns: Sequence[MyColumn], codec: MyRowCodec,
-                 version: int, described: Described) -> None:
+                 version: int, described: Described, masks: TableMasks) -> None:
+        self.masks = masks
         self.shape = shape
         self.columns = tuple(columns)
         self.codec = codec
@@ -185,11 +187,12 @@ class CapturedTables:
     dump's upper bound are read on ``primary`` (a lane without one reads all on the
     replica)."""
 
-    def __init__(self, source: str, tables: Sequence[str],
+    def __init__(self, source: str, tables: Collection[str] | Callable[[], Collection[str]],
                  connection: Callable[[], pymysql.connections.Connection[Any]],
                  schema_version: Callable[[str, dict[str, object]], int],
                  primary: Callable[[], pymysql.connections.Connection[Any]] | None = None,
                  replica: bool = False, snapshots: WindowSnapshots | None = None,
+                 rules: ColumnRules | None = None,
                  keys: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self._connection = connection
         self._keys = keys or {}  # source.keys
@@ -199,7 +202,9 @@ class CapturedTables:
         self._catalog_on_replica = replica and primary is None
         self._errors = replica_errors if self._catalog_on_replica else connection_errors
         self._schema_version = schema_version
-        self._cache = TableCache(source, tables, self.load)
+        self._rules = rules or ColumnRules()
+        captured = tables if callable(tables) else (lambda: tables)
+        self._cache = TableCache(source, captured, self.load)
 
     def known_key(self, table: str) -> tuple[str, ...] | None:
         """The key columns of a table already read, in key order: no check, no catalog read."""
@@ -210,6 +215,10 @@ class CapturedTables:
         """The schema version of a table already read (0 if none): no catalog read."""
         known = self._cache.known(table)
         return 0 if known is None else known.version
+
+    def forget(self, table: str) -> None:
+        """A table that left capture: its description goes."""
+        self._cache.forget(table)
 
     def load(self, table: str) -> _Table:
         """The table's columns from information_schema, between two looks at what
@@ -236,8 +245,10 @@ class CapturedTables:
         shape = TableShape(table, tuple(c.name for c in columns), key,
                            select_list(columns), select_list(columns, "t"),
                            select_list([by_name[k] for k in key if k in by_name]))
-        version = self._schema_version(table, schema_document(columns, list(key)))
-        loaded = _Table(shape, columns, MyRowCodec(columns, list(key)), version, before)
+        masks = self._rules.require(table, [c.name for c in columns], key)
+        version = self._schema_version(table, schema_document(columns, list(key), masks))
+        loaded = _Table(shape, columns, MyRowCodec(columns, list(key), masks), version, before,
+                        masks)
         self._cache.put(table, loaded)
         return loaded
 
@@ -272,6 +283,10 @@ class CapturedTables:
 
     def key_arity(self, table: str) -> int:
         return len(self._cache.get(table).shape.key)
+
+    def masked_columns(self, table: str) -> dict[str, str]:
+        masks = self._cache.get(table).masks.masks
+        return {name: mask.describe() for name, mask in masks.items()}
 
     def check_filter(self, table: str, row_filter: RowFilter) -> None:
         """Refuse a filter whose columns the table lacks, whose values do not fit their

@@ -23,6 +23,8 @@ from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE
 
+from dblog_worker.masking import TableMasks
+
 __all__ = [
     "COLUMNS_SQL",
     "Kind",
@@ -310,14 +312,24 @@ def select_list(columns: Sequence[MyColumn], qualifier: str = "") -> str:
     return ", ".join(parts)
 
 
-def schema_document(columns: Sequence[MyColumn], key_columns: Sequence[str]) -> dict[str, object]:
-    """The schema of one table version, as the landing zone records it.
+def schema_document(columns: Sequence[MyColumn], key_columns: Sequence[str],
+                    masks: TableMasks | None = None) -> dict[str, object]:
+    """The schema of one table version, as the landing zone records it: a masked column
+    is text (``masked``: how, ``source_type``: its kind in the source); an excluded one is
+    named under ``excluded`` only.
 
     The same for descriptors from either source: ENUM/SET members are written as
     ``information_schema`` shows them.
     """
-    described = []
+    done = (masks or TableMasks()).schema()
+    described: list[dict[str, object]] = []
     for column in columns:
+        how = done.get(column.name)
+        if how is not None:
+            if how != "exclude":
+                described.append({"name": column.name, "type": str(Kind.TEXT), "masked": how,
+                                  "source_type": str(column.kind)})
+            continue
         entry: dict[str, object] = {"name": column.name, "type": str(column.kind)}
         if column.kind in _NUMERIC_KINDS:
             entry["unsigned"] = column.unsigned
@@ -332,4 +344,8 @@ def schema_document(columns: Sequence[MyColumn], key_columns: Sequence[str]) -> 
         if column.spatial:
             entry["spatial"] = column.spatial
         described.append(entry)
-    return {"columns": described, "key": list(key_columns)}
+    document: dict[str, object] = {"columns": described, "key": list(key_columns)}
+    excluded = [c.name for c in columns if done.get(c.name) == "exclude"]
+    if excluded:
+        document["excluded"] = excluded
+    return document

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +28,7 @@ import pymysql
 from dblog_worker.config import SourceConfig
 from dblog_worker.errors import (
     ConfigError,
+    DumpFailed,
     LogGone,
     ProtocolError,
     ReplicaBehind,
@@ -35,6 +36,7 @@ from dblog_worker.errors import (
 )
 from dblog_worker.events import Checkpoint, LogItem, Watermark
 from dblog_worker.foreign_keys import CascadePlan
+from dblog_worker.masking import MaskConflict
 from dblog_worker.mysql import cascades, catalog, pressure
 from dblog_worker.mysql.binlog import BinlogReader
 from dblog_worker.mysql.catalog import qualified
@@ -69,7 +71,8 @@ from dblog_worker.position import Position
 from dblog_worker.requests import KeyTexts
 from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion
-from dblog_worker.tables import HEARTBEAT
+from dblog_worker.table_patterns import Candidate, Rescan, Selection
+from dblog_worker.tables import HEARTBEAT, CapturedSet
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 from dblog_worker.window import is_low_watermark
 
@@ -124,11 +127,12 @@ class MySqlSource:
         self._xa_confirmed_at = 0.0
         self._xa_denied = False
         self._lows: set[str] = set()  # low watermarks written, not read back yet
+        self.capture = CapturedSet(config.selector, config.columns, self._candidates)
         self.captured = CapturedTables(
-            config.name, config.tables,
+            config.name, self.capture.tables,
             self._replica.connection if self._replica is not None else lambda: self.conn,
             self._schema_version, primary=lambda: self.conn, replica=self._replica is not None,
-            snapshots=self._snapshots, keys=config.keys)
+            snapshots=self._snapshots, rules=config.columns, keys=config.keys)
         self._reader: BinlogReader | None = None
         self._is_mariadb = False
         self._server = ""  # which server: "server_id=1" (MariaDB), "server_uuid=…" (MySQL)
@@ -169,8 +173,37 @@ class MySqlSource:
             raise SourceUnavailable(f"{sql.split()[0]} returned no row")
         return rows[0]
 
+    def _candidates(self) -> list[Candidate]:
+        schemas = self.config.selector.schemas
+        tables, keys = catalog.CANDIDATE_TABLES_SQL, catalog.CANDIDATE_KEYS_SQL
+        params: tuple[str, ...] = ()
+        if schemas is not None:
+            params = tuple(sorted(schemas))
+            tables, keys = (catalog.in_schemas(sql, len(params)) for sql in (tables, keys))
+        indexes: dict[str, list[tuple[Any, ...]]] = {}
+        for database, name, *index in self._rows(keys, params):
+            indexes.setdefault(f"{database}.{name}", []).append(tuple(index))
+        return [Candidate(table, catalog.table_key(indexes.get(table, []),
+                                                   self.config.key_of(table))[0])
+                for table in (f"{database}.{name}"
+                              for database, name in self._rows(tables, params))]
+
+    def selection(self) -> Selection:
+        return self.capture.selection()
+
+    def rescan(self) -> Rescan:
+        """The catalog again. The binary log needs no change: the translator decides by
+        name, in log order, so a new table's rows are captured from its first in the log."""
+        found = self.capture.rescan()
+        for table in found.removed:
+            self.captured.forget(table)
+        return found
+
     def preflight(self) -> list[Problem]:
-        """Every problem that stops capture, each with its fix. Changes nothing."""
+        """Every problem that stops capture, each with its fix. Changes nothing. A table a
+        pattern brought in never stops capture: its problems are warnings."""
+        selection = self.capture.rescan().selection
+        selector = self.config.selector
         names = catalog.SETTINGS
         placeholders = ", ".join(["%s"] * len(names))
         settings = {  # not information_schema.GLOBAL_VARIABLES: MySQL 8.0 removed it
@@ -201,15 +234,19 @@ class MySqlSource:
         if self._snapshots is None:
             problems += self._watermark_table_problems(scopes, account)
         else:
-            problems += self._position_problems()
-        for table in self.config.tables:
-            problems += self._table_problems(table, scopes, account)
-        keys, unseen = cascades.foreign_keys(self._rows, self.config.tables)
-        self._cascades = cascades.plan(keys, self.config.tables)
+            problems += self._position_problems(selection.existing)
+        for table in selection.tables:
+            found = self._table_problems(table, scopes, account)
+            problems += found if selector.named(table) else [
+                replace(p, what=f"{p.what} (a table a pattern matched: capture goes on)",
+                        capture=False, warning=True) for p in found]
+        captured = list(selection.existing)
+        keys, unseen = cascades.foreign_keys(self._rows, captured)
+        self._cascades = cascades.plan(keys, captured)
         problems += cascades.problems(self._cascades, unseen, account)
         if self._replica is not None:
             if self._is_mariadb:
-                problems += self._replica.problems(list(self.config.tables),
+                problems += self._replica.problems(list(selection.existing),
                                                    self._binlog_state())
             else:
                 problems.append(Problem(
@@ -240,13 +277,13 @@ class MySqlSource:
                 f"GRANT CREATE ON `{SCHEMA}`.* TO {account};"))
         return problems
 
-    def _position_problems(self) -> list[Problem]:
+    def _position_problems(self, tables: Sequence[str]) -> list[Problem]:
         """``watermarks = "position"``: MariaDB, and captured tables that its consistent
         snapshots cover (a transactional engine)."""
         if not self._is_mariadb:
             return [Problem(_NO_SNAPSHOT_POSITION, 'set watermarks = "table" (the default)')]
         problems = []
-        for table in self.config.tables:
+        for table in tables:
             database, name = split_table(table)
             for (engine,) in self._rows(
                     "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
@@ -273,7 +310,7 @@ class MySqlSource:
                     "snapshot whose binary log position is the watermark" if self._is_mariadb
                     else f"not available: {_NO_SNAPSHOT_POSITION}")
         keys = []
-        for name in self.config.tables:
+        for name in self.capture.rescan().selection.existing:
             key, chosen = catalog.table_key(
                 self._rows(catalog.UNIQUE_INDEXES_SQL, split_table(name)),
                 self.config.key_of(name))
@@ -305,16 +342,23 @@ class MySqlSource:
                 cursor.execute(sql, params)
                 return list(cursor.fetchall())
 
-        keys, _ = cascades.foreign_keys(query, self.config.tables)
-        plan = cascades.plan(keys, self.config.tables)
-        if not self._databases(plan) <= self._databases(self._cascades):
+        captured = list(self.capture.selection().existing)
+        keys, _ = cascades.foreign_keys(query, captured)
+        plan = cascades.plan(keys, captured)
+        now, before = self._databases(plan), self._databases(self._cascades)
+        if now is not None and before is not None and not now <= before:
             raise SourceUnavailable("foreign keys now cascade from another database: the "
                                     "session restarts to read its binary log events")
         self._cascades = plan
         return plan
 
-    def _databases(self, plan: CascadePlan) -> set[str]:
-        return {split_table(t)[0] for t in (*self.config.tables, *plan.parents)}
+    def _databases(self, plan: CascadePlan) -> set[str] | None:
+        """The databases whose binary log events the reader reads: those the tables'
+        entries name and the cascading parents'; None: all of them (a pattern's database)."""
+        named = self.config.selector.schemas
+        if named is None:
+            return None
+        return {*named, *(split_table(t)[0] for t in plan.parents)}
 
     def _table_problems(self, table: str, scopes: dict[str, set[str]],
                         account: str) -> list[Problem]:
@@ -338,8 +382,14 @@ class MySqlSource:
                 "its rows cannot be told apart",
                 f"ALTER TABLE {qualified(table)} ADD PRIMARY KEY (...); -- or name its key "
                 f'columns: [source] keys = {{ "{table}" = ["<column>", ...] }}'))
-        elif configured:
-            problems += self._configured_key_problems(table, configured)
+        else:
+            if configured:
+                problems += self._configured_key_problems(table, configured)
+            try:
+                self.config.columns.for_table(table, key, key)
+            except MaskConflict as exc:
+                problems.append(Problem(str(exc), "change [source.columns] so that no rule "
+                                        "reaches a key column of the table"))
         if not may_select:
             problems.append(Problem(f"{account} may not SELECT from {table}",
                                     f"GRANT SELECT ON {qualified(table)} TO {account};"))
@@ -374,7 +424,7 @@ class MySqlSource:
         """Create the watermark table (unless the watermarks are positions), and return the
         log's end now."""
         if self._snapshots is not None:
-            self._load_tables()
+            self._load_captured()
             return self._current().encode()
         try:
             # Only what is missing: CREATE ... IF NOT EXISTS needs the CREATE privilege
@@ -391,17 +441,21 @@ class MySqlSource:
                     f"the worker may not set up capture on the source: {exc}; "
                     "run `dblog preflight` for the grants it needs") from exc
             raise
-        self._load_tables()
+        self._load_captured()
         return self._current().encode()
 
-    def _load_tables(self) -> None:
+    def _load_captured(self) -> None:
         """Read the captured tables' columns; one of a type the worker does not read is left
         out (preflight says which, and so does the log), the others are captured."""
-        for table in self.config.tables:
+        for table in self.capture.selection().existing:
             try:
                 self.captured.load(table)
             except UnsupportedTable as exc:
                 log.error("%s", exc)
+            except DumpFailed as exc:  # a table a pattern found, dropped since: the next look
+                if self.config.selector.named(table):
+                    raise
+                log.info("%s; it leaves capture at the next look at the catalog", exc)
 
     def _schema_exists(self) -> bool:
         return bool(self._rows(
@@ -459,7 +513,7 @@ class MySqlSource:
                 "worker, then `dblog dump --all` to bring the output back in sync"
             )
         translator = BinlogTranslator(
-            self.name, self.config.tables, self._describe, start, cascades=self._cascades,
+            self.name, self.config.selector, self._describe, start, cascades=self._cascades,
             describe_parent=self._describe_parent, reload_cascades=self._reload_cascades,
             version_of=self.captured.known_version)
         databases = self._databases(self._cascades)
@@ -562,30 +616,39 @@ class MySqlSource:
         end, received = self.log_position(), self._reader.received
         return max(0, end.minor - received.minor) if end.major == received.major else 0
 
-    def _describe(self, table: str, event: Any) -> TableView:
+    def _describe(self, table: str, event: Any) -> TableView | None:
         """A captured table's codec for rows decoded from the binlog (in the reader),
         with what only the catalog says (a spatial column's type; whether a fixed binary
-        column is a UUID or INET type or a BINARY(n)). A table with a column of a type the
-        worker does not read (in the log or the catalog: YEAR(2) is a YEAR in the log) gets
-        no codec: its rows are skipped (said once per table version)."""
+        column is a UUID or INET type or a BINARY(n); the key of a table without a primary
+        key). A table with a column of a type the worker does not read (in the log or the
+        catalog: YEAR(2) is a YEAR in the log) gets no codec: its rows are skipped (said
+        once per table version). None for a table a pattern matched that has no key, or
+        whose key a rule of ``[source.columns]`` would mask: it is not captured."""
+        named = self.config.selector.named(table)
         try:
             columns = columns_from_binlog(event.columns, self._catalog_columns(table))
         except UnsupportedType as exc:
             log.error("%s", unsupported(table, exc))
             return TableView(table, None, 0)
-        key = event.primary_key  # in column order, which need not be the key's order
-        key_columns = [key] if isinstance(key, str) else list(key or ())
-        known = self.captured.known_key(table)
-        configured = self.config.key_of(table)
-        if configured:  # source.keys: the table's key, primary key or not
-            key_columns = list(configured)
-        elif known is not None and (not key_columns or set(known) == set(key_columns)):
-            key_columns = list(known)  # in key order; a unique index's when no primary key
+        key_columns = self._binlog_key(table, event)
         if not key_columns:
+            if not named:
+                log.info("%s has no primary key nor unique index on NOT NULL columns: not "
+                         "captured, though a pattern matches it", table)
+                return None
             raise SourceUnavailable(f"the binary log carries no primary key of {table}, and "
-                                    "its key was not read yet")
-        version = self._schema_version(table, schema_document(columns, key_columns))
-        codec = MyRowCodec(columns, key_columns)
+                                    "the catalog gives it no key")
+        try:
+            masks = self.config.columns.for_table(table, [c.name for c in columns],
+                                                  key_columns)
+        except MaskConflict as exc:
+            if named:
+                raise ConfigError(f"{exc}; change [source.columns] and reload the worker"
+                                  ) from None
+            log.warning("%s: not captured", exc)
+            return None
+        version = self._schema_version(table, schema_document(columns, key_columns, masks))
+        codec = MyRowCodec(columns, key_columns, masks)
         return TableView(table, codec, version,
                          row_images(event.columns, key_row_reader(event.columns, codec)))
 
@@ -598,6 +661,24 @@ class MySqlSource:
         columns = columns_from_binlog(binlog, self._catalog_columns(table, referenced))
         return TableView(table, MyRowCodec(columns, [c.name for c in columns]), 0)
 
+    def _binlog_key(self, table: str, event: Any) -> list[str]:
+        """The key columns of a table's rows event, in key order: ``source.keys``; the
+        primary key the event carries; the key read before; else (a table without a
+        primary key that joined capture since) the catalog's (:func:`catalog.table_key`)."""
+        configured = self.config.key_of(table)
+        if configured:  # source.keys: the table's key, primary key or not
+            return list(configured)
+        key = event.primary_key  # in column order, which need not be the key's order
+        # mysql-replication gives "" for a table without one
+        key_columns = [key] if isinstance(key, str) and key else list(key or ())
+        known = self.captured.known_key(table)
+        if known is not None and (not key_columns or set(known) == set(key_columns)):
+            return list(known)  # in key order; a unique index's when no primary key
+        if key_columns:
+            return key_columns
+        return list(catalog.table_key(self._catalog_rows(catalog.UNIQUE_INDEXES_SQL, table),
+                                      None)[0])
+
     def _reader_connection(self) -> DumpConnection:
         """The connection of the binlog reader's thread (which alone calls this)."""
         if self._catalog_conn is None or not self._catalog_conn.open:
@@ -607,14 +688,20 @@ class MySqlSource:
     def _catalog_columns(self, table: str, names: Collection[str] | None = None
                          ) -> dict[str, MyColumn]:
         """The table's columns (or those of ``names``) as information_schema describes
-        them now, by name, read on a connection of the binlog reader's thread (which alone
-        calls this); UnsupportedType for a column of a type the worker does not read."""
-        with connection_errors("reading the catalog"), \
-                self._reader_connection().cursor() as cursor:
-            cursor.execute(COLUMNS_SQL, split_table(table))
-            rows = [r for r in cursor.fetchall() if names is None or str(r[0]) in names]
+        them now, by name; UnsupportedType for a column of a type the worker does not
+        read."""
+        rows = [r for r in self._catalog_rows(COLUMNS_SQL, table)
+                if names is None or str(r[0]) in names]
         columns = (column_from_information_schema(row) for row in rows)
         return {column.name: column for column in columns}
+
+    def _catalog_rows(self, sql: str, table: str) -> list[tuple[Any, ...]]:
+        """A catalog query about ``table``, on a connection of the binlog reader's thread
+        (which alone calls this)."""
+        with connection_errors("reading the catalog"), \
+                self._reader_connection().cursor() as cursor:
+            cursor.execute(sql, split_table(table))
+            return list(cursor.fetchall())
 
     # -- watermarks -----------------------------------------------------------
 
@@ -701,6 +788,9 @@ class MySqlSource:
     def key_arity(self, table: str) -> int:
         return self.captured.key_arity(table)
 
+    def masked_columns(self, table: str) -> dict[str, str]:
+        return self.captured.masked_columns(table)
+
     def check_filter(self, table: str, row_filter: RowFilter) -> None:
         self.captured.check_filter(table, row_filter)
 
@@ -723,7 +813,7 @@ class MySqlSource:
             return self
         while len(self._lanes) < index:
             self._lanes.append(_Lane(self.config, self._schema_version,
-                                     self._replica, self._snapshots))
+                                     self._replica, self._snapshots, self.capture.tables))
         return self._lanes[index - 1].captured
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
@@ -754,14 +844,16 @@ class _Lane:
     with the captured tables as it reads them; on the read replica if there is one."""
 
     def __init__(self, config: SourceConfig, schema_version: SchemaVersion,
-                 replica_of: MyReplica | None, snapshots: WindowSnapshots | None) -> None:
+                 replica_of: MyReplica | None, snapshots: WindowSnapshots | None,
+                 captured: Callable[[], Collection[str]]) -> None:
         self._dsn = config.dsn
         self._conn: DumpConnection | None = None
         self._replica = None if replica_of is None \
             else MyReplica(config, replica_of.primary_server)
-        self.captured = CapturedTables(config.name, config.tables, self._connection,
+        self.captured = CapturedTables(config.name, captured, self._connection,
                                        schema_version, replica=self._replica is not None,
-                                       snapshots=snapshots, keys=config.keys)
+                                       snapshots=snapshots, rules=config.columns,
+                                       keys=config.keys)
 
     def _connection(self) -> pymysql.connections.Connection[Any]:
         if self._replica is not None:

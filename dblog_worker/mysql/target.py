@@ -488,10 +488,7 @@ class MySQLTarget(Target):
             " WHERE op IN ('f', 'p') AND position > %s ORDER BY position", (cut,))
         if not staged:
             return 0, 0
-        try:
-            steps = derived.plan(staged)
-        except ValueError as exc:
-            raise TargetError(f"{batch.target_table}: {exc}") from None
+        steps = derived.batch_steps(staged, batch.target_table)
         deleted = changed = 0
         for step in steps:
             if isinstance(step, derived.Prune):

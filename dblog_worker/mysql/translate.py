@@ -82,6 +82,7 @@ from dblog_worker.mysql.checkpoint import (
 )
 from dblog_worker.mysql.rowimage import RowImages
 from dblog_worker.position import Position
+from dblog_worker.table_patterns import TableSelector, escape
 from dblog_worker.tables import WATERMARK_SCHEMA
 
 __all__ = [
@@ -172,7 +173,9 @@ class TableView:
 _LAYOUT = ("max_length", "length_size", "precision", "decimals", "fsp", "unsigned",
            "character_set_name", "bits", "bytes", "size")
 
-Describe = Callable[[str, Any], TableView]  # (database.table, rows event) → view
+# (database.table, rows event) → view; None: a table a pattern matched that cannot be
+# captured as the event describes it (no key, a mask on its key): its rows are skipped
+Describe = Callable[[str, Any], TableView | None]
 NO_CASCADES = CascadePlan((), frozenset())
 
 
@@ -230,13 +233,16 @@ class BinlogTranslator:
     reads the group again through :meth:`read_again` and ends with :meth:`committed`.
     """
 
-    def __init__(self, source: str, tables: Iterable[str], describe: Describe,
+    def __init__(self, source: str, tables: Iterable[str] | TableSelector, describe: Describe,
                  start: BinlogCheckpoint, *, cascades: CascadePlan = NO_CASCADES,
                  describe_parent: Describe | None = None,
                  reload_cascades: Callable[[], CascadePlan] | None = None,
                  version_of: Callable[[str], int] = lambda table: 0) -> None:
         self.source = source
-        self.tables = frozenset(tables)
+        # which tables are captured, decided in log order by name: a table a pattern matches
+        # is captured from its first row in the log, whenever the catalog shows it
+        self.selector = tables if isinstance(tables, TableSelector) \
+            else TableSelector([escape(t) for t in tables])
         self._describe = describe
         # foreign keys: the parents' rows are decoded (without a schema version, when they
         # are not captured) and a DDL statement reads the foreign keys again
@@ -244,7 +250,8 @@ class BinlogTranslator:
         self._describe_parent = describe_parent or describe
         self._reload_cascades = reload_cascades
         self._version_of = version_of
-        self._views: dict[tuple[str, int], TableView] = {}
+        self._views: dict[tuple[str, bool, int], TableView | None] = {}
+        self._uncaptured: set[str] = set()  # tables a pattern matched that its views refused
         self._versions: dict[str, int] = {}  # the last schema version seen per table
         self.file = start.file
         self.server = start.server
@@ -308,7 +315,8 @@ class BinlogTranslator:
                 self.cascades = self._reload_cascades()
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         table = truncated_table(query, schema or "")
-        if table is not None and table in self.tables:
+        if table is not None and self.selector.captures(table) \
+                and table not in self._uncaptured:
             position = Position(file_number(self.file), event.packet.log_pos)
             out.append(ChangeEvent(table, Op.TRUNCATE, position, None, None, None, Origin.LOG,
                                    event.timestamp * 1_000_000, self._versions.get(table, 0)))
@@ -443,12 +451,12 @@ class BinlogTranslator:
 
     def _read(self, table: str) -> bool:
         """Whether rows of ``table`` are read: a captured table, or a cascading parent."""
-        return table in self.tables or table in self.cascades.parents
+        return self.selector.captures(table) or table in self.cascades.parents
 
     def _rows(self, event: Any, out: list[LogItem]) -> None:
         table = f"{event.schema}.{event.table}"
         if self._xa is not None:  # emitted at its XA COMMIT, if that comes
-            if self._read(table) and not self._xa.captured:
+            if not self._xa.captured and self._read(table):
                 self._xa = replace(self._xa, captured=True)
             return
         position = Position(file_number(self.file), event.packet.log_pos)
@@ -464,10 +472,10 @@ class BinlogTranslator:
         """The rows of a rows event as change events: row ``i`` at (``at``'s file number
         and event position, twice (``first`` + i)), a key change's create at the next one;
         then what they cascaded to. Returns how many rows the event has (none for a table
-        the worker cannot read)."""
-        captured = table in self.tables
+        that cannot be captured or that the worker cannot read)."""
+        captured = self.selector.captures(table)
         view = self._view(table, event, captured)
-        if view.codec is None:
+        if view is None or view.codec is None:
             return 0
         kind = type(event)
         encoded = self._encoded(view, event)
@@ -594,15 +602,22 @@ class BinlogTranslator:
                     result.append(codec.key_row_from_binlog(values, sources))
         return result
 
-    def _view(self, table: str, event: Any, captured: bool = True) -> TableView:
-        signature = (table, hash(tuple(
+    def _view(self, table: str, event: Any, captured: bool = True) -> TableView | None:
+        # a parent's view has only the columns its children reference: never a captured one
+        signature = (table, captured, hash(tuple(
             (c.name, c.type, *(getattr(c, name, None) for name in _LAYOUT))
             for c in event.columns)))
-        view = self._views.get(signature)
-        if view is None:
+        if signature in self._views:
+            view = self._views[signature]
+        else:
             describe = self._describe if captured else self._describe_parent
             view = self._views[signature] = describe(table, event)
-        if captured:
+        if not captured:
+            return view
+        if view is None:
+            self._uncaptured.add(table)
+        else:
+            self._uncaptured.discard(table)
             self._versions[table] = view.schema_version
         return view
 

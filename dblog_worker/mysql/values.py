@@ -132,6 +132,7 @@ from typing import Any
 
 from pymysqlreplication.constants import NONE_SOURCE
 
+from dblog_worker.masking import TableMasks
 from dblog_worker.mysql.columns import Kind, MyColumn
 from dblog_worker.mysql.encodings import NUMBER, PLAIN, Encoding, encoding_of
 from dblog_worker.mysql.session import Cell
@@ -220,12 +221,19 @@ def _key_array(positions: Sequence[int]) -> str:
     return "'[' + ','.join((" + "".join(f"x{i}, " for i in positions) + ")) + ']'"
 
 
-def _row_object(function: _GeneratedFunction, names: Sequence[str]) -> str:
-    """Source of the row's JSON object of fragments ``x{i}``."""
-    parts = []
+def _row_object(function: _GeneratedFunction, names: Sequence[str], masks: TableMasks) -> str:
+    """Source of the row's JSON object of fragments ``x{i}``: excluded columns left out,
+    masked ones masked (not a NULL's ``null``)."""
+    parts: list[str] = []
     for i, name in enumerate(names):
-        prefix = ("{" if i == 0 else ",") + encode_basestring(name) + ":"
-        parts += [function.bind(f"p{i}", prefix), f"x{i}"]
+        if masks.excluded(name):
+            continue
+        prefix = ("," if parts else "{") + encode_basestring(name) + ":"
+        mask = masks.scalar(name)
+        value = f"x{i}"
+        if mask is not None:
+            value = f"(x{i} if x{i} == 'null' else {function.bind(f'm{i}', mask)}(x{i}))"
+        parts += [function.bind(f"p{i}", prefix), value]
     return f"''.join(({', '.join(parts)}, '}}'))" if parts else "'{}'"
 
 
@@ -249,11 +257,14 @@ class MyRowCodec:
         "_dump_row",
         "_encodings",
         "_key_positions",
+        "_masks",
+        "_row_at",
         "columns",
         "key_columns",
     )
 
-    def __init__(self, columns: Sequence[MyColumn], key_columns: Sequence[str]) -> None:
+    def __init__(self, columns: Sequence[MyColumn], key_columns: Sequence[str],
+                 masks: TableMasks | None = None) -> None:
         position: dict[str, int] = {}
         for i, column in enumerate(columns):
             if column.name in position:
@@ -268,6 +279,9 @@ class MyRowCodec:
         self.key_columns: tuple[str, ...] = tuple(key_columns)
         self._encodings = tuple(encoding_of(column) for column in columns)
         self._key_positions = tuple(position[k] for k in key_columns)
+        self._masks = masks or TableMasks()
+        self._row_at = tuple(i for i, c in enumerate(columns)
+                             if not self._masks.excluded(c.name))
         self._dump_row = self._compile_dump(key=False, row=True)
         self._dump_key = self._compile_dump(key=True, row=False)
         self._dump_key_row = self._compile_dump(key=True, row=True)
@@ -284,23 +298,25 @@ class MyRowCodec:
         if key:
             results.append(_key_array(self._key_positions))
         if row:
-            results.append(_row_object(function, self.column_names))
+            results.append(_row_object(function, self.column_names, self._masks))
         return ", ".join(results)
+
+    def _needed(self, row: bool) -> list[int]:
+        """The columns whose JSON a function computes: the key's, and the row's."""
+        return sorted({*self._key_positions, *(self._row_at if row else ())})
 
     def _compile_dump(self, key: bool, row: bool) -> Callable[..., Any]:
         function = _GeneratedFunction("encode(cells)")
         width = len(self.columns)
         function.add(f"({''.join(f'v{i}, ' for i in range(width))}) = cells")
-        needed = range(width) if row else self._key_positions
-        for i in needed:
+        for i in self._needed(row):
             _dump_fragment(function, i, self._encodings[i])
         function.add(f"return {self._result(function, key, row)}")
         return function.compile("encode")
 
     def _compile_binlog(self, key: bool, row: bool) -> Callable[..., Any]:
         function = _GeneratedFunction("encode(values, none_sources)")
-        needed = range(len(self.columns)) if row else self._key_positions
-        for i in needed:
+        for i in self._needed(row):
             _binlog_fragment(function, i, self.columns[i], self._encodings[i])
         function.add(f"return {self._result(function, key, row)}")
         return function.compile("encode")

@@ -28,8 +28,9 @@ BINARY)`` (the bytes of UTF-8 sort like the code points; no padding rule applies
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from json.encoder import encode_basestring
 from typing import Any
 
 import pymysql
@@ -40,6 +41,7 @@ from dblog_worker.mysql.columns import Kind, MyColumn, column_from_information_s
 from dblog_worker.mysql.options import MYSQL, parse_dsn
 from dblog_worker.mysql.resultset import DumpConnection
 from dblog_worker.mysql.session import dump_connection_options
+from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.verify_sql import (
     Column,
     Family,
@@ -195,6 +197,26 @@ class MySqlVerifySql:
         if family is Family.TIME:
             return f"CAST(CAST(TIME_TO_SEC({ref}) * 1000000 AS SIGNED) AS CHAR)"
         return f"CAST({ref} AS CHAR)"
+
+    def fragment_sql(self, column: Column, ref: str) -> str:
+        my = column.native
+        if isinstance(my, MyColumn) and my.kind in (Kind.FLOAT, Kind.DOUBLE):
+            return f"CAST({ref} AS DOUBLE)"  # as the dump reads it (columns.select_list)
+        return ref
+
+    def fragment_of(self, query: Query, column: Column) -> Callable[[Any], str | None]:
+        my = column.native
+        assert isinstance(my, MyColumn)
+        codec = MyRowCodec([my], [])
+        prefix = len("{" + encode_basestring(my.name) + ":")
+
+        def fragment(cell: Any) -> str | None:
+            if cell is None:
+                return None
+            text = codec.row_from_dump([cell])[prefix:-1]
+            return None if text == "null" else text  # a zero date: null on both paths
+
+        return fragment
 
     def row_sql(self, values: Sequence[str], free: Sequence[bool]) -> str:
         items = []

@@ -6,7 +6,7 @@ setting) that fixes it; the worker refuses to start while any remains.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -15,6 +15,7 @@ from dblog_worker.names import split_table
 from dblog_worker.pg.encoders import BUILTIN_TYPES, PgType
 from dblog_worker.pg.queries import TableShape, qualified, quote_ident
 from dblog_worker.source import Problem
+from dblog_worker.table_patterns import Candidate
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 from dblog_worker.tables import UniqueIndex, choose_key
 
@@ -134,23 +135,114 @@ def load_table(conn: psycopg.Connection[tuple[object, ...]], table: str,
     )
 
 
+_SCHEMAS_OF_INTEREST = (
+    "c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+    "AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)' "
+    "AND (%s::text[] IS NULL OR n.nspname = ANY(%s::text[]))"
+)
+_CANDIDATES_SQL = (
+    "SELECT c.oid::int, n.nspname, c.relname, c.relpersistence = 'u', c.relreplident, "
+    "CASE WHEN c.relispartition THEN (SELECT rn.nspname || '.' || r.relname FROM pg_class r "
+    "JOIN pg_namespace rn ON rn.oid = r.relnamespace WHERE r.oid = pg_partition_root(c.oid)) "
+    "END, "
+    # a partitioned table's partitions whose identity is not FULL, and of those the ones
+    # whose identity is not DEFAULT with a primary key (as partition_problems counts them)
+    "(SELECT count(*) FROM pg_partition_tree(c.oid) AS t JOIN pg_class l ON l.oid = t.relid "
+    "WHERE c.relkind = 'p' AND t.isleaf AND l.relreplident <> 'f'), "
+    "(SELECT count(*) FROM pg_partition_tree(c.oid) AS t JOIN pg_class l ON l.oid = t.relid "
+    "WHERE c.relkind = 'p' AND t.isleaf AND l.relreplident <> 'f' AND NOT ("
+    "l.relreplident = 'd' AND EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = l.oid "
+    "AND i.indisprimary))) "
+    f"FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE {_SCHEMAS_OF_INTEREST}"
+)
+# _UNIQUE_SQL of every table _CANDIDATES_SQL lists
+_CANDIDATE_INDEXES_SQL = (
+    "SELECT i.indrelid::int, x.relname, i.indisprimary, i.indisreplident, "
+    "array_agg(a.attname ORDER BY k.ord), bool_and(a.attnotnull) "
+    "FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid "
+    "JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
+    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+    "WHERE i.indisunique AND i.indisvalid AND i.indimmediate "
+    "AND i.indpred IS NULL AND i.indexprs IS NULL AND k.ord <= i.indnkeyatts "
+    f"AND {_SCHEMAS_OF_INTEREST} "
+    "GROUP BY i.indrelid, x.relname, i.indisprimary, i.indisreplident"
+)
+
+
+def candidates(conn: psycopg.Connection[tuple[object, ...]],
+               schemas: Iterable[str] | None,
+               keys: Mapping[str, Sequence[str]] | None = None) -> list[Candidate]:
+    """The tables patterns may match (those of ``schemas``, if given): ordinary and
+    partitioned tables out of the system schemas, each with its key (``keys``: those
+    source.keys names); a partition, an unlogged table, or one whose replica identity
+    does not carry its key (published, its UPDATEs and DELETEs would fail) says why a
+    pattern leaves it out."""
+    names = None if schemas is None else sorted(schemas)
+    indexes: dict[int, list[UniqueIndex]] = {}
+    for oid, index, primary, identity, columns, not_null in conn.execute(
+            _CANDIDATE_INDEXES_SQL, (names, names)):
+        indexes.setdefault(int(str(oid)), []).append(
+            UniqueIndex(str(index), bool(primary), bool(identity), _texts(columns),
+                        bool(not_null)))
+    found = []
+    for oid, schema, name, unlogged, identity, root, not_full, without_pk in conn.execute(
+            _CANDIDATES_SQL, (names, names)):
+        table = f"{schema}.{name}"
+        own = indexes.get(int(str(oid)), [])
+        key, key_from = choose_key(own, (keys or {}).get(table))
+        left_out = None
+        if root is not None:
+            left_out = (f"it is a partition of {root} (its rows are captured under that "
+                        "table's name when it is captured)")
+        elif unlogged:
+            left_out = "it is UNLOGGED: its changes are not in the log"
+        elif key and not _carries(str(identity), own, key):
+            left_out = (f"its REPLICA IDENTITY {IDENTITY.get(str(identity), '?')} does not "
+                        f"carry its key ({', '.join(key)}, {key_from}): published, its "
+                        "UPDATEs and DELETEs would fail or lose the key (set REPLICA IDENTITY "
+                        "USING INDEX of the key, or FULL)")
+        elif key and int(str(without_pk if key_from == "primary key" else not_full)):
+            left_out = ("partitions of it have a REPLICA IDENTITY that does not carry its key "
+                        f"({', '.join(key)}, {key_from}): published, their UPDATEs and DELETEs "
+                        "would fail or lose the key (named in source.tables, dblog preflight "
+                        "lists them)")
+        found.append(Candidate(table, key, left_out))
+    return found
+
+
+def _carries(identity: str, indexes: Sequence[UniqueIndex], key: Sequence[str]) -> bool:
+    """:attr:`TableInfo.key_in_log` from a candidate's catalog rows."""
+    carried = [i.columns for i in indexes
+               if (identity == "d" and i.primary) or (identity == "i" and i.identity)]
+    return identity == "f" or (bool(carried) and set(carried[0]) == set(key))
+
+
 def load_types(
     conn: psycopg.Connection[tuple[object, ...]], oids: Iterable[int], known: Mapping[int, PgType]
 ) -> dict[int, PgType]:
     """``known`` plus the types of ``oids`` and, transitively, their element and base types."""
+    return types_of(lambda sql, params: conn.execute(sql, params).fetchall(), oids, known)
+
+
+TYPES_SQL = (
+    "SELECT t.oid::int, t.typname, t.typcategory, t.typelem::int, t.typbasetype::int, "
+    "t.typdelim, n.nspname, CASE WHEN t.typtype = 'e' THEN ARRAY(SELECT enumlabel "
+    "FROM pg_enum WHERE enumtypid = t.oid ORDER BY enumsortorder) END "
+    "FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
+    "WHERE t.oid = ANY(%s)"
+)
+
+
+def types_of(query: Callable[[str, Sequence[object]], Sequence[Sequence[object]]],
+             oids: Iterable[int], known: Mapping[int, PgType]) -> dict[int, PgType]:
+    """:func:`load_types` through any connection's ``query`` (verify's)."""
     types = dict(known)
     tried: set[int] = set()
     wanted = {oid for oid in oids if oid not in types}
     while wanted:
         tried |= wanted
-        rows = conn.execute(
-            "SELECT t.oid::int, t.typname, t.typcategory, t.typelem::int, t.typbasetype::int, "
-            "t.typdelim, n.nspname, CASE WHEN t.typtype = 'e' THEN ARRAY(SELECT enumlabel "
-            "FROM pg_enum WHERE enumtypid = t.oid ORDER BY enumsortorder) END "
-            "FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
-            "WHERE t.oid = ANY(%s)",
-            (sorted(wanted),),
-        ).fetchall()
+        rows = query(TYPES_SQL, (sorted(wanted),))
         for oid, name, category, elem, base, delim, namespace, labels in rows:
             types[int(str(oid))] = PgType(
                 oid=int(str(oid)), name=str(name), category=str(category),
@@ -249,15 +341,17 @@ def table_line(info: TableInfo) -> str:
 
 
 def partition_problems(
-    conn: psycopg.Connection[tuple[object, ...]], infos: Sequence[TableInfo]
+    conn: psycopg.Connection[tuple[object, ...]], infos: Sequence[TableInfo],
+    of: Sequence[TableInfo] | None = None,
 ) -> list[Problem]:
     """Partitioned tables: the log carries each partition's old rows as the partition's
     REPLICA IDENTITY says (the partitioned table's own is not inherited); and a table
     captured together with one of its partitions would have the partition's changes
-    published under the partitioned table's name only."""
+    published under the partitioned table's name only. ``infos``: every captured table;
+    the problems are those of ``of`` (default: all of them)."""
     problems = []
     captured = {info.oid: info for info in infos}
-    for info in infos:
+    for info in infos if of is None else of:
         if info.partitioned:
             leaves = conn.execute(
                 "SELECT n.nspname, c.relname FROM pg_partition_tree(%s) AS t "
@@ -400,10 +494,9 @@ def _role(conn: psycopg.Connection[tuple[object, ...]]) -> str:
 EMIT_MESSAGE = "pg_logical_emit_message(boolean, text, text)"
 
 
-def privilege_problems(
-    conn: psycopg.Connection[tuple[object, ...]], tables: Sequence[TableInfo],
-    watermark_table: bool = True,
-) -> list[Problem]:
+def select_problems(conn: psycopg.Connection[tuple[object, ...]],
+                    tables: Sequence[TableInfo]) -> list[Problem]:
+    """The tables the worker's role may not SELECT from (the dumps read them)."""
     problems = []
     role = _role(conn)
     for info in tables:
@@ -413,6 +506,15 @@ def privilege_problems(
                 f"role {role} may not SELECT from {info.table}",
                 f"GRANT SELECT ON {qualified(info.schema, info.name)} TO {role};",
             ))
+    return problems
+
+
+def privilege_problems(
+    conn: psycopg.Connection[tuple[object, ...]], tables: Sequence[TableInfo],
+    watermark_table: bool = True,
+) -> list[Problem]:
+    problems = select_problems(conn, tables)
+    role = _role(conn)
     if not watermark_table:
         return problems + message_problems(conn)
     has_schema = conn.execute("SELECT to_regnamespace(%s)", (SCHEMA,)).fetchone()

@@ -14,7 +14,7 @@ output into Arrow columns (``pg/cells.py``) and encodes them with ``ColumnCodec`
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,6 +32,7 @@ from dblog_worker.errors import (
     SourceUnavailable,
 )
 from dblog_worker.events import Encoded
+from dblog_worker.masking import TableMasks, generated_left_out
 from dblog_worker.pg import catalog, queries
 from dblog_worker.pg.catalog import TableInfo
 from dblog_worker.pg.cells import result_columns
@@ -118,10 +119,12 @@ class _Table:
     """A captured table: catalog description, codec, schema version, and what ``SELECT *``
     reads of it (``wire``: each column's name and the type OID its result reports)."""
 
-    __slots__ = ("codec", "columns", "info", "key_positions", "star_index", "version", "wire")
+    __slots__ = ("codec", "columns", "info", "key_positions", "masks", "star_index", "version",
+                 "wire")
 
     def __init__(self, info: TableInfo, codec: RowCodec, columns: ColumnCodec,
-                 version: int, types: Mapping[int, PgType]) -> None:
+                 version: int, types: Mapping[int, PgType], masks: TableMasks) -> None:
+        self.masks = masks
         self.info = info
         self.codec = codec
         self.columns = columns
@@ -132,23 +135,39 @@ class _Table:
                               strict=True))
 
 
+TEXT_OID = 25
+
+
 def schema_document(info_columns: Sequence[tuple[str, int]], key: Sequence[str],
-                    types: Mapping[int, PgType],
+                    types: Mapping[int, PgType], masks: TableMasks | None = None,
                     generated: Sequence[tuple[str, str, str]] = ()) -> dict[str, object]:
     """The schema of one table version, as the landing zone records it: each column's
     type (a type of this database also says what it is: :func:`user_type`), the key, and
-    the STORED generated columns, which the rows do not carry (name, type, expression)."""
-    document: dict[str, object] = {
-        "columns": [
-            {"name": name, "type": types[oid].name if oid in types else str(oid),
-             "type_oid": oid, **user_type(oid, types)}
-            for name, oid in info_columns
-        ],
-        "key": list(key),
-    }
-    if generated:
-        document["generated"] = [{"name": n, "type": t, "expression": e}
-                                 for n, t, e in generated]
+    the STORED generated columns, which the rows do not carry (name, type, expression).
+    A masked column is text (``masked``: how, ``source_type``: its type in the source); an
+    excluded one is named under ``excluded`` only, and so is a generated column a rule
+    reaches (``masks`` has it) or whose expression reads a masked or excluded column (a
+    target computing it would compute it from what the mask hides, or fail)."""
+    masks = masks or TableMasks()
+    done = masks.schema()
+    columns: list[dict[str, object]] = []
+    for name, oid in info_columns:
+        type_name = types[oid].name if oid in types else str(oid)
+        if name not in done:
+            columns.append({"name": name, "type": type_name, "type_oid": oid,
+                            **user_type(oid, types)})
+        elif done[name] != "exclude":
+            columns.append({"name": name, "type": "text", "type_oid": TEXT_OID,
+                            "masked": done[name], "source_type": type_name})
+    document: dict[str, object] = {"columns": columns, "key": list(key)}
+    gone = generated_left_out([(g[0], g[2]) for g in generated], masks)
+    kept = [g for g in generated if g[0] not in gone]
+    excluded = [name for name, _ in info_columns if done.get(name) == "exclude"]
+    excluded += [g[0] for g in generated if g[0] in gone]
+    if kept:
+        document["generated"] = [{"name": n, "type": t, "expression": e} for n, t, e in kept]
+    if excluded:
+        document["excluded"] = excluded
     return document
 
 
@@ -188,7 +207,8 @@ class PgChunkReader:
     def __init__(self, config: SourceConfig, schema_version: SchemaVersion,
                  connection: Callable[[], Connection | None],
                  reads: Callable[[], Connection | None] | None = None,
-                 replica: bool = False) -> None:
+                 replica: bool = False,
+                 captured: Callable[[], Collection[str]] | None = None) -> None:
         self._connection = connection
         self._reads = reads or connection
         self._replica = replica
@@ -196,10 +216,16 @@ class PgChunkReader:
         self._catalog_errors = replica_errors if replica and reads is None \
             else connection_errors
         self._schema_version = schema_version
+        self._rules = config.columns
         self._keys = config.keys
         self._types: dict[int, PgType] = catalog.builtin_types()
-        self.captured = TableCache(config.name, config.tables, self.load)
+        names = config.selector.names
+        self.captured = TableCache(config.name, captured or (lambda: names), self.load)
         self._cursor: psycopg.Cursor[TextRow] | None = None
+        # tables that joined the publication while transactions that had written them may
+        # still be open (their changes before that are in no log): table -> the xid8 every
+        # transaction below must have ended before the table is read (:meth:`_settled`)
+        self.not_before: dict[str, str] = {}
 
     @property
     def conn(self) -> Connection:
@@ -222,16 +248,28 @@ class PgChunkReader:
                                          "columns (name its key in source.keys)")
                 )
             self._types = catalog.load_types(self.conn, info.star_oids, self._types)
-        codec = RowCodec(info.columns, info.type_oids, info.key_columns, self._types)
-        columns = ColumnCodec(info.columns, info.type_oids, info.key_columns, self._types)
+        masks = self._rules.require(table, info.columns, info.key_columns)
+        codec = RowCodec(info.columns, info.type_oids, info.key_columns, self._types, masks)
+        columns = ColumnCodec(info.columns, info.type_oids, info.key_columns, self._types,
+                              masks)
         version = self._schema_version(
             table,
             schema_document(list(zip(info.columns, info.type_oids, strict=True)),
-                            info.key_columns, self._types, info.generated),
+                            info.key_columns, self._types, self._generated_masks(
+                                table, masks, info.generated), info.generated),
         )
-        loaded = _Table(info, codec, columns, version, self._types)
+        loaded = _Table(info, codec, columns, version, self._types, masks)
         self.captured.put(table, loaded)
         return loaded
+
+    def _generated_masks(self, table: str, masks: TableMasks,
+                         generated: Sequence[tuple[str, str, str]]) -> TableMasks:
+        """``masks`` and the rules' masks of the generated columns (which the rows do not
+        carry: only the schema document reads them)."""
+        if not generated or not self._rules:
+            return masks
+        more = self._rules.for_table(table, [g[0] for g in generated])
+        return TableMasks({**more.masks, **masks.masks}, masks.key)
 
     def codec(self, table: str, names: Sequence[str], oids: Sequence[int],
               key: Sequence[str], generated: Sequence[tuple[str, str, str]] = ()
@@ -240,10 +278,11 @@ class PgChunkReader:
         its generated columns, as the catalog describes them)."""
         with connection_errors("reading the catalog"):
             self._types = catalog.load_types(self.conn, oids, self._types)
-        codec = RowCodec(names, oids, key, self._types)
+        masks = self._rules.require(table, names, key)
+        codec = RowCodec(names, oids, key, self._types, masks)
         version = self._schema_version(
             table, schema_document(list(zip(names, oids, strict=True)), key, self._types,
-                                   generated))
+                                   self._generated_masks(table, masks, generated), generated))
         return codec, version
 
     def refresh(self, table: str) -> None:
@@ -251,6 +290,10 @@ class PgChunkReader:
 
     def key_arity(self, table: str) -> int:
         return len(self.captured.get(table).info.key_columns)
+
+    def masked_columns(self, table: str) -> dict[str, str]:
+        masks = self.captured.get(table).masks.masks
+        return {name: mask.describe() for name, mask in masks.items()}
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         """Refuse keys whose values do not fit the key columns' types."""
@@ -327,7 +370,23 @@ class PgChunkReader:
                              f"({', '.join(info.key_columns)}): request a new dump")
         return queries.filter_sql(info.shape, row_filter, types)
 
+    def _settled(self, table: str) -> None:
+        """ChunkStale while a transaction that was open when ``table`` joined the publication
+        is still open: what it wrote before then is in no log, and a chunk must see it."""
+        xid = self.not_before.get(table)
+        if xid is None:
+            return
+        with connection_errors("reading the snapshot"):
+            row = self.conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= "
+                                    "%s::xid8", (xid,)).fetchone()
+        if row is None or not row[0]:
+            raise ChunkStale(f"{table} joined capture while transactions that may have "
+                             "written it were open: its dump waits for them to end (what "
+                             "they wrote before is in no log)")
+        del self.not_before[table]
+
     def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        self._settled(table)
         captured = self.captured.get(table)
         where, params = self._where(table, captured, row_filter)
         cursor = self._run(table, queries.upper_bound_sql(captured.info.shape, where), params,
@@ -338,6 +397,7 @@ class PgChunkReader:
 
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int,
                    row_filter: RowFilter | None = None) -> Chunk:
+        self._settled(table)
         captured = self._range_of(table, after, upper)
         where, params = self._where(table, captured, row_filter)
         sql = queries.chunk_sql(captured.info.shape, first=after is None, where=where)
@@ -386,6 +446,7 @@ class PgChunkReader:
             )
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
+        self._settled(table)
         captured = self.captured.get(table)
         info = captured.info
         if any(len(key) != len(info.key_columns) for key in keys):

@@ -37,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dblog_worker.masking import TableMasks
 from dblog_worker.pg.encoders import BUILTIN_TYPES, Encoder, PgType, encoder_for
 from dblog_worker.pg.values import RowCodec
 
@@ -164,8 +165,10 @@ class ColumnCodec:
     __slots__ = (
         "_encoders",
         "_key_positions",
+        "_masks",
         "_methods",
         "_prefixes",
+        "_row_at",
         "column_names",
         "key_columns",
     )
@@ -176,14 +179,19 @@ class ColumnCodec:
         type_oids: Sequence[int],
         key_columns: Sequence[str],
         types: Mapping[int, PgType],
+        masks: TableMasks | None = None,
     ) -> None:
-        RowCodec(column_names, type_oids, key_columns, types)  # the same validation
+        masks = masks or TableMasks()
+        RowCodec(column_names, type_oids, key_columns, types, masks)  # the same validation
         self.column_names: tuple[str, ...] = tuple(column_names)
         self.key_columns: tuple[str, ...] = tuple(key_columns)
         self._encoders = tuple(encoder_for(oid, types) for oid in type_oids)
         self._methods = tuple(_method(e) for e in self._encoders)
         self._prefixes = tuple(encode_basestring(name) + ":" for name in column_names)
         self._key_positions = tuple(self.column_names.index(k) for k in key_columns)
+        # RowCodec's masks, a column at a time: excluded columns are not encoded at all
+        self._row_at = tuple(i for i, n in enumerate(column_names) if not masks.excluded(n))
+        self._masks = tuple(masks.vector(n) for n in column_names)
 
     def encode(self, columns: Sequence[Any]) -> tuple[Any, Any]:
         """(keys, rows): pa.string() arrays, one entry per row; ``columns`` are pa.string()
@@ -207,11 +215,13 @@ class ColumnCodec:
                 raise ValueError(f"column {name!r} has {len(array)} values, not {length}")
         if length == 0:
             return pa.array([], pa.string()), pa.array([], pa.string())
-        cores = [
-            method(encoder, array)
-            for method, encoder, array in zip(self._methods, self._encoders, arrays, strict=True)
-        ]
-        rows = _join(cores, self._prefixes, "{", "}")
+        cores: dict[int, _Core] = {}
+        for i in sorted({*self._row_at, *self._key_positions}):
+            core = self._methods[i](self._encoders[i], arrays[i])
+            mask = self._masks[i]
+            cores[i] = core if mask is None else (mask(*core), False)
+        rows = _join([cores[i] for i in self._row_at], [self._prefixes[i] for i in self._row_at],
+                     "{", "}") if self._row_at else pa.repeat(pa.scalar("{}", pa.string()), length)
         if not self._key_positions:
             return pa.repeat(pa.scalar("[]", pa.string()), length), rows
         key_cores = [cores[i] for i in self._key_positions]

@@ -13,13 +13,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 
 import psycopg
 
 from dblog_worker.config import SourceConfig
 from dblog_worker.errors import ConfigError, DumpFailed, LogGone, SourceUnavailable
 from dblog_worker.events import Checkpoint, LogItem
+from dblog_worker.masking import MaskConflict
 from dblog_worker.pg import catalog, cells, pressure, queries, replica
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.catalog import WATERMARK_DDL
@@ -47,7 +49,8 @@ from dblog_worker.source import (
     SchemaVersion,
     locked,
 )
-from dblog_worker.tables import HEARTBEAT
+from dblog_worker.table_patterns import Candidate, Rescan, Selection
+from dblog_worker.tables import HEARTBEAT, CapturedSet
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
 
 log = logging.getLogger(__name__)
@@ -69,10 +72,11 @@ class PgSource:
         self._conn: Connection | None = None
         self._schema_version = locked(schema_version)  # lanes register from their threads
         self._replica = Replica(config) if config.replica is not None else None
+        self.captured = CapturedSet(config.selector, config.columns, self._candidates)
         self.chunks = PgChunkReader(
             config, self._schema_version, lambda: self._conn,
             reads=self._replica.connection if self._replica is not None else None,
-            replica=self._replica is not None)
+            replica=self._replica is not None, captured=self.captured.tables)
         self._lanes: list[_Lane] = []
         self._stream: ReplicationStream | None = None
         self._snapshot_at = 0.0
@@ -91,31 +95,55 @@ class PgSource:
     def conn(self) -> Connection:
         return connected(self._conn)
 
-    def tables(self) -> Sequence[str]:
-        return self.config.tables
+    def _candidates(self) -> list[Candidate]:
+        with connection_errors("reading the catalog"):
+            return catalog.candidates(self.conn, self.config.selector.schemas,
+                                      self.config.keys)
+
+    def selection(self) -> Selection:
+        return self.captured.selection()
 
     def preflight(self) -> list[Problem]:
-        """Every problem that stops capture, each with its fix. Changes nothing."""
+        """Every problem that stops capture, each with its fix. Changes nothing. A table a
+        pattern brought in never stops capture: its problems are warnings."""
+        selection = self.captured.rescan().selection
+        selector = self.config.selector
         with connection_errors("preflight"):
             problems = catalog.server_problems(self.conn)
             infos = []
-            for table in self.config.tables:
+            for table in selection.tables:
                 info = catalog.load_table(self.conn, table, self.config.key_of(table))
-                problems += catalog.table_problems(info, table)
+                found = catalog.table_problems(info, table)
+                found += self._mask_problems(table, info)
+                problems += found if selector.named(table) else _warnings(found)
                 if info is not None:
                     infos.append(info)
-            problems += catalog.partition_problems(self.conn, infos)
+            named = [info for info in infos if selector.named(info.table)]
+            matched = [info for info in infos if not selector.named(info.table)]
+            problems += catalog.partition_problems(self.conn, infos, named)
+            problems += _warnings(catalog.partition_problems(self.conn, infos, matched))
             with_table = self.options.watermark_table
-            problems += catalog.privilege_problems(self.conn, infos, with_table)
+            problems += catalog.privilege_problems(self.conn, named, with_table)
+            problems += _warnings(catalog.select_problems(self.conn, matched))
             problems += catalog.publication_problems(
-                self.conn, self.options.publication, self.config.tables, with_table
+                self.conn, self.options.publication, selection.existing, with_table
             )
             problems += catalog.publication_setting_problems(
                 self.conn, self.options.publication, infos, with_table)
             problems += catalog.slot_problems(self.conn, self.options.slot)
             if self._replica is not None:
-                problems += self._replica.problems(self.conn, list(self.config.tables))
+                problems += self._replica.problems(self.conn, list(selection.existing))
         return problems
+
+    def _mask_problems(self, table: str, info: catalog.TableInfo | None) -> list[Problem]:
+        if info is None or not self.config.columns:
+            return []
+        try:
+            self.config.columns.for_table(table, info.columns, info.key_columns)
+        except MaskConflict as exc:
+            return [Problem(str(exc), "change [source.columns] so that no rule reaches a key "
+                            "column of the table")]
+        return []
 
     def modes(self) -> list[str]:
         with connection_errors("preflight"):
@@ -129,7 +157,7 @@ class PgSource:
                else "not available: " + "; ".join(p.what for p in message)),
         ]
         with connection_errors("preflight"):
-            for table in self.config.tables:
+            for table in self.captured.rescan().selection.existing:
                 info = catalog.load_table(self.conn, table, self.config.key_of(table))
                 if info is not None and info.key_columns:
                     lines.append(catalog.table_line(info))
@@ -160,9 +188,15 @@ class PgSource:
         conn = self.conn
         if self.options.watermark_table:
             self._prepare_watermark_table()
-        self._sync_publication()
-        for table in self.config.tables:
-            self.chunks.load(table)
+        selection = self.captured.selection()
+        self._sync_publication(selection.existing)
+        for table in selection.existing:
+            try:
+                self.chunks.load(table)
+            except DumpFailed as exc:  # a table a pattern found, dropped since: the next look
+                if self.config.selector.named(table):
+                    raise
+                log.info("%s; it leaves capture at the next look at the catalog", exc)
         if self.capture_exists():
             return None
         created = conn.execute(
@@ -194,15 +228,50 @@ class PgSource:
                 "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.options.slot,)
             ).fetchone() is not None
 
-    def _sync_publication(self) -> None:
-        wanted = catalog.published_tables(self.config.tables, self.options.watermark_table)
+    def rescan(self) -> Rescan:
+        """The catalog again; the publication follows: the tables that joined capture are
+        added to it (their dumps wait for the transactions open then, see
+        ``PgChunkReader._settled``), the tables that left it removed. Rows of a table that
+        left capture that are still on their way through the log are translated as they
+        were (their Relation message named a captured table)."""
+        before = self.captured.selection()
+        for attempt in range(3):
+            found = self.captured.rescan()
+            if not found.added and not found.removed:
+                break
+            try:
+                with connection_errors("changing the publication"):
+                    self._sync_publication(found.selection.existing)
+                break
+            except psycopg.errors.UndefinedTable:  # dropped meanwhile: look again
+                self.captured.set(before)
+                if attempt == 2:
+                    return Rescan(before)
+            except psycopg.errors.InsufficientPrivilege as exc:
+                log.warning("the worker's role may not change publication %s: %s; the "
+                            "tables joining capture are not in the log until it is fixed "
+                            "(`dblog preflight` prints how)", self.options.publication,
+                            exc.diag.message_primary)
+                break
+        for table in found.removed:
+            self.chunks.captured.forget(table)
+        self.translator.describe_again(found.added)
+        return found
+
+    def _sync_publication(self, tables: Sequence[str]) -> None:
+        """Make the publication hold ``tables`` (and the watermark table), created with
+        ``publish_via_partition_root`` (a partitioned table's changes under its own name),
+        changed by ADD and DROP TABLE, which keep its settings. A table added gets its
+        ``not_before``: the xid below which every transaction must have ended before it is
+        read (what they wrote to it before it was added is in no log)."""
+        wanted = catalog.published_tables(tables, self.options.watermark_table)
         conn = self.conn
         exists = conn.execute(
             "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.options.publication,)
         ).fetchone()
-        names = ", ".join(f"{queries.ident(s)}.{queries.ident(n)}" for s, n in sorted(wanted))
         publication = queries.ident(self.options.publication)
-        if exists is None:  # a partitioned table's changes under its own name
+        if exists is None:
+            names = ", ".join(f"{queries.ident(s)}.{queries.ident(n)}" for s, n in sorted(wanted))
             conn.execute(f"CREATE PUBLICATION {publication} FOR TABLE {names} "
                          "WITH (publish_via_partition_root = true)".encode(), ())
             return
@@ -213,8 +282,18 @@ class PgSource:
                 queries.publication_tables_sql(), (self.options.publication,)
             ).fetchall()
         }
-        if current != wanted:
-            conn.execute(f"ALTER PUBLICATION {publication} SET TABLE {names}".encode(), ())
+        added, dropped = sorted(wanted - current), sorted(current - wanted)
+        if dropped:
+            names = ", ".join(f"{queries.ident(s)}.{queries.ident(n)}" for s, n in dropped)
+            conn.execute(f"ALTER PUBLICATION {publication} DROP TABLE {names}".encode(), ())
+        if added:
+            names = ", ".join(f"{queries.ident(s)}.{queries.ident(n)}" for s, n in added)
+            conn.execute(f"ALTER PUBLICATION {publication} ADD TABLE {names}".encode(), ())
+            row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text"
+                               ).fetchone()
+            assert row is not None
+            for schema, name in added:
+                self.chunks.not_before[f"{schema}.{name}"] = str(row[0])
 
     # -- the log --------------------------------------------------------------
 
@@ -319,7 +398,7 @@ class PgSource:
         if relation.namespace == SCHEMA and relation.name == "watermark":
             return RelationView(RelationKind.WATERMARK, table,
                                 watermark_columns=(names.index("source"), names.index("value")))
-        if table not in self.config.tables:
+        if table not in self.captured:
             return RelationView(RelationKind.IGNORED, table)
         captured = self.chunks.captured.known(table)
         if captured is None or captured.info.oid != relation.relation_oid:
@@ -434,6 +513,9 @@ class PgSource:
     def key_arity(self, table: str) -> int:
         return self.chunks.key_arity(table)
 
+    def masked_columns(self, table: str) -> dict[str, str]:
+        return self.chunks.masked_columns(table)
+
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
         self.chunks.check_keys(table, keys)
 
@@ -458,7 +540,8 @@ class PgSource:
         if index == 0:
             return self
         while len(self._lanes) < index:
-            self._lanes.append(_Lane(self.config, self._schema_version, self._replica))
+            self._lanes.append(_Lane(self.config, self._schema_version, self._replica,
+                                     self.captured.tables))
         return self._lanes[index - 1].chunks
 
     def close(self) -> None:
@@ -477,6 +560,13 @@ class PgSource:
             self._conn = None
 
 
+def _warnings(problems: Sequence[Problem]) -> list[Problem]:
+    """Problems of a table a pattern brought in: reported, but capture goes on."""
+    return [replace(p, what=f"{p.what} (a table a pattern matched: capture goes on)",
+                    capture=False, warning=True) for p in problems]
+
+
+
 def _connect(config: SourceConfig) -> Connection:
     """The source's autocommit connection: catalog reads, watermarks, chunk SELECTs."""
     with connection_errors("connecting"):
@@ -492,13 +582,13 @@ class _Lane:
     with the captured tables as it reads them; on the read replica if there is one."""
 
     def __init__(self, config: SourceConfig, schema_version: SchemaVersion,
-                 replica_of: Replica | None) -> None:
+                 replica_of: Replica | None, captured: Callable[[], Collection[str]]) -> None:
         self._config = config
         self._conn: Connection | None = None
         self._replica = None if replica_of is None \
             else Replica(config, replica_of.primary_identity)
         self.chunks = PgChunkReader(config, schema_version, self._connection,
-                                    replica=self._replica is not None)
+                                    replica=self._replica is not None, captured=captured)
 
     def _connection(self) -> Connection:
         if self._replica is not None:

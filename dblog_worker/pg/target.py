@@ -680,10 +680,7 @@ class PostgresTarget(Target):
             " AND position > %(cut)s ORDER BY position".encode(), params).fetchall()
         if not staged:
             return 0, 0
-        try:
-            steps = derived.plan(staged)
-        except ValueError as exc:
-            raise TargetError(f"{batch.target_table}: {exc}") from None
+        steps = derived.batch_steps(staged, batch.target_table)
         deleted = changed = 0
         for step in steps:
             if isinstance(step, derived.Prune):

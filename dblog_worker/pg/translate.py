@@ -16,7 +16,7 @@ until a snapshot sees it: after a watermark whose snapshot the source reported
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from enum import Enum
 
@@ -75,6 +75,7 @@ class LogTranslator:
         self._message_prefix = message_prefix(source_name)
         self._describe = describe
         self._relations: dict[int, RelationView] = {}
+        self._messages: dict[int, pg.Relation] = {}  # each relation's last description
         # the captured ones, with the reader of their inserts (the hot path)
         self._captured: dict[int, tuple[RelationView, TupleKeyRow]] = {}
         self._lsn = 0
@@ -179,18 +180,31 @@ class LogTranslator:
                 self._room, self._more = self.recent.limit, set()
             out.append(self.checkpoint(message.end_lsn))
         elif isinstance(message, pg.Relation):
-            view = self._describe(message)
-            self._relations[message.relation_oid] = view
-            if view.kind is RelationKind.CAPTURED:
-                assert view.codec is not None
-                self._captured[message.relation_oid] = (view, view.codec.tuple_key_row)
-            else:
-                self._captured.pop(message.relation_oid, None)
+            self._messages[message.relation_oid] = message
+            self._relate(message)
         elif isinstance(message, pg.Truncate):
             for oid in message.relation_oids:
                 view = self._view(oid)
                 if view.kind is RelationKind.CAPTURED:
                     self._append(out, view, Op.TRUNCATE, None, None, None)
+
+    def _relate(self, message: pg.Relation) -> None:
+        view = self._describe(message)
+        self._relations[message.relation_oid] = view
+        if view.kind is RelationKind.CAPTURED:
+            assert view.codec is not None
+            self._captured[message.relation_oid] = (view, view.codec.tuple_key_row)
+        else:
+            self._captured.pop(message.relation_oid, None)
+
+    def describe_again(self, tables: Collection[str]) -> None:
+        """``tables`` joined capture: a relation of that name described as ignored (renamed
+        into a pattern while its rows were in the publication) is described again, so that
+        its next rows are captured. A relation that left capture keeps its view: its rows
+        still on their way through the log were written while it was captured."""
+        for oid, view in list(self._relations.items()):
+            if view.kind is RelationKind.IGNORED and view.table in tables:
+                self._relate(self._messages[oid])
 
     def _view(self, oid: int) -> RelationView:
         try:

@@ -67,6 +67,7 @@ from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
 from types import MappingProxyType
 
+from dblog_worker.masking import TableMasks
 from dblog_worker.pg.encoders import Encoder, PgType, encoder_for
 
 __all__ = [
@@ -119,6 +120,7 @@ class RowCodec:
         "_key_positions",
         "_key_row",
         "_prefixes",
+        "_row_at",
         "_row_encoders",
         "_width",
         "column_names",
@@ -132,6 +134,7 @@ class RowCodec:
         type_oids: Sequence[int],
         key_columns: Sequence[str],
         types: Mapping[int, PgType],
+        masks: TableMasks | None = None,
     ) -> None:
         if len(column_names) != len(type_oids):
             raise ValueError(f"{len(column_names)} column names but {len(type_oids)} type OIDs")
@@ -148,27 +151,35 @@ class RowCodec:
         self.column_names: tuple[str, ...] = tuple(column_names)
         self.key_columns: tuple[str, ...] = tuple(key_columns)
         self._width = len(column_names)
+        masks = masks or TableMasks()
         encoders = tuple(encoder_for(oid, types) for oid in type_oids)
         self._prefixes = tuple(encode_basestring(name) + ":" for name in column_names)
-        self._row_encoders = encoders
+        # the row leaves the excluded columns out, and masks the masked ones (never a key)
+        self._row_at = tuple(i for i, n in enumerate(column_names) if not masks.excluded(n))
+        self._row_encoders = tuple(_masked(e, masks.scalar(n))
+                                   for e, n in zip(encoders, column_names, strict=True))
         self._key_positions = tuple((position[k], encoders[position[k]]) for k in key_columns)
         self._key_encoders = tuple(encoders[position[k]] for k in key_columns)
         key_at = tuple(position[k] for k in key_columns)
-        self._key_row = _compile_key_row(encoders, self._prefixes, key_at)
+        self._key_row = _compile_key_row(self._row_encoders, self._prefixes, key_at,
+                                         self._row_at)
         # tuple_key_row(message, offset): key_row of the pgoutput TupleData at offset of
         # message, the rest of it; None when it must be decoded the general way
-        self.tuple_key_row = _compile_tuple_key_row(encoders, self._prefixes, key_at)
+        self.tuple_key_row = _compile_tuple_key_row(self._row_encoders, self._prefixes,
+                                                    key_at, self._row_at)
 
     def row(self, values: Sequence[str | None]) -> str:
-        """The canonical JSON object of a row: ``{"col":value,...}`` in column order."""
+        """The canonical JSON object of a row: ``{"col":value,...}`` in column order (the
+        excluded columns left out, the masked ones masked)."""
         if len(values) != self._width:
             raise ValueError(f"row has {len(values)} values, the table {self._width} columns")
+        prefixes, encoders = self._prefixes, self._row_encoders
         return (
             "{"
             + ",".join(
                 [
-                    p + ("null" if v is None else e(v))
-                    for p, e, v in zip(self._prefixes, self._row_encoders, values, strict=False)
+                    prefixes[i] + ("null" if (v := values[i]) is None else encoders[i](v))
+                    for i in self._row_at
                 ]
             )
             + "}"
@@ -209,8 +220,16 @@ class RowCodec:
         )
 
 
+def _masked(encoder: Encoder, mask: Callable[[str], str] | None) -> Encoder:
+    """``encoder``, its JSON fragment masked (:mod:`dblog_worker.masking`)."""
+    if mask is None:
+        return encoder
+    return lambda text: mask(encoder(text))
+
+
 def _compile_key_row(
-    encoders: Sequence[Encoder], prefixes: Sequence[str], key_positions: Sequence[int]
+    encoders: Sequence[Encoder], prefixes: Sequence[str], key_positions: Sequence[int],
+    row_positions: Sequence[int],
 ) -> Callable[[Sequence[str | None]], tuple[str, str]]:
     """A function ``values -> (key, row)`` for one table, with no loop and no dispatch.
 
@@ -224,13 +243,16 @@ def _compile_key_row(
         f"    ({''.join(f'v{i}, ' for i in range(len(encoders)))}) = values",
     ]
     for i, encoder in enumerate(encoders):
-        encoded = _call(i, encoder, f"v{i}", namespace)
-        lines.append(f"    x{i} = 'null' if v{i} is None else {encoded}")
-    return _generated("key_row", lines, namespace, prefixes, key_positions)  # type: ignore[return-value]
+        if i in key_positions or i in row_positions:
+            encoded = _call(i, encoder, f"v{i}", namespace)
+            lines.append(f"    x{i} = 'null' if v{i} is None else {encoded}")
+    return _generated("key_row", lines, namespace, prefixes, key_positions,  # type: ignore[return-value]
+                      row_positions)
 
 
 def _compile_tuple_key_row(
-    encoders: Sequence[Encoder], prefixes: Sequence[str], key_positions: Sequence[int]
+    encoders: Sequence[Encoder], prefixes: Sequence[str], key_positions: Sequence[int],
+    row_positions: Sequence[int],
 ) -> Callable[[bytes, int], tuple[str, str] | None]:
     """A function ``(message, offset) -> (key, row)`` for one table, reading a pgoutput
     TupleData of text and NULL values straight from the message's bytes: the same
@@ -246,12 +268,14 @@ def _compile_tuple_key_row(
         "    off += 2",
     ]
     for i, encoder in enumerate(encoders):
+        text = "buf[start:off].decode()"
+        used = i in key_positions or i in row_positions  # an excluded column is skipped
         lines += [
             "    kind = buf[off]",
             "    if kind == 116:",  # 't': text
             "        start = off + 5",
             "        off = start + u32(buf, off + 1)[0]",
-            f"        x{i} = {_call(i, encoder, 'buf[start:off].decode()', namespace)}",
+            f"        x{i} = {_call(i, encoder, text, namespace) if used else 'None'}",
             "    elif kind == 110:",  # 'n': NULL
             f"        x{i} = 'null'",
             "        off += 1",
@@ -259,7 +283,8 @@ def _compile_tuple_key_row(
             "        return None",
         ]
     lines += ["    if off != len(buf):", "        return None"]
-    return _generated("tuple_key_row", lines, namespace, prefixes, key_positions)  # type: ignore[return-value]
+    return _generated("tuple_key_row", lines, namespace, prefixes,  # type: ignore[return-value]
+                      key_positions, row_positions)
 
 
 _U16 = struct.Struct(">H").unpack_from
@@ -276,12 +301,13 @@ def _call(i: int, encoder: Encoder, text: str, namespace: dict[str, object]) -> 
 
 
 def _generated(name: str, lines: list[str], namespace: dict[str, object],
-               prefixes: Sequence[str], key_positions: Sequence[int]) -> object:
+               prefixes: Sequence[str], key_positions: Sequence[int],
+               row_positions: Sequence[int]) -> object:
     """Define function ``name`` from ``lines``, which leave each column's JSON in ``x<i>``,
-    returning ``(key, row)``."""
+    returning ``(key, row)``: the row of the columns at ``row_positions``."""
     parts = []
-    for i, prefix in enumerate(prefixes):
-        namespace[f"p{i}"] = ("{" if i == 0 else ",") + prefix
+    for n, i in enumerate(row_positions):
+        namespace[f"p{i}"] = ("{" if n == 0 else ",") + prefixes[i]
         parts += [f"p{i}", f"x{i}"]
     key = ", ".join(f"x{i}" for i in key_positions)
     key_text = f"'[' + ','.join(({key},)) + ']'" if key_positions else "'[]'"

@@ -28,7 +28,7 @@ values, ``(k1, k2) > (b1, b2)``; in ``binary`` key order text keys compare ``COL
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -36,6 +36,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dblog_worker.errors import SourceUnavailable
+from dblog_worker.pg.catalog import types_of
+from dblog_worker.pg.encoders import BUILTIN_TYPES, encoder_for
 from dblog_worker.pg.options import POSTGRESQL
 from dblog_worker.pg.queries import ident, sql_text
 from dblog_worker.pg.values import libpq_options
@@ -82,15 +84,18 @@ PG_TABLE_SQL = (
 
 PG_COLUMNS_SQL = (
     "SELECT a.attname, coalesce(b.typname, t.typname), format_type(a.atttypid, NULL), "
-    "coalesce(b.typcategory, t.typcategory), l.collname "
+    "coalesce(b.typcategory, t.typcategory), l.collname, a.atttypid::int, "
+    "CASE WHEN a.attgenerated <> '' THEN pg_get_expr(g.adbin, g.adrelid) END "
     "FROM pg_catalog.pg_attribute a "
+    "LEFT JOIN pg_catalog.pg_attrdef g ON g.adrelid = a.attrelid AND g.adnum = a.attnum "
     "JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
     "LEFT JOIN pg_catalog.pg_type b ON b.oid = t.typbasetype AND t.typtype = 'd' "
     "LEFT JOIN pg_catalog.pg_collation l ON l.oid = a.attcollation "
     "WHERE a.attrelid = CAST(%s AS oid) AND a.attnum > 0 AND NOT a.attisdropped "
     "ORDER BY a.attnum"
 )
-"""Name, type name, cast type, category and collation of each column; parameter the oid."""
+"""Name, type name, cast type, category, collation and type OID of each column; parameter
+the table's oid."""
 
 PG_KEY_SQL = (
     "SELECT a.attname FROM pg_catalog.pg_index i "
@@ -182,12 +187,15 @@ class PgVerifySql:
         collate, provider, icu = query(PG_DATABASE_SQL, [])[0]
         default = f"icu:{icu}" if provider == "i" else str(collate)
         columns = []
-        for attname, typname, cast, category, collation in query(PG_COLUMNS_SQL, [oid]):
+        for attname, typname, cast, category, collation, type_oid, expression in query(
+                PG_COLUMNS_SQL, [oid]):
             effective = None if collation is None else (
                 default if collation == "default" else str(collation))
             columns.append(Column(attname, typname, pg_family(typname, category, role),
                                   cast=cast,
-                                  collation="C" if effective == "POSIX" else effective))
+                                  collation="C" if effective == "POSIX" else effective,
+                                  native=int(type_oid),
+                                  generated=None if expression is None else str(expression)))
         key = tuple(str(row[0]) for row in query(PG_KEY_SQL, [oid]))
         return TableDescription(POSTGRESQL, table, tuple(columns), key)
 
@@ -211,6 +219,17 @@ class PgVerifySql:
             return f"(extract(epoch FROM {ref}) * 1000000)::int8::text"
         # the type's output, as landed: ::text drops bpchar's padding, adds inet's /32
         return f"CASE WHEN {ref} IS NULL THEN NULL ELSE concat({ref}) END"
+
+    def fragment_sql(self, column: Column, ref: str) -> str:
+        # the type's text output, as the worker's chunk SELECT reads it (with the same
+        # session settings): concat, unlike ::text, keeps a char(n)'s padding
+        return f"CASE WHEN {ref} IS NULL THEN NULL ELSE concat({ref}) END"
+
+    def fragment_of(self, query: Query, column: Column) -> Callable[[Any], str | None]:
+        assert isinstance(column.native, int)
+        oid = column.native
+        encoder = encoder_for(oid, types_of(query, [oid], BUILTIN_TYPES))
+        return lambda cell: None if cell is None else encoder(str(cell))
 
     def row_sql(self, values: Sequence[str], free: Sequence[bool]) -> str:
         items = []

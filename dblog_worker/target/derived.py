@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from dblog_worker.errors import TargetError
 from dblog_worker.foreign_keys import Action, parse_actions, parse_prune
 
 __all__ = ["ActionRun", "Prune", "Slot", "Step", "plan"]
@@ -136,3 +137,11 @@ def plan(staged: Iterable[Staged]) -> list[Step]:
     if run is not None:
         steps.append(run.step())
     return steps
+
+
+def batch_steps(staged: Iterable[Staged], target_table: str) -> list[Step]:
+    """:func:`plan` for a target: a malformed event is the target table's TargetError."""
+    try:
+        return plan(staged)
+    except ValueError as exc:
+        raise TargetError(f"{target_table}: {exc}") from None

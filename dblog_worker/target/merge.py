@@ -113,7 +113,7 @@ def merge_source(config: Config, stage: Stager, tables: Sequence[str] = (),
     target_config = config.require_target()
     config.source.check_table_names(tables)
     reader = open_reader(config.landing_path, config.source.name, config.landing_format)
-    chosen = list(tables) or sorted(set(reader.tables()) | set(config.source.tables))
+    chosen = list(tables) or sorted(set(reader.tables()) | set(config.source.selector.names))
     report = MergeReport(parallel_tables=config.merge.parallel_tables)
     report.tables = [TableReport(table=t, target_table=target_config.table(t)) for t in chosen]
     setup = targets(target_config)

@@ -1,4 +1,4 @@
-"""The running dump as people see it: per table, the share done and the time to go."""
+"""The running dumps as people see them: per table, the share done and the time to go."""
 
 from __future__ import annotations
 
@@ -27,47 +27,63 @@ class _TableDump:
 
 
 class DumpProgress:
-    """The view of the dump request this worker runs: JSON-ready, as the status shows it."""
+    """The views of the dump requests this worker runs (queue order: priority, then age),
+    JSON-ready, as the status shows them."""
 
     def __init__(self) -> None:
-        self.view: dict[str, Any] | None = None
+        self.views: dict[str, dict[str, Any]] = {}
         self._tables: dict[tuple[str, str], _TableDump] = {}
+        self._windows: dict[str, int] = {}  # windows opened, by priority
+        self._before: set[str] = set()  # the dumps of the last session, which may resume
+
+    @property
+    def view(self) -> dict[str, Any] | None:
+        """The first running dump's view (for readers of one dump at a time)."""
+        return next(iter(self.views.values()), None)
 
     def runs(self, request_id: str) -> bool:
-        return self.view is not None and self.view["request_id"] == request_id
+        """Whether the dump ran here already (in this session, or the last one)."""
+        return request_id in self.views or request_id in self._before
 
-    def copy(self) -> dict[str, Any] | None:
-        if self.view is None:
-            return None
-        return dict(self.view, tables=[dict(t) for t in self.view["tables"]])
+    def copies(self) -> list[dict[str, Any]]:
+        return [dict(view, tables=[dict(t) for t in view["tables"]])
+                for view in self.views.values()]
 
     def start(self, dump: ActiveDump, now: float) -> dict[str, Any]:
         """The worker took ``dump`` up: it starts, or goes on in a new session."""
-        self._tables = {k: v for k, v in self._tables.items() if k[0] == dump.id}
-        self.view = self._view(dump, now)
-        return self.view
+        view = self.views[dump.id] = self._view(dump, now)
+        return view
 
     def update(self, dump: ActiveDump, now: float) -> dict[str, Any] | None:
         """The new view, if its tables or its request's state changed."""
-        before = self.view
-        self.view = view = self._view(dump, now)
+        before = self.views.get(dump.id)
+        self.views[dump.id] = view = self._view(dump, now)
         if before is None or before["tables"] != view["tables"] or \
                 before["state"] != view["state"] or before["waiting"] != view["waiting"] or \
+                before["priority"] != view["priority"] or \
                 _decision(before["throttle"]) != _decision(view["throttle"]):
             return view
         return None
 
     def end(self, request_id: str, state: str) -> list[dict[str, Any]] | None:
-        """The dump ended in ``state``: its last progress, if it was the one running."""
+        """The dump ended in ``state``: its last progress, if it was running here."""
         progress = None
-        if self.view is not None and self.view["request_id"] == request_id:
-            progress = [dict(table) for table in self.view["tables"]]
+        view = self.views.pop(request_id, None)
+        if view is not None:
+            progress = [dict(table) for table in view["tables"]]
             if state == "completed":
                 for table in progress:
                     table["ratio"], table["eta_s"] = 1.0, 0.0
-            self.view = None
-        self._tables = {}
+        self._tables = {k: v for k, v in self._tables.items() if k[0] != request_id}
         return progress
+
+    def clear(self) -> None:
+        """The session ended: the next one takes its requests up again (they resume)."""
+        self._before = set(self.views)
+        self.views.clear()
+
+    def window_opened(self, priority: str) -> None:
+        self._windows[priority] = self._windows.get(priority, 0) + 1
 
     def first_key(self, dump_id: str, table: str, chunk: Future[Encoded]) -> None:
         """``chunk``, a table's first, starts the table's key range with its first key."""
@@ -90,27 +106,34 @@ class DumpProgress:
         waiting: Samples = []
         throttle_delay: Samples = []
         throttle_over: Samples = []
-        if self.view is not None:
-            request = self.view["request_id"]
-            state.append(({"request": request, "state": self.view["state"]}, 1))
-            waiting.append(({"request": request}, 1 if self.view["waiting"] else 0))
-            throttle = self.view["throttle"]
+        for view in self.views.values():
+            request = view["request_id"]
+            state.append(({"request": request, "state": view["state"],
+                           "priority": view["priority"]}, 1))
+            waiting.append(({"request": request}, 1 if view["waiting"] else 0))
+            throttle = view["throttle"]
             if throttle is not None:
                 throttle_delay.append(({"request": request}, throttle["delay_ms"] / 1000))
                 for signal in throttle["signals"]:
                     throttle_over.append(({"request": request, "signal": signal},
                                           1 if signal in throttle["over"] else 0))
-            for table in self.view["tables"]:
+            for table in view["tables"]:
                 labels = {"request": request, "table": table["table"]}
                 if table["ratio"] is not None:
                     progress.append((labels, table["ratio"]))
                 if table["eta_s"] is not None:
                     eta.append((labels, table["eta_s"]))
         out.metric("dblog_dump_state", "gauge",
-                   "1 for the dump request this worker runs, labelled with its state.", state)
+                   "1 for each dump request this worker runs, labelled with its state and "
+                   "priority.", state)
+        out.metric("dblog_dump_windows_total", "counter",
+                   "Watermark windows opened for dumps, by the requests' priority (their "
+                   "share of windows).",
+                   [({"priority": p}, n) for p, n in sorted(self._windows.items())])
         out.metric("dblog_dump_waiting", "gauge",
-                   "1 while the last window of the running dump read nothing (a read replica "
-                   "behind, a table locked: the status says why), else 0.", waiting)
+                   "1 while a running dump reads nothing: its last window read nothing (a "
+                   "read replica behind, a table locked) or more urgent requests hold every "
+                   "slot; the status says why. Else 0.", waiting)
         out.metric("dblog_dump_throttle_delay_seconds", "gauge",
                    "The running dump's automatic throttle: what it adds to the delay before "
                    "the next window (its policy on).", throttle_delay, unit="seconds")
@@ -154,8 +177,9 @@ class DumpProgress:
                 "eta_s": None if eta is None else round(eta, 1),
             })
         return {"request_id": dump.id, "kind": request.kind.value, "state": request.state.value,
+                "priority": request.priority.value,
                 "chunk_size": request.chunk_size, "delay_ms": request.delay_ms,
-                "parallelism": request.parallelism, "waiting": dump.waiting,
+                "parallelism": request.parallelism, "waiting": dump.why_waiting,
                 "throttle": _throttle(dump), "tables": tables,
                 "eta_s": None if remaining is None else round(remaining, 1)}
 

@@ -55,6 +55,7 @@ class Telemetry:
         self._landed = Landed(lag_points)
         self._windows = Windows()
         self._dump = DumpProgress()
+        self._tables: dict[str, Any] = {}  # the selection: captured and excluded, with why
         self._landing_files = LandingFiles()
         self.registry = CollectorRegistry()  # the worker's own, not prometheus_client's global
         self.registry.register(TelemetryCollector(source, self.write_metrics))
@@ -88,6 +89,7 @@ class Telemetry:
         with self._lock:
             self._life.connected = False
             self._windows.clear()
+            self._dump.clear()
             if error is None:
                 self._feed.add("session", state="stopped", run_id=self._life.run_id)
                 return
@@ -132,12 +134,16 @@ class Telemetry:
         low: str,
         selected: int,
         first_chunk: Future[Encoded] | None = None,
+        *,
+        priority: str = "normal",
     ) -> None:
         """LW and HW written and the chunk selected between them; ``first_chunk``: the
-        rows of a table's first chunk, whose first key starts the table's key range."""
+        rows of a table's first chunk, whose first key starts the table's key range;
+        ``priority``: the dump request's."""
         with self._lock:
             self._windows.opened(OpenWindow(table, dump_id, low, selected, self._clock(),
                                             first_chunk))
+            self._dump.window_opened(priority)
             self._feed.add("window_opened", table=table, dump_id=dump_id, low=low,
                            selected=selected, window=low.rsplit(".", 1)[0])
 
@@ -185,6 +191,7 @@ class Telemetry:
             view = self._dump.start(dump, self._clock())
             self._feed.add("dump", state="resumed" if resumed else "started",
                            request_id=dump.id, kind=request.kind.value,
+                           priority=request.priority.value,
                            tables=list(request.tables), progress=view["tables"],
                            eta_s=view["eta_s"])
 
@@ -194,7 +201,8 @@ class Telemetry:
             view = self._dump.update(dump, self._clock())
             if view is not None:
                 self._feed.add("dump", state="progress", request_id=dump.id,
-                               request_state=view["state"], progress=view["tables"],
+                               request_state=view["state"], priority=view["priority"],
+                               progress=view["tables"],
                                eta_s=view["eta_s"], waiting=view["waiting"],
                                throttle=view["throttle"])
 
@@ -206,6 +214,16 @@ class Telemetry:
             self._feed.add("dump", state=state, request_id=request_id, error=error,
                            progress=progress)
 
+    def tables(self, selection: Mapping[str, Any]) -> None:
+        """What the source captures now (``Selection.to_json``)."""
+        with self._lock:
+            self._tables = dict(selection)
+
+    def tables_changed(self, joined: Sequence[str], left: Sequence[str]) -> None:
+        """Tables joined or left capture while the worker ran."""
+        with self._lock:
+            self._feed.add("tables", joined=list(joined), left=list(left))
+
     # -- readers: called by any thread ------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
@@ -214,7 +232,7 @@ class Telemetry:
             now = self._clock()
             life, checkpoint, lag = self._life, self._checkpoint, self._lag
             window = self._windows.open[0] if self._windows.open else None
-            dump = self._dump.view
+            dumps = self._dump.copies()
             return {
                 "source": self.source,
                 "version": __version__,
@@ -240,14 +258,18 @@ class Telemetry:
                     "opened_at": window.opened_at, "low": window.low,
                 },
                 "open_windows": len(self._windows.open),
-                "active_request": None if dump is None else dump["request_id"],
+                "active_requests": [view["request_id"] for view in dumps],
+                # the first of them, for readers of one dump at a time
+                "active_request": dumps[0]["request_id"] if dumps else None,
                 "events_per_s": round(self._landed.per_s(now), 1),
                 "events_landed": self._landed.total,
                 "uptime_s": round(now - self._started, 3),
                 "sessions": life.sessions,
                 "reconnects": life.reconnects,
                 "errors": dict(life.errors),
-                "dump": self._dump.copy(),
+                "dumps": dumps,
+                "dump": dumps[0] if dumps else None,
+                "tables": dict(self._tables),
             }
 
     def feed(self, after: int, limit: int = 500) -> dict[str, Any]:
@@ -288,4 +310,9 @@ class Telemetry:
             self._checkpoint.metrics(out, now)
             self._windows.metrics(out)
             self._dump.metrics(out)
+            captured = self._tables.get("captured")
+            if isinstance(captured, dict):
+                out.metric("dblog_captured_tables", "gauge",
+                           "The tables the source captures now (source.tables, its patterns "
+                           "matched against the catalog).", [({}, float(len(captured)))])
             self._landing_files.metrics(out)

@@ -86,6 +86,9 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     "backfill_from_key": ("The first primary key the backfill dumps (one table only). "
                           "Default: none.", "1000"),
     "backfill_to_key": ("The last primary key the backfill dumps. Default: none.", "2000"),
+    "backfill_priority": ("The backfill dump's priority: urgent, normal or background, its "
+                          "share of the worker's windows while other dumps run. Default: "
+                          "background.", "background"),
 }
 
 

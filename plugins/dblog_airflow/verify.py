@@ -12,6 +12,7 @@ from dblog_airflow._errors import task_errors
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook, as_tables
 from dblog_worker import verify as verify_module
 from dblog_worker import verify_report
+from dblog_worker.control import captured_tables
 from dblog_worker.verify import VerifyOptions
 from dblog_worker.verify_report import KeyValues, TableResult, VerifyResult
 
@@ -45,7 +46,7 @@ def run_verify(dblog_conn_id: str = DEFAULT_CONN_ID, tables: str | Sequence[str]
     hook = DblogHook(dblog_conn_id)
     with task_errors():
         config = hook.load_config()
-        names = as_tables(tables) or list(config.source.tables)
+        names = as_tables(tables) or captured_tables(config)
         paths = (verify_report.keys_paths(str(Path(keys_out_dir) / "{table}.keys.json"), names)
                  if keys_out_dir else {})
         result = verify_module.verify(config, names, VerifyOptions(

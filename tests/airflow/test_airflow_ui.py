@@ -9,6 +9,10 @@ target that was a copy of the source until each test damages it.
   source again.
 - By hand, through the REST API the UI's buttons call: the deferred *wait* task marked
   failed cancels the dump; *Clear* of the failed run queues a new request, which repairs.
+- During a backfill: ``dblog_backfill``'s scheduled run dumps the table slowly, in the
+  background; a repair triggered from the UI meanwhile (urgent) finishes first, the
+  backfill's dump still running; once the backfill's dump ends, its run ends too (the
+  *pace* task does not hold it for its next poke).
 
 The screenshot of the filled form is docs/airflow-repair-form.png: with
 ``DBLOG_UPDATE_SCREENSHOTS=1`` the test writes it there, otherwise under its tmp_path.
@@ -22,9 +26,11 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.error
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -33,7 +39,7 @@ import pytest
 import redis
 
 from dblog_worker import config as config_module
-from dblog_worker.requests import DumpRequest, RequestState
+from dblog_worker.requests import DumpRequest, Priority, RequestState
 from dblog_worker.state import StateStore
 from dblog_worker.verify import verify
 from tests.airflow.conftest import ROOT, target_sections
@@ -105,6 +111,11 @@ def rig(postgres_server: PostgresServer, redis_server: RedisServer,
                                                       "host": "local[2]"}),
             "AIRFLOW__DBLOG__CONFIG": str(config),
             "AIRFLOW__DBLOG__POLL_INTERVAL_S": "1",
+            # dblog_backfill (paused until a test unpauses it): ten rows a window, ten
+            # seconds apart: some five minutes for the table
+            "AIRFLOW__DBLOG__BACKFILL_CHUNK_SIZE": "10",
+            "AIRFLOW__DBLOG__BACKFILL_DELAY_MS": "10000",
+            "AIRFLOW__DBLOG__BACKFILL_VERIFY": "false",
         }) as live:
             yield Rig(live, config, pg_dsn, pg_target, redis_url)
     finally:
@@ -142,20 +153,13 @@ def open_section(browser: Browser, name: str) -> None:
                        f"{browser.text()[-3000:]}")
 
 
-@pytest.mark.timeout(420)
-def test_repair_from_the_trigger_form(rig: Rig, tmp_path: Path) -> None:
+def trigger_repair_from_the_form(live: LiveAirflow, tmp_path: Path,
+                                 screenshot: Path | None = None) -> str:
+    """What an operator does: the DAG's page, *Trigger*, the form's *Table*, *Trigger*;
+    the new run's id."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: ./scripts/install installs it "
                     "(apt-get install chromium)")
-    live = rig.live
-    with psycopg.connect(rig.target, autocommit=True) as target:
-        target.execute("UPDATE public.items SET name = 'damaged' WHERE id IN (5, 200)")
-        target.execute("DELETE FROM public.items WHERE id = 7")
-        target.execute("INSERT INTO public.items (id, name, qty) VALUES (90000, 'extra', 1)")
-    assert not rig.equal()
-
-    screenshot = SCREENSHOT if os.environ.get("DBLOG_UPDATE_SCREENSHOTS") == "1" \
-        else tmp_path / SCREENSHOT.name
     before = live.run_ids("dblog_repair")
     with Browser(1280, 900) as browser:
         try:
@@ -173,7 +177,8 @@ def test_repair_from_the_trigger_form(rig: Rig, tmp_path: Path) -> None:
                              "the Table field to take the table and Trigger to be enabled")
             browser.evaluate("document.activeElement.blur()")
             time.sleep(0.5)  # the datalist's popup and the field's focus ring fade out
-            browser.screenshot(screenshot)
+            if screenshot is not None:
+                browser.screenshot(screenshot)
             browser.click("document.querySelector('[data-testid=trigger-dag-submit]')",
                           "the form's Trigger button")
             browser.wait_for("!document.querySelector('[data-testid=trigger-dag-submit]')",
@@ -182,9 +187,23 @@ def test_repair_from_the_trigger_form(rig: Rig, tmp_path: Path) -> None:
             browser.screenshot(tmp_path / "failure.png")
             print(f"the page when the test failed: {tmp_path / 'failure.png'}")
             raise
-    assert png_size(screenshot) == (1280, 900)
-
     [run_id] = live.run_ids("dblog_repair") - before
+    return run_id
+
+
+@pytest.mark.timeout(420)
+def test_repair_from_the_trigger_form(rig: Rig, tmp_path: Path) -> None:
+    live = rig.live
+    with psycopg.connect(rig.target, autocommit=True) as target:
+        target.execute("UPDATE public.items SET name = 'damaged' WHERE id IN (5, 200)")
+        target.execute("DELETE FROM public.items WHERE id = 7")
+        target.execute("INSERT INTO public.items (id, name, qty) VALUES (90000, 'extra', 1)")
+    assert not rig.equal()
+
+    screenshot = SCREENSHOT if os.environ.get("DBLOG_UPDATE_SCREENSHOTS") == "1" \
+        else tmp_path / SCREENSHOT.name
+    run_id = trigger_repair_from_the_form(live, tmp_path, screenshot)
+    assert png_size(screenshot) == (1280, 900)
     run = live.wait_run("dblog_repair", run_id)
     assert run["conf"]["table"] == TABLE, run
     assert live.task_states("dblog_repair", run_id) == dict.fromkeys(
@@ -265,4 +284,78 @@ def test_a_repair_stopped_by_hand_then_cleared_dumps_anew(rig: Rig) -> None:
     assert (run["state"], live.task_states("dblog_repair", run_id)) == ("success", dict.fromkeys(
         ["compare", "submit", "wait", "merge", "remove_extra", "verify"], "success")), \
         live.task_logs("dblog_repair", run_id)[-12000:]
+    assert rig.equal()
+
+
+@pytest.mark.timeout(900)
+def test_a_repair_during_a_backfill_finishes_first(rig: Rig, tmp_path: Path) -> None:
+    """The platform's promise: an operator who repairs a table during a backfill does not
+    wait for the backfill. ``dblog_backfill``'s scheduled run dumps the table in the
+    background, ten rows every ten seconds; the repair triggered from the UI meanwhile is
+    urgent: its dump runs at once, next to the backfill's, and the whole run (compare,
+    dump, merge, verify) succeeds while the backfill's dump still runs. Then the backfill's
+    dump is sped up; once it completes, its run ends with it (merge, and the *pace* task
+    woken by the dump's end rather than at its next poke, five minutes on)."""
+    live = rig.live
+
+    def unpaused() -> bool:  # its scheduled run starts; the file may not be parsed yet
+        try:
+            live.api("PATCH", "/api/v2/dags/dblog_backfill", {"is_paused": False})
+            return True
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise
+            return False
+
+    wait_for(unpaused, 120, "Airflow to list dblog_backfill",
+             lambda: str(live.api("GET", "/api/v2/importErrors")))
+    backfill: dict[str, DumpRequest] = {}
+
+    def backfill_runs() -> bool:
+        runs = live.run_ids("dblog_backfill")
+        for run_id in runs:
+            found = request_of(rig, f"airflow:dblog_backfill:{run_id}:submit:-1")
+            if found is not None and found.state is RequestState.RUNNING:
+                backfill[run_id] = found
+        return bool(backfill)
+
+    wait_for(backfill_runs, 240, "the scheduled backfill's dump to run",
+             lambda: live.logs())
+    [(backfill_run, dump)] = backfill.items()
+    assert (dump.priority, dump.delay_ms, dump.chunk_size) == (Priority.BACKGROUND, 10000, 10)
+
+    with psycopg.connect(rig.target, autocommit=True) as target:
+        target.execute("UPDATE public.items SET qty = -1 WHERE id IN (150, 250)")
+    repair_run = trigger_repair_from_the_form(live, tmp_path)
+    run = live.wait_run("dblog_repair", repair_run, timeout=420)
+    assert live.task_states("dblog_repair", repair_run) == dict.fromkeys(
+        ["compare", "submit", "wait", "merge", "remove_extra", "verify"], "success"), \
+        live.task_logs("dblog_repair", repair_run)[-12000:]
+    assert run["state"] == "success"
+    repair = request_of(rig, f"airflow:dblog_repair:{repair_run}:submit:-1")
+    assert repair is not None and (repair.state, repair.priority) == (
+        RequestState.COMPLETED, Priority.URGENT)
+    still = request_of(rig, f"airflow:dblog_backfill:{backfill_run}:submit:-1")
+    assert still is not None and still.state is RequestState.RUNNING, \
+        "the backfill's dump ended before the repair's run: it did not run side by side"
+    assert live.run("dblog_backfill", backfill_run)["state"] == "running"
+    assert live.task_states("dblog_backfill", backfill_run)["pace"] == "deferred"
+
+    subprocess.run([sys.executable, "-m", "dblog_worker", "set", "--config", str(rig.config),
+                    dump.id, "--delay-ms", "0"], check=True, capture_output=True, timeout=60)
+    wait_for(lambda: (request_of(rig, f"airflow:dblog_backfill:{backfill_run}:submit:-1")
+                      or dump).state is RequestState.COMPLETED, 120,
+             "the backfill's dump to complete", lambda: live.logs())
+    ended = live.wait_run("dblog_backfill", backfill_run, timeout=240)
+    states = live.task_states("dblog_backfill", backfill_run)
+    assert (ended["state"], states["wait"], states["pace"], states["merge"]) == (
+        "success", "success", "success", "success"), \
+        live.task_logs("dblog_backfill", backfill_run)[-12000:]
+    done = request_of(rig, f"airflow:dblog_backfill:{backfill_run}:submit:-1")
+    assert done is not None
+    pace = live.api("GET", f"/api/v2/dags/dblog_backfill/dagRuns/{backfill_run}"
+                           "/taskInstances/pace")
+    pace_ended = datetime.fromisoformat(pace["end_date"]).timestamp()
+    assert pace_ended - done.updated_at < 60, (pace["end_date"], done.updated_at)
+    live.api("PATCH", "/api/v2/dags/dblog_backfill", {"is_paused": True})
     assert rig.equal()

@@ -91,7 +91,9 @@ def dump_dag(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
 @pytest.mark.parametrize("error", [None, "table public.b was dropped"])
 def test_dump_and_deferred_wait_in_a_dag_run(airflow_db: Path, store: StateStore, redis_url: str,
                                              dump_dag: DAG, error: str | None) -> None:
-    lease = Lease(redis_url, SOURCE, ttl_s=60)  # a leader with its HTTP API, as a worker
+    # a leader with its HTTP API, as a worker; held for the whole DAG run, however long a
+    # loaded machine takes to start its tasks (the link comes from the lease)
+    lease = Lease(redis_url, SOURCE, ttl_s=3600)
     assert lease.acquire(http="http://127.0.0.1:8470") is not None
     stop = threading.Event()
     worker = threading.Thread(target=play_worker, args=(store, stop, error))

@@ -22,10 +22,17 @@ from zoneinfo import ZoneInfo
 import pytest
 from airflow.sdk import DAG, Context
 from airflow.sdk.definitions.param import ParamsDict
-from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    ParamValidationError,
+    TaskDeferred,
+)
 from dblog_airflow.operators.dump import DblogDumpOperator
+from dblog_airflow.triggers.dump import DblogDumpTrigger
 
-from dblog_worker.requests import DumpKind, DumpRequest, RequestState
+from dblog_worker.dump_spec import DumpSpec
+from dblog_worker.requests import DumpKind, DumpRequest, Priority, RequestState
 from dblog_worker.state import StateStore
 from tests.airflow.conftest import DblogConnection
 from tests.airflow.dag_files import DAGS, dag_bag, load_dags
@@ -395,19 +402,36 @@ def test_check_dump_carries_the_filter() -> None:
     assert form.row_filter is not None
     assert form.row_filter.describe() == ('region in ("EU", "US") AND qty > "3" AND '
                                           'key >= ["10"] AND key <= ["abc"]')
-    assert form.as_xcom() == {
-        "scope": "tables", "tables": ["public.a"], "keys": None,
-        "where": '[{"column": "region", "op": "in", "values": ["EU", "US"]}, '
-                 '{"column": "qty", "op": ">", "value": "3"}]',
-        "from_key": '["10"]', "to_key": '["abc"]', "filter": form.row_filter.describe()}
-    assert check_dump("all", [], None, [{"column": "deleted_at", "op": "is null"}],
-                      "", None).as_xcom()["where"] == (
-        '[{"column": "deleted_at", "op": "is null"}]')
+    assert json.loads(form.spec.to_json()) == {
+        "kind": "tables", "tables": ["public.a"], "keys": None, "chunk_size": 5000,
+        "delay_ms": 0, "parallelism": 1, "client_token": None, "throttle": None,
+        "prune": False, "priority": None,
+        "where": [{"column": "region", "op": "in", "values": ["EU", "US"]},
+                  {"column": "qty", "op": ">", "value": "3"}],
+        "from_key": ["10"], "to_key": ["abc"]}
+    assert DumpSpec.from_json(form.spec.to_json()) == form.spec
+    assert json.loads(check_dump("all", [], None, [{"column": "deleted_at", "op": "is null"}],
+                                 "", None).spec.to_json())["where"] == [
+        {"column": "deleted_at", "op": "is null"}]
     plain = check_dump("tables", ["public.a"], None, [], "  ", None)
     assert plain.row_filter is None
-    assert plain.as_xcom() | {"tables": []} == {
-        "scope": "tables", "tables": [], "keys": None, "where": None, "from_key": None,
-        "to_key": None, "filter": None}
+    assert json.loads(plain.spec.to_json())["where"] is None
+
+
+def test_check_dump_takes_the_forms_knobs_and_priority() -> None:
+    form = {"chunk_size": 70, "delay_ms": 5, "parallelism": 2, "priority": "background",
+            "throttle_max_chunk_ms": 40, "throttle_max_active_sessions": 0,
+            "throttle_max_replica_lag_ms": 0, "throttle_max_log_lag_mb": 0}
+    spec = check_dump("all", [], None, pace=form, delay_ms=900).spec
+    assert (spec.chunk_size, spec.delay_ms, spec.parallelism, spec.priority) == (
+        70, 900, 2, Priority.BACKGROUND)
+    assert spec.throttle.limits()["max_chunk_ms"] == 40
+    unthrottled = check_dump("keys", ["public.a"], "[1]", pace={**form, "priority": None,
+                                                                "throttle_max_chunk_ms": 0})
+    assert (unthrottled.spec.throttle.on, unthrottled.spec.queue_priority) == (
+        False, Priority.URGENT)
+    with pytest.raises(ValueError, match="priority must be one of urgent, normal, background"):
+        check_dump("all", [], None, pace={"priority": "soon"})
 
 
 @pytest.mark.parametrize(("scope", "tables", "keys", "where", "from_key", "to_key", "message"), [
@@ -504,10 +528,10 @@ def test_the_backfill_renders_its_filter_for_the_request(
     since = [{"column": "updated_at", "op": ">=", "value": "{{ data_interval_start }}"}]
     plan, context = run_check(dag, {"scope": "tables", "tables": ["public.orders"],
                                     "where": since}, task_context, data_interval_start=start)
-    assert plan["delay_ms"] == 0
+    assert json.loads(plan)["delay_ms"] == 0
     request = submit_after(dag, plan, context, store)
-    assert (request.kind, request.tables, request.delay_ms) == (
-        DumpKind.TABLES, ("public.orders",), 0)
+    assert (request.kind, request.tables, request.delay_ms, request.priority) == (
+        DumpKind.TABLES, ("public.orders",), 0, Priority.BACKGROUND)
     assert request.row_filter is not None
     assert request.row_filter.describe() == 'updated_at >= "2026-11-16 00:00:00+00:00"'
     # a run triggered by hand has no data interval: refused with a sentence
@@ -521,12 +545,13 @@ def test_the_repair_dumps_the_keys_or_the_slice(
     dag = dags["dblog_repair"]
     context = task_context(dag_id=dag.dag_id, task_id="submit",
                            params=resolve(dag, {"table": "public.orders"}))
-    keys = {**check_dump("tables", ["public.orders"], None).as_xcom(), "scope": "keys",
-            "keys": "[5, 7]", "extra": []}
+    keys = {"spec": check_dump("keys", ["public.orders"], "[5, 7]").spec.to_json(),
+            "extra": []}
     by_keys = submit_after(dag, keys, context, store)
     assert (by_keys.kind, by_keys.key_count, by_keys.row_filter) == (DumpKind.KEYS, 2, None)
-    sliced = {**check_dump("tables", ["public.orders"], None, WHERE, None, "100").as_xcom(),
-              "scope": "tables", "keys": "[5, 7]", "extra": []}
+    assert by_keys.priority is Priority.URGENT
+    sliced = {"spec": check_dump("tables", ["public.orders"], None, WHERE, None, "100",
+                                 priority="normal").spec.to_json(), "extra": []}
     context = task_context(dag_id=dag.dag_id, run_id="other", task_id="submit",
                            params=resolve(dag, {"table": "public.orders"}))
     by_slice = submit_after(dag, sliced, context, store)
@@ -534,6 +559,7 @@ def test_the_repair_dumps_the_keys_or_the_slice(
         DumpKind.TABLES, ("public.orders",), 0)
     assert by_slice.row_filter is not None and by_slice.row_filter.describe() == (
         'region in ("EU", "US") AND qty > "3" AND key <= ["100"]')
+    assert by_slice.priority is Priority.NORMAL
 
 
 # -- the backfill's pace ------------------------------------------------------------------
@@ -588,6 +614,45 @@ def test_the_pace_sensor_sets_the_delay_of_the_hour(
         assert f"{request.id}: delay 2500 ms was set by hand; left as it is" in log_text()
         state.transition(request.id, RequestState.COMPLETED)
         assert sensor.poke(context) is True
+    finally:
+        state.close()
+
+
+def test_the_pace_waits_deferred_on_the_dump_and_ends_with_it(
+        redis_url: str, dblog_connection: DblogConnection,
+        task_context: Callable[..., Context]) -> None:
+    """Between two settings the pace defers to the dump's trigger, which wakes it for the
+    next setting or when the dump ends: the run ends with its dump, not at the next poke."""
+    dblog_connection(redis_url, "shop")
+    state = StateStore(redis_url, "shop")
+    try:
+        request = state.create_request(DumpKind.TABLES, ["public.a"], chunk_size=100,
+                                       delay_ms=0)
+        state.transition(request.id, RequestState.RUNNING)
+        sensor = DumpPaceSensor(task_id="pace", request_id=request.id,
+                                dblog_conn_id="dblog_default", poll_interval=2,
+                                timeout=3600)
+        context = task_context(params={"delay_ms": 0, "busy_delay_ms": 700,
+                                       "busy_hours": "00-24"})
+        with pytest.raises(TaskDeferred) as deferred:
+            sensor.execute(context)
+        assert state.get_request(request.id).delay_ms == 700  # set before it defers
+        trigger = deferred.value.trigger
+        assert isinstance(trigger, DblogDumpTrigger)
+        assert trigger.serialize()[1] == {"request_id": request.id,
+                                          "dblog_conn_id": "dblog_default",
+                                          "poll_interval": 2.0, "wake_after": 300.0,
+                                          "log_progress": False}
+        assert deferred.value.method_name == "execute_complete"
+        with pytest.raises(TaskDeferred):  # woken for the next setting: set, defer again
+            sensor.execute_complete(context, {"status": "running",
+                                              "request_id": request.id})
+        state.transition(request.id, RequestState.COMPLETED)
+        # the dump ended: nothing more to pace, the task succeeds (no deferral, no error)
+        sensor.execute_complete(context, {"status": "completed",
+                                          "message": f"{request.id} completed"})
+        with pytest.raises(AirflowException, match="cannot follow"):
+            sensor.execute_complete(context, {"status": "error", "message": "cannot follow"})
     finally:
         state.close()
 

@@ -25,7 +25,13 @@ from dblog_airflow.hooks.dblog import (
 )
 
 from dblog_worker.errors import ConfigError, CorruptRequest, RequestRejected, StateUnavailable
-from dblog_worker.requests import DEFAULT_CHUNK_SIZE, DumpKind, MalformedRequest, RequestState
+from dblog_worker.requests import (
+    DEFAULT_CHUNK_SIZE,
+    DumpKind,
+    MalformedRequest,
+    Priority,
+    RequestState,
+)
 from dblog_worker.state import StateStore
 from tests.airflow.conftest import DblogConnection
 from tests.integration.harness import write_config
@@ -183,6 +189,15 @@ def test_submit_tables_and_keys(hook: DblogHook, store: StateStore) -> None:
     # "all" with tables named is refused: "all" is every captured table
     with pytest.raises(RequestRejected, match="kind all dumps every captured table"):
         hook.submit_dump("all", ["public.a"])
+    # priorities: the kind's by default (keys: urgent), or as given, changed while it runs
+    assert (tables.priority, keys.priority) == (Priority.NORMAL, Priority.URGENT)
+    backfill = hook.submit_dump("tables", ["public.b"], priority="background")
+    assert store.get_request(backfill.id).priority is Priority.BACKGROUND
+    assert [r.id for r in store.queue_head(9)] == [keys.id, tables.id, backfill.id]
+    assert hook.set_knobs(backfill.id, priority="urgent").priority is Priority.URGENT
+    assert [r.id for r in store.queue_head(9)] == [keys.id, backfill.id, tables.id]
+    with pytest.raises(RequestRejected, match="priority must be one of"):
+        hook.submit_dump("tables", ["public.a"], priority="asap")
 
 
 @pytest.mark.parametrize(("scope", "tables", "keys", "message"), [

@@ -81,13 +81,17 @@ def test_the_landing_dag(worker: tuple[Path, WorkerProcess], pg_dsn: str, redis_
     assert merged.ok, merged
     merged_up_to = {t: zone.segments(t)[-1].seq for t in (ITEMS, NOTES)}
     assert min(merged_up_to.values()) >= 5
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # segments not merged yet
-        for key in range(1, 40, 3):
-            conn.execute(f"UPDATE {ITEMS} SET v = v + 1 WHERE id = {key}")
-            conn.execute(f"UPDATE {NOTES} SET v = v + 1 WHERE id = {key}")
-    for table in (ITEMS, NOTES):
-        wait_for(lambda t=table: zone.segments(t)[-1].seq > merged_up_to[t] + 1, 30,  # type: ignore[misc]
-                 f"segments of {table} after the merge", process.log)
+    # segments not merged yet: two rounds of updates, each waited for, so that two segments
+    # land per table however the worker batches a round
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for round_keys in (range(1, 40, 3), range(2, 40, 3)):
+            seqs = {t: zone.segments(t)[-1].seq for t in (ITEMS, NOTES)}
+            for key in round_keys:
+                conn.execute(f"UPDATE {ITEMS} SET v = v + 1 WHERE id = {key}")
+                conn.execute(f"UPDATE {NOTES} SET v = v + 1 WHERE id = {key}")
+            for table in (ITEMS, NOTES):
+                wait_for(lambda t=table, n=seqs[table]: zone.segments(t)[-1].seq > n, 60,  # type: ignore[misc]
+                         f"segments of {table} after the merge", process.log)
 
     dags = load_dags({"DBLOG_CONFIG": str(config_path)})
     landing = dags["dblog_landing"]

@@ -18,7 +18,8 @@ from dblog_airflow.operators.control import (
 )
 from dblog_airflow.operators.dump import DblogDumpOperator
 
-from dblog_worker.requests import DumpKind, RequestState
+from dblog_worker.dump_spec import DumpSpec
+from dblog_worker.requests import DumpKind, Priority, RequestState
 from dblog_worker.state import StateStore
 from dblog_worker.throttle import ThrottlePolicy
 from tests.airflow.conftest import DblogConnection
@@ -52,6 +53,44 @@ def test_submit_once_per_task_instance(store: StateStore, task_context: MakeCont
                                         task_id="submit"))
     assert len({first, mapped, other_run}) == 3
     assert len(store.list_requests()) == 3
+
+
+def test_a_spec_passed_once_is_queued_as_built(store: StateStore, tmp_path: Path,
+                                              task_context: MakeContext) -> None:
+    """What the DAGs do: the check task's XCom is a spec's JSON, rendered into ``spec``;
+    the request is that spec (the task instance's client token added), nothing parsed
+    again from separate strings."""
+    spec = DumpSpec.of("tables", ["public.a"], chunk_size=70, delay_ms=5, parallelism=2,
+                       where=[{"column": "region", "op": "=", "value": "EU"}], to_key=[9],
+                       throttle={"max_chunk_ms": 30}, priority="background")
+    op = DblogDumpOperator(task_id="submit", spec="{{ params.spec }}")
+    context = task_context(dag_id="dblog_backfill", run_id="scheduled__1", task_id="submit",
+                           params={"spec": spec.to_json()})
+    op.render_template_fields(context)
+    request = store.get_request(op.execute(context))
+    assert (request.kind, request.tables, request.chunk_size, request.delay_ms,
+            request.parallelism, request.priority, request.throttle, request.row_filter,
+            request.client_token) == (
+        DumpKind.TABLES, ("public.a",), 70, 5, 2, Priority.BACKGROUND,
+        ThrottlePolicy(max_chunk_ms=30), spec.row_filter,
+        "airflow:dblog_backfill:scheduled__1:submit:-1")
+    # a spec without its keys, and the keys in a file (dblog_repair's many keys)
+    keys = DumpSpec.of("keys", ["public.a"], [1, 2, 3])
+    path = tmp_path / "keys.json"
+    path.write_text('{"keys": [4, 5]}')
+    op = DblogDumpOperator(task_id="submit", spec=keys.to_json(keys=False),
+                           keys_file=str(path))
+    request = store.get_request(op.execute(task_context(run_id="repair__1")))
+    assert (request.kind, request.key_count, request.priority) == (DumpKind.KEYS, 2,
+                                                                   Priority.URGENT)
+    assert store.request_keys(request.id, 0, 5) == [("4",), ("5",)]
+    with pytest.raises(AirflowFailException, match=r"unknown field.* of a dump spec: scope"):
+        DblogDumpOperator(task_id="submit", spec='{"scope": "all"}').execute(
+            task_context(run_id="bad"))
+    with pytest.raises(ValueError, match=r"a spec .* or a scope"):
+        DblogDumpOperator(task_id="submit", spec=spec.to_json(), scope="all")
+    with pytest.raises(ValueError, match=r"a spec .* or a scope"):
+        DblogDumpOperator(task_id="submit")
 
 
 def test_a_cleared_run_gets_a_new_request_when_asked(store: StateStore,
@@ -182,9 +221,16 @@ def test_control_operators_steer_the_request(store: StateStore,
     knobs.render_template_fields(task_context(params={"chunk_size": 2000, "parallelism": 3,
                                                       "sessions": 12}))
     assert knobs.execute(context) == {"chunk_size": 2000, "delay_ms": 0, "parallelism": 3,
-                                     "throttle": ThrottlePolicy(max_active_sessions=12).limits()}
+                                     "throttle": ThrottlePolicy(max_active_sessions=12).limits(),
+                                     "priority": "normal"}
     assert store.get_request(request.id).chunk_size == 2000
     assert store.get_request(request.id).parallelism == 3
+    urgent = DblogSetDumpKnobsOperator(task_id="urgent", request_id=request.id,
+                                       priority="{{ params.priority }}")
+    urgent.render_template_fields(task_context(params={"priority": "urgent"}))
+    assert urgent.execute(context)["priority"] == "urgent"
+    assert store.get_request(request.id).priority is Priority.URGENT
+    assert store.queue_head(1)[0].id == request.id
 
     cancel = DblogCancelDumpOperator(task_id="cancel", request_id="{{ params.id }}",
                                      dblog_conn_id="{{ params.conn_id }}")

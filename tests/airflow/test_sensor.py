@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +48,16 @@ def save(store: StateStore, request_id: str, *progress: TableProgress) -> None:
     store.save_progress(None, {request_id: list(progress)}, {})
 
 
+def publish(store: StateStore, request_id: str, *, waiting: str = "", throttle: str = "",
+            throttle_ms: int = 0, others: dict[str, str] | None = None) -> None:
+    """The worker's status as it says what each dump it runs waits for (``dumps``)."""
+    dumps = {other: {"state": "running", "priority": "normal", "waiting": why,
+                     "throttle": "", "throttle_ms": 0} for other, why in (others or {}).items()}
+    dumps[request_id] = {"state": "running", "priority": "normal", "waiting": waiting,
+                         "throttle": throttle, "throttle_ms": throttle_ms}
+    store.publish_status({"active_requests": ",".join(dumps), "dumps": json.dumps(dumps)})
+
+
 # -- the trigger -------------------------------------------------------------------------
 
 
@@ -56,11 +67,16 @@ def test_trigger_serializes_to_primitives_and_back() -> None:
     classpath, kwargs = trigger.serialize()
     assert (classpath, kwargs) == ("dblog_airflow.triggers.dump.DblogDumpTrigger",
                                    {"request_id": "dump-7", "dblog_conn_id": "dblog_shop",
-                                    "poll_interval": 2.0})
+                                    "poll_interval": 2.0, "wake_after": None,
+                                    "log_progress": True})
     module, _, name = classpath.rpartition(".")
     again = getattr(importlib.import_module(module), name)(**kwargs)
     assert type(again) is DblogDumpTrigger
     assert again.serialize() == (classpath, kwargs)
+    pacing = DblogDumpTrigger("dump-7", "dblog_shop", 2, wake_after=300, log_progress=False)
+    assert pacing.serialize()[1] == {"request_id": "dump-7", "dblog_conn_id": "dblog_shop",
+                                     "poll_interval": 2.0, "wake_after": 300.0,
+                                     "log_progress": False}
 
 
 def follow(trigger: DblogDumpTrigger, drive: Callable[[], object] = lambda: None,
@@ -112,20 +128,39 @@ def test_trigger_fires_completed_once_and_logs_progress(
     assert "rows/s since the trigger started; ETA unknown" in logged
 
 
+def test_a_trigger_that_wakes_fires_running_or_the_end_first(
+        store: StateStore, log_text: Callable[[], str]) -> None:
+    """``wake_after`` (the backfill's pace): "running" once the time passed, unless the
+    dump ended first; it logs no progress."""
+    request = new_dump(store, RequestState.RUNNING)
+    waking = DblogDumpTrigger(request.id, poll_interval=0.05, wake_after=0.3,
+                              log_progress=False)
+    started = time.monotonic()
+    events = follow(waking)
+    assert time.monotonic() - started >= 0.3
+    assert [e.payload for e in events] == [{"status": "running", "request_id": request.id,
+                                            "message": f"{request.id} is running",
+                                            "rows": 0}]
+    assert "rate and ETA" not in log_text()
+    started = time.monotonic()
+    events = follow(DblogDumpTrigger(request.id, poll_interval=0.05, wake_after=60,
+                                     log_progress=False),
+                    lambda: store.transition(request.id, RequestState.COMPLETED))
+    assert [e.payload["status"] for e in events] == ["completed"]
+    assert time.monotonic() - started < 30  # the end, not the wake-up
+
+
 def test_trigger_logs_when_the_throttle_delays_the_dump(store: StateStore,
                                                         log_text: Callable[[], str]) -> None:
     request = new_dump(store, RequestState.RUNNING)
     decision = "+800 ms (37 active sessions > 20)"
 
     def drive() -> None:
-        store.publish_status({"active_request": request.id, "dump_throttle": decision,
-                              "dump_throttle_ms": 800})
+        publish(store, request.id, throttle=decision, throttle_ms=800)
         time.sleep(0.2)
-        store.publish_status({"active_request": request.id, "dump_throttle": "+1600 ms (...)",
-                              "dump_throttle_ms": 1600})
+        publish(store, request.id, throttle="+1600 ms (...)", throttle_ms=1600)
         time.sleep(0.2)
-        store.publish_status({"active_request": request.id, "dump_throttle": "none",
-                              "dump_throttle_ms": 0})
+        publish(store, request.id, throttle="none", throttle_ms=0)
         time.sleep(0.2)
         store.transition(request.id, RequestState.COMPLETED)
 
@@ -141,12 +176,12 @@ def test_trigger_logs_why_the_dump_waits(store: StateStore,
     request = new_dump(store, RequestState.RUNNING)
     reason = ("the read replica has not replayed the low watermark within 1000 ms "
               "(123 bytes of WAL behind); the dump waits for it")
-    store.publish_status({"active_request": "dump-other", "dump_waiting": "not ours"})
+    publish(store, "dump-other", waiting="not ours")
 
     def drive() -> None:
-        store.publish_status({"active_request": request.id, "dump_waiting": reason})
+        publish(store, request.id, waiting=reason, others={"dump-other": "not ours"})
         time.sleep(0.2)
-        store.publish_status({"active_request": request.id, "dump_waiting": ""})
+        publish(store, request.id, waiting="", others={"dump-other": "not ours"})
         time.sleep(0.2)
         store.transition(request.id, RequestState.COMPLETED)
 
@@ -328,7 +363,8 @@ def test_running_dump_defers_to_the_trigger(store: StateStore,
     trigger = deferred.value.trigger
     assert isinstance(trigger, DblogDumpTrigger)
     assert trigger.serialize()[1] == {"request_id": request.id, "dblog_conn_id": "dblog_default",
-                                      "poll_interval": 0.05}
+                                      "poll_interval": 0.05, "wake_after": None,
+                                      "log_progress": True}
     assert deferred.value.method_name == "execute_complete"
     assert deferred.value.timeout is not None and deferred.value.timeout.total_seconds() == 600
 

@@ -434,20 +434,33 @@ def load_until(started: float) -> None:
 
 
 class Dumps:
-    """Dumps of every table, requested one after the other so that faults strike dumps."""
+    """Dumps of every table, requested one after the other so that faults strike dumps; and
+    next to each, a repair of the first table (a key dump of every fifth key, urgent, paced),
+    so that every fault strikes two requests in flight, their windows interleaved."""
 
     def __init__(self, backend: Backend, config: Path, *args: str) -> None:
         self.backend = backend
         self.config = config
         self.args = args
         self.ids: list[str] = []
+        self.repairs: list[str] = []
+
+    def _running(self, ids: list[str]) -> bool:
+        return bool(ids) and read_request(self.backend, ids[-1]).get("state") in (
+            "queued", "running")
 
     def keep_one_running(self) -> None:
-        """Request a dump unless the last one is still queued or running."""
-        if self.ids and read_request(self.backend, self.ids[-1]).get("state") in (
-                "queued", "running"):
-            return
-        self.ids.append(dump(self.config, "--all", *self.args))
+        """Request a dump (background) unless the last one is still queued or running, and a
+        repair next to it unless the last one is."""
+        if not self._running(self.ids):
+            self.ids.append(dump(self.config, "--all", "--priority", "background", *self.args))
+        if not self._running(self.repairs):
+            table = self.backend.t1
+            keys = sorted(int(json.loads(k)[0]) for k in self.backend.rows(table))[::5]
+            if keys:
+                self.repairs.append(dump(self.config, "--table", table, "--keys",
+                                         json.dumps(keys), "--chunk-size", "20",
+                                         "--delay-ms", "20"))
 
     def wait_chunks(self, count: int, cluster: Cluster) -> None:
         """Wait until the newest dump has read ``count`` chunks (or ended)."""
@@ -461,7 +474,7 @@ class Dumps:
         wait_for(read, 60, f"{count} chunks of {request_id}", cluster.logs)
 
     def wait_completed(self, cluster: Cluster, timeout: float = 180) -> None:
-        for request_id in self.ids:
+        for request_id in [*self.ids, *self.repairs]:
             state = wait_request(self.backend.redis_url, SOURCE, request_id,
                                  ["completed", "failed", "cancelled"], timeout)
             assert state["state"] == "completed", (state, cluster.logs())

@@ -14,7 +14,7 @@ from tests.chaos.cluster import Report
 from tests.integration.harness import Backend, MariaDatabase, PgDatabase
 from tests.services import MariaDBServer, PostgresServer, RedisServer, SeaweedServer
 
-REPORTS = pytest.StashKey[list[str]]()
+REPORT = "chaos report"  # tests/conftest.py prints these lines in a section at the end
 
 
 @pytest.fixture(scope="session")
@@ -60,13 +60,6 @@ def report(request: pytest.FixtureRequest) -> Iterator[Report]:
     result = Report(request.node)
     yield result
     line = result.line()
-    print(f"chaos report {line}")
-    request.config.stash.setdefault(REPORTS, []).append(line)
+    print(f"{REPORT} {line}")
+    request.node.user_properties.append((REPORT, line))
 
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    lines = terminalreporter.config.stash.get(REPORTS, [])
-    if lines:
-        terminalreporter.section("chaos report")
-        for line in lines:
-            terminalreporter.write_line(line)

@@ -25,7 +25,8 @@ from dblog_worker.requests import KeyTexts
 from dblog_worker.row_filter import Condition, RowFilter
 from dblog_worker.row_filter import Op as Cmp
 from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion, locked
-from dblog_worker.tables import HEARTBEAT, WATERMARK_SCHEMA
+from dblog_worker.table_patterns import Candidate, Rescan, Selection
+from dblog_worker.tables import HEARTBEAT, WATERMARK_SCHEMA, CapturedSet
 from dblog_worker.window import is_low_watermark
 from tests.fakedb.database import (
     Column,
@@ -77,6 +78,7 @@ class FakeSource:
         self._db: FakeDatabase | None = None
         self._next = 0  # the next commit the log reader reads
         self._unseen: dict[str, frozenset[int]] = {}  # LW token -> commits it did not see
+        self.capture = CapturedSet(config.selector, config.columns, self._candidates)
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -97,13 +99,26 @@ class FakeSource:
         self._db = found
         self.db  # noqa: B018 -- refuses a database that is down
 
+    def _candidates(self) -> list[Candidate]:
+        with self.db.lock:
+            return [Candidate(name, tuple(table.key)) for name, table in self.db.tables.items()
+                    if name != WATERMARK_TABLE]
+
+    def selection(self) -> Selection:
+        return self.capture.selection()
+
+    def rescan(self) -> Rescan:
+        return self.capture.rescan()
+
+    def masked_columns(self, table: str) -> dict[str, str]:
+        """None: the fake kind applies no ``[source.columns]``."""
+        return {}
+
     def preflight(self) -> list[Problem]:
         problems = []
-        for table in self.config.tables:
-            found = self.db.tables.get(table)
-            if found is None:
-                problems.append(Problem(f"table {table} does not exist", f"create {table}",
-                                        capture=False))
+        for table in self.capture.rescan().selection.missing:
+            problems.append(Problem(f"table {table} does not exist", f"create {table}",
+                                    capture=False))
         return problems
 
     def modes(self) -> list[str]:
@@ -223,9 +238,9 @@ class FakeSource:
     # -- the captured tables -------------------------------------------------------------------
 
     def _table(self, table: str) -> Table:
-        if table not in self.config.tables:
+        if table not in self.capture:
             raise RequestRejected(f"table {table} is not captured by source {self.name}; "
-                                  f"captured: {', '.join(self.config.tables)}")
+                                  f"captured: {', '.join(self.capture.tables())}")
         found = self.db.tables.get(table)
         if found is None:
             raise DumpFailed(f"table {table} does not exist any more")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import random
@@ -23,6 +25,8 @@ import pymysql.cursors
 import pytest
 import redis
 
+from dblog_worker.cli import main as cli_main
+from dblog_worker.errors import RequestRejected
 from dblog_worker.foreign_keys import apply_actions, parse_actions, parse_prune
 from dblog_worker.landing.parquet import read_events
 from dblog_worker.landing.s3_objects import S3Location
@@ -50,12 +54,14 @@ def write_config(
     kind: str = "postgresql",
     http: str = 'listen = "127.0.0.1:0"',
     source_extra: str = "",
+    worker_extra: str = "",
     landing: str = "",
 ) -> Path:
     """A worker configuration; ``http`` is the body of its [http] section (by default any
     free port, so that workers of parallel tests do not collide); ``source_extra`` lines
-    of [source] (``watermarks = "position"``); ``landing`` the [landing] path and its
-    lines (default: ``directory/landing``)."""
+    of [source] (``watermarks = "position"``), ``worker_extra`` of [worker]
+    (``max_active_dumps = 1``); ``landing`` the [landing] path and its lines (default:
+    ``directory/landing``)."""
     path = directory / f"{name}.toml"
     landing = landing or f'path = "{directory / "landing"}"'
     path.write_text(
@@ -78,6 +84,7 @@ flush_interval_s = {flush_interval_s}
 heartbeat_interval_s = {heartbeat_interval_s}
 control_interval_s = 0.05
 reconnect_max_s = 1.0
+{worker_extra}
 
 [http]
 {http}
@@ -923,6 +930,95 @@ def dump_through_kills(backend: Backend, config: Path, start: Callable[[Path], W
         assert_cascaded(backend, t2)
 
 
+def overlapping_dumps_through_kills(backend: Backend, config: Path,
+                                    start: Callable[[Path], WorkerProcess],
+                                    requests: Sequence[Sequence[str]], kills: Sequence[int],
+                                    rnd: random.Random) -> list[str]:
+    """Several dumps at once (``requests``: the arguments of each ``dblog dump``) of
+    ``backend.t1`` and ``t2`` while the workload writes to both; the worker is killed with
+    SIGKILL once every dump still running has closed each of ``kills`` windows (or has
+    ended), at a random moment of a window, with at least two dumps running, and started
+    again (the kills left when fewer than two run are not made; the first one must be).
+    Each dump resumes from its last durable window (its saved progress never goes
+    back), all complete, the output converges and no event landed twice. On MariaDB,
+    ``t2`` is a child of ``t1`` by foreign keys that cascade: the derived events fall into
+    the windows of every dump. Returns the ids."""
+    t1, t2 = backend.t1, backend.t2
+    worker = start(config)
+    cascades = backend.db.cascade(t1, t2)
+    workload = backend.workload([t1, t2], seed=rnd.randrange(1000))
+    workload.start()
+    try:
+        ids = [dump_here(config, *arguments) for arguments in requests]  # within ms
+        saved = dict.fromkeys(ids, 0)
+
+        def running() -> list[str]:
+            return [i for i in ids
+                    if redis_request(backend.redis_url, SOURCE, i)["state"] == "running"]
+
+        def ongoing() -> int:
+            """The dumps that have not ended (queued ones included: taken up soon)."""
+            return sum(redis_request(backend.redis_url, SOURCE, i)["state"] in
+                       ("queued", "running", "paused") for i in ids)
+
+        def reached(at: int) -> bool:
+            """Every dump that takes windows (not queued, nor waiting for a slot) has closed
+            ``at``, and two are still running (one may wait for a slot)."""
+            states = {i: redis_request(backend.redis_url, SOURCE, i)["state"] for i in ids}
+            store = StateStore(backend.redis_url, SOURCE)
+            try:
+                parked = {i for i, d in store.dump_statuses().items()
+                          if "a slot" in str(d.get("waiting"))}
+            finally:
+                store.close()
+            live = [i for i in ids if states[i] == "running" and i not in parked]
+            return (sum(state == "running" for state in states.values()) >= 2
+                    and all(chunks(backend, i) >= at for i in live))
+
+        for killed, at in enumerate(kills):
+            wait_for(lambda at=at: reached(at) or ongoing() < 2, 90,  # type: ignore[misc]
+                     f"every dump to close {at} windows", worker.log)
+            if ongoing() < 2:
+                # a background dump earns a sixteenth of the turns of an urgent one: on a
+                # loaded machine the others may end before it closes ``at`` windows
+                assert killed, "no kill with two dumps in flight"
+                break
+            time.sleep(rnd.uniform(0, 0.03))
+            in_flight = running()
+            worker.kill()
+            assert len(in_flight) >= 2, f"one dump in flight at the kill: {in_flight}"
+            for request_id in ids:  # durable progress: never behind what was saved before
+                now = chunks(backend, request_id)
+                assert now >= saved[request_id], (request_id, now, saved[request_id])
+                saved[request_id] = now
+            worker = start(config)
+        unpace(backend.redis_url, ids)  # past the kills, the rest need not crawl
+        for request_id in ids:
+            state = wait_request(backend.redis_url, SOURCE, request_id,
+                                 ["completed", "failed"], 180, worker)
+            assert state["state"] == "completed", state
+            assert chunks(backend, request_id) >= saved[request_id]
+        time.sleep(0.5)
+    finally:
+        workload.stop()
+    assert_converged(backend, t1, t2)
+    assert_landed_once(backend, t1, t2)
+    if cascades:
+        assert_cascaded(backend, t2)
+    return ids
+
+
+def unpace(redis_url: str, ids: Sequence[str]) -> None:
+    """Delay 0 for each of the requests that has not ended (``dblog set --delay-ms 0``)."""
+    store = StateStore(redis_url, SOURCE)
+    try:
+        for request_id in ids:
+            with contextlib.suppress(RequestRejected):  # it ended meanwhile
+                store.set_knobs(request_id, delay_ms=0)
+    finally:
+        store.close()
+
+
 def assert_landed_once(backend: Backend, *tables: str) -> None:
     """No event landed twice (a replay after a kill skips what is durable), in order."""
     for table in tables:
@@ -958,6 +1054,23 @@ def _difference(backend: Backend, table: str) -> str:
 def dump(config: Path, *args: str) -> str:
     result = cli(config, "dump", *args, "--json")
     request_id: str = json.loads(result.stdout)["id"]
+    return request_id
+
+
+def cli_here(config: Path, *args: str) -> str:
+    """``dblog ARGS`` in this process (no interpreter to start, seconds on a loaded
+    machine); what it printed. It must succeed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main([*args, "--config", str(config)])
+    assert code == 0, f"dblog {' '.join(args)} exited {code}\n{out.getvalue()}{err.getvalue()}"
+    return out.getvalue()
+
+
+def dump_here(config: Path, *args: str) -> str:
+    """``dblog dump`` in this process: requests queued one after the other within
+    milliseconds."""
+    request_id: str = json.loads(cli_here(config, "dump", *args, "--json"))["id"]
     return request_id
 
 

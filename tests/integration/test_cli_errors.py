@@ -28,7 +28,7 @@ COMMANDS: dict[str, list[str]] = {
     "run": [], "preflight": [], "dump": ["--all"], "list": [], "show": ["dump-1"],
     "wait": ["dump-1", "--timeout", "5"], "pause": ["dump-1"], "resume": ["dump-1"],
     "cancel": ["dump-1"], "set": ["dump-1", "--chunk-size", "10"], "status": [],
-    "reset": ["--yes"], "merge": [], "verify": [],
+    "reset": ["--yes"], "merge": [], "verify": [], "landing": ["status"],
 }
 SECRET = "Pw-9f3c02d1"  # in every DSN: it must never be printed
 
@@ -47,6 +47,7 @@ def configuration(**changes: Any) -> dict[str, Any]:
                           f"password={SECRET}"},
         "redis": {"url": f"redis://:{SECRET}@127.0.0.1:{closed_port()}/0"},
         "landing": {"path": "LANDING"},
+        "http": {"listen": f"127.0.0.1:{free_port()}"},  # tests run side by side
         "target": {"kind": "postgresql",
                    "dsn": f"host=127.0.0.1 port={closed_port()} dbname=t user=m "
                           f"password={SECRET}"},

@@ -59,6 +59,7 @@ from dblog_worker.landing.parquet import LandingZone, read_events
 from dblog_worker.mysql.catalog import ident as my_ident
 from dblog_worker.mysql.options import MYSQL
 from dblog_worker.pg.queries import ident as pg_ident
+from dblog_worker.table_patterns import escape
 from dblog_worker.target.base import POSITION_COLUMN
 from dblog_worker.target.merge import merge_source
 from spark.merge import spark_stager
@@ -289,7 +290,8 @@ def make_case(request: pytest.FixtureRequest, kind: str, redis_url: str, tmp_pat
     with source.connect() as session:
         for table in tables:
             source.create(session, table)
-    config = write_config(tmp_path, source.dsn, redis_url, [t.name for t in tables],
+    # source.tables takes patterns: a name with *, ?, [, ] or \ is written escaped
+    config = write_config(tmp_path, source.dsn, redis_url, [escape(t.name) for t in tables],
                           name=SOURCE, kind=source.kind, extra=section)
     return Case(source, target, tables, config, renames, rnd)
 

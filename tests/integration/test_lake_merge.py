@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -32,9 +31,12 @@ from dblog_worker.errors import TargetError
 from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.lake.read import delete_rows, merge_log_of, partition_columns, read_table
 from dblog_worker.landing.parquet import LandingZone
+from dblog_worker.landing.s3 import S3LandingZone
+from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.position import Position
 from tests.integration.harness import wait_for
-from tests.lake import LakeSession, MergeProcess, lake_config
+from tests.lake import S3A_SPARK35_JARS, LakeSession, MergeProcess, lake_config, merge
+from tests.services import SeaweedServer
 
 pytestmark = [pytest.mark.spark]
 
@@ -46,15 +48,6 @@ V1: dict[str, Any] = {"columns": [{"name": "id", "type": "int4", "type_oid": 23}
                       "key": ["id"]}
 V2: dict[str, Any] = {**V1, "columns": [*V1["columns"],
                                         {"name": "added", "type": "int8", "type_oid": 20}]}
-
-
-@pytest.fixture(scope="module")
-def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeSession]:
-    session = LakeSession(tmp_path_factory.mktemp("lake-session") / "spark.log")
-    try:
-        yield session
-    finally:
-        session.close()
 
 
 def ev(op: str, major: int, id_: int | None, version: int = 1, **values: object) -> ChangeEvent:
@@ -201,12 +194,35 @@ def test_an_iceberg_table_in_a_hadoop_catalog(tmp_path: Path, pg_dsn: str,
     assert sorted(rows(config)) == [1, 3]
 
 
+def test_an_s3_landing_zone_merged_into_iceberg(tmp_path: Path, pg_dsn: str,
+                                                seaweed_server: SeaweedServer,
+                                                s3_bucket: str) -> None:
+    """Segments landed on the object store (SeaweedFS), merged by ``dblog merge`` on Spark
+    3.5, which reads them through S3A of its own Hadoop (hadoop-aws 3.3.4, AWS SDK v1
+    modules; the credentials from the environment), into Iceberg."""
+    assert all(jar.is_file() for jar in S3A_SPARK35_JARS), "scripts/install fetches them"
+    location = S3Location.parse(f"s3://{s3_bucket}/landing", endpoint=seaweed_server.endpoint,
+                                path_style=True)
+    zone = S3LandingZone(location, "src")
+    zone.write_schema(TABLE, 1, V1)
+    zone.commit(TABLE, [ev("c", 10, 1), ev("c", 11, 2), ev("u", 12, 1, name="one")])
+    zone.commit(TABLE, [ev("d", 20, 2), ev("c", 21, 3, name="three")])
+    config = lake_config(tmp_path, "iceberg", f"s3://{s3_bucket}/landing", "src", [TABLE],
+                         pg_dsn, s3_endpoint=seaweed_server.endpoint)
+    report = merge(config)
+    assert counts(report_of(report)) == (1, 2, 0), report
+    got = rows(config)
+    assert {k: r["name"] for k, r in got.items()} == {1: "one", 3: "three"}
+    log = merge_log_of(lake_of(config), TABLE).get("src", TABLE)
+    assert (log.batches, log.events, log.last_segment) == (1, 5, 2)
+
+
 # -- killed mid-batch ----------------------------------------------------------------------
 
 KV = "public.kv"
 KV_SCHEMA = {"columns": [{"name": "id", "type": "int8", "type_oid": 20},
                          {"name": "v", "type": "int8", "type_oid": 20}], "key": ["id"]}
-SEGMENT_EVENTS, SEGMENTS = 500, 16
+SEGMENT_EVENTS, SEGMENTS = 200, 6
 
 
 def land_kv(landing: Path, seed: int) -> dict[int, int]:
@@ -220,7 +236,7 @@ def land_kv(landing: Path, seed: int) -> dict[int, int]:
         events = []
         for i in range(SEGMENT_EVENTS):
             index = segment * SEGMENT_EVENTS + i
-            key, position = rnd.randrange(1000), Position(0x1000 + index, 0, 0)
+            key, position = rnd.randrange(300), Position(0x1000 + index, 0, 0)
             if key in present and rnd.random() < 0.2:
                 del present[key]
                 events.append(ChangeEvent(KV, Op.DELETE, position, f"[{key}]", None, None,

@@ -12,7 +12,7 @@ verify, key by key; ``remove_extra`` deletes the extra row, guarded by its posit
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
@@ -61,15 +61,6 @@ TYPED_ROWS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeSession]:
-    session = LakeSession(tmp_path_factory.mktemp("lake-session") / "spark.log")
-    try:
-        yield session
-    finally:
-        session.close()
-
-
 @pytest.fixture
 def backend(postgres_server: PostgresServer, pg_dsn: str, redis_url: str,
             tmp_path: Path) -> Backend:
@@ -98,8 +89,8 @@ def test_a_capture_merged_into_a_lake_verifies_equal(
         worker_process: Callable[..., WorkerProcess]) -> None:
     backend.use(PLAIN)
     t1, t2 = backend.t1, backend.t2
-    backend.create(t1, 600)
-    backend.create(t2, 300)
+    backend.create(t1, 200)
+    backend.create(t2, 100)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(TYPED_DDL)
         conn.execute("ALTER TABLE public.typed REPLICA IDENTITY FULL")

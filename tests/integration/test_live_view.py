@@ -355,18 +355,32 @@ def test_live_view_in_chromium_during_a_dump(start_run: Any, tmp_path: Path) -> 
     request_id = run.dump(chunk_size=500, delay_ms=150)
     wait_for(lambda: run.progress(request_id)["chunks"] >= 4, 30, "four windows to close",
              run.worker.log)
+    # a repair next to it: a key dump (urgent), one key a second
+    repair = str(run.request("POST", "/api/v1/requests", {
+        "kind": "keys", "tables": [TABLE], "keys": list(range(1, 60)), "chunk_size": 1,
+        "delay_ms": 1000})["id"])
+    wait_for(lambda: run.progress(repair)["chunks"] >= 1, 30, "the repair's first window",
+             run.worker.log)
 
     dom = Dom(chromium(f"{run.url}/#token={TOKEN}", "--dump-dom"))
     assert run.request("GET", f"/api/v1/requests/{request_id}")["state"] == "running", \
         "the dump ended before the page was loaded: make it slower"
     assert dom.by_id("connection").attrs["data-state"] == "streaming"
     assert dom.by_id("source").text == SOURCE
-    (table,) = [e for e in dom.having("dump-table") if e.attrs.get("data-table") == TABLE]
-    assert TABLE in table.text and ("ETA" in table.text or "done" in table.text)
+    dumps = {e.attrs["data-request"]: e for e in dom.having("dump")
+             if "data-request" in e.attrs}
+    assert dumps.keys() == {request_id, repair}
+    assert (dumps[repair].attrs["data-priority"], dumps[request_id].attrs["data-priority"]) == (
+        "urgent", "normal")
+    assert f"{repair} · running · urgent · keys" in dumps[repair].text
+    assert dom.by_id("dump-head").text == "2 dumps, by priority"
+    tables = [e for e in dom.having("dump-table") if e.attrs.get("data-table") == TABLE]
+    assert len(tables) == 2
+    assert all(TABLE in t.text and ("ETA" in t.text or "done" in t.text) for t in tables)
     bars = dom.having("bar")
-    assert len(bars) == 1 and 0 < float(bars[0].attrs["data-ratio"]) <= 1
+    assert len(bars) == 2 and all(0 <= float(b.attrs["data-ratio"] or 0) <= 1 for b in bars)
     assert re.search(r"width: \d+(\.\d+)?%", dom.having("fill")[0].attrs["style"])
-    assert request_id in dom.by_id("dump-head").text
+    run.request("POST", f"/api/v1/requests/{repair}/cancel", {})
     windows_closed = dom.having("window-closed")
     assert len(windows_closed) >= 4
     pattern = re.compile(r"HW window #(\d+) public\.t\s+selected ([\d,]+)\s+dropped ([\d,]+)"

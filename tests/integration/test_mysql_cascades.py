@@ -232,6 +232,7 @@ def capture_the_cascades(db: MariaDatabase, config: Path, worker: WorkerProcess,
     pruning = wait_prunes(db_redis(config), worker)
     assert {json.loads(r["tables"])[0] for r in pruning} == set(
         tables(db, [n for n in PRUNED if n in names]))
+    assert {r["priority"] for r in pruning} == {"urgent"}  # a repair: before backfills
 
 
 def db_redis(config: Path) -> str:

@@ -178,6 +178,49 @@ def test_table_whose_replica_identity_does_not_carry_its_key(
     assert "is ready: 4 table(s)" in result.stdout
 
 
+def test_tables_a_pattern_matches_never_stop_capture(
+    tmp_path: Path, pg_dsn: str, redis_url: str
+) -> None:
+    """What a pattern brings in is left out when it cannot be captured (no key, a
+    partition, a replica identity that would make its UPDATEs and DELETEs fail once
+    published: its own or its partitions'): preflight is ready, and says what is captured
+    and why; the same table named is refused."""
+    create_test_table(pg_dsn, "public.items")
+    execute(pg_dsn, "CREATE TABLE public.plain (id integer PRIMARY KEY);"
+                    "ALTER TABLE public.plain REPLICA IDENTITY NOTHING;"
+                    "CREATE TABLE public.no_pk (id integer);"
+                    "CREATE TABLE public.uniq (id integer NOT NULL UNIQUE, v text);"
+                    "CREATE TABLE public.uniq_ident (id integer NOT NULL, v text);"
+                    "CREATE UNIQUE INDEX uniq_ident_id ON public.uniq_ident (id);"
+                    "ALTER TABLE public.uniq_ident REPLICA IDENTITY USING INDEX uniq_ident_id;"
+                    "CREATE TABLE public.parted (id integer PRIMARY KEY) PARTITION BY HASH (id);"
+                    "CREATE TABLE public.parted_0 PARTITION OF public.parted "
+                    "FOR VALUES WITH (MODULUS 1, REMAINDER 0);"
+                    "ALTER TABLE public.parted_0 REPLICA IDENTITY NOTHING;")
+    config = write_config(tmp_path, pg_dsn, redis_url, ["public.*"])
+    result = preflight(config)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "is ready: 2 table(s)" in result.stdout, result.stdout
+    assert "captured public.items: matches 'public.*'" in result.stdout
+    assert "captured public.uniq_ident: matches 'public.*'" in result.stdout
+    assert "table public.uniq_ident: key (id) from unique index uniq_ident_id" in result.stdout
+    assert "left out public.no_pk: matches 'public.*', but it has no primary key nor unique " \
+        "index on NOT NULL columns" in result.stdout
+    assert "left out public.plain: matches 'public.*', but its REPLICA IDENTITY NOTHING " \
+        "does not carry its key (id, primary key)" in result.stdout
+    assert "left out public.uniq: matches 'public.*', but its REPLICA IDENTITY DEFAULT " \
+        "does not carry its key (id, unique index uniq_id_key)" in result.stdout
+    assert "left out public.parted: matches 'public.*', but partitions of it have a REPLICA " \
+        "IDENTITY that does not carry its key" in result.stdout
+    assert "left out public.parted_0: matches 'public.*', but it is a partition of " \
+        "public.parted" in result.stdout
+    # left out, it is not in the publication: its UPDATEs still work
+    execute(pg_dsn, "INSERT INTO public.plain VALUES (1); UPDATE public.plain SET id = 2")
+    named = write_config(tmp_path, pg_dsn, redis_url, ["public.items", "public.plain"])
+    assert_refused(named, ['ALTER TABLE "public"."plain" REPLICA IDENTITY FULL;'],
+                   what="table public.plain has REPLICA IDENTITY NOTHING")
+
+
 def test_table_that_does_not_exist(tmp_path: Path, pg_dsn: str, redis_url: str) -> None:
     create_test_table(pg_dsn, "public.items")
     config = write_config(tmp_path, pg_dsn, redis_url, ["public.items", "public.nope"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -337,17 +338,23 @@ def _dump_rows(setup: Setup, table: str, request_id: str) -> dict[str, str]:
 
 
 def test_resume_refuses_a_queued_request(setup: Setup) -> None:
-    """Resume undoes a pause; a queued request waits its turn (the worker starts it)."""
-    running = setup.dump("--table", "public.t2", "--chunk-size", "1", "--delay-ms", "3600000")
-    setup.wait(running, ["running"])
-    wait_for(lambda: setup.chunks(running, "public.t2") >= 1, 20, "the first chunk",
+    """Resume undoes a pause; a queued request waits its turn (the worker starts it once
+    one of the [worker] max_active_dumps slots, 4 by default, frees)."""
+    running = [setup.dump("--table", "public.t2", "--chunk-size", "1", "--delay-ms",
+                          "3600000") for _ in range(4)]
+    for request_id in running:
+        setup.wait(request_id, ["running"])
+    wait_for(lambda: setup.chunks(running[0], "public.t2") >= 1, 20, "the first chunk",
              lambda: setup.worker.log()[-4000:])
     queued = setup.dump("--table", "public.items")
+    time.sleep(0.5)  # a few control intervals: it stays queued
     assert redis_request(setup.redis_url, SOURCE, queued)["state"] == "queued"
     assert_refusals(setup, [
         (["resume", queued],
          f"dump request {queued} is queued; it cannot become running (allowed from: paused)"),
     ])
-    assert [r["state"] for r in setup.requests()] == ["running", "queued"]
-    assert setup.cli("cancel", running).returncode == 0
+    assert [r["state"] for r in setup.requests()] == ["running"] * 4 + ["queued"]
+    assert setup.cli("cancel", running[0]).returncode == 0
     assert setup.wait(queued, ["completed", "failed"])["state"] == "completed"
+    for request_id in running[1:]:
+        assert setup.cli("cancel", request_id).returncode == 0

@@ -220,13 +220,14 @@ def test_a_replica_that_does_not_apply_holds_the_dump_not_the_log(
         replica.pause_replay()
         try:
             request_id = dump(config, "--table", t1, "--chunk-size", "50")
-            wait_for(lambda: "replica" in str(store.status().get("dump_waiting", "")), 30,
-                     "the dump waiting for the replica")
-            status = store.status()
-            assert "low watermark" in status["dump_waiting"], status
+            wait_for(lambda: "replica" in str(store.dump_status(request_id).get("waiting")),
+                     30, "the dump waiting for the replica")
+            status = store.dump_status(request_id)
+            assert "low watermark" in status["waiting"], status
             shown = cli(config, "show", request_id).stdout
             assert "waiting: the read replica" in shown, shown
-            assert "dump_waiting: the read replica" in cli(config, "status").stdout
+            assert f"dump {request_id}: running, priority normal, waiting: the read replica" \
+                in cli(config, "status").stdout
             assert store.progress(request_id)[t1].chunks == 0
             # the log goes on meanwhile, and rows the replica has not applied change on
             # the primary: the dump must not land their older state
@@ -243,7 +244,8 @@ def test_a_replica_that_does_not_apply_holds_the_dump_not_the_log(
         state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
                              60, worker)
         assert state["state"] == "completed", state
-        wait_for(lambda: store.status().get("dump_waiting") == "", 10, "waiting cleared")
+        wait_for(lambda: store.dump_status(request_id).get("waiting", "") == "", 10,
+                 "waiting cleared")
     finally:
         store.close()
     assert_converged(backend, t1, t2)
@@ -298,8 +300,8 @@ def test_a_mariadb_replica_is_waited_for_in_every_gtid_domain(
                 store = StateStore(redis_url, SOURCE)
                 try:
                     request_id = dump(config, "--table", t1, "--chunk-size", "50")
-                    wait_for(lambda: "1-1-" in store.status().get("dump_waiting", ""), 30,
-                             "the dump waiting for domain 1", worker.log)
+                    wait_for(lambda: "1-1-" in str(store.dump_status(request_id).get(
+                        "waiting")), 30, "the dump waiting for domain 1", worker.log)
                     time.sleep(1.0)
                     assert store.progress(request_id)[t1].chunks == 0
                     holder.rollback()  # domain 1 is applied; the dump goes on
@@ -351,8 +353,8 @@ def test_an_unreachable_replica_holds_the_dump_and_the_log_goes_on(
         request_id = dump(config, "--table", t1, "--chunk-size", "20")
         backend.execute(f"INSERT INTO {t2} VALUES (1, {backend.next_version}, 'live')")
         wait_for(lambda: len(events_of(backend, t2)) == 1, 30, "the live row", worker.log)
-        wait_for(lambda: "unreachable" in store.status().get("dump_waiting", ""), 30,
-                 "the dump waiting for the replica", worker.log)
+        wait_for(lambda: "unreachable" in str(store.dump_status(request_id).get("waiting")),
+                 30, "the dump waiting for the replica", worker.log)
         assert store.progress(request_id)[t1].chunks == 0
         assert "[source.replica]" in worker.log()  # preflight's problem, logged
     finally:
@@ -402,11 +404,11 @@ def test_a_lagging_replica_throttles_the_dump(
         request_id = dump(config, "--table", t1, "--chunk-size", "20", "--delay-ms", "20",
                           "--max-replica-lag-ms", "1000")
         with replica_behind(replicated, t1):
-            wait_for(lambda: "replica lag" in store.status().get("dump_throttle", "")
-                     and int(store.status().get("dump_throttle_ms") or 0) >= 200, 60,
-                     "the throttle on the replica's lag", worker.log)
-            assert "> 1000 ms" in store.status()["dump_throttle"]
-        wait_for(lambda: int(store.status().get("dump_throttle_ms") or 0) == 0, 90,
+            wait_for(lambda: "replica lag" in str(store.dump_status(request_id).get("throttle"))
+                     and int(store.dump_status(request_id).get("throttle_ms") or 0) >= 200,
+                     60, "the throttle on the replica's lag", worker.log)
+            assert "> 1000 ms" in store.dump_status(request_id)["throttle"]
+        wait_for(lambda: int(store.dump_status(request_id).get("throttle_ms") or 0) == 0, 90,
                  "the delay easing once the replica caught up", worker.log)
         state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
                              120, worker)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -38,6 +39,7 @@ from dblog_worker.requests import KeyTexts
 from dblog_worker.row_filter import RowFilter
 from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion, Source
 from dblog_worker.state import StateStore
+from dblog_worker.table_patterns import Rescan, Selection
 from dblog_worker.worker import Worker
 from tests.integration.harness import (
     HOSTILE,
@@ -52,11 +54,14 @@ from tests.integration.harness import (
     checkpoint_position,
     chunks,
     cli,
+    cli_here,
     dump,
+    dump_here,
     dump_through_kills,
     dumps_under_load,
     events_of,
     outage_mid_dump,
+    overlapping_dumps_through_kills,
     redis_request,
     replay,
     wait_for,
@@ -369,6 +374,15 @@ class HookedSource:
     def capture_exists(self) -> bool:
         return self.inner.capture_exists()
 
+    def selection(self) -> Selection:
+        return self.inner.selection()
+
+    def rescan(self) -> Rescan:
+        return self.inner.rescan()
+
+    def masked_columns(self, table: str) -> dict[str, str]:
+        return self.inner.masked_columns(table)
+
     def prepare(self) -> str | None:
         return self.inner.prepare()
 
@@ -536,6 +550,147 @@ def test_kill_9_during_dump_resumes(backend: Backend, seed: int, parallelism: in
         [int(f * windows) for f in sorted(rnd.uniform(0.1, 0.6) for _ in range(3))], rnd)
 
 
+# -- several dumps at once, by priority -------------------------------------------------
+
+
+def overlapping(backend: Backend, mix: str) -> list[list[str]]:
+    """Two to four dumps of every kind that run at once (see
+    :func:`~tests.integration.harness.overlapping_dumps_through_kills`), each paced so
+    that it needs some 30 windows and all stay in flight across the kills."""
+    t1, t2 = backend.t1, backend.t2
+    f = backend.db.flavour
+    keys_of = {t: sorted(int(json.loads(k)[0]) for k in backend.rows(t)) for t in (t1, t2)}
+    pace = ["--delay-ms", "60"]
+    if mix == "two":  # a parallel table dump in the background; a repair of every key
+        return [["--table", t1, "--chunk-size", "25", "--parallelism", "2", *pace,
+                 "--priority", "background"],
+                ["--table", t2, "--keys", json.dumps([*keys_of[t2], 999_999]),
+                 "--chunk-size", "25", *pace]]
+    if mix == "three":  # one slot for two of them: the repairs take the backfill's slot
+        # a pruning dump (urgent unless told): its prune start kept through the kills
+        return [["--table", t1, "--chunk-size", "50", *pace, "--priority", "background"],
+                ["--table", t2, "--chunk-size", "25", *pace, "--prune"],
+                ["--table", t1, "--keys", json.dumps(keys_of[t1][::3]), "--chunk-size", "15",
+                 *pace]]
+    assert mix == "four"  # everything, a filtered dump, a key range, keys
+    return [["--all", "--chunk-size", "60", *pace, "--priority", "background"],
+            ["--table", t1, "--chunk-size", "45", "--where", f.version, ">", "0",
+             "--where", f.payload, "is not null", *pace],
+            ["--table", t2, "--chunk-size", "10", "--parallelism", "2", "--from-key", "100",
+             "--to-key", "6000", *pace, "--priority", "normal"],
+            ["--table", t1, "--keys", json.dumps(keys_of[t1][:300]), "--chunk-size", "10",
+             *pace]]
+
+
+@pytest.mark.parametrize(("mix", "flavour", "worker_extra"), [
+    ("two", PLAIN, ""),
+    ("three", HOSTILE, "max_active_dumps = 2"),
+    ("four", PARTITIONED, ""),
+], ids=["two", "three-in-two-slots-hostile-names", "four-partitioned"])
+@pytest.mark.parametrize("seed", KILL_SEEDS)
+def test_overlapping_dumps_converge_through_kills(
+        backend: Backend, seed: int, mix: str, flavour: TableFlavour, worker_extra: str,
+        worker_process: Callable[..., WorkerProcess]) -> None:
+    """Two to four dumps of all kinds in flight at once (a table dump, one in parallel
+    ranges, a filtered one, a key range, primary keys, a pruning dump; background, normal
+    and urgent),
+    while the workload writes, and SIGKILL twice or three times with several of them
+    running: each resumes from its own last durable window, all complete, the output
+    converges, no event lands twice."""
+    backend.use(flavour)
+    rnd = random.Random(seed * 31 + len(mix))
+    backend.create(backend.t1, 1500)
+    backend.create(backend.t2, 800)
+    config = backend.config_path([backend.t1, backend.t2], flush_interval_s=0.1,
+                                 worker_extra=worker_extra)
+    requests = overlapping(backend, mix)
+    kills = sorted(rnd.sample(range(3, 12), 2 if mix == "two" else 3))
+    ids = overlapping_dumps_through_kills(backend, config, worker_process, requests, kills, rnd)
+    store = StateStore(backend.redis_url, SOURCE)
+    try:
+        priorities = [store.get_request(i).priority.value for i in ids]
+    finally:
+        store.close()
+    assert priorities[0] == "background" and priorities[-1] == "urgent"
+    if mix == "three":  # the pruning dump: urgent by default, and its prune event landed
+        assert priorities[1] == "urgent"
+        ops = [str(e["op"]) for e in replay(backend.landing, SOURCE, backend.t2).events]
+        assert "p" in ops
+
+
+def test_a_repair_runs_at_once_next_to_a_paced_backfill(
+        backend: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
+    """A repair (a key dump: urgent) queued while a full dump runs paced and throttled in
+    the background completes while the backfill still runs; pausing the backfill lets a
+    third dump run; priorities and knobs change while they run."""
+    t1, t2 = backend.t1, backend.t2
+    backend.create(t1, 3000)
+    backend.create(t2, 300)
+    config = backend.config_path([t1, t2])
+    worker = worker_process(config)
+    backfill = dump_here(config, "--all", "--chunk-size", "50", "--delay-ms", "200",
+                    "--priority", "background", "--max-chunk-ms", "1")
+    wait_for(lambda: chunks(backend, backfill) >= 2, 30, "the backfill's windows", worker.log)
+    repair = dump_here(config, "--table", t2, "--keys", "[10, 20, 30]")
+    done = wait_request(backend.redis_url, SOURCE, repair, ["completed", "failed"], 30, worker)
+    assert (done["state"], done["priority"]) == ("completed", "urgent"), done
+    assert redis_request(backend.redis_url, SOURCE, backfill)["state"] == "running"
+    assert chunks(backend, backfill) < 30  # of 66: it goes on in the background
+    listing = cli_here(config, "list")
+    assert re.search(rf"^{backfill} +running +background +all ", listing, re.M), listing
+    assert re.search(rf"^{repair} +completed +urgent +keys ", listing, re.M), listing
+
+    cli_here(config, "pause", backfill)  # a paused dump gives its turns to the others
+    other = dump_here(config, "--table", t2, "--chunk-size", "20")
+    done = wait_request(backend.redis_url, SOURCE, other, ["completed", "failed"], 30, worker)
+    assert (done["state"], done["priority"]) == ("completed", "normal"), done
+    assert redis_request(backend.redis_url, SOURCE, backfill)["state"] == "paused"
+
+    shown = cli_here(config, "set", backfill, "--priority", "urgent", "--delay-ms", "0",
+                     "--no-throttle")
+    assert shown.startswith(f"{backfill}: priority urgent, chunk size 50, delay 0 ms"), shown
+    cli_here(config, "resume", backfill)
+    done = wait_request(backend.redis_url, SOURCE, backfill, ["completed", "failed"], 60,
+                        worker)
+    assert (done["state"], done["priority"]) == ("completed", "urgent"), done
+    assert_converged(backend, t1, t2)
+
+
+def test_an_urgent_dump_takes_the_slot_of_a_background_one(
+        backend: Backend, worker_process: Callable[..., WorkerProcess]) -> None:
+    """One slot (``max_active_dumps = 1``): a repair queued while a backfill runs takes the
+    slot; the backfill, still running, waits for it (``dblog status`` says so), then goes
+    on from where it was."""
+    t1 = backend.t1
+    backend.create(t1, 2000)
+    config = backend.config_path([t1], worker_extra="max_active_dumps = 1")
+    worker = worker_process(config)
+    backfill = dump_here(config, "--table", t1, "--chunk-size", "20", "--delay-ms", "100",
+                    "--priority", "background")
+    wait_for(lambda: chunks(backend, backfill) >= 3, 30, "the backfill's windows", worker.log)
+    repair = dump_here(config, "--table", t1, "--keys", json.dumps(list(range(10, 2001, 10))),
+                  "--chunk-size", "5", "--delay-ms", "500")
+    store = StateStore(backend.redis_url, SOURCE)
+    try:
+        wait_for(lambda: "a slot" in store.dump_status(backfill).get("waiting", ""), 30,
+                 "the backfill to wait for a slot", worker.log)
+    finally:
+        store.close()
+    status = cli_here(config, "status")
+    assert f"dump {backfill}: running, priority background, waiting: a slot" in status, status
+    assert f"dump {repair}: running, priority urgent" in status, status
+    parked_at = chunks(backend, backfill)
+    wait_for(lambda: chunks(backend, repair) >= 5, 30, "the repair's windows", worker.log)
+    assert chunks(backend, backfill) <= parked_at + 1  # a window open at the switch closes
+    cli_here(config, "set", repair, "--delay-ms", "0")
+    done = wait_request(backend.redis_url, SOURCE, repair, ["completed", "failed"], 60, worker)
+    assert done["state"] == "completed", done
+    done = wait_request(backend.redis_url, SOURCE, backfill, ["completed", "failed"], 60,
+                        worker)
+    assert done["state"] == "completed", done
+    assert_converged(backend, t1)
+
+
 # -- steering a dump -----------------------------------------------------------------
 
 
@@ -574,21 +729,25 @@ def test_parallelism_changes_while_the_dump_runs(
     worker = worker_process(config)
     request_id = dump(config, "--table", t1, "--chunk-size", "20", "--delay-ms", "100")
     wait_for(lambda: chunks(backend, request_id) >= 2, 30, "two chunks", worker.log)
-    cli(config, "set", request_id, "--parallelism", "4", "--delay-ms", "0")
+    cli_here(config, "set", request_id, "--parallelism", "4", "--delay-ms", "0")
+    before = chunks(backend, request_id)
     state = wait_request(backend.redis_url, SOURCE, request_id, ["completed"], 60, worker)
     assert state["parallelism"] == "4"
-    # one chunk of 20 per window would take 100 windows; four per window, about 25
-    assert chunks(backend, request_id) < 45
+    # 100 chunks of 20: one per window, the rest would take 100 - before windows; four
+    # per window, a quarter of that (and the window open at the change)
+    assert chunks(backend, request_id) - before < (100 - before) / 2 + 2, before
     assert_converged(backend, t1)
 
 
 def test_cancel_stops_the_dump_and_the_next_one_runs(
     backend: Backend, worker_process: Callable[..., WorkerProcess]
 ) -> None:
+    """With one request at a time (``max_active_dumps = 1``), the second waits in the queue
+    until the first is cancelled, then runs."""
     t1, t2 = backend.t1, backend.t2
     backend.create(t1, 3000)
     backend.create(t2, 100)
-    config = backend.config_path([t1, t2])
+    config = backend.config_path([t1, t2], worker_extra="max_active_dumps = 1")
     worker = worker_process(config)
     first = dump(config, "--table", t1, "--chunk-size", "10", "--delay-ms", "100")
     second = dump(config, "--table", t2, "--chunk-size", "10")

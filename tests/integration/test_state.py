@@ -13,12 +13,15 @@ from typing import Any
 import pytest
 import redis
 
+from dblog_worker.admission import queue_prunes
 from dblog_worker.errors import ConfigError, RequestRejected, StateUnavailable
 from dblog_worker.requests import (
     TRANSITIONS,
     DumpKind,
     DumpRequest,
     KeyTexts,
+    MalformedRequest,
+    Priority,
     RequestState,
     TableProgress,
 )
@@ -77,7 +80,7 @@ def test_create_get_list(store: StateStore) -> None:
     assert store.get_request("dump-2") == second
     assert store.list_requests() == [first, second]
     assert store.list_requests(active_only=True) == [first, second]
-    assert store.redis.hgetall(store.key("meta"))["layout"] == "1"
+    assert store.redis.hgetall(store.key("meta"))["layout"] == "2"
     assert store.key("request", "dump-1") == "dblog:v1:shop:request:dump-1"
 
 
@@ -133,28 +136,90 @@ def test_unknown_request(store: StateStore) -> None:
     assert store.redis.exists(store.key("request", "dump-9")) == 0
 
 
-def test_next_request_is_the_oldest_non_terminal(store: StateStore) -> None:
-    assert store.next_request() is None
+def ids_of(records: list[DumpRequest | MalformedRequest]) -> list[str]:
+    return [r.id for r in records]
+
+
+def test_the_queue_is_by_priority_then_age(store: StateStore) -> None:
+    assert store.queue_head(4) == []
     ids = [tables_dump(store).id for _ in range(3)]
     assert ids == ["dump-1", "dump-2", "dump-3"]
-    assert store.next_request() == store.get_request("dump-1")
+    assert ids_of(store.queue_head(1)) == ["dump-1"]
+    assert ids_of(store.queue_head(5)) == ids
 
-    walk(store, "dump-1", [R, P])  # a paused request keeps its place
-    next_request = store.next_request()
-    assert next_request is not None
-    assert (next_request.id, next_request.state) == ("dump-1", P)
+    walk(store, "dump-1", [R, P])  # a paused request stays listed, but takes no slot
+    assert ids_of(store.queue_head(1)) == ["dump-1", "dump-2"]
+    # a repair comes first, a backfill last; priorities change while they wait
+    keys = store.create_request(DumpKind.KEYS, [A], chunk_size=10, delay_ms=0, keys=[("1",)])
+    backfill = tables_dump(store, priority=Priority.BACKGROUND)
+    assert (keys.priority, backfill.priority) == (Priority.URGENT, Priority.BACKGROUND)
+    assert ids_of(store.queue_head(9)) == ["dump-4", "dump-1", "dump-2", "dump-3", "dump-5"]
+    store.set_knobs("dump-5", priority=Priority.URGENT)
+    store.set_knobs("dump-4", priority=Priority.NORMAL)
+    assert ids_of(store.queue_head(9)) == ["dump-5", "dump-1", "dump-2", "dump-3", "dump-4"]
+    assert store.get_request("dump-5").priority is Priority.URGENT
 
     store.transition("dump-1", C)
-    assert store.next_request() == store.get_request("dump-2")
     walk(store, "dump-2", [R, DONE])
-    assert store.next_request() == store.get_request("dump-3")
-    assert [r.id for r in store.list_requests(active_only=True)] == ["dump-3"]
-    store.transition("dump-3", F, error="boom")
-    assert store.next_request() is None
+    assert ids_of(store.queue_head(9)) == ["dump-5", "dump-3", "dump-4"]
+    for request_id in ("dump-3", "dump-4", "dump-5"):
+        store.transition(request_id, F, error="boom")
+    assert store.queue_head(4) == []
     assert store.list_requests(active_only=True) == []
-    assert [(r.id, r.state) for r in store.list_requests()] == [
-        ("dump-1", C), ("dump-2", DONE), ("dump-3", F),
-    ]
+    with pytest.raises(RequestRejected, match="knobs are final"):
+        store.set_knobs("dump-5", priority=Priority.NORMAL)
+    assert store.redis.zcard(store.key("active")) == 0  # a final request is not queued again
+
+
+def test_the_queue_is_read_page_by_page(store: StateStore, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    monkeypatch.setattr("dblog_worker.request_store.QUEUE_PAGE", 3)
+    for _ in range(8):
+        tables_dump(store)
+    for request_id in ("dump-1", "dump-2", "dump-3", "dump-4"):
+        walk(store, request_id, [R, P])
+    assert ids_of(store.queue_head(2)) == [f"dump-{n}" for n in range(1, 7)]
+    assert ids_of(store.queue_head(20)) == [f"dump-{n}" for n in range(1, 9)]
+    assert store.get_records(["dump-8", "dump-99"]) == {
+        "dump-8": store.get_request("dump-8"), "dump-99": None}
+
+
+def test_layout_1_is_migrated(store: StateStore) -> None:
+    """State written by a dblog of layout 1: the queue scored by number, requests without a
+    priority. The first store of this dblog to use it gives each request not yet final its
+    kind's priority (urgent for a pruning dump) and its place by priority, once; a dblog of
+    layout 1 refuses it then."""
+    client = store.redis
+    client.hset(store.key("meta"), mapping={"layout": "1", "created_at": "1.0"})
+    for number, kind in ((1, "tables"), (2, "keys"), (3, "all"), (4, "tables")):
+        fields: dict[str | bytes | bytearray | memoryview | int | float, str] = {
+            "id": f"dump-{number}", "kind": kind, "chunk_size": "10", "delay_ms": "0",
+            "state": "queued", "created_at": "1.0", "updated_at": "1.0",
+            "tables": json.dumps([A]), "key_count": "1" if kind == "keys" else "0"}
+        if number == 4:
+            fields["prune"] = "1"  # a pruning dump a foreign-key cascade queued
+        client.hset(store.key("request", f"dump-{number}"), mapping=fields)
+        client.zadd(store.key("requests"), {f"dump-{number}": number})
+        client.zadd(store.key("active"), {f"dump-{number}": number})
+    client.hset(store.key("request", "dump-1"), "state", "completed")  # ended, not queued
+    client.zrem(store.key("active"), "dump-1")
+    client.set(store.key("seq"), 4)
+    assert [r.priority for r in store.list_requests()] == [
+        Priority.NORMAL, Priority.URGENT, Priority.NORMAL, Priority.URGENT]  # read as-is
+
+    store.ensure_layout()
+    assert client.hget(store.key("meta"), "layout") == "2"
+    assert client.hget(store.key("request", "dump-2"), "priority") == "urgent"
+    assert client.hget(store.key("request", "dump-3"), "priority") == "normal"
+    assert client.hget(store.key("request", "dump-4"), "priority") == "urgent"
+    assert client.hget(store.key("request", "dump-1"), "priority") is None  # final: as it was
+    queue = [("dump-2", 2.0), ("dump-4", 4.0), ("dump-3", 2.0**40 + 3)]
+    assert client.zrange(store.key("active"), 0, -1, withscores=True) == queue
+    assert store.get_request("dump-4").prune
+    store.ensure_layout()  # again: nothing changes
+    assert client.zrange(store.key("active"), 0, -1, withscores=True) == queue
+    assert tables_dump(store, priority=Priority.URGENT).id == "dump-5"
+    assert ids_of(store.queue_head(9)) == ["dump-2", "dump-4", "dump-5", "dump-3"]
 
 
 def test_transitions_return_the_previous_state(store: StateStore) -> None:
@@ -262,7 +327,7 @@ def test_set_knobs_on_running_and_paused(store: StateStore, state: RequestState)
 @pytest.mark.parametrize(
     ("knobs", "message"),
     [
-        ({}, "give a chunk size, a delay, a parallelism or a throttle limit"),
+        ({}, "give a chunk size, a delay, a parallelism, a throttle limit or a priority"),
         ({"chunk_size": 0}, "chunk size must be an integer from 1 to 100000, got 0"),
         ({"chunk_size": True}, "chunk size must be an integer from 1 to 100000, got True"),
         ({"chunk_size": 5, "delay_ms": 3_600_001},
@@ -375,6 +440,28 @@ def test_save_progress(store: StateStore) -> None:
     assert store.progress("dump-1") == {A: a, B: b}
 
 
+def test_a_pruning_dump_is_urgent_and_keeps_its_prune_start(store: StateStore) -> None:
+    """The pruning dumps a foreign-key cascade queues (``queue_prunes``): urgent, ahead of
+    the dumps queued before them, one per table while one waits; the low watermark a
+    pruning dump prunes from is saved with its progress and read back."""
+    backfill = tables_dump(store, B, priority=Priority.BACKGROUND)
+    normal = tables_dump(store, B)
+    queued = queue_prunes(store, [A, B])
+    assert [(r.tables, r.prune, r.priority) for r in queued] == [
+        ((A,), True, Priority.URGENT), ((B,), True, Priority.URGENT)]
+    assert queue_prunes(store, [A]) == []  # one waits already: it prunes from later on
+    assert ids_of(store.queue_head(9)) == [*(r.id for r in queued), normal.id, backfill.id]
+    pruning = queued[0]
+    assert store.transition(pruning.id, RequestState.RUNNING) is RequestState.QUEUED
+    start = "0" * 32 + "00000000000000a1"
+    read = TableProgress(A, started=True, upper_bound=["9"], last_key=["4"], chunks=1,
+                         prune_from=start)
+    store.save_progress(None, {pruning.id: [read]}, {})
+    assert store.progress(pruning.id) == {A: read}
+    assert store.get_request(pruning.id).prune
+    assert [r.tables for r in queue_prunes(store, [A])] == [(A,)]  # it runs: a new one waits
+
+
 def test_save_progress_is_one_transaction(
     store: StateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -418,14 +505,14 @@ def test_ensure_layout(store: StateStore) -> None:
     created = store.redis.hget(store.key("meta"), "created_at")
     assert created is not None
     store.ensure_layout()  # again: nothing changes
-    assert store.redis.hgetall(store.key("meta")) == {"layout": "1", "created_at": created}
+    assert store.redis.hgetall(store.key("meta")) == {"layout": "2", "created_at": created}
 
 
 def test_ensure_layout_refuses_another_version(store: StateStore) -> None:
-    store.redis.hset(store.key("meta"), "layout", "2")
+    store.redis.hset(store.key("meta"), "layout", "3")
     message = (
-        "Redis holds state of layout '2' for source 'shop'; this dblog reads layout 1. "
-        "Upgrade dblog, or use another Redis database or source name."
+        "Redis holds state of layout '3' for source 'shop'; this dblog reads layout 2 (and "
+        "migrates layouts 1). Upgrade dblog, or use another Redis database or source name."
     )
     with pytest.raises(ConfigError) as info:
         store.ensure_layout()
@@ -447,7 +534,7 @@ CALLS: list[tuple[str, Callable[[StateStore], object]]] = [
     ("create_request_with_token", lambda s: tables_dump(s, client_token="t")),
     ("get_request", lambda s: s.get_request("dump-1")),
     ("list_requests", lambda s: s.list_requests()),
-    ("next_request", lambda s: s.next_request()),
+    ("queue_head", lambda s: s.queue_head(4)),
     ("transition", lambda s: s.transition("dump-1", C)),
     ("set_knobs", lambda s: s.set_knobs("dump-1", chunk_size=5)),
     ("request_keys", lambda s: s.request_keys("dump-1", 0, 10)),

@@ -15,7 +15,7 @@ import json
 import random
 import string
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -71,9 +71,11 @@ def my_target_section(server: MariaDBServer, database: str, tables: Sequence[str
 
 
 def capture(config: Path, table: str, *, chunk_size: int = 7,
-            during: Sequence[str] = (), run: Any = None) -> None:
+            during: Sequence[str] = (), run: Any = None,
+            until: Callable[[], bool] | None = None) -> None:
     """A worker captures; a table dump in small chunks while ``during`` statements run
-    (``run`` executes one), to completion; then a marker row lands."""
+    (``run`` executes one), to completion; the worker stops once ``until`` holds (the dump
+    may end before the log has been read past the last statement)."""
     worker, thread = run_in_thread(config_module.load(config), {})
     try:
         request_id = dump(config, "--table", table, "--chunk-size", str(chunk_size))
@@ -81,6 +83,8 @@ def capture(config: Path, table: str, *, chunk_size: int = 7,
             run(statement)
         state = wait_request(_redis(config), SOURCE, request_id, ["completed", "failed"], 90)
         assert state["state"] == "completed", state
+        if until is not None:
+            wait_for(until, 60, "the statements run during the dump to land")
     finally:
         worker.stopping = True
         thread.join(30)
@@ -252,7 +256,8 @@ def test_mariadb_generated_columns_land_and_merge_as_values(
                           kind="mariadb", extra=section)
     capture(config, table, during=["UPDATE orderlines SET qty = qty + 10 WHERE id % 3 = 0",
                                    "INSERT INTO orderlines (id, price, qty) VALUES (99, 2, 2)"],
-            run=run)
+            run=run,
+            until=lambda: any(e["key"] == "[99]" for e in events_of_table(tmp_path, table)))
     wait_for(lambda: any(e["key"] == "[99]" for e in events_of_table(tmp_path, table)), 30,
              "the last insert to land")
     landed = events_of_table(tmp_path, table)

@@ -91,8 +91,13 @@ def active_sessions(backend: Backend) -> int:
         session.close()
 
 
-def throttle_ms(store: StateStore) -> int:
-    return int(store.status().get("dump_throttle_ms") or 0)
+def throttle_ms(store: StateStore, request_id: str) -> int:
+    return int(store.dump_status(request_id).get("throttle_ms") or 0)
+
+
+def throttle_text(store: StateStore, request_id: str) -> str:
+    """The throttle's decision the worker's status shows for a dump ("" if none)."""
+    return str(store.dump_status(request_id).get("throttle") or "")
 
 
 def test_active_sessions_throttle_the_dump_until_the_load_stops(
@@ -111,13 +116,14 @@ def test_active_sessions_throttle_the_dump_until_the_load_stops(
             wait_for(lambda: active_sessions(backend) >= 5, 20, "the sleepers' sessions")
             request_id = dump(config, "--table", t1, "--chunk-size", "20",
                               "--max-active-sessions", "3")
-            wait_for(lambda: throttle_ms(store) >= 800
-                     and "active sessions > 3" in store.status()["dump_throttle"], 60,
+            wait_for(lambda: throttle_ms(store, request_id) >= 800
+                     and "active sessions > 3" in throttle_text(store, request_id), 60,
                      "the throttle's delay rising", worker.log)
             shown = cli(config, "show", request_id).stdout
             assert "throttle limits: active sessions <= 3" in shown, shown
             assert "throttle: +" in shown, shown
-            assert "dump_throttle: +" in cli(config, "status").stdout
+            assert f"dump {request_id}: running, priority normal, throttle: +" in cli(
+                config, "status").stdout
             wait_for(lambda: (call(f"{base}/api/v1/status")[1]["dump"]["throttle"] or {}
                               ).get("over") == ["active_sessions"], 10,
                      "the HTTP status naming the signal over its limit")
@@ -140,9 +146,9 @@ def test_active_sessions_throttle_the_dump_until_the_load_stops(
             throttled = chunks(backend, request_id) - before
             assert throttled <= 5, throttled
             sleepers.stop()
-            wait_for(lambda: throttle_ms(store) == 0, 60, "the throttle's delay easing to none",
-                     worker.log)
-        shown = store.status()["dump_throttle"]  # "" once the dump has ended
+            wait_for(lambda: throttle_ms(store, request_id) == 0, 60,
+                     "the throttle's delay easing to none", worker.log)
+        shown = throttle_text(store, request_id)  # "" once the dump has ended
         assert shown == "" or shown.startswith("none"), shown
         state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
                              120, worker)
@@ -167,15 +173,15 @@ def test_limits_set_at_runtime_take_effect_and_bad_ones_are_refused(
         base = store.status()["http"]
         request_id = dump(config, "--table", t1, "--chunk-size", "1000", "--delay-ms", "300")
         wait_for(lambda: chunks(backend, request_id) >= 1, 30, "a first window")
-        assert store.status()["dump_throttle"] == ""  # no policy: nothing shown
+        assert throttle_text(store, request_id) == ""  # no policy: nothing shown
         # a limit every chunk SELECT is over (thousands of rows take more than 1 ms)
         code, body = call(f"{base}/api/v1/requests/{request_id}", "PATCH",
                           {"throttle": {"max_chunk_ms": 1}})
         assert code == 200 and body["throttle"]["max_chunk_ms"] == 1, body
-        wait_for(lambda: throttle_ms(store) >= 400, 30, "the throttle's delay rising",
-                 worker.log)
-        assert "chunk SELECT" in store.status()["dump_throttle"]
-        assert "> 1 ms" in store.status()["dump_throttle"]
+        wait_for(lambda: throttle_ms(store, request_id) >= 400, 30,
+                 "the throttle's delay rising", worker.log)
+        assert "chunk SELECT" in throttle_text(store, request_id)
+        assert "> 1 ms" in throttle_text(store, request_id)
         for bad, message in (
                 (["--max-chunk-ms", "-5"], "throttle max_chunk_ms (a window's chunk SELECT "
                                            "wall time) must be an integer number of "
@@ -192,7 +198,7 @@ def test_limits_set_at_runtime_take_effect_and_bad_ones_are_refused(
         assert store.get_request(request_id).throttle.max_chunk_ms == 1  # nothing lost
         out = cli(config, "set", request_id, "--no-throttle", "--delay-ms", "0").stdout
         assert "delay 0 ms, parallelism 1, throttle limits off" in out, out
-        wait_for(lambda: throttle_ms(store) == 0, 10, "the delay gone at once")
+        wait_for(lambda: throttle_ms(store, request_id) == 0, 10, "the delay gone at once")
         state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
                              180, worker)
         assert state["state"] == "completed", state

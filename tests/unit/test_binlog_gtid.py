@@ -39,7 +39,7 @@ def xid(pos: int) -> Any:
 
 def committed(start: BinlogCheckpoint, *events: Any) -> list[BinlogCheckpoint]:
     """The checkpoints the translator emits for ``events``, decoded."""
-    translator = BinlogTranslator("src", [], lambda table, event: None,  # type: ignore
+    translator = BinlogTranslator("src", [], lambda table, event: None,
                                   start)
     out: list[LogItem] = []
     for event in events:

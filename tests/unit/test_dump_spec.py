@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
-from dblog_worker.dump_spec import MAX_CLIENT_TOKEN, DumpSpec
+from dblog_worker.dump_spec import MAX_CLIENT_TOKEN, DumpSpec, Knobs
 from dblog_worker.errors import RequestRejected
-from dblog_worker.requests import DEFAULT_CHUNK_SIZE, MAX_KEYS, DumpKind
+from dblog_worker.requests import DEFAULT_CHUNK_SIZE, MAX_KEYS, DumpKind, Priority
 
 
 def test_accepted_specs() -> None:
@@ -89,3 +90,82 @@ def test_keys_are_checked_against_the_key_arity() -> None:
         spec.key_texts(2)
     with pytest.raises(RequestRejected, match="never null"):
         DumpSpec.of("keys", ["public.a"], [1, None]).key_texts(1)
+
+
+SPECS = [
+    DumpSpec.of("all"),
+    DumpSpec.of("tables", ["public.b"], chunk_size=7, delay_ms=3,
+                client_token="airflow:dag:run:submit:-1", parallelism=4,
+                where=[{"column": "region", "op": "in", "values": ["EU", 3]}],
+                from_key=10, to_key=[20], throttle={"max_chunk_ms": 50},
+                priority="background"),
+    DumpSpec.of("keys", ["public.a"], [[1, "x"], [2, "y"]], priority=" urgent "),
+    DumpSpec.of("tables", ["public.b", "public.c"], prune=True),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=["all", "tables", "keys", "prune"])
+def test_a_spec_travels_as_its_json(spec: DumpSpec) -> None:
+    """What the DAGs' check task returns is what the operator queues: one spec, its JSON
+    read back (or the object, rendered natively) to an equal spec."""
+    text = spec.to_json()
+    assert DumpSpec.from_json(text) == spec
+    assert DumpSpec.from_json(json.loads(text)) == spec
+
+
+def test_a_spec_json_without_its_keys_takes_them_back() -> None:
+    spec = SPECS[2]
+    bare = spec.to_json(keys=False)
+    assert json.loads(bare)["keys"] is None
+    with pytest.raises(RequestRejected, match="kind keys needs keys"):
+        DumpSpec.from_json(bare)
+    again = DumpSpec.from_json(bare, keys=[[1, "x"], [2, "y"]], client_token="t")
+    assert again == dataclasses.replace(spec, client_token="t")
+
+
+def test_the_priority_of_a_spec() -> None:
+    assert DumpSpec.of("all").priority is None
+    assert DumpSpec.of("all").queue_priority is Priority.NORMAL
+    assert DumpSpec.of("keys", ["public.a"], [1]).queue_priority is Priority.URGENT
+    assert DumpSpec.of("keys", ["public.a"], [1], priority="").queue_priority is \
+        Priority.URGENT
+    # a pruning dump repairs what a cascade two tables away changed: urgent unless told
+    assert DumpSpec.of("tables", ["public.a"], prune=True).queue_priority is Priority.URGENT
+    assert DumpSpec.of("tables", ["public.a"], prune=True,
+                       priority="background").queue_priority is Priority.BACKGROUND
+    assert DumpSpec.of("all", priority="background").queue_priority is Priority.BACKGROUND
+    with pytest.raises(RequestRejected, match='urgent, normal, background, got "now"'):
+        DumpSpec.of("all", priority="now")
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ("{", "the dump spec is not JSON"),
+    ("[1]", "the dump spec must be a JSON object"),
+    ('{"kind": "all", "scope": "all"}', "unknown field(s) of a dump spec: scope"),
+    ('{"kind": "tables", "tables": "public.a"}', "tables must be a JSON array"),
+    ('{"kind": "all", "chunk_size": "7"}', 'chunk_size must be an integer, got "7"'),
+    ('{"kind": "all", "client_token": 7}', "client_token must be a string"),
+    ('{"kind": "all", "throttle": {"max_chunk_ms": -1}}', "throttle max_chunk_ms"),
+    ('{"kind": "all", "throttle": [1]}', "throttle must be an object of limits"),
+])
+def test_a_bad_spec_json_is_refused(given: str, message: str) -> None:
+    with pytest.raises(RequestRejected) as refused:
+        DumpSpec.from_json(given)
+    assert message in str(refused.value)
+
+
+def test_knobs_are_checked_when_built() -> None:
+    knobs = Knobs.of(delay_ms=0, priority="urgent", throttle={"max_chunk_ms": 0})
+    assert (knobs.chunk_size, knobs.delay_ms, knobs.priority, knobs.throttle) == (
+        None, 0, Priority.URGENT, {"max_chunk_ms": 0})
+    for options, message in [
+        ({}, "give at least one of chunk_size, delay_ms, parallelism, throttle, priority"),
+        ({"priority": ""}, "give at least one of"),
+        ({"chunk_size": 0}, "chunk size must be an integer from 1"),
+        ({"parallelism": 9}, "parallelism must be an integer from 1 to 8"),
+        ({"priority": "later"}, "priority must be one of urgent, normal, background"),
+        ({"throttle": {"max_lag": 1}}, "unknown throttle limit 'max_lag'"),
+    ]:
+        with pytest.raises(RequestRejected) as refused:
+            Knobs.of(**options)  # type: ignore[arg-type]
+        assert message in str(refused.value)

@@ -79,7 +79,14 @@ def test_a_fresh_status_matches_its_schema() -> None:
     """What /api/v1/status sends: the telemetry's snapshot, the address, Redis's part."""
     status = {**Telemetry("shop", kind="postgresql").snapshot(), "http": "http://127.0.0.1:1",
               "redis": {"checkpoint": None, "checkpoint_error": None, "worker": {"pid": "1"},
-                        "members": [{"holder": "h:1:ab", "role": "leader"}], "error": None}}
+                        "members": [{"holder": "h:1:ab", "role": "leader"}], "captured": {},
+                        "excluded": {}, "error": None}}
+    _validator("Status").validate(status)
+    telemetry = Telemetry("shop", kind="postgresql")
+    telemetry.tables({"captured": {"shop.a": "matches 'shop.*'"},
+                      "excluded": {"shop.b": "matches 'shop.*', but it has no primary key"},
+                      "missing": []})
+    status["tables"] = telemetry.snapshot()["tables"]
     _validator("Status").validate(status)
     _validator("Feed").validate(Telemetry("shop", kind="postgresql").feed(0))
 

@@ -16,16 +16,20 @@ from dblog_worker.requests import (
     MAX_CHUNK_SIZE,
     MAX_DELAY_MS,
     MAX_KEYS,
+    QUEUE_NUMBERS,
     TRANSITIONS,
     DumpKind,
     DumpRequest,
     KeyTexts,
+    Priority,
     RequestState,
     TableProgress,
     check_chunk_size,
     check_delay_ms,
+    check_priority,
     describe_keys,
     parse_keys,
+    queue_score,
     sources_of,
 )
 
@@ -260,11 +264,39 @@ BASE_FIELDS = {
     "updated_at": "1700000001.5",
     "key_count": "0",
     "parallelism": "1",
+    "priority": "normal",
 }
 
 
 def test_to_fields_exact() -> None:
     assert BASE.to_fields() == BASE_FIELDS
+
+
+def test_a_record_without_a_priority_has_its_kinds() -> None:
+    """Records written before priorities (layout 1): urgent for a primary-key dump and a
+    pruning dump (a foreign-key cascade's), normal otherwise."""
+    fields = {k: v for k, v in BASE_FIELDS.items() if k != "priority"}
+    assert DumpRequest.from_fields(fields).priority is Priority.NORMAL
+    assert DumpRequest.from_fields({**fields, "prune": "1"}).priority is Priority.URGENT
+    keys = {**fields, "kind": "keys", "key_count": "2", "tables": '["public.orders"]'}
+    assert DumpRequest.from_fields(keys).priority is Priority.URGENT
+    assert DumpRequest.from_fields({**keys, "priority": "background"}).priority is \
+        Priority.BACKGROUND
+    with pytest.raises(CorruptRequest, match="'soon', not one of urgent, normal, background"):
+        DumpRequest.from_fields({**keys, "priority": "soon"})
+
+
+def test_priorities() -> None:
+    assert [(p.value, p.weight, p.rank) for p in Priority] == [
+        ("urgent", 16, 0), ("normal", 4, 1), ("background", 1, 2)]
+    assert check_priority(" background ") is Priority.BACKGROUND
+    for bad, shown in (("soon", '"soon"'), (None, "null"), (3, "3")):
+        with pytest.raises(RequestRejected, match=f"urgent, normal, background, got {shown}"):
+            check_priority(bad)
+    # the queue: by priority, then by number, whatever the number
+    assert queue_score(Priority.URGENT, QUEUE_NUMBERS - 1) < queue_score(Priority.NORMAL, 1)
+    assert queue_score(Priority.NORMAL, 7) == QUEUE_NUMBERS + 7
+    assert BASE.number == 7 and dataclasses.replace(BASE, id="hand-made").number == 0
 
 
 def test_a_record_without_parallelism_reads_one_chunk_per_window() -> None:
@@ -290,7 +322,7 @@ def test_to_fields_with_optional_fields() -> None:
         "id": "dump-8", "kind": "keys", "tables": '["public.orders"]', "chunk_size": "1",
         "delay_ms": "0", "state": "failed", "created_at": "1.0", "updated_at": "2.0",
         "key_count": "3", "error": "table public.orders was dropped", "client_token": "tok-1",
-        "requested_by": "alice", "parallelism": "3",
+        "requested_by": "alice", "parallelism": "3", "priority": "normal",
     }
     assert DumpRequest.from_fields(request.to_fields()) == request
 

@@ -21,7 +21,7 @@ from dblog_worker.events import ChangeEvent, Checkpoint, Encoded, Op, Origin, Pe
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.output import OutputBuffer
 from dblog_worker.position import Position
-from dblog_worker.requests import DumpKind, DumpRequest, RequestState
+from dblog_worker.requests import DumpKind, DumpRequest, Priority, RequestState
 from dblog_worker.telemetry import Telemetry
 from dblog_worker.telemetry.key_ratio import key_ratio
 from dblog_worker.telemetry.log_lines import LOG_FEED_INTERVAL_S
@@ -351,7 +351,8 @@ def test_dump_progress_ratio_and_eta() -> None:
         pytest.approx(0.2, abs=1e-3)
     assert value(families, "dblog_dump_eta_seconds", request="d1", table=T) == \
         pytest.approx(80, abs=1)
-    assert value(families, "dblog_dump_state", request="d1", state="running") == 1
+    assert value(families, "dblog_dump_state", request="d1", state="running",
+                 priority="normal") == 1
     assert value(families, "dblog_dump_waiting", request="d1") == 0
     assert view["waiting"] is None
     dump.waiting = "the read replica has not replayed the low watermark within 1000 ms"
@@ -389,6 +390,38 @@ def test_a_resumed_dump_says_so() -> None:
         "started", "resumed"]
 
 
+def test_several_dumps_are_shown_each_with_its_priority() -> None:
+    t = telemetry()
+    backfill = ActiveDump(dataclasses.replace(request(), id="d1",
+                                              priority=Priority.BACKGROUND), {})
+    repair = ActiveDump(dataclasses.replace(request(DumpKind.KEYS, key_count=3), id="d2",
+                                            tables=(T,), priority=Priority.URGENT), {})
+    t.dump_started(backfill)
+    t.dump_started(repair)
+    repair.parked = "a slot: 1 request(s) of higher priority or older run"
+    t.dump_progress(repair)
+    t.window_opened(T, "d1", "run.1.lw", 5, priority="background")
+    for number in (2, 3):
+        t.window_opened(T, "d2", f"run.{number}.lw", 1, priority="urgent")
+    snapshot = t.snapshot()
+    assert snapshot["active_requests"] == ["d1", "d2"] and snapshot["active_request"] == "d1"
+    assert [(v["request_id"], v["priority"], v["waiting"]) for v in snapshot["dumps"]] == [
+        ("d1", "background", None), ("d2", "urgent", repair.parked)]
+    assert snapshot["dump"] == snapshot["dumps"][0]
+    families = parse(t.prometheus())
+    assert value(families, "dblog_dump_state", request="d2", state="running",
+                 priority="urgent") == 1
+    assert value(families, "dblog_dump_waiting", request="d2") == 1
+    assert value(families, "dblog_dump_windows_total", priority="urgent") == 2
+    assert value(families, "dblog_dump_windows_total", priority="background") == 1
+    t.dump_ended("d1", "completed")
+    assert [v["request_id"] for v in t.snapshot()["dumps"]] == ["d2"]
+    t.session_ended(SourceUnavailable("gone"))
+    assert t.snapshot()["dumps"] == []
+    t.dump_started(repair)
+    assert [e["state"] for e in t.feed(0)["events"] if e["type"] == "dump"][-1] == "resumed"
+
+
 @pytest.mark.parametrize(("low", "last", "upper", "expected"), [
     (1.0, "50", "101", 0.49),
     (None, "25", "100", 0.25),  # no first key: numbers count from 0
@@ -418,8 +451,8 @@ def test_snapshot_has_the_contract_fields_and_is_json() -> None:
     t.window_opened(T, "d1", "run.1.lw", 5)
     snapshot = t.snapshot()
     for name in ("source", "connected", "last_error", "position", "checkpoint",
-                 "checkpoint_age_s", "lag_bytes", "lag_s", "window", "active_request",
-                 "events_per_s", "uptime_s", "reconnects", "dump"):
+                 "checkpoint_age_s", "lag_bytes", "lag_s", "window", "active_requests",
+                 "active_request", "events_per_s", "uptime_s", "reconnects", "dumps", "dump"):
         assert name in snapshot, name
     assert snapshot["window"] == {"table": T, "dump_id": "d1", "opened_at": NOW,
                                   "low": "run.1.lw"}

@@ -309,6 +309,27 @@ def test_windows_open_in_turn_and_close_in_order() -> None:
     assert not reconciler.open_windows
 
 
+def test_windows_of_two_dumps_of_one_table_each_keep_their_own_rule() -> None:
+    """A backfill's window and a repair's (two requests, one table) open one after the
+    other: each closes with its own dump's id, and an event removes a row only from the
+    chunk of the window it falls in."""
+    reconciler = Reconciler(RUN)
+    backfill, repair = reconciler.next_tokens(), reconciler.next_tokens()
+    reconciler.open(TABLE, backfill, ["[1]", "[2]", "[3]"], "dump-1", 1)
+    reconciler.open(TABLE, repair, ["[2]", "[9]"], "dump-2", 1)
+    update = ChangeEvent(TABLE, Op.UPDATE, Position(2, 0), "[2]", "{}", None, Origin.LOG, 0, 1)
+    reconciler.on_watermark(Watermark(backfill.low, Position(1, 0), 0))
+    reconciler.on_change(update)  # in the backfill's window: its row 2 goes
+    closed = reconciler.on_watermark(Watermark(backfill.high, Position(3, 0), 0))
+    assert closed is not None and (closed.dump_id, list(closed.survivors)) == ("dump-1",
+                                                                               [0, 2])
+    reconciler.on_change(update._replace(key="[9]"))  # between the windows: log order
+    reconciler.on_watermark(Watermark(repair.low, Position(4, 0), 0))
+    closed = reconciler.on_watermark(Watermark(repair.high, Position(5, 0), 0))
+    assert closed is not None and (closed.dump_id, list(closed.survivors)) == ("dump-2",
+                                                                               [0, 1])
+
+
 def test_windows_that_overlap_in_the_log_raise() -> None:
     reconciler = Reconciler(RUN)
     first, second = reconciler.next_tokens(), reconciler.next_tokens()

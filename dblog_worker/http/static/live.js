@@ -111,7 +111,8 @@
                      + (entry.lag_s != null ? "  lag " + seconds(entry.lag_s) : "")]);
         break;
       case "dump": {
-        p.push(["tag", "DUMP"], ["", " " + entry.request_id + " " + entry.state]);
+        p.push(["tag", "DUMP"], ["", " " + entry.request_id + " " + entry.state
+                                     + (entry.priority ? " (" + entry.priority + ")" : "")]);
         if (entry.state === "started" || entry.state === "resumed") {
           p.push(["k", "  " + (entry.kind || "") + ": " + (entry.tables || []).join(", ")]);
         } else if (entry.progress) {
@@ -205,50 +206,68 @@
     body.replaceChildren(rows);
   }
 
-  function drawDump(dump) {
-    var view = dump || lastDump;
+  function dumpHead(view) {
+    return view.request_id + " · " + view.state
+      + (view.priority ? " · " + view.priority : "")
+      + (view.kind ? " · " + view.kind : "")
+      + (view.eta_s != null ? " · ETA " + seconds(view.eta_s) : "")
+      + (view.waiting ? " · waiting: " + view.waiting : "")
+      + (view.throttle ? " · throttle: " + view.throttle.text : "");
+  }
+
+  function dumpTable(t) {
+    var item = document.createElement("div");
+    item.className = "dump-table";
+    item.dataset.table = t.table;
+    var name = document.createElement("div");
+    name.className = "name";
+    name.appendChild(span("", t.table));
+    var pct = t.done ? "done" : (t.ratio == null ? (t.started ? "estimating…" : "waiting")
+                                                 : (t.ratio * 100).toFixed(1) + " %");
+    name.appendChild(span("pct", pct));
+    var bar = document.createElement("div");
+    bar.className = "bar" + (t.done ? " done" : "") + (t.ratio == null && !t.done ? " unknown" : "");
+    bar.dataset.ratio = t.done ? "1" : (t.ratio == null ? "" : String(t.ratio));
+    bar.setAttribute("role", "progressbar");
+    bar.setAttribute("aria-valuemin", "0");
+    bar.setAttribute("aria-valuemax", "100");
+    if (t.ratio != null) bar.setAttribute("aria-valuenow", String(Math.round(t.ratio * 100)));
+    var fill = document.createElement("div");
+    fill.className = "fill";
+    fill.style.width = ((t.done ? 1 : (t.ratio || 0)) * 100).toFixed(2) + "%";
+    bar.appendChild(fill);
+    var stats = document.createElement("div");
+    stats.className = "stats";
+    stats.textContent = int(t.rows) + " rows emitted · " + int(t.dropped) + " dropped · "
+      + int(t.chunks) + " chunks" + (t.missing ? " · " + int(t.missing) + " keys missing" : "")
+      + (t.done ? "" : " · ETA " + (t.eta_s == null ? "estimating…" : seconds(t.eta_s)));
+    item.appendChild(name);
+    item.appendChild(bar);
+    item.appendChild(stats);
+    return item;
+  }
+
+  // The dumps the worker runs, in queue order (priority, then age); the last one that
+  // ended while none runs. One dump: its line is the panel's head; several: one line each.
+  function drawDumps(dumps) {
+    var views = dumps && dumps.length ? dumps : (lastDump ? [lastDump] : []);
     var box = $("dump");
-    if (!view) {
+    if (!views.length) {
       setText("dump-head", "no dump running");
       box.replaceChildren();
       return;
     }
-    setText("dump-head", view.request_id + " · " + view.state
-      + (view.kind ? " · " + view.kind : "")
-      + (view.eta_s != null ? " · ETA " + seconds(view.eta_s) : "")
-      + (view.waiting ? " · waiting: " + view.waiting : "")
-      + (view.throttle ? " · throttle: " + view.throttle.text : ""));
+    setText("dump-head", views.length === 1 ? dumpHead(views[0])
+                                           : views.length + " dumps, by priority");
     var fragment = document.createDocumentFragment();
-    view.tables.forEach(function (t) {
-      var item = document.createElement("div");
-      item.className = "dump-table";
-      item.dataset.table = t.table;
-      var name = document.createElement("div");
-      name.className = "name";
-      name.appendChild(span("", t.table));
-      var pct = t.done ? "done" : (t.ratio == null ? (t.started ? "estimating…" : "waiting")
-                                                   : (t.ratio * 100).toFixed(1) + " %");
-      name.appendChild(span("pct", pct));
-      var bar = document.createElement("div");
-      bar.className = "bar" + (t.done ? " done" : "") + (t.ratio == null && !t.done ? " unknown" : "");
-      bar.dataset.ratio = t.done ? "1" : (t.ratio == null ? "" : String(t.ratio));
-      bar.setAttribute("role", "progressbar");
-      bar.setAttribute("aria-valuemin", "0");
-      bar.setAttribute("aria-valuemax", "100");
-      if (t.ratio != null) bar.setAttribute("aria-valuenow", String(Math.round(t.ratio * 100)));
-      var fill = document.createElement("div");
-      fill.className = "fill";
-      fill.style.width = ((t.done ? 1 : (t.ratio || 0)) * 100).toFixed(2) + "%";
-      bar.appendChild(fill);
-      var stats = document.createElement("div");
-      stats.className = "stats";
-      stats.textContent = int(t.rows) + " rows emitted · " + int(t.dropped) + " dropped · "
-        + int(t.chunks) + " chunks" + (t.missing ? " · " + int(t.missing) + " keys missing" : "")
-        + (t.done ? "" : " · ETA " + (t.eta_s == null ? "estimating…" : seconds(t.eta_s)));
-      item.appendChild(name);
-      item.appendChild(bar);
-      item.appendChild(stats);
-      fragment.appendChild(item);
+    views.forEach(function (view) {
+      var block = document.createElement("div");
+      block.className = "dump";
+      block.dataset.request = view.request_id;
+      if (view.priority) block.dataset.priority = view.priority;
+      if (views.length > 1) block.appendChild(span("dump-line", dumpHead(view)));
+      view.tables.forEach(function (t) { block.appendChild(dumpTable(t)); });
+      fragment.appendChild(block);
     });
     box.replaceChildren(fragment);
   }
@@ -340,7 +359,7 @@
     setText("reconnects", int(s.reconnects));
     setText("last-error", s.last_error ? (s.last_error_at && s.now
       ? seconds(s.now - s.last_error_at) + " ago: " : "") + s.last_error : "");
-    drawDump(s.dump);
+    drawDumps(s.dumps || (s.dump ? [s.dump] : []));
     var offset = s.now ? Date.now() / 1000 - s.now : 0;  // the worker's clock to this one
     var history = (s.lag_history || []).map(function (p) { return [p[0] + offset, p[1]]; });
     var rates = (s.rate_history || []).map(function (p) { return [p[0] + offset, p[1]]; });

@@ -34,9 +34,9 @@ import redis
 from airflow.sdk import BaseHook
 
 from dblog_worker import config as config_module
+from dblog_worker import control
 from dblog_worker.config import NAME, Config
-from dblog_worker.control import source_keys
-from dblog_worker.dump_spec import DumpSpec
+from dblog_worker.dump_spec import DumpSpec, Knobs
 from dblog_worker.errors import (
     ConfigError,
     DblogError,
@@ -53,7 +53,6 @@ from dblog_worker.requests import (
     MalformedRequest,
     RequestState,
     TableProgress,
-    describe_keys,
 )
 from dblog_worker.state import StateStore
 
@@ -61,7 +60,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Connection
 
 __all__ = ["DEFAULT_CONN_ID", "DblogHook", "DblogSettings", "as_int", "as_key", "as_keys",
-           "as_tables", "as_throttle", "as_where"]
+           "as_tables", "as_throttle", "as_where", "spec_of"]
 
 DEFAULT_CONN_ID = "dblog_default"
 DEFAULT_REDIS_PORT = 6379
@@ -224,6 +223,22 @@ def as_throttle(limits: Mapping[str, object] | None) -> dict[str, int]:
     return {name: as_int(value, f"throttle {name}") for name, value in limits.items()}
 
 
+def spec_of(scope: object, tables: object = (), keys: object = None, *,
+            chunk_size: object = DEFAULT_CHUNK_SIZE, delay_ms: object = 0,
+            client_token: str | None = None, parallelism: object = 1, where: object = None,
+            from_key: object = None, to_key: object = None,
+            throttle: Mapping[str, object] | None = None, priority: object = None) -> DumpSpec:
+    """A :class:`~dblog_worker.dump_spec.DumpSpec` from separate values, each a value or
+    its text as a rendered template gives it (:func:`as_tables`, :func:`as_keys`, ...).
+    The DAGs pass a spec's JSON instead (``DblogDumpOperator(spec=...)``)."""
+    return DumpSpec.of(scope, as_tables(tables), as_keys(keys),
+                       chunk_size=as_int(chunk_size, "chunk size"),
+                       delay_ms=as_int(delay_ms, "delay"), client_token=client_token,
+                       parallelism=as_int(parallelism, "parallelism"), where=as_where(where),
+                       from_key=as_key(from_key, "from_key"), to_key=as_key(to_key, "to_key"),
+                       throttle=as_throttle(throttle), priority=priority or None)
+
+
 def _literal(text: str, what: str) -> object:
     try:
         return json.loads(text)
@@ -355,6 +370,48 @@ class DblogHook(BaseHook):
 
     # -- dumps --------------------------------------------------------------------------
 
+    def create(self, spec: DumpSpec) -> DumpRequest:
+        """Queue the dump ``spec`` asks for, like ``dblog dump``
+        (:func:`dblog_worker.control.create_dump`); with a client token used before, return
+        that request instead (no second dump).
+
+        With the worker's configuration (the connection's ``config``), the request is
+        checked against the source as ``dblog dump`` checks it (tables captured, with a
+        primary key; keys that fit it; the filter's columns); when the source is
+        unreachable, it is queued anyway and the worker checks it when it runs. Without the
+        configuration, only the keys' shape is checked, and scope ``"all"`` is refused.
+        """
+        config = self.load_config() if self.config_path is not None else None
+        if spec.kind is DumpKind.ALL and config is None:
+            raise RequestRejected(
+                'scope "all" needs the captured tables: add the worker\'s configuration to '
+                f'connection {self.dblog_conn_id!r} ("config" in its extra), or use scope '
+                '"tables" and name them')
+        started = time.time()
+
+        def unreachable(exc: SourceUnavailable) -> None:
+            assert config is not None
+            self.log.warning(
+                "source %s (%s) is unreachable, so the tables and keys are not checked "
+                "against it now; the worker checks them when the dump runs: %s",
+                config.source.name, config.source.safe_dsn(), exc)
+
+        request = control.create_dump(config, self.state(), spec, unreachable=unreachable)
+        again = spec.client_token is not None and request.created_at < started
+        self.log.info(
+            "%s %s: %s dump of %s%s%s%s, priority %s, chunk size %d, delay %d ms, "
+            "parallelism %d, throttle limits %s%s",
+            request.id,
+            request.state.value, request.kind.value, ", ".join(request.tables),
+            f" ({request.key_count} keys)" if request.key_count else "",
+            f" where {request.row_filter.describe()}" if request.row_filter else "",
+            ", pruning" if request.prune else "",
+            request.priority.value, request.chunk_size, request.delay_ms,
+            request.parallelism, request.throttle.describe(),
+            f"; client token {spec.client_token} was used before: this is that request, no "
+            "second dump" if again else "")
+        return request
+
     def submit_dump(
         self,
         scope: str,
@@ -368,13 +425,13 @@ class DblogHook(BaseHook):
         from_key: object = None,
         to_key: object = None,
         throttle: Mapping[str, int | str] | None = None,
+        priority: str | None = None,
     ) -> DumpRequest:
-        """Queue a dump, like ``dblog dump``; with a ``client_token`` used before, return
-        that request instead (no second dump).
+        """Queue a dump from separate values, each a value or its text (a rendered
+        template): :func:`spec_of` builds the spec, :meth:`create` queues it.
 
-        :param scope: ``"all"`` (the tables given, or when none, every table of the worker's
-            configuration), ``"tables"`` (the tables given) or ``"keys"`` (some primary keys
-            of one table).
+        :param scope: ``"all"`` (every table of the worker's configuration), ``"tables"``
+            (the tables given) or ``"keys"`` (some primary keys of one table).
         :param tables: Table names (``schema.table``; ``database.table`` for MySQL).
         :param keys: For scope ``"keys"``: a list, or its JSON text: ``[1, 2]`` for a
             one-column key, ``[[1, "a"], [2, "b"]]`` for a composite one.
@@ -393,55 +450,14 @@ class DblogHook(BaseHook):
         :param throttle: Automatic throttling: limits by name (``max_chunk_ms``,
             ``max_active_sessions``, ``max_replica_lag_ms``, ``max_log_lag_mb``), each an
             int or its text; 0 or left out: off.
+        :param priority: ``"urgent"``, ``"normal"`` or ``"background"``: the request's share
+            of windows while other dumps run, and its place in the queue; None or empty:
+            urgent for scope ``"keys"``, else normal.
         """
-        config = self.load_config() if self.config_path is not None else None
-        names = as_tables(tables)
-        spec = DumpSpec.of(scope, names, as_keys(keys), chunk_size=as_int(chunk_size, "chunk size"),
-                           delay_ms=as_int(delay_ms, "delay"), client_token=client_token,
-                           parallelism=as_int(parallelism, "parallelism"), where=as_where(where),
-                           from_key=as_key(from_key, "from_key"), to_key=as_key(to_key, "to_key"),
-                           throttle=as_throttle(throttle))
-        if spec.kind is DumpKind.ALL and config is None:
-            raise RequestRejected(
-                'scope "all" needs the captured tables: add the worker\'s configuration to '
-                f'connection {self.dblog_conn_id!r} ("config" in its extra), or use scope '
-                '"tables" and name them')
-        tables_of = spec.tables if config is None else spec.table_names(config.source.tables)
-        parsed = self._check_with_source(config, spec, tables_of)
-        started = time.time()
-        request = self.state().create_request(
-            spec.kind, tables_of, chunk_size=spec.chunk_size, delay_ms=spec.delay_ms,
-            keys=parsed, client_token=client_token, parallelism=spec.parallelism,
-            row_filter=spec.row_filter, throttle=spec.throttle)
-        again = client_token is not None and request.created_at < started
-        self.log.info(
-            "%s %s: %s dump of %s%s%s, chunk size %d, delay %d ms, parallelism %d, throttle "
-            "limits %s%s",
-            request.id,
-            request.state.value, request.kind.value, ", ".join(request.tables),
-            f" ({request.key_count} keys: {describe_keys(parsed)})" if parsed else "",
-            f" where {request.row_filter.describe()}" if request.row_filter else "",
-            request.chunk_size, request.delay_ms, request.parallelism,
-            request.throttle.describe(),
-            f"; client token {client_token} was used before: this is that request, no second "
-            "dump" if again else "")
-        return request
-
-    def _check_with_source(self, config: Config | None, spec: DumpSpec,
-                           tables: Sequence[str]) -> list[KeyTexts]:
-        """Refuse what ``dblog dump`` refuses: tables not captured or without a primary key,
-        keys that do not fit the key columns. Without the configuration, or when the source
-        is unreachable, only the keys' shape is checked; the worker checks the rest."""
-        if config is not None:
-            config.source.check_captured(tables)
-            try:
-                return source_keys(config, spec, tables)
-            except SourceUnavailable as exc:
-                self.log.warning(
-                    "source %s (%s) is unreachable, so the tables and keys are not checked "
-                    "against it now; the worker checks them when the dump runs: %s",
-                    config.source.name, config.source.safe_dsn(), exc)
-        return spec.key_texts(spec.guessed_arity())
+        return self.create(spec_of(scope, tables, keys, chunk_size=chunk_size,
+                                   delay_ms=delay_ms, client_token=client_token,
+                                   parallelism=parallelism, where=where, from_key=from_key,
+                                   to_key=to_key, throttle=throttle, priority=priority))
 
     def get_request(self, request_id: str) -> DumpRequest:
         """The request; :class:`~dblog_worker.errors.CorruptRequest` if its record is
@@ -466,7 +482,8 @@ class DblogHook(BaseHook):
         return self.state().missing_keys(request_id)
 
     def pause(self, request_id: str) -> RequestState:
-        """Pause a running dump (between chunks); returns the state it was in."""
+        """Pause a running dump (between chunks); returns the state it was in. The others
+        go on."""
         return self._command(request_id, "pause")
 
     def resume(self, request_id: str) -> RequestState:
@@ -477,27 +494,26 @@ class DblogHook(BaseHook):
         """Cancel a dump that has not ended; returns the state it was in."""
         return self._command(request_id, "cancel")
 
-    def _command(self, request_id: str, command: str) -> RequestState:
-        target, only_from = COMMANDS[command]
-        previous = self.state().transition(request_id, target, only_from=only_from)
-        self.log.info("%s: %s -> %s", request_id, previous.value, target.value)
+    def _command(self, request_id: str, name: str) -> RequestState:
+        previous = control.command(self.state(), request_id, name)
+        self.log.info("%s: %s -> %s", request_id, previous.value,
+                      COMMANDS[name][0].value)
         return previous
 
     def set_knobs(self, request_id: str, chunk_size: int | str | None = None,
                   delay_ms: int | str | None = None,
                   parallelism: int | str | None = None,
-                  throttle: Mapping[str, int | str] | None = None) -> DumpRequest:
-        """Change the chunk size, delay, parallelism and/or throttle limits (those given)
-        of a dump that has not ended."""
-        request = self.state().set_knobs(
-            request_id,
+                  throttle: Mapping[str, int | str] | None = None,
+                  priority: str | None = None) -> DumpRequest:
+        """Change the chunk size, delay, parallelism, throttle limits and/or priority
+        (those given; each a value or its text) of a dump that has not ended."""
+        knobs = Knobs.of(
             chunk_size=None if chunk_size is None else as_int(chunk_size, "chunk size"),
             delay_ms=None if delay_ms is None else as_int(delay_ms, "delay"),
             parallelism=None if parallelism is None else as_int(parallelism, "parallelism"),
-            throttle=as_throttle(throttle))
-        self.log.info("%s: chunk size %d, delay %d ms, parallelism %d, throttle limits %s",
-                      request.id, request.chunk_size, request.delay_ms, request.parallelism,
-                      request.throttle.describe())
+            throttle=as_throttle(throttle) or None, priority=priority or None)
+        request = control.set_knobs(self.state(), request_id, knobs)
+        self.log.info("%s", control.describe_knobs(request))
         return request
 
 

@@ -10,8 +10,9 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from dblog_airflow._errors import task_errors
-from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook
+from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook, spec_of
 from dblog_airflow.links import DblogLiveViewLink
+from dblog_worker.dump_spec import DumpSpec
 from dblog_worker.errors import RequestRejected
 from dblog_worker.requests import DEFAULT_CHUNK_SIZE
 
@@ -51,6 +52,12 @@ class DblogDumpOperator(BaseOperator):
     table the worker does not capture, a filter on a column the table does not have) fails
     the task without retries.
 
+    The request is either one ``spec``, the JSON of a
+    :class:`~dblog_worker.dump_spec.DumpSpec` (what the DAGs pass: their ``check`` task
+    builds the spec once and returns ``spec.to_json()``; a template rendered natively may
+    give the object itself), or separate values (``scope``, ``tables``, ...), each a value
+    or its text, which the operator builds a spec of (:func:`~dblog_airflow.hooks.dblog.spec_of`).
+
     A filtered dump reads only the rows that meet every condition of ``where`` and, for one
     table, lie in the key range ``from_key`` to ``to_key`` (both included). The values are
     templated, so a scheduled dump can read the rows of its interval::
@@ -60,9 +67,11 @@ class DblogDumpOperator(BaseOperator):
             where=[{"column": "updated_at", "op": ">=", "value": "{{ data_interval_start }}"}],
         )
 
-    :param scope: ``"all"``, ``"tables"`` or ``"keys"`` (templated). ``"all"`` without
-        tables dumps every table of the worker's configuration (the connection's
-        ``config``).
+    :param spec: The dump, as a spec's JSON (templated); the values below are then left
+        out, but for ``keys_file`` (the keys of a spec made without them:
+        ``spec.to_json(keys=False)``).
+    :param scope: ``"all"``, ``"tables"`` or ``"keys"`` (templated). ``"all"`` dumps every
+        table of the worker's configuration (the connection's ``config``).
     :param tables: Table names, a list or its JSON text (templated).
     :param keys: For scope ``"keys"``: primary keys of the one table, a list or its JSON
         text, ``[1, 2]`` or ``[[1, "a"], [2, "b"]]`` (templated).
@@ -87,27 +96,37 @@ class DblogDumpOperator(BaseOperator):
     :param throttle: Automatic throttling: limits by name (``max_chunk_ms``,
         ``max_active_sessions``, ``max_replica_lag_ms``, ``max_log_lag_mb``), each an int or
         its text; 0 or left out: off (templated).
+    :param priority: ``"urgent"``, ``"normal"`` or ``"background"``: its share of the
+        worker's windows while other dumps run, and its place in the queue (templated;
+        empty: urgent for scope ``"keys"``, else normal).
     :param new_request_on_clear: A re-run after the DAG run was cleared queues a new request
         instead of re-attaching to the first (automatic retries still re-attach).
     :param dblog_conn_id: The ``dblog`` connection (templated).
     """
 
-    template_fields: Sequence[str] = ("scope", "tables", "keys", "keys_file", "chunk_size",
-                                      "delay_ms",
-                                      "parallelism", "where", "from_key", "to_key",
-                                      "throttle", "dblog_conn_id")
+    template_fields: Sequence[str] = ("spec", "scope", "tables", "keys", "keys_file",
+                                      "chunk_size", "delay_ms", "parallelism", "where",
+                                      "from_key", "to_key", "throttle", "priority",
+                                      "dblog_conn_id")
     ui_color = "#d6e8f2"
     operator_extra_links = (DblogLiveViewLink(),)
 
-    def __init__(self, *, scope: str, tables: str | Sequence[str] = (), keys: object = None,
+    def __init__(self, *, spec: str | Mapping[str, Any] | None = None, scope: str = "",
+                 tables: str | Sequence[str] = (), keys: object = None,
                  keys_file: str = "", chunk_size: int | str = DEFAULT_CHUNK_SIZE,
                  delay_ms: int | str = 0,
                  parallelism: int | str = 1, where: object = None, from_key: object = None,
                  to_key: object = None, throttle: Mapping[str, int | str] | None = None,
+                 priority: str | None = None,
                  dblog_conn_id: str = DEFAULT_CONN_ID, new_request_on_clear: bool = False,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if (spec is None) == (not scope):
+            raise ValueError("DblogDumpOperator takes a spec (a DumpSpec's JSON) or a scope "
+                             "with its values, one of the two")
         self.new_request_on_clear = new_request_on_clear
+        self.spec = spec
+        self.priority = priority
         self.scope = scope
         self.tables = tables
         self.keys = keys
@@ -125,18 +144,27 @@ class DblogDumpOperator(BaseOperator):
         hook = DblogHook(self.dblog_conn_id)
         try:
             with task_errors():
-                keys = self._keys_from_file() if self.keys_file else self.keys
-                request = hook.submit_dump(
-                    self.scope, self.tables, keys,
-                    chunk_size=self.chunk_size, delay_ms=self.delay_ms,
-                    client_token=client_token(context, self.new_request_on_clear),
-                    parallelism=self.parallelism,
-                    where=self.where, from_key=self.from_key, to_key=self.to_key,
-                    throttle=self.throttle)
+                request = hook.create(self._spec(context))
             DblogLiveViewLink.persist(context, hook)
         finally:
             hook.close()
         return request.id
+
+    def _spec(self, context: Context) -> DumpSpec:
+        """The dump: the spec given (its keys from ``keys_file`` when set), or one built of
+        the separate values; with the task instance's client token."""
+        token = client_token(context, self.new_request_on_clear)
+        if self.spec is not None:
+            if self.keys_file:
+                return DumpSpec.from_json(self.spec, keys=self._keys_from_file(),
+                                          client_token=token)
+            return DumpSpec.from_json(self.spec, client_token=token)
+        keys = self._keys_from_file() if self.keys_file else self.keys
+        return spec_of(self.scope, self.tables, keys, chunk_size=self.chunk_size,
+                       delay_ms=self.delay_ms, client_token=token,
+                       parallelism=self.parallelism, where=self.where,
+                       from_key=self.from_key, to_key=self.to_key, throttle=self.throttle,
+                       priority=self.priority)
 
     def _keys_from_file(self) -> object:
         """The keys of ``keys_file``: a JSON list, or an object with a ``"keys"`` list. A file

@@ -12,7 +12,10 @@ chunks walk up to the table's upper bound) and why the dump waits when the worke
 ``failed`` carries the worker's error in ``message`` (also when the request's record in
 Redis is malformed: the worker fails such a request; the message names the key and what is
 wrong); ``error`` means the trigger could not follow the request (no such request, a
-connection that needs a change). While Redis is
+connection that needs a change). With ``wake_after``, it also fires ``{"status":
+"running", ...}`` once that many seconds passed and the dump still runs (the backfill's
+*pace* task wakes so to set the delay of the hour, and ends as soon as the dump does).
+While Redis is
 unreachable it logs a warning and keeps polling: the sensor's timeout bounds the wait.
 It reads Redis with ``redis.asyncio`` in the triggerer's event loop (no thread).
 
@@ -24,6 +27,7 @@ that restarts, or hands the trigger to another, leaves it running.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -33,6 +37,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from dblog_airflow.hooks.dblog import DEFAULT_CONN_ID, DblogHook
 from dblog_worker.async_requests import AsyncRequests
+from dblog_worker.control import command_async
 from dblog_worker.errors import CorruptRequest, DblogError, StateUnavailable
 from dblog_worker.requests import DumpKind, DumpRequest, RequestState, TableProgress
 
@@ -133,16 +138,25 @@ def dump_event(request: DumpRequest, progress: Progress) -> dict[str, Any]:
 
 async def _read(requests: AsyncRequests, request_id: str
                 ) -> tuple[DumpRequest, Progress, str, str]:
-    """The request, its progress, why the worker's last window of it read nothing ("" if
-    it read), and its automatic throttle's decision while it delays the dump ("" if not);
-    both "" if the worker runs another request."""
+    """The request, its progress, why the worker does not read it now ("" if it reads: its
+    last window read nothing, or more urgent requests hold every slot), and its automatic
+    throttle's decision while it delays the dump ("" if not); both "" if the worker does
+    not run it now."""
     request = await requests.get_request(request_id)
-    status = await requests.status()
-    ours = status.get("active_request") == request_id
-    waiting = status.get("dump_waiting", "") if ours else ""
-    throttled = ours and status.get("dump_throttle_ms", "0") not in ("", "0")
-    throttle = status.get("dump_throttle", "") if throttled else ""
+    ours = dump_status(await requests.status(), request_id)
+    waiting = str(ours.get("waiting") or "")
+    throttle = str(ours.get("throttle") or "") if ours.get("throttle_ms") else ""
     return request, Progress.of(request, await requests.progress(request_id)), waiting, throttle
+
+
+def dump_status(status: Mapping[str, str], request_id: str) -> dict[str, Any]:
+    """What the worker's status hash says of one dump it runs ({} if it does not)."""
+    try:
+        dumps = json.loads(status.get("dumps") or "{}")
+    except ValueError:
+        return {}
+    found = dumps.get(request_id) if isinstance(dumps, dict) else None
+    return found if isinstance(found, dict) else {}
 
 
 class DblogDumpTrigger(BaseTrigger):
@@ -154,20 +168,28 @@ class DblogDumpTrigger(BaseTrigger):
     :param request_id: The dump request, e.g. ``dump-3``.
     :param dblog_conn_id: The ``dblog`` connection (Redis and the source).
     :param poll_interval: Seconds between two reads of the request.
+    :param wake_after: Fire ``{"status": "running"}`` once this many seconds passed and the
+        dump has not ended (None: only when it ends).
+    :param log_progress: Log the progress as it changes (the *wait* task does; the *pace*
+        task, which follows the same dump, does not).
     """
 
     def __init__(self, request_id: str, dblog_conn_id: str = DEFAULT_CONN_ID,
-                 poll_interval: float = 10.0) -> None:
+                 poll_interval: float = 10.0, wake_after: float | None = None,
+                 log_progress: bool = True) -> None:
         # BaseTrigger.__init__ is not annotated; mypy's untyped_calls_exclude misses super().
         super().__init__()  # type: ignore[no-untyped-call]
         self.request_id = request_id
         self.dblog_conn_id = dblog_conn_id
         self.poll_interval = float(poll_interval)
+        self.wake_after = None if wake_after is None else float(wake_after)
+        self.log_progress = log_progress
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"request_id": self.request_id, "dblog_conn_id": self.dblog_conn_id,
-                 "poll_interval": self.poll_interval})
+                 "poll_interval": self.poll_interval, "wake_after": self.wake_after,
+                 "log_progress": self.log_progress})
 
     def _event(self, status: str, message: str, rows: int = 0) -> TriggerEvent:
         return TriggerEvent({"status": status, "request_id": self.request_id,
@@ -184,6 +206,8 @@ class DblogDumpTrigger(BaseTrigger):
                       settings.source, settings.safe_redis_url, self.poll_interval)
         start: Progress | None = None  # the progress at the first read, and when it was
         started = 0.0
+        woken = time.monotonic() + (self.wake_after if self.wake_after is not None
+                                    else float("inf"))
         logged: tuple[object, ...] = ()
         said = ""  # the waiting reason last logged
         throttled = False  # whether the throttle delayed the dump when last logged
@@ -209,8 +233,15 @@ class DblogDumpTrigger(BaseTrigger):
                     self.log.info("%s", event["message"])
                     yield TriggerEvent(event)
                     return
+                if time.monotonic() >= woken:
+                    yield self._event("running", f"{self.request_id} is {request.state.value}",
+                                      now.rows)
+                    return
                 if start is None:
                     start, started = now, time.monotonic()
+                if not self.log_progress:
+                    await asyncio.sleep(self.poll_interval)
+                    continue
                 if (request.state, now) != logged:
                     self.log.info("%s", describe_progress(request, now, start,
                                                           time.monotonic() - started))
@@ -244,7 +275,7 @@ class DblogDumpTrigger(BaseTrigger):
             return
         requests = AsyncRequests(settings.redis_url, settings.source)
         try:
-            previous = await requests.cancel(self.request_id)
+            previous = await command_async(requests, self.request_id, "cancel")
         except DblogError as exc:
             self.log.error("cannot cancel %s: %s", self.request_id, exc)
         else:

@@ -21,7 +21,7 @@ from dblog_worker.landing.parquet import LandingZone, read_events
 from dblog_worker.state import StateStore
 from dblog_worker.worker import Worker
 from tests.fakedb import DATABASES, KIND
-from tests.fakedb.database import FakeDatabase, Key, Row
+from tests.fakedb.database import FakeDatabase, Key, Row, Transaction
 from tests.fakedb.source import key_json
 
 SOURCE = "src"
@@ -90,6 +90,24 @@ def texts(db: FakeDatabase, table: str, text: str) -> Row:
     return {c.name: text for c in db.table(table).columns if c.type == "text"}
 
 
+def random_write(tx: Transaction, db: FakeDatabase, rnd: random.Random, table: str,
+                 key_space: int, text: str) -> bool:
+    """One random write in ``tx``: an upsert, an update of the text columns, a delete, or a
+    key change (then True) of a key below ``key_space``."""
+    key = rnd.randrange(1, key_space)
+    action = rnd.random()
+    if action < 0.35:
+        tx.upsert(table, {"id": key, **texts(db, table, text)})
+    elif action < 0.7:
+        tx.update(table, (key,), texts(db, table, text))
+    elif action < 0.85:
+        tx.delete(table, (key,))
+    else:
+        tx.update(table, (key,), {"id": rnd.randrange(1, key_space)})
+        return True
+    return False
+
+
 def race_chunks(db: FakeDatabase, seed: int, share: float = 0.3) -> None:
     """After a ``share`` of the chunk SELECTs, before their high watermark: update, delete
     or move (a key change) one to three of the rows just read, in one transaction. A chunk
@@ -129,6 +147,7 @@ class Capture:
         self.tables = list(tables)
         self.flush_s = flush_s
         self.source_extra = dict(source_extra or {})
+        self.max_active_dumps: int | None = None  # [worker] max_active_dumps; None: default
         self.worker: Worker | None = None
         self.thread: threading.Thread | None = None
         self.failure: BaseException | None = None
@@ -146,7 +165,9 @@ class Capture:
             "landing": {"path": str(self.landing), "flush_interval_s": self.flush_s},
             "worker": {"heartbeat_interval_s": 0.2, "control_interval_s": 0.02,
                        "status_interval_s": 0.1, "reconnect_max_s": 0.1,
-                       "shutdown_timeout_s": 5},
+                       "shutdown_timeout_s": 5,
+                       **({} if self.max_active_dumps is None
+                          else {"max_active_dumps": self.max_active_dumps})},
             "lease": {"ttl_s": 5, "renew_interval_s": 1, "standby_poll_s": 0.05},
             "http": {"enabled": False},
         }, {})

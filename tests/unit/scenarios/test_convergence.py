@@ -17,16 +17,18 @@ from hypothesis import strategies as st
 
 from tests.fakedb import DATABASES
 from tests.fakedb.database import FakeDatabase
-from tests.unit.scenarios.capture import Capture, items_table, race_chunks, texts
+from tests.unit.scenarios.capture import Capture, items_table, race_chunks, random_write
 from tests.unit.scenarios.test_dumps import T1, T2
 
 Step = tuple[str, int, int]
+PRIORITIES = ("urgent", "normal", "background")
 
 STEPS = st.one_of(
     st.tuples(st.just("writes"), st.integers(1, 40), st.integers(0, 2**16)),
     st.tuples(st.just("held writes"), st.integers(1, 10), st.integers(0, 2**16)),
+    # a dump's seed: its variant (seed % 2) and its priority (PRIORITIES[seed // 2])
     st.tuples(st.sampled_from(["all", "tables", "parallel", "filtered", "keys"]),
-              st.integers(3, 60), st.integers(0, 1)),
+              st.integers(3, 60), st.integers(0, 5)),
     st.tuples(st.sampled_from(["add column", "drop column", "restart", "truncate"]),
               st.just(0), st.integers(0, 1)),
 )
@@ -46,18 +48,7 @@ class History:
         for _ in range(count):
             with self.db.transaction() as tx:
                 for _ in range(rnd.choice([1, 1, 3])):
-                    table = rnd.choice([T1, T2])
-                    key = rnd.randrange(1, 120)
-                    values = texts(self.db, table, f"v{seed}")
-                    action = rnd.random()
-                    if action < 0.4:
-                        tx.upsert(table, {"id": key, **values})
-                    elif action < 0.7:
-                        tx.update(table, (key,), values)
-                    elif action < 0.85:
-                        tx.delete(table, (key,))
-                    else:
-                        tx.update(table, (key,), {"id": rnd.randrange(1, 120)})
+                    random_write(tx, self.db, rnd, rnd.choice([T1, T2]), 120, f"v{seed}")
 
     def apply(self, step: Step) -> None:
         name, size, seed = step
@@ -82,19 +73,27 @@ class History:
         elif name == "restart":
             capture.stop()
             capture.start()
-        elif name == "all":
-            self.requests.append(capture.dump("all", chunk_size=size))
+        else:  # a dump: several run at once (max_active_dumps), their windows by priority
+            self.dump(name, size, seed % 2, PRIORITIES[seed // 2])
+
+    def dump(self, name: str, size: int, variant: int, priority: str) -> None:
+        capture = self.capture
+        if name == "all":
+            self.requests.append(capture.dump("all", chunk_size=size, priority=priority))
         elif name == "tables":
-            self.requests.append(capture.dump("tables", [T2, T1][seed:], chunk_size=size))
+            self.requests.append(capture.dump("tables", [T2, T1][variant:], chunk_size=size,
+                                              priority=priority))
         elif name == "parallel":
             self.requests.append(capture.dump("tables", [T1, T2], chunk_size=size,
-                                              parallelism=2 + seed))
+                                              parallelism=2 + variant, priority=priority))
         elif name == "filtered":
             self.requests.append(capture.dump("tables", [T1, T2], chunk_size=size,
-                                              where=[["version", ">=", "0"]]))
+                                              where=[["version", ">=", "0"]],
+                                              priority=priority))
         else:
-            keys = [k[0] for k in db.rows(T1)] + [9999]
-            self.requests.append(capture.dump("keys", [T1], keys, chunk_size=size))
+            keys = [k[0] for k in self.db.rows(T1)] + [9999]
+            self.requests.append(capture.dump("keys", [T1], keys, chunk_size=size,
+                                              priority=priority))
 
 
 @contextmanager

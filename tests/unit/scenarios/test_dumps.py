@@ -14,7 +14,13 @@ import pytest
 from dblog_worker import kinds
 from dblog_worker.requests import RequestState
 from tests.fakedb.database import DatabaseError, FakeDatabase
-from tests.unit.scenarios.capture import Capture, items_table, race_chunks, texts, wait_for
+from tests.unit.scenarios.capture import (
+    Capture,
+    items_table,
+    race_chunks,
+    random_write,
+    wait_for,
+)
 
 T1, T2 = "shop.items", "shop.orders"
 
@@ -47,17 +53,8 @@ class Writer(threading.Thread):
         rnd = self.random
         with self.db.transaction() as tx:
             for _ in range(rnd.choice([1, 1, 2, 4])):
-                table, key = rnd.choice(self.tables), rnd.randrange(1, self.key_space)
-                values = texts(self.db, table, f"w{self.transactions}")
-                action = rnd.random()
-                if action < 0.35:
-                    tx.upsert(table, {"id": key, **values})
-                elif action < 0.7:
-                    tx.update(table, (key,), values)
-                elif action < 0.85:
-                    tx.delete(table, (key,))
-                else:
-                    tx.update(table, (key,), {"id": rnd.randrange(1, self.key_space)})
+                if random_write(tx, self.db, rnd, rnd.choice(self.tables), self.key_space,
+                                f"w{self.transactions}"):
                     self.key_changes += 1
         self.transactions += 1
 
@@ -123,14 +120,29 @@ def test_a_filtered_dump_lands_only_the_rows_it_selects(shop: Capture) -> None:
     assert dumped == {f"[{i * 10}]" for i in range(1, 10)}
 
 
-def test_several_requests_run_one_after_another(shop: Capture) -> None:
-    with writing(shop, [T1, T2], seed=7):
-        ids = [shop.dump("tables", [T1], chunk_size=50), shop.dump("tables", [T2], chunk_size=30),
-               shop.dump("keys", [T2], [10, 20, 30]), shop.dump("all", chunk_size=100)]
-        shop.wait_completed(*ids)
-    shop.assert_converged(T1, T2)
-    completed = sorted(float(shop.request(i)["updated_at"]) for i in ids)
-    assert len(completed) == 4
+@pytest.mark.parametrize("slots", [1, 4])
+def test_several_requests_run_by_priority(capture: Capture, slots: int) -> None:
+    """Requests of every priority, queued before the worker starts: with one slot
+    (``max_active_dumps``) they run one at a time, the most urgent first, then the oldest;
+    with four, side by side, their windows shared by weight. Each completes, under writes,
+    and the output converges."""
+    items_table(capture.db, T1, 300)
+    items_table(capture.db, T2, 200)
+    capture.tables = [T1, T2]
+    capture.max_active_dumps = slots
+    ids = [capture.dump("tables", [T1], chunk_size=50, priority="background"),
+           capture.dump("tables", [T2], chunk_size=30),
+           capture.dump("keys", [T2], [10, 20, 30]),  # urgent: a key dump's default
+           capture.dump("all", chunk_size=100, priority="urgent")]
+    assert [capture.request(i)["priority"] for i in ids] == [
+        "background", "normal", "urgent", "urgent"]
+    capture.start()
+    with writing(capture, [T1, T2], seed=7):
+        capture.wait_completed(*ids)
+    capture.assert_converged(T1, T2)
+    if slots == 1:
+        ended = sorted(ids, key=lambda i: float(capture.request(i)["updated_at"]))
+        assert ended == [ids[2], ids[3], ids[1], ids[0]], ended
 
 
 def test_the_fake_kind_is_not_one_the_product_ships() -> None:

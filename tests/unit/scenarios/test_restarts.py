@@ -80,3 +80,41 @@ def test_an_outage_mid_window_ends_the_session_and_the_next_one_resumes(
     assert len(outages) == 3
     assert capture.worker is not None and capture.worker.sessions == 4
     capture.assert_converged(T1)
+
+
+def test_a_reload_mid_dumps_resumes_them_and_dumps_the_table_it_adds(
+        capture: Capture) -> None:
+    """A reload (SIGHUP, ``POST /api/v1/reload``: the worker's pending configuration) while
+    dumps of three priorities run: the session ends, the next one runs with the new
+    configuration and takes each dump up from its saved progress (never behind it); the
+    table the reload adds joins capture, and its dump (``dump_new_tables``: normal) runs
+    beside them. All complete and the output converges."""
+    t3 = items_table(capture.db, "shop.returns", 100)  # there before: its rows need a dump
+    items_table(capture.db, T1, 400)
+    items_table(capture.db, T2, 200)
+    capture.tables = [T1, T2]
+    capture.source_extra = {"dump_new_tables": True}
+    capture.start()
+    worker = capture.worker
+    assert worker is not None
+    with writing(capture, [T1, T2], seed=11):
+        ids = [capture.dump("tables", [T1], chunk_size=10, delay_ms=5, priority="background"),
+               capture.dump("tables", [T2], chunk_size=10, delay_ms=5),
+               capture.dump("keys", [T1], [k * 10 for k in range(1, 300)], chunk_size=5,
+                            delay_ms=5)]
+        wait_for(lambda: all(capture.chunks(i) >= 2 for i in ids), 10, "two chunks each",
+                 capture.why)
+        saved = {i: capture.chunks(i) for i in ids}
+        sessions = worker.sessions
+        capture.tables = [T1, T2, t3]
+        worker.pending = capture.config()
+        wait_for(lambda: worker.sessions > sessions and capture.streaming(), 10,
+                 "the session of the reloaded configuration", capture.why)
+        assert all(capture.request(i)["state"] in ("running", "completed") for i in ids)
+        assert all(capture.chunks(i) >= saved[i] for i in ids), (saved, ids)
+        capture.wait_completed(*ids, timeout=30)
+        new = [r for r in capture.requests() if r.get("tables") == f'["{t3}"]']
+        assert len(new) == 1 and new[0]["priority"] == "normal", new
+        capture.wait_completed(new[0]["id"], timeout=30)
+    assert worker.sessions == sessions + 1
+    capture.assert_converged(T1, T2, t3)
