@@ -22,30 +22,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from psycopg.conninfo import conninfo_to_dict
-from quickstart_shop import ROOT, Failed, Shop
+from quickstart_shop import Failed, Shop
 
 from dblog_worker import config as config_module
 from dblog_worker.config_lake import LakeConfig
 from dblog_worker.lake.iceberg import CATALOG
 from dblog_worker.lake.read import open_table
 from dblog_worker.landing.s3_objects import S3Location
+from tests.lake import LAKE_JARS, S3A_SPARK35_JARS, SPARK35
 from tests.services import SeaweedServer
 
 __all__ = ["BUCKET", "CATALOG", "CATALOG_DATABASE", "SPARK35", "corrupt_table", "landing_root",
            "landing_section", "merge_section", "missing", "object_store", "spark_home",
            "target_section", "warehouse"]
 
-SPARK35 = ROOT / ".tools" / "spark35"
-JARS = ROOT / ".tools" / "jars"
 BUCKET = "dblog"
 CATALOG_DATABASE = "lake_catalog"
-ICEBERG_JARS = ("iceberg-spark-runtime-3.5_2.12-1.12.0.jar",)
-# S3A of Spark 3.5's Hadoop (3.3.4): hadoop-aws and the AWS SDK v1 modules of the version
-# hadoop-project 3.3.4 pins (scripts/install fetches them; the SDK's bundle is 280 MB).
-S3A_JARS_SPARK35 = ("hadoop-aws-3.3.4.jar", "aws-java-sdk-core-1.12.262.jar",
-                    "aws-java-sdk-s3-1.12.262.jar", "aws-java-sdk-kms-1.12.262.jar",
-                    "aws-java-sdk-sts-1.12.262.jar", "aws-java-sdk-dynamodb-1.12.262.jar",
-                    "jmespath-java-1.12.262.jar")
 
 
 def spark_home() -> Path:
@@ -58,7 +50,7 @@ def spark_home() -> Path:
 def missing() -> list[str]:
     """What ``scripts/install`` puts in place and is not there."""
     needed = [SPARK35 / "bin" / "spark-submit", spark_home() / "jars",
-              *(JARS / name for name in (*ICEBERG_JARS, *S3A_JARS_SPARK35))]
+              *LAKE_JARS["iceberg"], *S3A_SPARK35_JARS]
     return [str(path) for path in needed if not path.exists()]
 
 
@@ -100,10 +92,10 @@ def target_section(shop: Shop, catalog_dsn: str, run_dir: Path) -> str:
 
 def merge_section() -> str:
     """Spark 3.5 with the Iceberg runtime, PostgreSQL's JDBC driver (the catalog) and S3A."""
-    jars = ["/usr/share/java/postgresql.jar", *(str(JARS / name) for name in ICEBERG_JARS)]
+    jars = ["/usr/share/java/postgresql.jar", *map(str, LAKE_JARS["iceberg"])]
     python = str(SPARK35 / "bin" / "python")
     return (f"[merge]\njars = {json.dumps(jars)}\n"
-            f"s3a_jars = {json.dumps([str(JARS / name) for name in S3A_JARS_SPARK35])}\n"
+            f"s3a_jars = {json.dumps([str(path) for path in S3A_SPARK35_JARS])}\n"
             "# No Spark UI (it would take port 4040); a few shuffle partitions for small\n"
             "# batches; the job's Python is Spark 3.5's.\n"
             "[merge.spark_conf]\n"
