@@ -216,14 +216,15 @@ def write_config(path: Path, shop: Shop, redis_url: str, landing: Path, *,
                  lake: tuple[str, str, str] | None = None) -> None:
     """The worker's configuration; ``lake``: the ``[landing]`` options, ``[target]`` and
     ``[merge]`` sections of the quickstart on the object store (scripts/quickstart_lake.py)."""
-    landing_options = f"path = {json.dumps(str(landing))}\nflush_interval_s = 1.0\n"
-    target = shop.target_section()
-    merge = """[merge]
+    if lake is not None:
+        landing_options, target, merge = lake
+    else:
+        landing_options = f"path = {json.dumps(str(landing))}\nflush_interval_s = 1.0\n"
+        target = shop.target_section()
+        merge = """[merge]
 # No Spark UI (it would take port 4040); a few shuffle partitions for small batches.
 spark_conf = { "spark.ui.enabled" = "false", "spark.sql.shuffle.partitions" = "4" }
 """
-    if lake is not None:
-        landing_options, target, merge = lake
     path.write_text(f"""\
 # Written by scripts/quickstart.py. Every option: docs/configuration.md.
 [source]
