@@ -18,6 +18,10 @@ from tests.services import HOST
 
 ROOT = Path(__file__).resolve().parents[1]
 SPARK35 = ROOT / ".tools" / "spark35"
+SPARK35_HOME = next((SPARK35 / "lib").glob("python3*/site-packages/pyspark"),
+                    SPARK35 / "pyspark")
+"""Spark 3.5's home: what its spark-submit finds by itself only when the Python it asks is
+Spark 3.5's (a job's local master sets ``PYSPARK_PYTHON`` to the submitter's Python)."""
 JARS = ROOT / ".tools" / "jars"
 LAKE_JARS = {
     "iceberg": [JARS / "iceberg-spark-runtime-3.5_2.12-1.12.0.jar"],
