@@ -163,7 +163,8 @@ class ActiveDump:
         self.unpaced = True
         if read.stale or closed.retry:
             self._read_again(read.plan.table)
-            self.read_later(now)
+            if read.stale:  # a chunk read but discarded at HW can be read again at once
+                self.read_later(now)
             return None
         self._again = 0
         was_done = table.done

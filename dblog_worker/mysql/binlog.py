@@ -44,7 +44,7 @@ from dblog_worker.errors import ConfigError, LogGone, ProtocolError, SourceUnava
 from dblog_worker.events import LogItem, Watermark
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.mysql.session import BINLOG_READER_OPTIONS
-from dblog_worker.mysql.snapshot import Marks
+from dblog_worker.mysql.snapshot import Check, Marks
 from dblog_worker.mysql.translate import BinlogTranslator
 from dblog_worker.mysql.visibility import LogFacts
 from dblog_worker.mysql.xa_visibility import XaCommits, XaCommitted
@@ -239,12 +239,12 @@ class BinlogReader:
         if file and pos:
             self.delivered = max(self.delivered, Position(file_number(file), pos))
 
-    def mark(self, watermark: Watermark) -> None:
+    def mark(self, watermark: Watermark, check: Check | None = None) -> None:
         """Place ``watermark`` among the items where the log passes its position: after
         every item up to it, before any past it (a window's positions are known only after
         its SELECTs, confirmed at or after :meth:`taken`; the thread may have read past
         them, the loop has not taken past them)."""
-        self._marks.add(watermark)
+        self._marks.add(watermark, check)
         self._marked = max(self._marked, watermark.position)
 
     def taken(self) -> Position:

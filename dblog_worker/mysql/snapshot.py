@@ -25,16 +25,16 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from dblog_worker.errors import ChunkStale, ProtocolError
-from dblog_worker.events import LogItem, Watermark
+from dblog_worker.events import EVERY_TABLE, LogItem, Unseen, Watermark
 from dblog_worker.mysql.checkpoint import file_number
 from dblog_worker.mysql.visibility import CONFIRM_S, Floor, LogFacts, key
 from dblog_worker.position import Position
 
-__all__ = ["Marks", "Snapshot", "WindowSnapshots", "select_in_snapshot"]
+__all__ = ["LATER", "Check", "Marks", "Snapshot", "WindowSnapshots", "select_in_snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,9 @@ _BEGIN = ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
           "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
 _POSITION = "SHOW SESSION STATUS LIKE 'binlog\\_snapshot\\_%'"
 _RETAKE_S = (0.0005, 0.02)  # the pause before a snapshot is taken again: first, longest
+_READER_WAIT_S = 0.02  # a reader that has not moved for this long is not waited for
+Check = Callable[[], "str | None"]  # why a window's chunk may not be used, when placed
+LATER = "confirmed later"  # WindowSnapshots.confirm: once the log reaches the snapshot
 
 
 class Snapshot(NamedTuple):
@@ -52,15 +55,20 @@ class Snapshot(NamedTuple):
     position: Position  # (file number, end of the last transaction it sees, 0)
     at_us: int
     retaken: int = 0  # snapshots rolled back before this one was confirmed
+    # not confirmed yet (the reader had not received the log up to it): what it is
+    # confirmed against once the log reaches it
+    floor: Floor | None = None
 
 
 def select_in_snapshot(cursor: Any, sql: str | None, params: Sequence[Any] = (),
                        window: WindowSnapshots | None = None
                        ) -> tuple[list[tuple[Any, ...]], Snapshot]:
     """Run one SELECT (or none) in a read-only consistent snapshot; its rows and the
-    snapshot's binary log position. Inside a window, the position is confirmed first
-    (:meth:`WindowSnapshots.confirm`): a snapshot it is not is rolled back and taken
-    again, for :data:`~dblog_worker.mysql.visibility.CONFIRM_S` at most, then ChunkStale.
+    snapshot's binary log position. Inside a window, the position is checked first
+    (:meth:`WindowSnapshots.confirm`): a snapshot that may not be used is rolled back and
+    taken again, for :data:`~dblog_worker.mysql.visibility.CONFIRM_S` at most, then
+    ChunkStale. A snapshot past what the binary log reader has received is used and
+    confirmed later, when the log reaches the window's high watermark (its ``floor``).
     The transaction ends before this returns, whatever happens."""
     deadline = time.monotonic() + CONFIRM_S
     retaken = 0
@@ -72,13 +80,13 @@ def select_in_snapshot(cursor: Any, sql: str | None, params: Sequence[Any] = (),
             snapshot = _position(cursor, retaken)
             why = None if window is None or floor is None \
                 else window.confirm(snapshot.position, floor, deadline)
-            if why is None:
+            if why is None or why == LATER:
                 rows: list[tuple[Any, ...]] = []
                 if sql is not None:
                     cursor.execute(sql, params)
                     rows = list(cursor.fetchall())
                 cursor.execute("COMMIT")
-                return rows, snapshot
+                return rows, snapshot._replace(floor=floor if why == LATER else None)
             cursor.execute("ROLLBACK")
         except BaseException:
             with contextlib.suppress(Exception):  # the connection may be gone already
@@ -135,14 +143,35 @@ class WindowSnapshots:
         return self.facts.floor(self._after)
 
     def confirm(self, position: Position, floor: Floor, deadline: float) -> str | None:
-        """Why a snapshot that reports ``position`` may not be used (None: it may): waits
-        until the reader has received the log up to it, or ``deadline``."""
+        """Why a snapshot that reports ``position`` may not be used (None: it may;
+        :data:`LATER`: it may, confirmed once the log reaches it). Waits for the reader to
+        receive the log up to it while the reader moves, until ``deadline``: the loop does
+        not take the reader's items while the window's SELECTs run, so a reader that is
+        behind stops once its queue is full, and past a queue's worth of the log it cannot
+        reach the position then."""
         facts, at = self.facts, key(position)
-        while facts.read_to() < at:
-            if time.monotonic() >= deadline:
-                return "the binary log reader has not read up to it yet"
+        early = facts.too_early(at, floor)
+        if early is not None:
+            return early
+        last, moved = facts.read_to(), time.monotonic()
+        while (read_to := facts.read_to()) < at:
+            now = time.monotonic()
+            if read_to != last:
+                last, moved = read_to, now
+            if now >= deadline or now - moved >= _READER_WAIT_S:  # too far, or blocked
+                return LATER
             time.sleep(0.001)
         return facts.confirm(position, floor)
+
+    def check(self, deferred: Sequence[Snapshot]) -> str | None:
+        """Why one of a closed window's deferred snapshots may not be used (None: each
+        may); the log has been received up to every one of them."""
+        for snapshot in deferred:
+            assert snapshot.floor is not None
+            why = self.facts.confirm(snapshot.position, snapshot.floor)
+            if why is not None:
+                return f"the snapshot at {snapshot.position}: {why}"
+        return None
 
     def taken(self, snapshot: Snapshot, rows: int) -> None:
         with self._lock:
@@ -166,11 +195,14 @@ class Marks:
     positions are known its thread may have read past them; but the loop has not taken any
     item past them yet: it took nothing while the window's SELECTs ran, and a snapshot is
     used only at or after everything it took before (:meth:`WindowSnapshots.confirm`).
-    :meth:`place` runs in the loop, on the items it takes.
+    A high watermark may carry a check of the window's snapshots that were confirmed
+    later: run when it is placed (the log is received up to it by then); if one may not
+    be used, an :class:`Unseen` of every table goes before it, and the window's chunk is
+    read again. :meth:`place` runs in the loop, on the items it takes.
     """
 
     def __init__(self) -> None:
-        self._pending: deque[Watermark] = deque()
+        self._pending: deque[tuple[Watermark, Check | None]] = deque()
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -178,13 +210,13 @@ class Marks:
     def due(self, delivered: Position) -> bool:
         """Whether the first watermark goes out once what is queued is taken: the reader
         has handed over every item up to its place in the log."""
-        return bool(self._pending) and _passed(delivered, self._pending[0].position)
+        return bool(self._pending) and _passed(delivered, self._pending[0][0].position)
 
-    def add(self, watermark: Watermark) -> None:
-        if self._pending and watermark.position < self._pending[-1].position:
+    def add(self, watermark: Watermark, check: Check | None = None) -> None:
+        if self._pending and watermark.position < self._pending[-1][0].position:
             raise ProtocolError(f"watermark {watermark.token} at {watermark.position} is "
-                                f"before the one pending at {self._pending[-1].position}")
-        self._pending.append(watermark)
+                                f"before the one pending at {self._pending[-1][0].position}")
+        self._pending.append((watermark, check))
 
     def place(self, out: list[LogItem], start: int, delivered: Position) -> None:
         """Insert the pending watermarks into ``out[start:]``, the items just taken: each
@@ -192,7 +224,7 @@ class Marks:
         over every item up to its position (``delivered``: an idle log)."""
         index = start
         while self._pending:
-            mark = self._pending[0]
+            mark, check = self._pending[0]
             at = mark.position
             while index < len(out):
                 position = getattr(out[index], "position", None)
@@ -201,7 +233,13 @@ class Marks:
                 index += 1
             if index == len(out) and not _passed(delivered, at):
                 return
-            out.insert(index, self._pending.popleft())
+            self._pending.popleft()
+            why = None if check is None else check()
+            if why is not None:
+                log.info("window %s: %s; its chunk is read again", mark.token, why)
+                out.insert(index, Unseen((), frozenset({EVERY_TABLE})))
+                index += 1
+            out.insert(index, mark)
             index += 1
 
 

@@ -738,13 +738,17 @@ class MySqlSource:
         if self._reader is None:
             raise SourceUnavailable("the binary log is not being read")
         if taken:
-            first, last = min(taken), max(taken)
+            first = min(taken, key=lambda snapshot: snapshot.position)
+            last = max(taken, key=lambda snapshot: snapshot.position)
         else:
             first = last = Snapshot(Position(after.major, after.minor), time.time_ns() // 1000)
         sub = self._next_sub
         self._next_sub = sub + rows + 2
         self._reader.mark(Watermark(low, first.position._replace(sub=sub), first.at_us))
-        self._reader.mark(Watermark(high, last.position._replace(sub=sub), last.at_us))
+        deferred = [snapshot for snapshot in taken if snapshot.floor is not None]
+        snapshots = self._snapshots
+        self._reader.mark(Watermark(high, last.position._replace(sub=sub), last.at_us),
+                          (lambda: snapshots.check(deferred)) if deferred else None)
 
     def await_low_watermark(self) -> None:
         """On a read replica: until it has applied the binary log up to the low watermark,

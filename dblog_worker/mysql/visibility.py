@@ -41,7 +41,10 @@ So a window's snapshot is used only if its position ``P`` is:
 
 Otherwise the snapshot is rolled back and taken again (no chunk was read yet), for a
 short while (:data:`CONFIRM_S`); past it the window reads nothing and its chunk is read
-again later: the log never waits longer than one window.
+again later: the log never waits longer than one window. A snapshot past what the reader
+has received is confirmed when the log reaches the window's high watermark instead
+(:class:`dblog_worker.mysql.snapshot.Marks`): the loop takes nothing from the reader while
+the window's SELECTs run, so a reader far enough behind could not reach it then.
 
 Positions are kept as one integer, ``file number << 32 | offset`` (an event's offset is
 32 bits in the binary log). Memory is bounded: the last :data:`KEPT_ENDS` transaction ends.
@@ -153,6 +156,11 @@ class LogFacts:
     def read_to(self) -> int:
         return self._read_to
 
+    def too_early(self, at: int, floor: Floor) -> str | None:
+        """Why a snapshot reporting key ``at`` may not be used whatever the log holds up
+        to it (None: that depends on the log)."""
+        return _too_early(at, floor)
+
     def confirm(self, position: Position, floor: Floor) -> str | None:
         """None if a snapshot taken after ``floor`` was read, reporting ``position``, sees
         exactly the log up to it; else why it may not. The reader must have received the
@@ -188,16 +196,23 @@ def _is_end(ends: array[int], at: int) -> bool:
     return index < len(ends) and ends[index] == at
 
 
+def _too_early(at: int, floor: Floor) -> str | None:
+    if at < floor.taken:
+        return "the worker has already read past it"
+    if at < floor.seen:
+        return "before a position the snapshots have already reached"
+    return None
+
+
 def unconfirmed(at: int, floor: Floor, ends: array[int], known_from: int,
                 files: dict[int, _File]) -> str | None:
     """The rule of the module docstring, on keys: None if a snapshot reporting ``at``
     sees exactly the log up to it, else why not. ``ends`` are the transaction ends
     received, complete from ``known_from`` on; ``files`` the recent files' headers and
     groups."""
-    if at < floor.taken:
-        return "the worker has already read past it"
-    if at < floor.seen:
-        return "before a position the snapshots have already reached"
+    early = _too_early(at, floor)
+    if early is not None:
+        return early
     file, offset = at >> 32, at & 0xFFFF_FFFF
     if _is_end(ends, at):
         previous = files.get(file - 1)

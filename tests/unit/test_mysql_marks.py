@@ -3,11 +3,13 @@ a window's watermarks among the items the binary log reader hands over."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from dblog_worker.errors import ProtocolError
-from dblog_worker.events import Checkpoint, LogItem, Watermark
-from dblog_worker.mysql.snapshot import Marks, Snapshot, WindowSnapshots
+from dblog_worker.events import EVERY_TABLE, Checkpoint, LogItem, Unseen, Watermark
+from dblog_worker.mysql.snapshot import LATER, Marks, Snapshot, WindowSnapshots
 from dblog_worker.position import Position
 
 
@@ -100,3 +102,45 @@ def test_window_snapshots_keep_what_was_read_inside_a_window_only() -> None:
     assert low == "r.1.lw" and min(taken).position == at(20) and max(taken).position == at(30)
     assert rows == 27 and after == at(5)
     assert snapshots.close()[:3] == (None, [], 0)
+
+
+def test_a_high_mark_whose_check_fails_is_preceded_by_an_unseen_of_every_table() -> None:
+    """A window's snapshot confirmed later (the reader was behind): checked when its high
+    watermark is placed; one that may not be used discards the window's chunk."""
+    reasons: list[str | None] = ["a rotation's offset", None]
+    marks = Marks()
+    marks.add(Watermark("r.1.lw", at(200), 0))
+    marks.add(Watermark("r.1.hw", at(300), 0), lambda: reasons[0])
+    marks.add(Watermark("r.2.lw", at(400), 0))
+    marks.add(Watermark("r.2.hw", at(500), 0), lambda: reasons[1])
+    out: list[LogItem] = [checkpoint(250)]
+    marks.place(out, 0, at(250))
+    assert tokens(out) == ["r.1.lw", "250"] and len(marks) == 3  # HW not reached: no check
+    out = [checkpoint(350), checkpoint(600)]
+    marks.place(out, 0, at(0))
+    assert [type(item).__name__ for item in out] == [
+        "Unseen", "Watermark", "Checkpoint", "Watermark", "Watermark", "Checkpoint"]
+    unseen = out[0]
+    assert isinstance(unseen, Unseen) and unseen.overflow == frozenset({EVERY_TABLE})
+    assert tokens(out) == ["r.1.hw", "350", "r.2.lw", "r.2.hw", "600"]
+
+
+def test_a_snapshot_past_what_the_reader_received_is_confirmed_later() -> None:
+    """The loop takes nothing from the reader while a window's SELECTs run: a snapshot
+    the reader has not reached is used, and checked once the log reaches it."""
+    snapshots = WindowSnapshots()
+    snapshots.facts.started(at(100))
+    snapshots.facts.checkpoint(1)  # file 1 is the first: nothing before it to be visible
+    snapshots.open("r.1.lw", at(100))
+    floor = snapshots.floor()
+    assert floor is not None
+    deadline = time.monotonic() + 1
+    assert snapshots.confirm(at(300), floor, deadline) == LATER
+    assert snapshots.confirm(at(50), floor, deadline) == "the worker has already read past it"
+    deferred = [Snapshot(at(300), 1, floor=floor)]
+    snapshots.facts.transaction_end(1, 200)
+    snapshots.facts.transaction_end(1, 300)
+    assert snapshots.check(deferred) is None  # the end of a transaction, no rotation
+    snapshots.facts.transaction_end(1, 400)
+    assert "not the end of a transaction" in str(
+        snapshots.check([Snapshot(at(350), 1, floor=floor)]))
