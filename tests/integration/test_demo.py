@@ -119,7 +119,8 @@ def test_quickstart_on_the_object_store_into_iceberg(tmp_path: Path) -> None:
     """``--lake``, with the PostgreSQL source alone: the landing zone on SeaweedFS, the merge
     into Iceberg tables by Spark 3.5 from Airflow, the damage done through pyiceberg and
     repaired by dblog_repair, verify EQUAL."""
-    stdout = run_quickstart(tmp_path, "--lake", "--source", "postgresql")
+    stdout = run_quickstart(tmp_path, "--lake", "--source", "postgresql", "--customers", "500",
+                            "--orders", "2000", "--chunk-size", "200", "--warmup-s", "1")
     assert re.search(r"^RESULT: converged: every DAG run succeeded", stdout, re.M), stdout[-6000:]
     summary = stdout.split("\n== summary\n", 1)[1]
     assert re.search(r"^\s+dblog_dump\s+quickstart-dump-shop_pg\s+success\s.*dump-1: "
