@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import quickstart_lake
 from quickstart_airflow import LocalAirflow, RunResult
 from quickstart_shop import (
     REPLICA,
@@ -53,6 +54,7 @@ from quickstart_shop import (
     Child,
     Failed,
     MariaDBShop,
+    PostgresLakeShop,
     PostgresShop,
     Shop,
     ShopLoad,
@@ -70,7 +72,8 @@ from quickstart_shop import (
 )
 
 from dblog_worker.control.store import StateStore
-from tests.services import RedisServer, free_port
+from dblog_worker.landing.sink import LandingRoot
+from tests.services import RedisServer, SeaweedServer, free_port
 
 SHOPS: dict[str, type[Shop]] = {PostgresShop.kind: PostgresShop, MariaDBShop.kind: MariaDBShop}
 DAGS = ("dblog_dump", "dblog_merge", "dblog_repair", "dblog_backfill")
@@ -89,6 +92,7 @@ class Options:
     warmup_s: float
     seed: int
     airflow_port: int | None
+    lake: bool = False
 
 
 def parse_args(argv: Sequence[str] | None) -> Options:
@@ -109,6 +113,10 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     parser.add_argument("--warmup-s", type=float, default=3.0,
                         help="seconds of live writes before the dumps are triggered")
     parser.add_argument("--seed", type=int, default=7, help="seed of the write load")
+    parser.add_argument("--lake", action="store_true",
+                        help="the landing zone and an Iceberg warehouse on an object store "
+                        "(a private SeaweedFS), the merge into Iceberg tables with Spark 3.5 "
+                        "(docs/quickstart.md#on-the-object-store-into-iceberg)")
     parser.add_argument("--airflow-port", type=int,
                         help="the port of Airflow's UI and API on 127.0.0.1 (default: a free "
                         "one)")
@@ -118,8 +126,11 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     if not 1 <= args.chunk_size <= 100_000:
         parser.error("--chunk-size must be from 1 to 100000")
     sources = list(SHOPS) if args.source == "both" else [args.source]
+    if args.lake and PostgresShop.kind not in sources:
+        parser.error("--lake keeps the Iceberg catalog in the PostgreSQL source's server: "
+                     "use --source postgresql or both")
     return Options(args.keep, args.workdir, sources, args.customers, args.orders,
-                   args.chunk_size, args.warmup_s, args.seed, args.airflow_port)
+                   args.chunk_size, args.warmup_s, args.seed, args.airflow_port, args.lake)
 
 
 # -- one source: its shop, worker and results --------------------------------------------------
@@ -144,6 +155,7 @@ class Capture:
     verify_final: dict[str, Any] = field(default_factory=dict)
     runs: list[RunResult] = field(default_factory=list)
     notes: dict[str, str] = field(default_factory=dict)  # run id -> what it did
+    lake: bool = False  # the target is Iceberg tables (--lake)
 
     @property
     def source(self) -> str:
@@ -224,11 +236,14 @@ class Capture:
         args = ["verify", "--json"]
         for table in tables:
             args += ["--table", table]
-        output = self.dblog(*args, show=False, check=False)
+        done = subprocess.run([sys.executable, "-m", "dblog_worker", *args], env=self.env,
+                              cwd=ROOT, timeout=300, capture_output=True, text=True,
+                              check=False)
         try:
-            return dict(json.loads(output))
+            return dict(json.loads(done.stdout))
         except ValueError:
-            raise Failed(f"dblog verify ({self.source}) printed no result: {output[-2000:]}"
+            raise Failed(f"dblog verify ({self.source}) printed no result (exit status "
+                         f"{done.returncode}): {(done.stdout + done.stderr)[-2000:]}"
                          ) from None
 
 
@@ -236,7 +251,8 @@ def say_verify(capture: Capture, result: dict[str, Any]) -> None:
     for table in result["tables"]:
         differences = [f"{len(table[kind])} {kind} ({_keys(table[kind])})"
                        for kind in ("missing", "changed", "extra") if table[kind]]
-        target = capture.shop.target_label(table["target_table"])
+        target = (f"{quickstart_lake.CATALOG}.{table['target_table']}" if capture.lake
+                  else capture.shop.target_label(table["target_table"]))
         say(f"   {capture.source}  {table['table']} -> {target}: "
             f"{number(table['source_rows'] or 0)} rows, {table['ranges']} ranges: "
             + ("EQUAL" if table["equal"] else "DIFFERENT: " + (
@@ -275,7 +291,8 @@ class Quickstart:
         self.options = options
         self.run_dir = run_dir
         self.logs = run_dir / "logs"
-        self.landing = run_dir / "landing"
+        self.landing: LandingRoot = run_dir / "landing"
+        self.store: SeaweedServer | None = None  # the object store of --lake
         self.captures: list[Capture] = []
         self.airflow: LocalAirflow | None = None
         self.redis: RedisServer | None = None
@@ -293,10 +310,19 @@ class Quickstart:
             raise Failed(f"{' and '.join(missing)} not found beside {sys.executable}: run "
                          "./scripts/quickstart, which creates .venv with pip install -e "
                          "'.[test]', or run this file with that venv's python")
+        if options.lake and quickstart_lake.missing():
+            raise Failed(f"--lake needs {', '.join(quickstart_lake.missing())}: run "
+                         "./scripts/install (which ./scripts/quickstart runs)")
         self.logs.mkdir(parents=True, exist_ok=True)
         heading("starting private servers and Airflow (free ports on 127.0.0.1)")
         say(f"   run directory {self.run_dir}")
         with self.timings.step("servers"):
+            if options.lake:  # first: its credentials go into every child's environment
+                self.store = stack.enter_context(quickstart_lake.object_store())
+                stack.callback(self._keep_log, self.store.log_path, "seaweedfs.log")
+                self.landing = quickstart_lake.landing_root(self.store)
+                say(f"   SeaweedFS {self.store.version()}: S3 on {self.store.endpoint}, "
+                    f"bucket {quickstart_lake.BUCKET} (the landing zone)")
             port = options.airflow_port or free_port()
             self.airflow = LocalAirflow(self.run_dir / "airflow", self.logs, port,
                                         self._airflow_env(port))
@@ -306,11 +332,13 @@ class Quickstart:
             stack.callback(self._keep_log, self.redis.log_path, "redis.log")
             say(f"   Redis on port {self.redis.port}")
             for kind in options.sources:
-                shop = stack.enter_context(SHOPS[kind].started())
+                shop_kind = (PostgresLakeShop if options.lake and kind == PostgresShop.kind
+                             else SHOPS[kind])
+                shop = stack.enter_context(shop_kind.started())
                 stack.callback(self._keep_log, shop.server_log, f"{kind}.log")
                 say(f"   {shop.describe()} ({shop.server_note}), source {shop.source}")
                 self.captures.append(Capture(shop, self.run_dir / f"{shop.source}.toml",
-                                             self.logs, self.redis.url))
+                                             self.logs, self.redis.url, lake=options.lake))
             self._connect_airflow()
             self.airflow.start()
             say(f"   Airflow {airflow_version()}: scheduler, DAG processor, triggerer, API "
@@ -319,9 +347,16 @@ class Quickstart:
         heading(f"creating the shops: {number(options.customers)} customers, "
                 f"{number(options.orders)} orders each")
         with self.timings.step("shops"):
+            catalog = self._lake_catalog()
             for capture in self.captures:
                 capture.shop.create_shop(options.customers, options.orders)
-                write_config(capture.config, capture.shop, capture.redis_url, self.landing)
+                lake = None
+                if self.store is not None:
+                    lake = (quickstart_lake.landing_section(self.store),
+                            quickstart_lake.target_section(capture.shop, catalog, self.run_dir),
+                            quickstart_lake.merge_section())
+                write_config(capture.config, capture.shop, capture.redis_url,
+                             self.run_dir / "landing", lake=lake)
                 say(f"   {capture.source}: {', '.join(capture.shop.tables)} "
                     f"({capture.shop.shop_note}); configuration {capture.config}")
 
@@ -341,9 +376,21 @@ class Quickstart:
 
         return self.story(stack)
 
+    def _lake_catalog(self) -> str:
+        """--lake: the Iceberg catalog's database on the PostgreSQL source's server."""
+        if self.store is None:
+            return ""
+        shop = next(c.shop for c in self.captures if isinstance(c.shop, PostgresShop))
+        dsn = shop.server.create_database(quickstart_lake.CATALOG_DATABASE)
+        say(f"   the Iceberg catalog: database {quickstart_lake.CATALOG_DATABASE} of the "
+            f"PostgreSQL on port {shop.server.port}")
+        return dsn
+
     def _airflow_env(self, port: int) -> dict[str, str]:
         home = self.run_dir / "airflow"
         venv_bin = str(Path(sys.executable).parent)
+        if self.options.lake:  # Spark 3.5's spark-submit first: Iceberg's runtime fits it
+            venv_bin = os.pathsep.join((str(quickstart_lake.SPARK35 / "bin"), venv_bin))
         env = dict(os.environ)
         env.update(LocalAirflow.settings(home, port, (free_port(), free_port())))
         sources = [SHOPS[k] for k in self.options.sources]
@@ -353,6 +400,7 @@ class Quickstart:
             "PYTHONPATH": os.pathsep.join([str(ROOT / "dags"), *filter(None, [
                 env.get("PYTHONPATH")])]),
             "SPARK_LOCAL_IP": "127.0.0.1",
+            **({"SPARK_HOME": str(quickstart_lake.spark_home())} if self.options.lake else {}),
             "PYTHONUNBUFFERED": "1",
             # The DAGs' settings, the provider's [dblog] section
             # (docs/airflow.md#settings-of-the-dag-files).
@@ -522,12 +570,17 @@ class Quickstart:
     def repair(self) -> None:
         airflow = self.airflow
         assert airflow is not None
-        heading(f"damaging the customers of each {REPLICA}: a changed row, a deleted one, "
+        where = "Iceberg table (through pyiceberg)" if self.options.lake else REPLICA
+        heading(f"damaging the customers of each {where}: a changed row, a deleted one, "
                 "an extra one")
         for capture in self.captures:
             table = capture.shop.customers
             changed, deleted, copied = capture.shop.first_keys(table, 3)
-            capture.shop.corrupt_target(table, changed, deleted, copied, EXTRA_KEY)
+            if capture.lake:
+                quickstart_lake.corrupt_table(capture.config, table, changed, deleted, copied,
+                                              EXTRA_KEY)
+            else:
+                capture.shop.corrupt_target(table, changed, deleted, copied, EXTRA_KEY)
             capture.corrupted = {"changed": [changed], "missing": [deleted],
                                  "extra": [EXTRA_KEY]}
             say(f"   {capture.source}  {table}: name of {changed} changed, {deleted} deleted, "
@@ -560,7 +613,7 @@ class Quickstart:
             removed = (airflow.xcom(run.dag_id, run.run_id, "remove_extra") or {}).get(
                 "removed", [])
             verified = (airflow.xcom(run.dag_id, run.run_id, "verify") or {}).get("equal")
-            keys = json.loads(compare.get("keys") or "[]")
+            keys = _repaired_keys(compare)
             capture.notes[run.run_id] = (
                 f"{capture.shop.customers}: {request_id} dumped keys "
                 f"{', '.join(map(str, keys))}; removed extra {_keys(removed) or 'none'}; "
@@ -639,6 +692,10 @@ class Quickstart:
         say(f"   logs           {self.logs}  (workers, Airflow's components, servers)")
         say(f"   task logs      {airflow.home / 'logs'}")
         say(f"   landing zone   {self.landing}")
+        if self.store is not None:
+            say(f"   object store   SeaweedFS S3 on {self.store.endpoint}; Iceberg warehouse "
+                f"{quickstart_lake.warehouse(self.run_dir)}, catalog database "
+                f"{quickstart_lake.CATALOG_DATABASE}")
         ok = (converged and verified and repaired_ok
               and all(r.succeeded for r in runs))
         if ok:
@@ -663,7 +720,11 @@ class Quickstart:
             say(f"   {capture.source:<12} worker HTTP API {capture.http or '(off)'}, log "
                 f"{capture.worker.log if capture.worker else ''}")
             say(f"   {'':<12} {capture.shop.label}: {capture.shop.client()}")
-            say(f"   {'':<12} target:  {capture.shop.client(database=REPLICA)}")
+            if capture.lake:
+                say(f"   {'':<12} target:  Iceberg tables {quickstart_lake.CATALOG}.<schema>."
+                    f"<table>, configuration {capture.config}")
+            else:
+                say(f"   {'':<12} target:  {capture.shop.client(database=REPLICA)}")
         say(f"   Redis        redis-cli -p {self.redis.port} --scan --pattern 'dblog:v1:*'")
         say(f"   logs         {self.logs}")
         first = self.captures[0]
@@ -672,7 +733,8 @@ class Quickstart:
         say(f"     export DBLOG_CONFIG={shlex.quote(str(first.config))} "
             f"PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH")
         say("     dblog status; dblog list")
-        say(f"     {first.shop.client(database=REPLICA, sql=_damage_sql(first.shop))}")
+        if not first.lake:
+            say(f"     {first.shop.client(database=REPLICA, sql=_damage_sql(first.shop))}")
         say(f"     then in the UI: dblog_repair → Trigger, Source {first.conn_id}, Table "
             f"{first.shop.customers}")
         say("     or dblog_dump → Trigger: What to dump Keys, Tables "
@@ -684,6 +746,13 @@ class Quickstart:
                 airflow.check()
                 time.sleep(1.0)
         say("")
+
+
+def _repaired_keys(compare: dict[str, Any]) -> list[object]:
+    """The keys the repair's compare task chose to dump: its dump spec's (a one-column key
+    as its value)."""
+    keys = json.loads(compare.get("spec") or "{}").get("keys") or []
+    return [k[0] if isinstance(k, list) and len(k) == 1 else k for k in keys]
 
 
 def _damage_sql(shop: Shop) -> str:
@@ -702,7 +771,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     run_dir = (options.workdir or Path(tempfile.mkdtemp(prefix="dblog-quickstart-"))).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    for old in ("landing", "airflow", "logs"):  # a --workdir used before
+    for old in ("landing", "airflow", "logs", "warehouse"):  # a --workdir used before
         shutil.rmtree(run_dir / old, ignore_errors=True)
     run_id = uuid.uuid4().hex
     os.environ[RUN_MARKER] = run_id  # inherited by every process started from here on

@@ -41,7 +41,8 @@ if str(ROOT) not in sys.path:
 import psycopg  # noqa: E402
 import pymysql  # noqa: E402
 
-from dblog_worker.landing.parquet import LandingZone, read_events  # noqa: E402
+from dblog_worker.landing.parquet import read_events  # noqa: E402
+from dblog_worker.landing.sink import LandingRoot, open_reader  # noqa: E402
 from dblog_worker.mysql.catalog import KEY_COLUMNS_SQL  # noqa: E402
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number  # noqa: E402
 from dblog_worker.mysql.column_model import (  # noqa: E402
@@ -211,7 +212,19 @@ def leftover_processes(run_id: str) -> list[psutil.Process]:
 # -- the worker's configuration ------------------------------------------------------------
 
 
-def write_config(path: Path, shop: Shop, redis_url: str, landing: Path) -> None:
+def write_config(path: Path, shop: Shop, redis_url: str, landing: Path, *,
+                 lake: tuple[str, str, str] | None = None) -> None:
+    """The worker's configuration; ``lake``: the ``[landing]`` options, ``[target]`` and
+    ``[merge]`` sections of the quickstart on the object store (scripts/quickstart_lake.py)."""
+    if lake is not None:
+        landing_options, target, merge = lake
+    else:
+        landing_options = f"path = {json.dumps(str(landing))}\nflush_interval_s = 1.0\n"
+        target = shop.target_section()
+        merge = """[merge]
+# No Spark UI (it would take port 4040); a few shuffle partitions for small batches.
+spark_conf = { "spark.ui.enabled" = "false", "spark.sql.shuffle.partitions" = "4" }
+"""
     path.write_text(f"""\
 # Written by scripts/quickstart.py. Every option: docs/configuration.md.
 [source]
@@ -224,9 +237,7 @@ tables = {json.dumps(list(shop.tables))}
 url = {json.dumps(redis_url)}
 
 [landing]
-path = {json.dumps(str(landing))}
-flush_interval_s = 1.0
-
+{landing_options}
 [worker]
 heartbeat_interval_s = 1.0
 status_interval_s = 0.5
@@ -237,12 +248,9 @@ reconnect_max_s = 2.0
 [http]
 listen = "127.0.0.1:0"
 
-# The database dblog merge writes to and dblog verify compares with (docs/merge.md).
-{shop.target_section()}
-[merge]
-# No Spark UI (it would take port 4040); a few shuffle partitions for small batches.
-spark_conf = {{ "spark.ui.enabled" = "false", "spark.sql.shuffle.partitions" = "4" }}
-""")
+# The tables dblog merge writes to and dblog verify compares with (docs/merge.md).
+{target}
+{merge}""")
 
 
 # -- the source databases: what differs per kind --------------------------------------------
@@ -521,6 +529,18 @@ FROM generate_series(1, %s) AS g
         psql = shutil.which("psql") or str(self.server.bindir / "psql")
         command = f"{psql} {shlex.quote(self.server.dsn(dbname=database))}"
         return command if sql is None else f'{command} -c "{sql}"'
+
+
+class PostgresLakeShop(PostgresShop):
+    """The PostgreSQL shop of ``--lake``: ``customers.tags`` is ``jsonb``, not ``text[]``
+    (lake targets refuse array columns: docs/merge.md#lake-targets-iceberg-and-delta)."""
+
+    SCHEMA_SQL = PostgresShop.SCHEMA_SQL.replace("tags        text[],", "tags        jsonb,")
+    FILL_CUSTOMERS = PostgresShop.FILL_CUSTOMERS.replace(
+        "ARRAY['vip', 'café']", "'[\"vip\", \"café\"]'::jsonb")
+
+    def tags(self, tags: list[str] | None) -> object:
+        return None if tags is None else json.dumps(tags, ensure_ascii=False)
 
 
 class _PgSession:
@@ -841,9 +861,9 @@ class Replayed:
     time_travel: list[str] = field(default_factory=list)
 
 
-def replay(landing: Path, source: str, table: str) -> Replayed:
+def replay(landing: LandingRoot, source: str, table: str) -> Replayed:
     """Apply the table's landed events in position order; watch every key's version."""
-    zone = LandingZone(landing, source)
+    zone = open_reader(landing, source)
     result = Replayed(segments=len(zone.segments(table)))
     events = read_events(zone, table)
     positions = [str(e["position"]) for e in events]
@@ -897,7 +917,7 @@ class TableCheck:
                 and not self.replayed.time_travel and not self.replayed.out_of_order)
 
 
-def check_table(shop: Shop, landing: Path, table: str) -> TableCheck:
+def check_table(shop: Shop, landing: LandingRoot, table: str) -> TableCheck:
     expected = shop.source_rows(table)
     replayed = replay(landing, shop.source, table)
     got = replayed.rows

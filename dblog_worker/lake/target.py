@@ -45,9 +45,9 @@ from dblog_worker.lake.format import (
 )
 from dblog_worker.lake.types import column_ddl, quote, sql_literal, value_sql
 from dblog_worker.lake.types import widened as widened_type
-from dblog_worker.merge.target import POSITION_COLUMN, Applied, Target
 from dblog_worker.merge.column_types import SourceColumn
 from dblog_worker.merge.plan import Batch, MergeLogEntry
+from dblog_worker.merge.target import POSITION_COLUMN, Applied, Target
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -41,11 +41,12 @@ def processes_of(run_dir: Path) -> list[str]:
 pytestmark = [pytest.mark.pg, pytest.mark.mariadb, pytest.mark.redis, pytest.mark.spark,
               pytest.mark.airflow, pytest.mark.slow]
 
-@pytest.mark.timeout(1500)
-def test_quickstart_dumps_merges_and_repairs_through_airflow(tmp_path: Path) -> None:
+
+def run_quickstart(tmp_path: Path, *options: str) -> str:
+    """The quickstart with small tables; its output, asserting that it exited 0."""
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--workdir", str(tmp_path),
-         "--customers", "2000", "--orders", "10000", "--chunk-size", "500"],
+         "--customers", "2000", "--orders", "10000", "--chunk-size", "500", *options],
         capture_output=True, text=True, timeout=1400, cwd=tmp_path, check=False,
     )
     stdout = result.stdout
@@ -54,6 +55,30 @@ def test_quickstart_dumps_merges_and_repairs_through_airflow(tmp_path: Path) -> 
     verdict = stdout[max(0, stdout.rfind("\nRESULT:") - 3000):].split("\n== stopping", 1)[0]
     assert result.returncode == 0, ((stdout + result.stderr)[-8000:]
                                     + "\n\n---- the quickstart's verdict ----\n" + verdict)
+    return stdout
+
+
+def assert_repaired(stdout: str, summary: str, sources: dict[str, tuple[str, str]]) -> None:
+    """Each source's damaged customers: found by verify, repaired by dblog_repair, EQUAL."""
+    for source, (customers, _) in sources.items():
+        # The damage the quickstart did, as it said it: which keys it changed and deleted.
+        damage = re.search(rf"^\s+{source}\s+{re.escape(customers)}: name of (\d+) changed, "
+                           rf"(\d+) deleted, {EXTRA_KEY} added", stdout, re.M)
+        assert damage, stdout
+        changed, deleted = damage.groups()
+        assert re.search(rf"^\s+{source}\s+{re.escape(customers)}: changed {changed}, "
+                         rf"missing {deleted}, extra {EXTRA_KEY}: EQUAL after the repair$",
+                         summary, re.M), summary
+        repair = re.search(rf"^\s+dblog_repair\s+quickstart-repair-{source}\s+success\s.*"
+                           rf"{re.escape(customers)}: dump-2 dumped keys ([\d, ]+); removed "
+                           rf"extra {EXTRA_KEY}; verify equal$", summary, re.M)
+        assert repair, summary
+        assert sorted(repair.group(1).split(", ")) == sorted([changed, deleted, EXTRA_KEY])
+
+
+@pytest.mark.timeout(1500)
+def test_quickstart_dumps_merges_and_repairs_through_airflow(tmp_path: Path) -> None:
+    stdout = run_quickstart(tmp_path)
     assert re.search(r"^RESULT: converged: every DAG run succeeded", stdout, re.M), stdout[-6000:]
     summary = stdout.split("\n== summary\n", 1)[1]
 
@@ -64,22 +89,7 @@ def test_quickstart_dumps_merges_and_repairs_through_airflow(tmp_path: Path) -> 
     assert re.search(r"^\s+dblog_merge\s+\S+\s+success\s.*sources success, "
                      r"merge\[dblog_shop_pg\] success, merge\[dblog_shop_mariadb\] success$",
                      summary, re.M), summary
-    for source, (customers, _) in SOURCES.items():
-        # The damage the quickstart did, as it said it: which keys it changed and deleted.
-        damage = re.search(rf"^\s+{source}\s+{re.escape(customers)}: name of (\d+) changed, "
-                           rf"(\d+) deleted, {EXTRA_KEY} added", stdout, re.M)
-        assert damage, stdout
-        changed, deleted = damage.groups()
-        # dblog verify found exactly those keys, the repair dumped them, removed the extra
-        # row, and its verify found the table equal.
-        assert re.search(rf"^\s+{source}\s+{re.escape(customers)}: changed {changed}, "
-                         rf"missing {deleted}, extra {EXTRA_KEY}: EQUAL after the repair$",
-                         summary, re.M), summary
-        repair = re.search(rf"^\s+dblog_repair\s+quickstart-repair-{source}\s+success\s.*"
-                           rf"{re.escape(customers)}: dump-2 dumped keys ([\d, ]+); removed "
-                           rf"extra {EXTRA_KEY}; verify equal$", summary, re.M)
-        assert repair, summary
-        assert sorted(repair.group(1).split(", ")) == sorted([changed, deleted, EXTRA_KEY])
+    assert_repaired(stdout, summary, SOURCES)
 
     # Each landing zone replays to its source tables, and every target table verifies EQUAL.
     for source, tables in SOURCES.items():
@@ -100,4 +110,37 @@ def test_quickstart_dumps_merges_and_repairs_through_airflow(tmp_path: Path) -> 
             "airflow-triggerer.log", "airflow-dag-processor.log", "airflow-api-server.log",
             "postgresql.log", "mariadb.log", "redis.log"} <= logs, logs
     assert re.search(r"^   stopped in ", stdout, re.M)
+    assert processes_of(tmp_path) == []
+
+
+@pytest.mark.s3
+@pytest.mark.timeout(1500)
+def test_quickstart_on_the_object_store_into_iceberg(tmp_path: Path) -> None:
+    """``--lake``, with the PostgreSQL source alone: the landing zone on SeaweedFS, the merge
+    into Iceberg tables by Spark 3.5 from Airflow, the damage done through pyiceberg and
+    repaired by dblog_repair, verify EQUAL."""
+    stdout = run_quickstart(tmp_path, "--lake", "--source", "postgresql", "--customers", "500",
+                            "--orders", "2000", "--chunk-size", "200", "--warmup-s", "1")
+    assert re.search(r"^RESULT: converged: every DAG run succeeded", stdout, re.M), stdout[-6000:]
+    summary = stdout.split("\n== summary\n", 1)[1]
+    assert re.search(r"^\s+dblog_dump\s+quickstart-dump-shop_pg\s+success\s.*dump-1: "
+                     r"2 tables, [\d,]+ rows in \d+ windows", summary, re.M), summary
+    assert re.search(r"^\s+dblog_merge\s+\S+\s+success\s.*sources success, "
+                     r"merge\[dblog_shop_pg\] success$", summary, re.M), summary
+    assert "damaging the customers of each Iceberg table" in stdout
+    sources = {"shop_pg": SOURCES["shop_pg"]}
+    assert_repaired(stdout, summary, sources)
+    for table in SOURCES["shop_pg"]:
+        line = re.search(rf"^\s+shop_pg\s+{re.escape(table)}\s+([\d,]+)\s+([\d,]+)\s+"
+                         r"[\d,]+\s+[\d,]+\s+converged\s+EQUAL$", summary, re.M)
+        assert line and line.group(1) == line.group(2), summary
+        assert re.search(rf"^\s+shop_pg\s+{re.escape(table)} -> dblog_lake\.{re.escape(table)}"
+                         r": [\d,]+ rows, \d+ ranges: EQUAL$",
+                         stdout.split("== verifying every target table", 1)[1], re.M), stdout
+    # The landing zone was on the object store, the tables in the warehouse's Iceberg layout.
+    assert re.search(r"^   landing zone   s3://dblog/landing$", summary, re.M), summary
+    assert not (tmp_path / "landing").exists()
+    assert list((tmp_path / "warehouse" / "public" / "customers" / "metadata").glob(
+        "*.metadata.json"))
+    assert "seaweedfs.log" in {p.name for p in (tmp_path / "logs").glob("*.log")}
     assert processes_of(tmp_path) == []

@@ -21,8 +21,8 @@ import psycopg
 import pytest
 
 from dblog_worker import config as config_module
-from dblog_worker.verify import command as verify
 from dblog_worker.lake.read import read_table
+from dblog_worker.verify import command as verify
 from tests.integration.harness import (
     PLAIN,
     SOURCE,
