@@ -560,7 +560,7 @@ class Quickstart:
             removed = (airflow.xcom(run.dag_id, run.run_id, "remove_extra") or {}).get(
                 "removed", [])
             verified = (airflow.xcom(run.dag_id, run.run_id, "verify") or {}).get("equal")
-            keys = json.loads(compare.get("keys") or "[]")
+            keys = _repaired_keys(compare)
             capture.notes[run.run_id] = (
                 f"{capture.shop.customers}: {request_id} dumped keys "
                 f"{', '.join(map(str, keys))}; removed extra {_keys(removed) or 'none'}; "
@@ -684,6 +684,13 @@ class Quickstart:
                 airflow.check()
                 time.sleep(1.0)
         say("")
+
+
+def _repaired_keys(compare: dict[str, Any]) -> list[object]:
+    """The keys the repair's compare task chose to dump: its dump spec's (a one-column key
+    as its value)."""
+    keys = json.loads(compare.get("spec") or "{}").get("keys") or []
+    return [k[0] if isinstance(k, list) and len(k) == 1 else k for k in keys]
 
 
 def _damage_sql(shop: Shop) -> str:
