@@ -205,8 +205,9 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str], tmp_pat
         "compare": "success", "submit": "success", "wait": "success", "merge": "success",
         "remove_extra": "success", "verify": "failed"}), logged[-6000:]
     plan = xcom(run, "compare")
-    assert sorted(json.loads(plan["keys"])) == [5, 7, 11, 200, 90000]
-    assert (plan["scope"], plan["extra"], plan["to_key"]) == ("tables", [90000], '["100"]')
+    spec = json.loads(plan["spec"])  # the slice, not the keys that differ
+    assert (spec["kind"], spec["keys"], spec["to_key"], plan["extra"]) == (
+        "tables", None, ["100"], [90000])
     assert "dump-3 completed: 1 table(s), 100 rows" in logged
     assert xcom(run, "remove_extra") == {"removed": [[90000]], "kept": []}
     # the repair's merge changed the table: the same asset event as dblog_merge emits
@@ -234,8 +235,9 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str], tmp_pat
         "compare": "success", "submit": "success", "wait": "success", "merge": "success",
         "remove_extra": "success", "verify": "success"}), logged[-6000:]
     plan = xcom(run, "compare")
-    assert (plan["scope"], plan["keys"], plan["extra"], plan["keys_count"],
-            plan["extra_count"]) == ("keys", "", [], 3, 1)
+    spec = json.loads(plan["spec"])  # the keys travel in the file
+    assert (spec["kind"], spec["keys"], plan["extra"], plan["keys_count"],
+            plan["extra_count"]) == ("keys", None, [], 3, 1)
     [keys_file] = (tmp_path / "keys").rglob("*.json")
     assert plan["keys_file"].startswith((tmp_path / "keys").as_uri() + "/dblog_repair/")
     assert plan["keys_file"].endswith(f"/1-{TABLE}.json")

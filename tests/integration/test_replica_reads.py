@@ -456,7 +456,7 @@ def test_a_mariadb_replica_of_another_primary_is_refused(redis_url: str,
             try:
                 request_id = dump(config, "--table", t1, "--chunk-size", "50")
                 wait_for(lambda: "does not replicate this source"
-                         in store.status().get("dump_waiting", ""), 30,
+                         in str(store.dump_status(request_id).get("waiting")), 30,
                          "the dump waiting for a replica of the source", worker.log)
                 time.sleep(1.0)
                 assert store.progress(request_id)[t1].chunks == 0
