@@ -20,6 +20,7 @@ from airflow.sdk import Context, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from airflow.triggers.base import TriggerEvent
 from dblog_airflow.sensors.dump import DblogDumpSensor
+from dblog_airflow.triggers import dump as trigger_module
 from dblog_airflow.triggers.dump import DblogDumpTrigger, Progress, describe_progress
 
 from dblog_worker.control.store import StateStore
@@ -291,6 +292,41 @@ def test_a_triggerer_restart_leaves_the_dump_running(store: StateStore) -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, 30)
+
+    asyncio.run(main())
+    assert store.get_request(request.id).state is RequestState.RUNNING
+
+
+def test_a_cancellation_a_redis_call_drops_still_stops_the_trigger(
+        store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.11's wait_for, inside every redis-py command, drops a cancellation that
+    arrives as the command completes: here the read's completion and the cancel meet so on
+    every run (the real read, then what wait_for does), and the trigger stops all the same."""
+    request = new_dump(store, RequestState.RUNNING)
+    real_read = trigger_module._read
+    reading = asyncio.Event()
+
+    async def read_like_wait_for(*args: object) -> object:
+        result = await real_read(*args)  # type: ignore[arg-type]
+        if not reading.is_set():  # the first read drops the cancellation
+            reading.set()
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                return result  # as asyncio.wait_for does when its future is done
+        return result
+
+    monkeypatch.setattr(trigger_module, "_read", read_like_wait_for)
+    runner = TriggerRunner()
+
+    async def main() -> None:
+        task = asyncio.create_task(runner.run_trigger(1, trigger_for(request)))
+        runner.triggers[1] = {"task": task, "is_watcher": False, "name": "wait", "events": 0}
+        await asyncio.wait_for(reading.wait(), 10)
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=5)
+        assert done, "the trigger polls on after its cancellation"
+        assert task.cancelled()
 
     asyncio.run(main())
     assert store.get_request(request.id).state is RequestState.RUNNING

@@ -136,6 +136,16 @@ def dump_event(request: DumpRequest, progress: Progress) -> dict[str, Any]:
             "rows": progress.rows}
 
 
+def _raise_if_cancelled() -> None:
+    """Raise the cancellation a call let through. Python 3.11's ``asyncio.wait_for``
+    returns its result and drops a cancellation that arrives as its awaitable completes
+    (gh-86296), and redis-py sends every command inside one: a triggerer that stops (it
+    cancels its triggers and waits) would wait for a trigger that polls on."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def _read(requests: AsyncRequests, request_id: str
                 ) -> tuple[DumpRequest, Progress, str, str]:
     """The request, its progress, why the worker does not read it now ("" if it reads: its
@@ -213,6 +223,7 @@ class DblogDumpTrigger(BaseTrigger):
         throttled = False  # whether the throttle delayed the dump when last logged
         try:
             while True:
+                _raise_if_cancelled()
                 try:
                     request, now, waiting, throttle = await _read(requests, self.request_id)
                 except StateUnavailable as exc:
