@@ -126,7 +126,7 @@ def test_kill_9_during_a_dump_with_message_watermarks_resumes(
     backend.create(t1, 3000)
     backend.create(t2, 1000)
     dump_through_kills(backend, message_config(backend, [t1, t2], flush_interval_s=0.1),
-                       worker_process, ["--all", "--chunk-size", "100", "--delay-ms", "20"],
+                       worker_process, ["--all", "--chunk-size", "100", "--delay-ms", "50"],
                        [8, 20], random.Random(7))
 
 
