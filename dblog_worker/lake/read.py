@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,12 +32,28 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["LakeTable", "check_catalog", "check_reachable", "delete_rows", "merge_log_of",
-           "open_table", "partition_columns", "read_table", "sqlalchemy_url"]
+           "open_table", "partition_columns", "read_table", "s3_properties", "sqlalchemy_url"]
 
 POSITION = "_dblog_position"
 DELETE_ATTEMPTS = 5  # a delete that meets a concurrent commit reads the rows again
 
 logging.getLogger("pyiceberg.catalog.sql").setLevel(logging.ERROR)  # "v0 schema": Java's
+
+
+def s3_properties(environ: Mapping[str, str]) -> dict[str, str]:
+    """pyiceberg's S3 options from the variables the AWS SDKs read: the endpoint
+    (``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``: a self-hosted store's, addressed
+    path-style) and the region (``AWS_REGION``, else ``AWS_DEFAULT_REGION``). pyarrow's S3
+    file system, which pyiceberg reads an ``s3a://`` warehouse with, takes the credentials
+    from the environment but not the endpoint."""
+    properties = {}
+    endpoint = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        properties["s3.endpoint"] = endpoint
+    region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    if region:
+        properties["s3.region"] = region
+    return properties
 
 
 def sqlalchemy_url(lake: LakeConfig) -> str:
@@ -100,7 +117,8 @@ def _catalog(lake: LakeConfig) -> Iterator[Any]:
     from sqlalchemy.exc import OperationalError
 
     try:
-        catalog = SqlCatalog(CATALOG, uri=sqlalchemy_url(lake), warehouse=lake.warehouse)
+        catalog = SqlCatalog(CATALOG, uri=sqlalchemy_url(lake), warehouse=lake.warehouse,
+                             **s3_properties(os.environ))
     except OperationalError as exc:
         raise TargetUnavailable(f"the Iceberg catalog ({lake.catalog_uri}) is unreachable:"
                                 f" {str(exc.orig).strip().splitlines()[0]}") from None

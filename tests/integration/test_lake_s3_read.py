@@ -1,0 +1,49 @@
+"""An Iceberg target whose warehouse is in an S3-compatible store, read without a JVM (what
+``dblog verify`` and the repair do): pyiceberg finds the store's endpoint in the variables the
+AWS SDKs read (docker-compose.yml's worker-lake sets ``AWS_ENDPOINT_URL``)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from dblog_worker.config_lake import LakeConfig
+from dblog_worker.lake.iceberg import CATALOG
+from dblog_worker.lake.read import read_table, s3_properties, sqlalchemy_url
+from tests.lake import catalog_database
+from tests.services import SeaweedServer
+
+
+def test_s3_properties_follow_the_aws_variables() -> None:
+    assert s3_properties({}) == {}
+    assert s3_properties({"AWS_ENDPOINT_URL": "http://a:1", "AWS_DEFAULT_REGION": "eu-west-1"}
+                         ) == {"s3.endpoint": "http://a:1", "s3.region": "eu-west-1"}
+    assert s3_properties({"AWS_ENDPOINT_URL": "http://a:1", "AWS_ENDPOINT_URL_S3": "http://b:2",
+                          "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "eu-west-1"}
+                         ) == {"s3.endpoint": "http://b:2", "s3.region": "us-east-1"}
+
+
+def test_an_iceberg_table_on_s3_is_read_with_the_endpoint_of_the_environment(
+        seaweed_server: SeaweedServer, s3_bucket: str, pg_dsn: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    uri, user = catalog_database(pg_dsn)
+    lake = LakeConfig(format="iceberg", warehouse=f"s3a://{s3_bucket}/warehouse",
+                      catalog="jdbc", catalog_uri=uri, catalog_user=user)
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()),
+                     "name": pa.array(["a", "b", None], pa.string())})
+    # the writer (the merge's Spark, here pyiceberg) is told the endpoint explicitly
+    writer = SqlCatalog(CATALOG, uri=sqlalchemy_url(lake), warehouse=lake.warehouse,
+                        **{"s3.endpoint": seaweed_server.endpoint, "s3.region": "us-east-1"})
+    try:
+        writer.create_namespace("shop_lake")
+        writer.create_table(("shop_lake", "customers"), schema=rows.schema).append(rows)
+    finally:
+        writer.engine.dispose()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", seaweed_server.endpoint)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    found = read_table(lake, "shop_lake.customers")
+    assert found is not None
+    assert found.sort_by("id").to_pylist() == rows.to_pylist()
+    assert read_table(lake, "shop_lake.orders") is None
