@@ -85,6 +85,9 @@ class Options:
     source: str = POSTGRESQL
     kills: int = 10
     masks: bool = False  # the workers mask columns of the benchmark tables (MASKS)
+    # The test suite's smoke run (tests/bench): every path of each benchmark at the least
+    # cost (smaller sizes and waits, no warm-ups, one Spark core); its figures mean nothing.
+    tiny: bool = False
 
 
 # ``--masks``: what the workers do to the 5-column benchmark tables' columns: the two most

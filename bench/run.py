@@ -93,6 +93,11 @@ def parse_options(
     parser.add_argument("--masks", action="store_true",
                         help="the workers hash, mask and exclude columns of the benchmark "
                              "tables ([source.columns]; bench.common.MASKS)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="the test suite's smoke run (with --quick --rows 2000 --runs 1): "
+                             "each benchmark runs every path at the least cost (smaller "
+                             "sizes and waits, no warm-ups, local[1] Spark); figures mean "
+                             "nothing")
     parser.add_argument("--out", type=Path, help="also append the JSON lines to this file")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="sample every worker with py-spy into DIR (raw collapsed stacks)")
@@ -111,7 +116,8 @@ def parse_options(
     idle_s = args.idle_s if args.idle_s is not None else (QUICK_IDLE_S if args.quick else 30.0)
     options = Options(rows=rows, runs=runs, quick=args.quick, memory_rows=memory_rows,
                       idle_s=idle_s, profile_dir=args.profile,
-                      profile_gil=args.profile_gil, kills=kills, masks=args.masks)
+                      profile_gil=args.profile_gil, kills=kills, masks=args.masks,
+                      tiny=args.tiny)
     sources = list(SOURCES) if args.source == "all" else [args.source]
     return options, sources, args.only or list(BENCHMARKS), args.out
 

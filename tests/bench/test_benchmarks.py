@@ -23,7 +23,7 @@ from bench import run as bench_run
 from bench.common import SOURCES
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--quick", "--rows", "2000", "--runs", "1", "--kills", "1", "--idle-s", "2"]
+TINY = ["--tiny", "--quick", "--rows", "2000", "--runs", "1", "--kills", "1", "--idle-s", "2"]
 
 
 def cases() -> Iterator[Any]:
