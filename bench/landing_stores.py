@@ -303,10 +303,10 @@ def run(options: Options) -> Result:
             for i in range(options.runs):
                 order = STORES if i % 2 == 0 else STORES[::-1]
                 for kind in order:
-                    log, dump = landing_phases(env, roots[kind]("landing"), next_id, rows,
-                                               options.tiny)
-                    log_s[kind].append(log)
-                    dump_s[kind].append(dump)
+                    log_seconds, dump_seconds = landing_phases(
+                        env, roots[kind]("landing"), next_id, rows, options.tiny)
+                    log_s[kind].append(log_seconds)
+                    dump_s[kind].append(dump_seconds)
                     next_id += rows
                     progress(f"{NAME} run {i + 1}/{options.runs} {kind}: log "
                              f"{rows / log_s[kind][-1]:,.0f} events/s, dump "
