@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 
 from bench import run as bench_run
-from bench.common import SOURCES
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--tiny", "--quick", "--rows", "2000", "--runs", "1", "--kills", "1", "--idle-s", "2"]
@@ -28,13 +27,14 @@ TINY = ["--tiny", "--quick", "--rows", "2000", "--runs", "1", "--kills", "1", "-
 
 def cases() -> Iterator[Any]:
     for name in bench_run.BENCHMARKS:
-        for source in bench_run.SOURCE_KINDS.get(name, SOURCES):
+        for source in bench_run.source_kinds(name):
             yield pytest.param(name, source, id=f"{name}-{source}")
 
 
 def module(name: str) -> ModuleType:
-    found = sys.modules[bench_run.BENCHMARKS[name].__module__]
+    found = bench_run.benchmark(name)
     assert getattr(found, "NAME", None) == name, found
+    assert callable(getattr(found, "run", None)), found
     return found
 
 
