@@ -2,7 +2,9 @@
 and produce its figures (each module's ``FIGURES``: finite numbers above 0). A baseline or a
 benchmark that breaks fails here, not in the hands of the next reader of docs/benchmarks.md.
 
-The figures of such a run mean nothing (a few thousand rows on a busy machine); the full
+``--tiny`` runs every path of each benchmark (its baseline, every variant, its kill) at
+the least cost: no warm-ups, pauses or repetitions (docs/benchmarks.md). The figures of
+such a run mean nothing (a few thousand rows on a busy machine); the full
 runs are ``python -m bench.run`` (docs/benchmarks.md).
 """
 
