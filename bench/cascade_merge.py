@@ -259,7 +259,7 @@ def run(options: Options) -> Result:
     runs: list[Run] = []
     target.server.start()
     try:
-        with local_spark("dblog-bench-cascade") as spark:
+        with local_spark("dblog-bench-cascade", tiny=options.tiny) as spark:
             spark.sparkContext.setLogLevel("WARN")
             stager = spark_stager(spark)
             if rows >= 10 * WARM_UP_ROWS:  # the JVM's first merges: not timed
@@ -305,7 +305,7 @@ def result(options: Options, rows: int, events: int, runs: list[Run]) -> Result:
         "load_merge_s": rounded(median(loads)),
         "load_merge_s_min_max": [rounded(min(loads)), rounded(max(loads))],
         "phases": phases,
-        "spark": {"master": "local[2]"},
+        "spark": {"master": "local[1]" if options.tiny else "local[2]"},
         "machine": {**machine(options.source),
                     "target_settings": POSTGRES_NOTE if options.source == POSTGRESQL
                     else MARIADB_NOTE},

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import io
 import json
 import os
 import platform
@@ -44,6 +45,7 @@ import pyarrow.parquet as pq
 import pymysql
 import redis
 
+from dblog_worker.cli import main as dblog_main
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.landing.sink import LandingRoot, open_reader
@@ -85,6 +87,9 @@ class Options:
     source: str = POSTGRESQL
     kills: int = 10
     masks: bool = False  # the workers mask columns of the benchmark tables (MASKS)
+    # The test suite's smoke run (tests/bench): every path of each benchmark at the least
+    # cost (smaller sizes and waits, no warm-ups, one Spark core); its figures mean nothing.
+    tiny: bool = False
 
 
 # ``--masks``: what the workers do to the 5-column benchmark tables' columns: the two most
@@ -608,16 +613,17 @@ listen = "127.0.0.1:0"
     def request_dump(self, table: str, chunk_size: int = CHUNK_SIZE,
                      parallelism: int = 1, extra: Sequence[str] = ()) -> str:
         """``dblog dump --table ... --chunk-size ... --parallelism ... [extra]``; the
-        request id."""
-        result = subprocess.run(
-            [sys.executable, "-m", "dblog_worker", "dump", "--config", str(self.config),
-             "--table", table, "--chunk-size", str(chunk_size), "--parallelism",
-             str(parallelism), *extra, "--json"],
-            capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"dblog dump failed: {result.stdout}{result.stderr}")
-        request_id: str = json.loads(result.stdout)["id"]
+        request id. The CLI's ``main`` runs in this process: a fresh interpreter would
+        add seconds of imports before the request (not timed: it starts at its
+        ``created_at``)."""
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = dblog_main(["dump", "--config", str(self.config), "--table", table,
+                               "--chunk-size", str(chunk_size), "--parallelism",
+                               str(parallelism), *extra, "--json"])
+        if code != 0:
+            raise RuntimeError(f"dblog dump failed ({code}): {out.getvalue()}{err.getvalue()}")
+        request_id: str = json.loads(out.getvalue())["id"]
         return request_id
 
     def wait_dump(self, request_id: str, timeout: float) -> tuple[float, float]:

@@ -47,6 +47,7 @@ from bench.common import (
     Environment,
     Options,
     Result,
+    WorkerRun,
     create_table,
     dump_timeout,
     insert_rows,
@@ -86,6 +87,7 @@ STORES = ("posix", "s3")
 LOG_TABLE, DUMP_TABLE = "public.ls_log", "public.ls_dump"
 TRANSACTIONS = 100
 SMALL_SEGMENT = 100  # events per segment in the compaction part
+TINY_STREAM_EVENTS = 1_000  # --tiny: 10 small segments, compacted into one
 BUCKET = "dblog-bench"
 STREAM_SOURCE = "stream"
 
@@ -93,51 +95,66 @@ STREAM_SOURCE = "stream"
 # -- landing: the worker's log path and dump path -------------------------------------
 
 
-def log_phase(env: Environment, root: LandingRoot, first_id: int, rows: int) -> float:
-    """``rows`` new rows in 100 transactions; seconds from the first commit until the
-    worker's checkpoint passes the last."""
-    worker = env.worker(f"log_{uuid.uuid4().hex[:8]}", [LOG_TABLE], landing=root).start()
+@contextlib.contextmanager
+def phase_worker(env: Environment, root: LandingRoot, prefix: str,
+                 tables: Sequence[str]) -> Iterator[WorkerRun]:
+    """A fresh worker (source name) for ``tables``, landing under ``root``; cleaned up."""
+    worker = env.worker(f"{prefix}_{uuid.uuid4().hex[:8]}", tables, landing=root).start()
     try:
-        per = max(1, rows // TRANSACTIONS)
-        with env.connect() as conn, env.redis_client() as client:
-            started = 0.0
-            last_lsn = 0
-            for t in range(TRANSACTIONS):
-                first = first_id + t * per
-                last = first_id + rows - 1 if t == TRANSACTIONS - 1 else first + per - 1
-                if first > last:
-                    continue
-                with conn.transaction():
-                    insert_rows(conn, LOG_TABLE, first, last)
-                    row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-                    assert row is not None
-                    last_lsn = parse_lsn(str(row[0]))
-                if not started:
-                    started = time.time()
-            wait_until(lambda: worker.checkpoint_lsn(client) >= last_lsn, 120 + rows / 2_000,
-                       "the worker's checkpoint to pass the last commit", worker.check_alive,
-                       0.01)
-            seconds = time.time() - started
-        landed = worker.landed_rows(LOG_TABLE)
-        if landed != rows:
-            raise RuntimeError(f"{landed} rows landed, expected {rows}")
+        yield worker
     finally:
         worker.cleanup()
+
+
+def log_phase(env: Environment, worker: WorkerRun, first_id: int, rows: int) -> float:
+    """``rows`` new rows in 100 transactions; seconds from the first commit until the
+    worker's checkpoint passes the last."""
+    per = max(1, rows // TRANSACTIONS)
+    with env.connect() as conn, env.redis_client() as client:
+        started = 0.0
+        last_lsn = 0
+        for t in range(TRANSACTIONS):
+            first = first_id + t * per
+            last = first_id + rows - 1 if t == TRANSACTIONS - 1 else first + per - 1
+            if first > last:
+                continue
+            with conn.transaction():
+                insert_rows(conn, LOG_TABLE, first, last)
+                row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+                assert row is not None
+                last_lsn = parse_lsn(str(row[0]))
+            if not started:
+                started = time.time()
+        wait_until(lambda: worker.checkpoint_lsn(client) >= last_lsn, 120 + rows / 2_000,
+                   "the worker's checkpoint to pass the last commit", worker.check_alive,
+                   0.01)
+        seconds = time.time() - started
+    landed = worker.landed_rows(LOG_TABLE)
+    if landed != rows:
+        raise RuntimeError(f"{landed} rows landed, expected {rows}")
     return seconds
 
 
-def dump_phase(env: Environment, root: LandingRoot, rows: int) -> float:
+def dump_phase(worker: WorkerRun, rows: int) -> float:
     """Seconds from the dump request of ``DUMP_TABLE`` to its completion."""
-    worker = env.worker(f"dump_{uuid.uuid4().hex[:8]}", [DUMP_TABLE], landing=root).start()
-    try:
-        created, completed = worker.wait_dump(worker.request_dump(DUMP_TABLE),
-                                              dump_timeout(rows))
-        landed = worker.landed_rows(DUMP_TABLE)
-        if landed != rows:
-            raise RuntimeError(f"{landed} rows landed, expected {rows}")
-    finally:
-        worker.cleanup()
+    created, completed = worker.wait_dump(worker.request_dump(DUMP_TABLE), dump_timeout(rows))
+    landed = worker.landed_rows(DUMP_TABLE)
+    if landed != rows:
+        raise RuntimeError(f"{landed} rows landed, expected {rows}")
     return completed - created
+
+
+def landing_phases(env: Environment, root: LandingRoot, first_id: int, rows: int,
+                   tiny: bool) -> tuple[float, float]:
+    """(log phase seconds, dump phase seconds), each by a fresh worker; ``tiny``: by one
+    worker of both tables (the same paths, one worker start fewer)."""
+    if tiny:
+        with phase_worker(env, root, "both", [LOG_TABLE, DUMP_TABLE]) as worker:
+            return log_phase(env, worker, first_id, rows), dump_phase(worker, rows)
+    with phase_worker(env, root, "log", [LOG_TABLE]) as worker:
+        log_s = log_phase(env, worker, first_id, rows)
+    with phase_worker(env, root, "dump", [DUMP_TABLE]) as worker:
+        return log_s, dump_phase(worker, rows)
 
 
 # -- compaction: many small segments, the planner and the merge -------------------------
@@ -214,12 +231,13 @@ def compact_seconds(zone: Maintained) -> tuple[float, int]:
 
 
 @contextlib.contextmanager
-def spark_session(location: S3Location) -> Iterator[Any]:
+def spark_session(location: S3Location, tiny: bool = False) -> Iterator[Any]:
     """A ``local[2]`` SparkSession with the JDBC drivers and S3A (its jars and options for
-    ``location``; credentials from this process's environment)."""
+    ``location``; credentials from this process's environment); ``tiny``: the smoke run's
+    (``tests.spark_local.TINY_CONF``, ``local[1]``, one shuffle partition)."""
     from pyspark.sql import SparkSession
 
-    from tests.spark_local import jdbc_jars
+    from tests.spark_local import TINY_CONF, jdbc_jars
 
     jars = [str(j) for j in jdbc_jars()] + list(default_s3a_jars())
     missing = [j for j in jars if not Path(j).is_file()]
@@ -228,13 +246,14 @@ def spark_session(location: S3Location) -> Iterator[Any]:
     os.environ["SPARK_LOCAL_IP"] = HOST
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
                           "--conf spark.ui.showConsoleProgress=false pyspark-shell")
-    builder = (SparkSession.builder.master("local[2]").appName("dblog-bench-landing")
+    builder = (SparkSession.builder.master("local[1]" if tiny else "local[2]")
+               .appName("dblog-bench-landing")
                .config("spark.jars", ",".join(jars))
                .config("spark.driver.host", HOST).config("spark.driver.bindAddress", HOST)
                .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.shuffle.partitions", "1" if tiny else "4")
                .config("spark.sql.session.timeZone", "UTC"))
-    for key, value in s3a_conf(location).items():
+    for key, value in {**s3a_conf(location), **(TINY_CONF if tiny else {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -261,7 +280,7 @@ def run(options: Options) -> Result:
     from spark.merge import spark_stager
 
     rows = options.rows
-    stream_events = max(2_000, rows // 10)
+    stream_events = TINY_STREAM_EVENTS if options.tiny else max(2_000, rows // 10)
     workdir = Path(tempfile.mkdtemp(prefix="dblog-bench-landing-"))
     store = SeaweedServer()
     target = PostgresServer()
@@ -284,20 +303,23 @@ def run(options: Options) -> Result:
             for i in range(options.runs):
                 order = STORES if i % 2 == 0 else STORES[::-1]
                 for kind in order:
-                    log_s[kind].append(log_phase(env, roots[kind]("landing"), next_id, rows))
+                    log_seconds, dump_seconds = landing_phases(
+                        env, roots[kind]("landing"), next_id, rows, options.tiny)
+                    log_s[kind].append(log_seconds)
+                    dump_s[kind].append(dump_seconds)
                     next_id += rows
-                    dump_s[kind].append(dump_phase(env, roots[kind]("landing"), rows))
                     progress(f"{NAME} run {i + 1}/{options.runs} {kind}: log "
                              f"{rows / log_s[kind][-1]:,.0f} events/s, dump "
                              f"{rows / dump_s[kind][-1]:,.0f} rows/s")
         target.start()
         location = roots["s3"]("stream")
         assert isinstance(location, S3Location)
-        with spark_session(location) as spark:
+        with spark_session(location, options.tiny) as spark:
             stager = spark_stager(spark)
             for kind in STORES:
                 compaction[kind] = compaction_part(kind, roots[kind]("stream"), target, stager,
-                                                   stream_events, options.runs)
+                                                   stream_events, options.runs,
+                                                   warm_up=not options.tiny)
     finally:
         target.stop()
         store.stop()
@@ -333,7 +355,7 @@ def run(options: Options) -> Result:
 
 
 def compaction_part(kind: str, root: LandingRoot, target: PostgresServer, stager: Any,
-                    events: int, runs: int) -> dict[str, Any]:
+                    events: int, runs: int, *, warm_up: bool = True) -> dict[str, Any]:
     zone: LandingZone | S3LandingZone = (
         S3LandingZone(root, STREAM_SOURCE) if isinstance(root, S3Location)
         else LandingZone(root, STREAM_SOURCE))
@@ -343,7 +365,8 @@ def compaction_part(kind: str, root: LandingRoot, target: PostgresServer, stager
     stream = StreamWriter(writer, events, max(1, events // 10)).write()  # type: ignore[arg-type]
     progress(f"{NAME} {kind}: {stream.events} events in {writer.commits} segments, "
              f"{writer.commits / writer.seconds:,.0f} commits/s")
-    merge_seconds(target, root, stager, stream)  # the JVM warms up: left out
+    if warm_up:  # the JVM warms up: left out (not in the smoke run: the same path)
+        merge_seconds(target, root, stager, stream)
     plan_before = [plan_seconds(root) for _ in range(runs)]
     merge_before = [merge_seconds(target, root, stager, stream) for _ in range(runs)]
     compact_s, files_after = compact_seconds(open_reader(root, STREAM_SOURCE))

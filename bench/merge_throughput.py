@@ -339,7 +339,7 @@ def merge_once(server: PostgresServer, admin: psycopg.Connection[tuple[Any, ...]
 
 
 @contextlib.contextmanager
-def spark_session() -> Iterator[tuple[Any, float]]:
+def spark_session(tiny: bool = False) -> Iterator[tuple[Any, float]]:
     """(SparkSession, seconds it took to start: JVM and session)."""
     from tests.spark_local import local_spark
 
@@ -347,7 +347,7 @@ def spark_session() -> Iterator[tuple[Any, float]]:
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
                           "--conf spark.ui.showConsoleProgress=false pyspark-shell")
     started = time.perf_counter()
-    with local_spark("dblog-bench-merge") as spark:
+    with local_spark("dblog-bench-merge", tiny=tiny) as spark:
         startup_s = time.perf_counter() - started
         spark.sparkContext.setLogLevel("WARN")
         yield spark, startup_s
@@ -382,7 +382,7 @@ def run(options: Options) -> Result:
         server.start()
         with psycopg.connect(server.dsn(), autocommit=True) as admin:
             admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            with spark_session() as (spark, startup_s):
+            with spark_session(options.tiny) as (spark, startup_s):
                 progress(f"{NAME}: JVM and SparkSession started in {startup_s:.1f} s")
                 stager = spark_stager(spark)
                 cold = merge_once(server, admin, workdir / "landing", stager, stream, "cold")
@@ -390,8 +390,9 @@ def run(options: Options) -> Result:
                          f"{stream.events / cold.seconds:,.0f} events/s (plan "
                          f"{cold.plan_s:.1f} s, stage {cold.stage_s:.1f} s, apply "
                          f"{cold.apply_s:.1f} s)")
-                merges: list[MergeRun] = []
-                for i in range(options.runs):
+                # --tiny: the cold merge stands for the warm runs (the same path).
+                merges: list[MergeRun] = [cold] if options.tiny else []
+                for i in range(0 if options.tiny else options.runs):
                     merge = merge_once(server, admin, workdir / "landing", stager, stream,
                                        f"target{i}")
                     merges.append(merge)
@@ -446,8 +447,9 @@ def result(options: Options, stream: Stream, keys: int, startup_s: float, cold: 
         "run_stage_s": [rounded(m.stage_s) for m in merges],
         "run_apply_s": [rounded(m.apply_s) for m in merges],
         "top_statements_last_run": last.statements,
-        "spark": {"master": "local[2]", "pyspark": pyspark_version, "java": _java_version(),
-                  "shuffle_partitions": 4},
+        "spark": {"master": "local[1]" if options.tiny else "local[2]",
+                  "pyspark": pyspark_version, "java": _java_version(),
+                  "shuffle_partitions": 1 if options.tiny else 4},
         "machine": {**machine("postgresql"),
                     "postgres_settings": POSTGRES_NOTE + "; target with pg_stat_statements"},
     }

@@ -51,20 +51,29 @@ NAME = "priorities"
 DELAY_MS = 250
 REPAIRS = 5
 QUICK_REPAIRS = 3
+# --tiny: the same paced dump and repairs, in fewer and shorter windows (some 6 s a dump).
+TINY_WINDOWS = 40
+TINY_DELAY_MS = 100
+TINY_PAUSE_S = 0.2
 KEYS_PER_REPAIR = 3
 GOAL_WINDOWS = 2.0
 FIGURES = ("window_s.median", "repair_s.median", "repair_windows.median",
            "full_dump_alone_s.median", "full_dump_with_repairs_s.median")
 
 
-def chunk_size(rows: int) -> int:
-    """Some 100 windows for the full dump, at most ``CHUNK_SIZE`` rows each."""
-    return min(CHUNK_SIZE, max(10, rows // 100))
+def chunk_size(rows: int, tiny: bool = False) -> int:
+    """Some 100 windows for the full dump (``tiny``: 40), at most ``CHUNK_SIZE`` rows each."""
+    return min(CHUNK_SIZE, max(10, rows // (TINY_WINDOWS if tiny else 100)))
 
 
-def backfill(worker: WorkerRun, table: str, rows: int) -> str:
-    return worker.request_dump(table, chunk_size(rows),
-                               extra=["--delay-ms", str(DELAY_MS), "--priority", "background"])
+def delay_ms(tiny: bool) -> int:
+    return TINY_DELAY_MS if tiny else DELAY_MS
+
+
+def backfill(worker: WorkerRun, table: str, rows: int, tiny: bool) -> str:
+    return worker.request_dump(table, chunk_size(rows, tiny),
+                               extra=["--delay-ms", str(delay_ms(tiny)),
+                                      "--priority", "background"])
 
 
 def windows_of(env: Environment, worker: WorkerRun, request_id: str) -> int:
@@ -74,11 +83,12 @@ def windows_of(env: Environment, worker: WorkerRun, request_id: str) -> int:
     return sum(int(json.loads(text)["chunks"]) for text in texts)
 
 
-def alone(env: Environment, source: str, table: str, rows: int) -> tuple[float, int]:
+def alone(env: Environment, source: str, table: str, rows: int,
+          tiny: bool) -> tuple[float, int]:
     """The paced full dump by itself: its seconds and its windows."""
     worker = env.worker(source, [table]).start()
     try:
-        request_id = backfill(worker, table, rows)
+        request_id = backfill(worker, table, rows, tiny)
         created, completed = worker.wait_dump(request_id, dump_timeout(rows) * 3)
         windows = windows_of(env, worker, request_id)
     finally:
@@ -87,14 +97,15 @@ def alone(env: Environment, source: str, table: str, rows: int) -> tuple[float, 
 
 
 def with_repairs(env: Environment, source: str, table: str, rows: int, repairs: int,
-                 rnd: random.Random) -> tuple[float, list[float]]:
+                 rnd: random.Random, tiny: bool) -> tuple[float, list[float]]:
     """The paced full dump with key dumps during it: its seconds, and each key dump's
     time to completion."""
     worker = env.worker(source, [table]).start()
     times: list[float] = []
     try:
-        request_id = backfill(worker, table, rows)
-        wait_until(lambda: windows_of(env, worker, request_id) * chunk_size(rows) >= rows / 10,
+        request_id = backfill(worker, table, rows, tiny)
+        wait_until(lambda: windows_of(env, worker, request_id) * chunk_size(rows, tiny)
+                   >= rows / 10,
                    dump_timeout(rows), "a tenth of the full dump", worker.check_alive)
         store = StateStore(env.redis.url, source)
         try:
@@ -108,7 +119,7 @@ def with_repairs(env: Environment, source: str, table: str, rows: int, repairs: 
                 if store.get_request(request_id).state is not RequestState.RUNNING:
                     raise RuntimeError("the full dump ended before the repairs: give it "
                                        "more rows (--rows)")
-                time.sleep(1.0)
+                time.sleep(TINY_PAUSE_S if tiny else 1.0)
         finally:
             store.close()
         created, completed = worker.wait_dump(request_id, dump_timeout(rows) * 3)
@@ -136,13 +147,15 @@ def run(options: Options) -> Result:
         for i in range(options.runs):
             steps = ["alone", "with"] if i % 2 == 0 else ["with", "alone"]
             for step in steps:
-                time.sleep(1.0)  # the server's background work of the last dump settles
+                if not options.tiny:  # the server's background work of the last dump settles
+                    time.sleep(1.0)
                 if step == "alone":
-                    seconds, windows = alone(env, f"pa{i}", table, rows)
+                    seconds, windows = alone(env, f"pa{i}", table, rows, options.tiny)
                     alone_s.append(seconds)
                     window_s.append(seconds / max(1, windows))
                 else:
-                    seconds, times = with_repairs(env, f"pw{i}", table, rows, repairs, rnd)
+                    seconds, times = with_repairs(env, f"pw{i}", table, rows, repairs, rnd,
+                                                  options.tiny)
                     with_s.append(seconds)
                     repair_s.extend(times)
             progress(f"{NAME} run {i + 1}/{options.runs}: alone {alone_s[-1]:.2f} s "
@@ -155,7 +168,8 @@ def run(options: Options) -> Result:
         "benchmark": NAME,
         "rows": rows,
         "runs": options.runs,
-        "full_dump": {"chunk_size": chunk_size(rows), "delay_ms": DELAY_MS,
+        "full_dump": {"chunk_size": chunk_size(rows, options.tiny),
+                      "delay_ms": delay_ms(options.tiny),
                       "priority": "background"},
         "repairs_per_run": repairs,
         "keys_per_repair": KEYS_PER_REPAIR,

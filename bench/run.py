@@ -10,59 +10,48 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
-from bench import (
-    cascade_merge,
-    dump_throughput,
-    filtered_dumps,
-    lake_merge,
-    landing_stores,
-    live_latency,
-    log_capture,
-    memory,
-    merge_throughput,
-    metrics_exposition,
-    priorities,
-    replica_identity,
-    replica_reads,
-    takeover,
-    throttle,
-    verify_throughput,
-    watermark_modes,
+from bench.common import SOURCES, Options, emit, progress
+
+# The benchmarks: each the module bench.<name>, with NAME, run(options), FIGURES and, if it
+# runs for some source kinds only, SOURCE_KINDS. Imported when they run: their imports
+# (pyarrow, the drivers, the worker's modules) take seconds, and a run is often of one.
+BENCHMARKS = (
+    "cascade_merge",
+    "dump_throughput",
+    "filtered_dumps",
+    "lake_merge",
+    "landing_stores",
+    "log_capture",
+    "live_latency",
+    "memory",
+    "merge_throughput",
+    "metrics_exposition",
+    "priorities",
+    "replica_identity",
+    "replica_reads",
+    "takeover",
+    "throttle",
+    "verify_throughput",
+    "watermark_modes",
 )
-from bench.common import SOURCES, Options, Result, emit, progress
 
-BENCHMARKS: dict[str, Callable[[Options], Result]] = {
-    cascade_merge.NAME: cascade_merge.run,
-    dump_throughput.NAME: dump_throughput.run,
-    filtered_dumps.NAME: filtered_dumps.run,
-    lake_merge.NAME: lake_merge.run,
-    landing_stores.NAME: landing_stores.run,
-    log_capture.NAME: log_capture.run,
-    live_latency.NAME: live_latency.run,
-    memory.NAME: memory.run,
-    merge_throughput.NAME: merge_throughput.run,
-    metrics_exposition.NAME: metrics_exposition.run,
-    priorities.NAME: priorities.run,
-    replica_identity.NAME: replica_identity.run,
-    replica_reads.NAME: replica_reads.run,
-    takeover.NAME: takeover.run,
-    throttle.NAME: throttle.run,
-    verify_throughput.NAME: verify_throughput.run,
-    watermark_modes.NAME: watermark_modes.run,
-}
-# Benchmarks that run for some source kinds only; the others run for every kind.
-SOURCE_KINDS: dict[str, tuple[str, ...]] = {
-    lake_merge.NAME: lake_merge.SOURCE_KINDS,
-    landing_stores.NAME: landing_stores.SOURCE_KINDS,
-    merge_throughput.NAME: merge_throughput.SOURCE_KINDS,
-    metrics_exposition.NAME: metrics_exposition.SOURCE_KINDS,
-    replica_identity.NAME: replica_identity.SOURCE_KINDS,
-    verify_throughput.NAME: verify_throughput.SOURCE_KINDS,
-}
+
+def benchmark(name: str) -> ModuleType:
+    """The module of benchmark ``name``."""
+    return importlib.import_module(f"bench.{name}")
+
+
+def source_kinds(name: str) -> tuple[str, ...]:
+    """The source kinds benchmark ``name`` runs for."""
+    kinds: tuple[str, ...] = getattr(benchmark(name), "SOURCE_KINDS", SOURCES)
+    return kinds
+
 
 QUICK_ROWS = 50_000
 QUICK_MEMORY_ROWS = (100_000, 500_000)
@@ -93,6 +82,11 @@ def parse_options(
     parser.add_argument("--masks", action="store_true",
                         help="the workers hash, mask and exclude columns of the benchmark "
                              "tables ([source.columns]; bench.common.MASKS)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="the test suite's smoke run (with --quick --rows 2000 --runs 1): "
+                             "each benchmark runs every path at the least cost (smaller "
+                             "sizes and waits, no warm-ups, local[1] Spark); figures mean "
+                             "nothing")
     parser.add_argument("--out", type=Path, help="also append the JSON lines to this file")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="sample every worker with py-spy into DIR (raw collapsed stacks)")
@@ -111,7 +105,8 @@ def parse_options(
     idle_s = args.idle_s if args.idle_s is not None else (QUICK_IDLE_S if args.quick else 30.0)
     options = Options(rows=rows, runs=runs, quick=args.quick, memory_rows=memory_rows,
                       idle_s=idle_s, profile_dir=args.profile,
-                      profile_gil=args.profile_gil, kills=kills, masks=args.masks)
+                      profile_gil=args.profile_gil, kills=kills, masks=args.masks,
+                      tiny=args.tiny)
     sources = list(SOURCES) if args.source == "all" else [args.source]
     return options, sources, args.only or list(BENCHMARKS), args.out
 
@@ -122,12 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress(f"benchmarks {', '.join(names)}: {shown}")
     for source in sources:
         for name in names:
-            if source not in SOURCE_KINDS.get(name, SOURCES):
+            if source not in source_kinds(name):
                 progress(f"== {name} ({source}): skipped, it runs for "
-                         f"{', '.join(SOURCE_KINDS[name])} only")
+                         f"{', '.join(source_kinds(name))} only")
                 continue
             progress(f"== {name} ({source})")
-            result = BENCHMARKS[name](dataclasses.replace(options, source=source))
+            result = benchmark(name).run(dataclasses.replace(options, source=source))
             emit({"benchmark": result["benchmark"], "source": source,
                   **({"masks": True} if options.masks else {}), **result}, out)
     return 0

@@ -81,6 +81,7 @@ TRICKLE_NAME = "trickle"
 WARMUP_S = 2.0
 STEADY_S = 10.0
 QUICK_STEADY_S = 5.0
+TINY_WARMUP_S, TINY_STEADY_S = 1.0, 2.0  # --tiny: enough trickle rows for the steady figures
 SETTLE_S = 0.5  # after a fresh standby stands by: SETTLE_S + uniform(0, SETTLE_JITTER_S)
 SETTLE_JITTER_S = 1.0
 SESSION_START_BUDGET_S = 4.5  # the target: ttl_s + standby_poll_s + this
@@ -337,6 +338,12 @@ def caught_up(watcher: Watcher, trickle: Trickle, marker: int) -> bool:
     return any(i in watcher.rows for i in range(marker, trickle.next_id))
 
 
+def steady_seconds(options: Options) -> float:
+    if options.tiny:
+        return TINY_STEADY_S
+    return QUICK_STEADY_S if options.quick else STEADY_S
+
+
 def one_run(env: Environment, options: Options, index: int, lease_index: int) -> RunFigures:
     lease = LEASES[lease_index]
     table = env.table(TRICKLE_NAME)
@@ -347,14 +354,14 @@ def one_run(env: Environment, options: Options, index: int, lease_index: int) ->
     trickle = Trickle(env, table,
                       first_id=(index * len(LEASES) + lease_index) * 10_000_000 + 1)
     rng = random.Random(index * 100 + lease_index)
-    steady_s = QUICK_STEADY_S if options.quick else STEADY_S
+    steady_s = steady_seconds(options)
     kills: list[Kill] = []
     figures = RunFigures()
     try:
         group.start()
         watcher.start()
         trickle.start()
-        time.sleep(WARMUP_S)
+        time.sleep(TINY_WARMUP_S if options.tiny else WARMUP_S)
         steady_from = time.time()
         time.sleep(steady_s)
         steady_to, last_steady = time.time(), trickle.next_id
@@ -378,7 +385,8 @@ def one_run(env: Environment, options: Options, index: int, lease_index: int) ->
                      f"{options.kills}: token {kill.old_token} -> {kill.new_token} in "
                      f"{kill.takeover_s:.2f} s{parts}; new standby ready in "
                      f"{kill.standby_ready_s:.2f} s")
-            time.sleep(SETTLE_S + rng.uniform(0, SETTLE_JITTER_S))
+            if not (options.tiny and k == options.kills - 1):  # --tiny: none after the last
+                time.sleep(SETTLE_S + rng.uniform(0, SETTLE_JITTER_S))
         trickle.stop()
         try:
             wait_until(lambda: all(i in watcher.rows for i in trickle.committed),
@@ -477,7 +485,7 @@ def run(options: Options) -> Result:
         "kills_per_run": options.kills,
         "rate_per_s": RATE_PER_S,
         "flush_interval_s": FLUSH_INTERVAL_S,
-        "steady_s": QUICK_STEADY_S if options.quick else STEADY_S,
+        "steady_s": steady_seconds(options),
         **default,
         "target_met": bool(default["target_met"] and short["target_met"]),
         **extra,

@@ -52,6 +52,7 @@ FIGURES = ("dump_rows_per_s", "throttled_dump_rows_per_s", "foreground_p99_ms.no
 CLIENTS = 4
 THINK_S = 0.0
 IDLE_S = 5.0
+TINY_IDLE_S = 1.0  # --tiny: enough foreground queries for the idle percentiles
 LIMITS = {"postgresql": 20, "mariadb": 100}  # --max-chunk-ms, 10,000-row chunks
 SAMPLE_S = 0.25  # how often the bench reads the throttle's decision
 
@@ -183,11 +184,12 @@ def run(options: Options) -> Result:
             order = (0, limit_ms) if i % 2 == 0 else (limit_ms, 0)
             with Foreground(env, table, rows, i) as foreground:
                 started = time.time()
-                time.sleep(IDLE_S)
+                time.sleep(TINY_IDLE_S if options.tiny else IDLE_S)
                 idle_end = time.time()
                 dumps = {}
                 for limit in order:
-                    time.sleep(1.0)  # the servers' background work of the last dump settles
+                    if not options.tiny:  # the servers' background work of the last dump settles
+                        time.sleep(1.0)
                     dumps[limit] = dump(env, f"th{i}{'t' if limit else 'n'}", table, rows,
                                         limit)
                 latencies = foreground.stop()

@@ -25,6 +25,13 @@ DEBIAN_JARS = (Path("/usr/share/java/postgresql.jar"),
                Path("/usr/share/java/mariadb-java-client.jar"))
 
 
+# What ``tiny`` adds: a JVM for a minute of small jobs (read when PySpark starts it).
+TINY_CONF = {
+    "spark.default.parallelism": "1",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+}
+
+
 def jdbc_jars() -> list[Path]:
     """The JDBC driver jars, checked to exist."""
     named = os.environ.get("DBLOG_JDBC_JARS")
@@ -40,24 +47,28 @@ def jdbc_jars() -> list[Path]:
 
 
 @contextmanager
-def local_spark(app: str = "dblog-tests") -> Iterator[SparkSession]:
-    """A ``local[2]`` SparkSession with the JDBC drivers, stopped at the end."""
+def local_spark(app: str = "dblog-tests", *, tiny: bool = False) -> Iterator[SparkSession]:
+    """A ``local[2]`` SparkSession with the JDBC drivers, stopped at the end; ``tiny``
+    (the benchmarks' smoke run): ``local[1]``, one shuffle partition and a JVM that
+    compiles less (C1 only), which start and run a few thousand rows sooner."""
     refuse_in_fast_runs("a local Spark")
     os.environ["SPARK_LOCAL_IP"] = HOST
     # py4j logs "Closing down clientserver connection" from __del__, at interpreter exit
     # too, when pytest has closed the stream: a "--- Logging error ---" after the summary.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    session = (
-        SparkSession.builder.master("local[2]")
+    builder = (
+        SparkSession.builder.master("local[1]" if tiny else "local[2]")
         .appName(app)
         .config("spark.jars", ",".join(str(j) for j in jdbc_jars()))
         .config("spark.driver.host", HOST)
         .config("spark.driver.bindAddress", HOST)
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.shuffle.partitions", "1" if tiny else "4")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    for key, value in (TINY_CONF if tiny else {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     try:
         yield session
     finally:

@@ -2,7 +2,9 @@
 and produce its figures (each module's ``FIGURES``: finite numbers above 0). A baseline or a
 benchmark that breaks fails here, not in the hands of the next reader of docs/benchmarks.md.
 
-The figures of such a run mean nothing (a few thousand rows on a busy machine); the full
+``--tiny`` runs every path of each benchmark (its baseline, every variant, its kill) at
+the least cost: no warm-ups, pauses or repetitions (docs/benchmarks.md). The figures of
+such a run mean nothing (a few thousand rows on a busy machine); the full
 runs are ``python -m bench.run`` (docs/benchmarks.md).
 """
 
@@ -20,21 +22,21 @@ from typing import Any
 import pytest
 
 from bench import run as bench_run
-from bench.common import SOURCES
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--quick", "--rows", "2000", "--runs", "1", "--kills", "1", "--idle-s", "2"]
+TINY = ["--tiny", "--quick", "--rows", "2000", "--runs", "1", "--kills", "1", "--idle-s", "2"]
 
 
 def cases() -> Iterator[Any]:
     for name in bench_run.BENCHMARKS:
-        for source in bench_run.SOURCE_KINDS.get(name, SOURCES):
+        for source in bench_run.source_kinds(name):
             yield pytest.param(name, source, id=f"{name}-{source}")
 
 
 def module(name: str) -> ModuleType:
-    found = sys.modules[bench_run.BENCHMARKS[name].__module__]
+    found = bench_run.benchmark(name)
     assert getattr(found, "NAME", None) == name, found
+    assert callable(getattr(found, "run", None)), found
     return found
 
 
