@@ -154,7 +154,7 @@ def test_snapshot_positions_under_rotation(server: MariaDBServer, redis_url: str
     print(f"raw snapshots {len(raw)}: {len(wrong)} past a group they do not see, {len(ahead)} "
           f"behind what the loop had taken; windows {len(windows) + stale}: {stale} stale, "
           f"{retaken} snapshots taken again; {files} binary log files")
-    assert files > 20 and len(raw) > 40
+    assert files > 20 and len(raw) > 20  # snapshots taken in SECONDS: fewer on a loaded machine
     assert wrong, "the server reported no position past an invisible group"
     # (a reader behind the server, on a loaded machine, receives no group early: no
     # assertion on ``ahead``; tests/unit/test_mysql_marks.py covers the rule)
