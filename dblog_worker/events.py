@@ -6,13 +6,14 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, NamedTuple
 
 from dblog_worker.position import Position
 
-Encoded = tuple[pa.Array, pa.Array]  # (keys, afters): pa.string() arrays of canonical JSON
+if TYPE_CHECKING:  # imported where rows are built: the CLI does without pyarrow
+    import pyarrow as pa
+
+Encoded = tuple["pa.Array", "pa.Array"]  # (keys, afters): pa.string() arrays of canonical JSON
 
 
 class Op(StrEnum):
@@ -119,6 +120,8 @@ class PendingRows:
         return self.count
 
     def rows(self) -> DumpRows:
+        import pyarrow as pa
+
         keys, afters = self.chunk.result()
         if self.count < len(keys):
             survivors = pa.array(self.survivors, pa.int32())

@@ -53,9 +53,6 @@ from enum import StrEnum
 from json.encoder import encode_basestring
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from dblog_worker.errors import ConfigError
 from dblog_worker.table_patterns import NamePattern, PatternError, TablePattern
 
@@ -146,6 +143,9 @@ class TableMasks:
         if mask is None or mask.action is Action.EXCLUDE:
             return None
         if mask.action is Action.MASK:
+            import pyarrow as pa  # here: the CLI reads this module without needing pyarrow
+            import pyarrow.compute as pc
+
             constant = pa.scalar(encode_basestring(mask.text), pa.string())
             return lambda array, quoted: pc.if_else(pc.is_null(array), None, constant)
         key = self.key
@@ -183,6 +183,9 @@ _IDENTIFIER = re.compile(r'"((?:[^"]|"")*)"|([A-Za-z_][A-Za-z0-9_$]*)')
 def hash_column(key: bytes, array: Any, quoted: bool) -> Any:
     """:func:`hmac_hex` of each fragment of a pa.string() array, nulls kept: in C (no
     Python object per value, the GIL released) where ``_masks.c`` is built."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     count = len(array)

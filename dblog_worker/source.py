@@ -13,15 +13,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Protocol
 
 from dblog_worker.dump.requests import KeyTexts
 from dblog_worker.dump.row_filter import RowFilter
 from dblog_worker.events import Checkpoint, Encoded, LogItem
 from dblog_worker.position import Position
 from dblog_worker.table_patterns import Rescan, Selection
+
+if TYPE_CHECKING:  # the CLI does without pyarrow
+    import pyarrow as pa
 
 SchemaVersion = Callable[[str, Mapping[str, object]], int]  # (table, schema) → version
 

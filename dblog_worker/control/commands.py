@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from dblog_worker.config import Config, SourceConfig
-from dblog_worker.control.async_requests import AsyncRequests
 from dblog_worker.control.store import StateStore
 from dblog_worker.dialect import dialect, open_source
 from dblog_worker.dump.requests import (
@@ -34,6 +34,9 @@ from dblog_worker.dump.requests import (
 )
 from dblog_worker.dump.spec import DumpSpec, Knobs
 from dblog_worker.errors import CorruptRequest, DumpFailed, RequestRejected, SourceUnavailable
+
+if TYPE_CHECKING:  # the CLI does without redis.asyncio
+    from dblog_worker.control.async_requests import AsyncRequests
 
 SOURCE_CONNECT_TIMEOUT_S = 10  # a source that does not answer refuses the request, in time
 
