@@ -12,6 +12,7 @@ log entry is empty, so it applies its segments.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import socket
@@ -22,6 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pyarrow.parquet as pq
 import pytest
 
@@ -32,8 +34,9 @@ from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.lake.read import delete_rows, merge_log_of, partition_columns, read_table
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.landing.s3 import S3LandingZone
-from dblog_worker.landing.s3_objects import S3Location
+from dblog_worker.landing.s3_objects import Bucket, S3Location
 from dblog_worker.position import Position
+from dblog_worker.verify import command as verify
 from tests.integration.harness import wait_for
 from tests.lake import S3A_SPARK35_JARS, LakeSession, MergeProcess, lake_config, merge
 from tests.services import SeaweedServer
@@ -215,6 +218,43 @@ def test_an_s3_landing_zone_merged_into_iceberg(tmp_path: Path, pg_dsn: str,
     assert {k: r["name"] for k, r in got.items()} == {1: "one", 3: "three"}
     log = merge_log_of(lake_of(config), TABLE).get("src", TABLE)
     assert (log.batches, log.events, log.last_segment) == (1, 5, 2)
+
+
+def test_a_local_landing_zone_merged_into_delta_on_s3_then_verified(
+        tmp_path: Path, pg_dsn: str, seaweed_server: SeaweedServer, s3_bucket: str) -> None:
+    """A POSIX landing zone, a Delta warehouse in the object store (``[target.s3]``):
+    ``dblog merge`` on Spark 3.5 adds the S3A jars and options for the warehouse alone;
+    ``dblog verify`` reads the table with delta-rs at the store's endpoint (``s3a://`` as
+    ``s3://``), finds it equal to the source, then names the key of a damaged row."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int4 PRIMARY KEY, name text,"
+                     " amount numeric, at timestamptz)")
+        conn.execute("INSERT INTO public.items VALUES (1, 'one', 2.25, %s), (2, 'n2', 1.50, %s)",
+                     ["2024-01-02 03:04:05.5+00"] * 2)
+    landing = tmp_path / "landing"
+    zone = LandingZone(landing, "src")
+    zone.write_schema(TABLE, 1, V1)
+    zone.commit_segment(TABLE, [ev("c", 10, 1), ev("c", 11, 2), ev("c", 12, 3)])
+    zone.commit_segment(TABLE, [ev("u", 20, 1, name="one", amount="2.25"), ev("d", 21, 3)])
+    config = lake_config(tmp_path, "delta", landing, "src", [TABLE], pg_dsn,
+                         source_dsn=pg_dsn, warehouse=f"s3a://{s3_bucket}/warehouse",
+                         target_s3={"endpoint": seaweed_server.endpoint, "path_style": True})
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):  # only [target.s3] says where
+        assert name not in os.environ
+    report = merge(config)
+    assert counts(report_of(report)) == (1, 2, 0), report
+    assert Bucket(S3Location(s3_bucket, endpoint=seaweed_server.endpoint, path_style=True)
+                  ).list("warehouse/public.items/_delta_log/")[0], "the table is in the store"
+
+    options = verify.VerifyOptions(range_rows=100)
+    result = verify.verify(config_module.load(config), [TABLE], options)
+    assert result.equal, [(t.table, t.error, t.missing, t.extra, t.changed)
+                          for t in result.tables]
+    assert (result.tables[0].source_rows, result.tables[0].target_rows) == (2, 2)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # the row the lake holds differs
+        conn.execute("UPDATE public.items SET name = 'damaged' WHERE id = 2")
+    (table,) = verify.verify(config_module.load(config), [TABLE], options).tables
+    assert (table.missing, table.extra, table.changed) == ((), (), ((2,),))
 
 
 # -- killed mid-batch ----------------------------------------------------------------------

@@ -11,8 +11,8 @@ import pytest
 
 from dblog_worker import config as config_module
 from dblog_worker.errors import ConfigError, ConfigInvalid
-from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.lake.read import delta_storage_options, delta_uri, s3_properties
+from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.merge.submit import check_jars, merge_job
 
 STORE = {"endpoint": "http://127.0.0.1:8333", "path_style": True}
@@ -59,7 +59,7 @@ def test_a_warehouse_on_s3_with_its_own_store_and_a_posix_landing_zone(tmp_path:
         f"{S3A}path.style.access": "true", f"{S3A}connection.ssl.enabled": "false"}
     delta = [str(tmp_path / "delta-spark_2.12-3.3.2.jar")]
     Path(delta[0]).touch()
-    with pytest.raises(ConfigInvalid, match="S3A jars .* landing zone or warehouse"):
+    with pytest.raises(ConfigInvalid, match=r"S3A jars .* landing zone or warehouse"):
         check_jars(parse("s3a://lake/wh", STORE, jars=delta))
     (tmp_path / "hadoop-aws.jar").touch()
     check_jars(parse("s3a://lake/wh", STORE, jars=delta,
@@ -132,7 +132,7 @@ def test_target_s3_is_checked(options: dict[str, Any], message: str) -> None:
 
 
 def test_a_database_target_takes_no_s3_section() -> None:
-    with pytest.raises(ConfigError, match="target.s3 is an option of lake targets"):
+    with pytest.raises(ConfigError, match=r"target\.s3 is an option of lake targets"):
         config_module.parse({
             "source": {"name": "s", "dsn": "host=x", "tables": ["public.a"]},
             "redis": {"url": "redis://x"}, "landing": {"path": "/tmp/l"},
