@@ -31,7 +31,14 @@ from dblog_worker import config as config_module
 from dblog_worker.config_lake import LakeConfig
 from dblog_worker.errors import TargetError
 from dblog_worker.events import ChangeEvent, Op, Origin
-from dblog_worker.lake.read import delete_rows, merge_log_of, partition_columns, read_table
+from dblog_worker.lake.read import (
+    delete_rows,
+    delta_storage_options,
+    delta_uri,
+    merge_log_of,
+    partition_columns,
+    read_table,
+)
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.landing.s3 import S3LandingZone
 from dblog_worker.landing.s3_objects import Bucket, S3Location
@@ -225,7 +232,10 @@ def test_a_local_landing_zone_merged_into_delta_on_s3_then_verified(
     """A POSIX landing zone, a Delta warehouse in the object store (``[target.s3]``):
     ``dblog merge`` on Spark 3.5 adds the S3A jars and options for the warehouse alone;
     ``dblog verify`` reads the table with delta-rs at the store's endpoint (``s3a://`` as
-    ``s3://``), finds it equal to the source, then names the key of a damaged row."""
+    ``s3://``), finds it equal to the source, then names the key of a damaged row; the
+    repair's delete of an extra row commits there too."""
+    from deltalake import DeltaTable
+
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE public.items (id int4 PRIMARY KEY, name text,"
                      " amount numeric, at timestamptz)")
@@ -251,10 +261,18 @@ def test_a_local_landing_zone_merged_into_delta_on_s3_then_verified(
     assert result.equal, [(t.table, t.error, t.missing, t.extra, t.changed)
                           for t in result.tables]
     assert (result.tables[0].source_rows, result.tables[0].target_rows) == (2, 2)
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # the row the lake holds differs
-        conn.execute("UPDATE public.items SET name = 'damaged' WHERE id = 2")
+    # a damaged lake row, written by delta-rs with verify's own options (no lock setting:
+    # delta-rs commits with conditional puts)
+    lake = lake_of(config)
+    DeltaTable(delta_uri(lake, TABLE), storage_options=delta_storage_options(lake.s3)
+               ).update(predicate="id = 2", updates={"name": "'damaged'"})
     (table,) = verify.verify(config_module.load(config), [TABLE], options).tables
     assert (table.missing, table.extra, table.changed) == ((), (), ((2,),))
+    # the repair's removal of an extra row (one the source lost), guarded by its position
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM public.items WHERE id = 1")
+    assert delete_rows(lake, TABLE, ["id"], {(1,): Position(20, 0, 0).encode()}) == [(1,)]
+    assert sorted(rows(config)) == [2]
 
 
 # -- killed mid-batch ----------------------------------------------------------------------
