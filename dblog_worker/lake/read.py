@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["LakeTable", "check_catalog", "check_reachable", "delete_rows",
-           "delta_storage_options", "delta_uri", "merge_log_of", "open_table",
+           "delta_storage_options", "delta_uri", "merge_log_of", "one_line", "open_table",
            "partition_columns", "read_table", "s3_properties", "sqlalchemy_url"]
 
 POSITION = "_dblog_position"
@@ -163,6 +164,13 @@ def _catalog(lake: LakeConfig) -> Iterator[Any]:
         catalog.engine.dispose()
 
 
+def one_line(exc: BaseException) -> str:
+    """delta-rs's error as one line: its chain of causes, without colours and markers."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    lines = [line.strip().lstrip("\u21b3").strip() for line in text.splitlines()]
+    return "; ".join(line for line in lines if line)[:500]
+
+
 def check_catalog(lake: LakeConfig) -> None:
     """TargetUnavailable unless an Iceberg JDBC catalog's database answers; nothing to check
     for a catalog that is the warehouse itself (a merge creates it), or without pyiceberg
@@ -195,12 +203,15 @@ def open_table(lake: LakeConfig, table: str) -> LakeTable | None:
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
+        uri = delta_uri(lake, table)
         try:
-            return LakeTable(lake, table, DeltaTable(delta_uri(lake, table),
-                                                     storage_options=delta_storage_options(
-                                                         lake.s3) or None))
+            return LakeTable(lake, table, DeltaTable(
+                uri, storage_options=delta_storage_options(lake.s3) or None))
         except TableNotFoundError:
             return None
+        except OSError as exc:  # delta-rs: the store unreachable or refusing
+            raise TargetUnavailable(f"the Delta table {uri} cannot be read:"
+                                    f" {one_line(exc)}") from None
     schema, name = split_table(table)
     if lake.catalog == "jdbc":
         from pyiceberg.exceptions import NoSuchTableError

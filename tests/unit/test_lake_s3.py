@@ -11,7 +11,7 @@ import pytest
 
 from dblog_worker import config as config_module
 from dblog_worker.errors import ConfigError, ConfigInvalid
-from dblog_worker.lake.read import delta_storage_options, delta_uri, s3_properties
+from dblog_worker.lake.read import delta_storage_options, delta_uri, one_line, s3_properties
 from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.merge.submit import check_jars, merge_job
 
@@ -161,3 +161,10 @@ def test_the_readers_options() -> None:
     assert delta_uri(config, "public.a") == "s3://lake/wh/public.a"
     local = parse("/srv/wh").require_target().lake
     assert local is not None and delta_uri(local, "public.a") == "/srv/wh/public.a"
+
+
+def test_a_delta_rs_error_is_one_line() -> None:
+    error = OSError("Kernel error -> Generic S3 error\n  \x1b[31m\u21b3\x1b[0m Error performing GET"
+                    " http://h/b/k\n   \x1b[31m\u21b3\x1b[0m dns error\n")
+    assert one_line(error) == ("Kernel error -> Generic S3 error; Error performing GET"
+                               " http://h/b/k; dns error")
