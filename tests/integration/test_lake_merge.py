@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -204,12 +205,23 @@ def test_an_iceberg_table_in_a_hadoop_catalog(tmp_path: Path, pg_dsn: str,
     assert sorted(rows(config)) == [1, 3]
 
 
-def test_an_s3_landing_zone_merged_into_iceberg(tmp_path: Path, pg_dsn: str,
-                                                seaweed_server: SeaweedServer,
-                                                s3_bucket: str) -> None:
+@pytest.fixture(scope="module")
+def other_store() -> Iterator[SeaweedServer]:
+    """A second object store (another SeaweedFS, the same credentials), for a warehouse
+    that is not in the landing zone's store."""
+    with SeaweedServer().start() as server:
+        yield server
+
+
+def test_an_s3_landing_zone_merged_into_iceberg_in_another_store(
+        tmp_path: Path, pg_dsn: str, seaweed_server: SeaweedServer, s3_bucket: str,
+        other_store: SeaweedServer) -> None:
     """Segments landed on the object store (SeaweedFS), merged by ``dblog merge`` on Spark
     3.5, which reads them through S3A of its own Hadoop (hadoop-aws 3.3.4, AWS SDK v1
-    modules; the credentials from the environment), into Iceberg."""
+    modules; the credentials from the environment), into Iceberg tables whose warehouse is
+    in a second store (``[target.s3]``): S3A reaches it by the per-bucket options, and
+    pyiceberg reads it at that store's endpoint. The warehouse's bucket exists only there:
+    the landing zone's endpoint would not find it."""
     assert all(jar.is_file() for jar in S3A_SPARK35_JARS), "scripts/install fetches them"
     location = S3Location.parse(f"s3://{s3_bucket}/landing", endpoint=seaweed_server.endpoint,
                                 path_style=True)
@@ -217,14 +229,20 @@ def test_an_s3_landing_zone_merged_into_iceberg(tmp_path: Path, pg_dsn: str,
     zone.write_schema(TABLE, 1, V1)
     zone.commit(TABLE, [ev("c", 10, 1), ev("c", 11, 2), ev("u", 12, 1, name="one")])
     zone.commit(TABLE, [ev("d", 20, 2), ev("c", 21, 3, name="three")])
+    lake_bucket = other_store.create_bucket(f"lake-{s3_bucket}")
     config = lake_config(tmp_path, "iceberg", f"s3://{s3_bucket}/landing", "src", [TABLE],
-                         pg_dsn, s3_endpoint=seaweed_server.endpoint)
+                         pg_dsn, s3_endpoint=seaweed_server.endpoint,
+                         warehouse=f"s3a://{lake_bucket}/warehouse",
+                         target_s3={"endpoint": other_store.endpoint, "path_style": True})
     report = merge(config)
     assert counts(report_of(report)) == (1, 2, 0), report
     got = rows(config)
     assert {k: r["name"] for k, r in got.items()} == {1: "one", 3: "three"}
     log = merge_log_of(lake_of(config), TABLE).get("src", TABLE)
     assert (log.batches, log.events, log.last_segment) == (1, 5, 2)
+    files, _ = Bucket(S3Location(lake_bucket, endpoint=other_store.endpoint, path_style=True)
+                      ).list("warehouse/")
+    assert any(f.key.endswith(".parquet") for f in files), [f.key for f in files]
 
 
 def test_a_local_landing_zone_merged_into_delta_on_s3_then_verified(
