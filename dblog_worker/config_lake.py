@@ -127,10 +127,15 @@ def lake_section(kind: str, target: Mapping[str, Any], env: Mapping[str, str],
             if option in target:
                 raise ConfigError(f"target.{option} is an option of the jdbc catalog; set"
                                   ' target.catalog = "jdbc", or remove it')
+    store = warehouse_store(warehouse, target.get("s3"), landing)
+    if kind == "iceberg" and catalog == "hadoop" and store is not None:
+        raise ConfigError('target.catalog = "hadoop" needs a warehouse that renames'
+                          " atomically, which S3 does not: use the JDBC catalog"
+                          ' (target.catalog = "jdbc") for a warehouse on S3')
     return LakeConfig(format=kind, warehouse=warehouse, catalog=str(catalog),
                       catalog_uri=uri, catalog_user=user, catalog_password=password,
                       partition_by=_partitions(kind, target.get("partition_by", {}), tables),
-                      s3=warehouse_store(warehouse, target.get("s3"), landing))
+                      s3=store)
 
 
 def warehouse_store(warehouse: str, section: object, landing: S3Location | None

@@ -104,7 +104,7 @@ def test_merge_spark_conf_overrides_the_derived_options(tmp_path: Path) -> None:
     config = config_module.parse({
         "source": {"name": "s", "dsn": "host=x", "tables": ["public.a"]},
         "redis": {"url": "redis://x"}, "landing": {"path": "/tmp/l"},
-        "target": {"kind": "iceberg", "warehouse": "s3a://lake/wh", "s3": STORE},
+        "target": {"kind": "delta", "warehouse": "s3a://lake/wh", "s3": STORE},
         "merge": {"spark_conf": {f"{S3A}endpoint": "http://elsewhere:1"}},
     }, {})
     job = merge_job(config, Path("w.toml"), "local[2]")
@@ -125,6 +125,7 @@ def test_merge_spark_conf_overrides_the_derived_options(tmp_path: Path) -> None:
     ({"warehouse": "s3a://lake/../x"}, r"target.warehouse: .*'\.\.'"),
     ({"landing": "s3://lake/landing", "landing_s3": STORE, "target_s3": {"region": "x-1"}},
      "landing zone's bucket 'lake'"),
+    ({"kind": "iceberg"}, "renames atomically, which S3 does not"),
 ])
 def test_target_s3_is_checked(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
