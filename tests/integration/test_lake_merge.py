@@ -219,9 +219,10 @@ def test_an_s3_landing_zone_merged_into_iceberg_in_another_store(
     """Segments landed on the object store (SeaweedFS), merged by ``dblog merge`` on Spark
     3.5, which reads them through S3A of its own Hadoop (hadoop-aws 3.3.4, AWS SDK v1
     modules; the credentials from the environment), into Iceberg tables whose warehouse is
-    in a second store (``[target.s3]``): S3A reaches it by the per-bucket options, and
-    pyiceberg reads it at that store's endpoint. The warehouse's bucket exists only there:
-    the landing zone's endpoint would not find it."""
+    in a second store (``[target.s3]``), named ``s3://`` (S3A serves that scheme too): S3A
+    reaches it by the per-bucket options, and pyiceberg reads it at that store's endpoint.
+    The warehouse's bucket exists only there: the landing zone's endpoint would not find
+    it."""
     assert all(jar.is_file() for jar in S3A_SPARK35_JARS), "scripts/install fetches them"
     location = S3Location.parse(f"s3://{s3_bucket}/landing", endpoint=seaweed_server.endpoint,
                                 path_style=True)
@@ -232,7 +233,7 @@ def test_an_s3_landing_zone_merged_into_iceberg_in_another_store(
     lake_bucket = other_store.create_bucket(f"lake-{s3_bucket}")
     config = lake_config(tmp_path, "iceberg", f"s3://{s3_bucket}/landing", "src", [TABLE],
                          pg_dsn, s3_endpoint=seaweed_server.endpoint,
-                         warehouse=f"s3a://{lake_bucket}/warehouse",
+                         warehouse=f"s3://{lake_bucket}/warehouse",
                          target_s3={"endpoint": other_store.endpoint, "path_style": True})
     report = merge(config)
     assert counts(report_of(report)) == (1, 2, 0), report
