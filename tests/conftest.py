@@ -12,6 +12,7 @@ parameters and the server classes its module names; ``slow`` by hand. ``scripts/
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
 from collections.abc import Iterator
@@ -145,6 +146,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section(name)
         for line in lines:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _collect_garbage_of_the_module() -> Iterator[None]:
+    """What a module's tests left to the garbage collector is collected as its last test
+    ends: a connection or a response a test forgot to close then fails that module
+    (ResourceWarning is an error here), not whichever later test the collector ran in."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")

@@ -303,8 +303,9 @@ def test_a_repair_during_a_backfill_finishes_first(rig: Rig, tmp_path: Path) -> 
             live.api("PATCH", "/api/v2/dags/dblog_backfill", {"is_paused": False})
             return True
         except urllib.error.HTTPError as exc:
-            if exc.code != 404:
-                raise
+            with exc:  # its response's socket, else left to the garbage collector
+                if exc.code != 404:
+                    raise
             return False
 
     wait_for(unpaused, 120, "Airflow to list dblog_backfill",

@@ -204,15 +204,18 @@ def ops(landing: Path, table: str) -> list[str]:
 
 def wait_landed(db: MariaDatabase, landing: Path, worker: WorkerProcess, row: int = 200
                 ) -> None:
-    """A marker update of row ``row`` of ``p`` has landed: everything before it was read."""
-    marker = random.randrange(10**9)
-    run(db, [f"UPDATE p SET version = {marker} WHERE id = {row}"])
+    """Everything before a marker update of row ``row`` of ``p`` was read and its write
+    completed: what a write covers (the pruning dumps it queues) is saved only after the
+    write is durable, so a second marker, in a later write, lands after that."""
+    for _ in range(2):
+        marker = random.randrange(10**9)
+        run(db, [f"UPDATE p SET version = {marker} WHERE id = {row}"])
 
-    def landed() -> bool:
-        return any(e["op"] == "u" and json.loads(str(e["after"]))["version"] == marker
-                   for e in events_of_table(landing, f"{db.name}.p"))
+        def landed(marker: int = marker) -> bool:
+            return any(e["op"] == "u" and json.loads(str(e["after"]))["version"] == marker
+                       for e in events_of_table(landing, f"{db.name}.p"))
 
-    wait_for(landed, 60, "the marker to land", lambda: worker.log()[-4000:])
+        wait_for(landed, 60, "the marker to land", lambda: worker.log()[-4000:])
 
 
 def events_of_table(landing: Path, table: str) -> list[dict[str, Any]]:
