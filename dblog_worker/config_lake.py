@@ -16,7 +16,8 @@ formats themselves are :mod:`dblog_worker.lake` (docs/merge.md#lake-targets)::
     path_style = true
 
 A warehouse on S3 without ``[target.s3]`` shares the store options of an ``s3://`` landing
-zone (the same store), else it is AWS's own S3.
+zone (the same store); with a local landing zone it is AWS's own S3, as each client finds it
+by its own defaults (S3A's, the ``AWS_*`` variables of verify's readers).
 """
 
 from __future__ import annotations
@@ -71,7 +72,14 @@ class LakeConfig:
     catalog_user: str = ""
     catalog_password: str = field(default="", repr=False)
     partition_by: Mapping[str, tuple[Partition, ...]] = field(default_factory=dict)
-    s3: S3Location | None = None  # a warehouse on S3: its bucket, prefix and store options
+    # a warehouse on S3 whose store is configured ([target.s3], or the S3 landing zone's):
+    # its bucket, prefix and store options
+    s3: S3Location | None = None
+
+    @property
+    def on_s3(self) -> bool:
+        """The warehouse is in an S3 store (configured or not)."""
+        return self.warehouse.startswith(S3_SCHEMES)
 
     def describe(self) -> str:
         """The target as it may be logged (never a password)."""
@@ -128,7 +136,7 @@ def lake_section(kind: str, target: Mapping[str, Any], env: Mapping[str, str],
                 raise ConfigError(f"target.{option} is an option of the jdbc catalog; set"
                                   ' target.catalog = "jdbc", or remove it')
     store = warehouse_store(warehouse, target.get("s3"), landing)
-    if kind == "iceberg" and catalog == "hadoop" and store is not None:
+    if kind == "iceberg" and catalog == "hadoop" and warehouse.startswith(S3_SCHEMES):
         raise ConfigError('target.catalog = "hadoop" needs a warehouse that renames'
                           " atomically, which S3 does not: use the JDBC catalog"
                           ' (target.catalog = "jdbc") for a warehouse on S3')
@@ -141,8 +149,8 @@ def lake_section(kind: str, target: Mapping[str, Any], env: Mapping[str, str],
 def warehouse_store(warehouse: str, section: object, landing: S3Location | None
                     ) -> S3Location | None:
     """Where a warehouse on S3 (``s3://`` or ``s3a://``) is and how its store is reached:
-    ``[target.s3]``, else the store of an S3 landing zone, else AWS's own; None for any
-    other warehouse."""
+    ``[target.s3]``, else the store of an S3 landing zone; None for any other warehouse,
+    and for one on S3 with neither (each client's defaults: AWS's S3)."""
     if section is not None and not isinstance(section, dict):
         raise ConfigError("[target.s3] must be a table of options")
     scheme = next((s for s in S3_SCHEMES if warehouse.startswith(s)), None)
@@ -166,7 +174,7 @@ def warehouse_store(warehouse: str, section: object, landing: S3Location | None
         raise ConfigError(f"target.warehouse is in the landing zone's bucket {found.bucket!r},"
                           " but [target.s3] names another store: make them the same, or"
                           " remove [target.s3]")
-    return found
+    return found if options else None
 
 
 def _partitions(kind: str, value: object, tables: frozenset[str]

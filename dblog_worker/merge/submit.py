@@ -30,7 +30,7 @@ from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.merge.loop import open_target
 
 __all__ = ["MergeJob", "job_path", "merge_job", "s3_stores", "s3a_conf", "spark_submit",
-           "submit_command", "write_properties"]
+           "submit_command", "uses_s3", "write_properties"]
 
 _LOOPBACK = "127.0.0.1"
 
@@ -82,9 +82,10 @@ def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequenc
     defaults = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
                 "spark.log.level": "WARN", "spark.scheduler.mode": "FAIR"}
     jars = merge.jars
+    if uses_s3(config):
+        jars = (*jars, *merge.s3a_jars)
     stores = s3_stores(config)
     if stores:
-        jars = (*jars, *merge.s3a_jars)
         defaults |= s3a_conf(*stores)
     if target.lake is not None and target.lake.warehouse.startswith("s3://"):
         # Hadoop names no file system s3://: S3A serves it (as on EMR's s3://)
@@ -109,8 +110,15 @@ def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequenc
                     arguments=arguments, env=env)
 
 
+def uses_s3(config: Config) -> bool:
+    """The job reads or writes S3: an s3:// landing zone, or a lake warehouse there."""
+    lake = config.target.lake if config.target is not None else None
+    return isinstance(config.landing_path, S3Location) or (lake is not None and lake.on_s3)
+
+
 def s3_stores(config: Config) -> list[S3Location]:
-    """The places on S3 the job reads or writes: the landing zone, a lake warehouse."""
+    """The places on S3 whose store is configured: the landing zone, a lake warehouse
+    (without either, S3A's defaults and ``merge.spark_conf``)."""
     stores = [config.landing_path] if isinstance(config.landing_path, S3Location) else []
     lake = config.target.lake if config.target is not None else None
     if lake is not None and lake.s3 is not None:
@@ -239,7 +247,7 @@ def reach_target(config: Config) -> None:
 def check_jars(config: Config) -> None:
     """Local jars must exist; URLs (``hdfs://``, ``https://``) are the cluster's business.
     A lake target's runtime jar must be listed (which Spark it fits, the job checks)."""
-    if s3_stores(config):
+    if uses_s3(config):
         absent = [j for j in config.merge.s3a_jars if "://" not in j and not Path(j).is_file()]
         if absent:
             raise ConfigInvalid(

@@ -70,6 +70,24 @@ def test_a_warehouse_on_s3_with_its_own_store_and_a_posix_landing_zone(tmp_path:
     check_jars(parse("/srv/wh", jars=delta))  # the S3A jars are not needed
 
 
+def test_a_warehouse_on_s3_without_options_takes_each_clients_defaults(tmp_path: Path
+                                                                       ) -> None:
+    """A local landing zone and no ``[target.s3]``: AWS's S3 as S3A and the readers find
+    it (S3A's defaults and merge.spark_conf; the AWS_* variables of verify's readers)."""
+    config = parse("s3a://lake/wh")
+    lake = config.require_target().lake
+    assert lake is not None and lake.on_s3 and lake.s3 is None
+    jars, conf = job_conf(config)
+    assert jars == ("/nowhere/hadoop-aws.jar",), "S3A's jars all the same"
+    assert not any(k.startswith(S3A) for k in conf)
+    delta = tmp_path / "delta-spark_2.12-3.3.2.jar"
+    delta.touch()
+    with pytest.raises(ConfigInvalid, match="S3A jars"):
+        check_jars(parse("s3a://lake/wh", jars=[str(delta)]))
+    assert delta_storage_options(lake.s3) == {}
+    assert s3_properties({"AWS_REGION": "eu-west-1"}, lake.s3) == {"s3.region": "eu-west-1"}
+
+
 def test_a_warehouse_in_the_landing_zones_store_shares_its_options() -> None:
     config = parse("s3://lake/wh", landing="s3://land/x", landing_s3=STORE)
     assert warehouse_store(config) == S3Location("lake", "wh", "http://127.0.0.1:8333",
