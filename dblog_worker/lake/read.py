@@ -165,7 +165,8 @@ def _catalog(lake: LakeConfig) -> Iterator[Any]:
 
 
 def one_line(exc: BaseException) -> str:
-    """delta-rs's error as one line: its chain of causes, without colours and markers."""
+    """A reader's error (delta-rs's chain of causes, pyarrow's) as one line, without
+    colours and markers."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
     lines = [line.strip().lstrip("\u21b3").strip() for line in text.splitlines()]
     return "; ".join(line for line in lines if line)[:500]
@@ -221,6 +222,9 @@ def open_table(lake: LakeConfig, table: str) -> LakeTable | None:
                 return LakeTable(lake, table, catalog.load_table((schema, name)))
             except NoSuchTableError:
                 return None
+            except OSError as exc:  # pyarrow: the warehouse's store unreachable or refusing
+                raise TargetUnavailable(f"the Iceberg table {table} in {lake.warehouse} cannot"
+                                        f" be read: {one_line(exc)}") from None
     from pyiceberg.table import StaticTable
 
     metadata = Path(lake.warehouse.removeprefix("file:")) / schema / name / "metadata"

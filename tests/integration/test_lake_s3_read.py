@@ -5,11 +5,15 @@ configuration: the warehouse in the S3 landing zone's store."""
 
 from __future__ import annotations
 
+import socket
+import time
+
 import pyarrow as pa
 import pytest
 
 from dblog_worker import config as config_module
 from dblog_worker.config_lake import LakeConfig
+from dblog_worker.errors import TargetUnavailable
 from dblog_worker.lake.iceberg import CATALOG
 from dblog_worker.lake.read import read_table, s3_properties, sqlalchemy_url
 from tests.lake import catalog_database
@@ -77,3 +81,34 @@ def test_an_iceberg_table_in_the_landing_zones_store_is_read_with_its_options(
     found = read_table(lake, "shop_lake.customers")
     assert found is not None
     assert found.sort_by("id").to_pylist() == rows.to_pylist()
+
+
+@pytest.mark.parametrize("kind", ["iceberg", "delta"])
+def test_a_warehouse_store_that_does_not_answer_is_target_unavailable(
+        kind: str, seaweed_server: SeaweedServer, s3_bucket: str, pg_dsn: str) -> None:
+    """``[target.s3]`` at a port nothing listens on: verify's reader says so on one line
+    (TargetUnavailable: verify's exit status 3), it does not crash."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    uri, user = catalog_database(pg_dsn)
+    catalog = {"catalog": "jdbc", "catalog_uri": uri, "catalog_user": user} \
+        if kind == "iceberg" else {}
+    if kind == "iceberg":  # the catalog knows the table; its files are out of reach
+        write_customers(LakeConfig(format="iceberg", warehouse=f"s3a://{s3_bucket}/warehouse",
+                                   catalog="jdbc", catalog_uri=uri, catalog_user=user),
+                        seaweed_server.endpoint)
+    config = config_module.parse({
+        "source": {"name": "s", "dsn": "host=x", "tables": ["shop_lake.customers"]},
+        "redis": {"url": "redis://x"}, "landing": {"path": "/tmp/landing"},
+        "target": {"kind": kind, "warehouse": f"s3a://{s3_bucket}/warehouse", **catalog,
+                   "s3": {"endpoint": f"http://127.0.0.1:{port}", "path_style": True}},
+    }, {})
+    lake = config.require_target().lake
+    assert lake is not None
+    started = time.monotonic()
+    with pytest.raises(TargetUnavailable) as raised:
+        read_table(lake, "shop_lake.customers")
+    message = str(raised.value)
+    assert "\n" not in message and "cannot be read" in message, message
+    assert time.monotonic() - started < 60
