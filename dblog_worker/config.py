@@ -81,6 +81,7 @@ from dblog_worker.config_sections import (
 from dblog_worker.errors import ConfigError, ConfigInvalid, RequestRejected
 from dblog_worker.landing.names import table_dir_name
 from dblog_worker.landing.policy import CompactionPolicy, RetentionPolicy
+from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.landing.sink import DEFAULT_FORMAT, FORMATS, LandingRoot
 from dblog_worker.masking import ColumnRules, parse_rules
 from dblog_worker.table_patterns import PatternError, TablePattern, TableSelector
@@ -404,6 +405,7 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     worker = data.get("worker", {})
     if not isinstance(worker, dict):
         raise ConfigError("[worker] must be a table of options")
+    landing_path = landing_root(landing)
     return Config(
         source=SourceConfig(
             name=name,
@@ -419,7 +421,7 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             keys=_keys(source, selector),
         ),
         redis_url=_redis_url(redis_section, env),
-        landing_path=landing_root(landing),
+        landing_path=landing_path,
         landing_format=_landing_format(landing),
         compaction=compaction_section(landing),
         retention=retention_section(landing),
@@ -433,7 +435,8 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         max_active_dumps=integer(worker, "max_active_dumps", DEFAULT_ACTIVE_DUMPS, 1,
                                  MAX_ACTIVE_DUMPS),
         lease=lease_section(data),
-        target=_target(data, env, kind, tables),
+        target=_target(data, env, kind, tables,
+                       landing_path if isinstance(landing_path, S3Location) else None),
         merge=merge_section(data),
         http=http_section(data, env),
         logs=logs_section(data),
@@ -550,8 +553,9 @@ def _secret_label(section: Mapping[str, Any], key: str, name: str) -> str:
     return f"{name}.{key}" if env_name is None else f"{name}.{key}_env: {env_name}"
 
 
-def _target(data: Mapping[str, Any], env: Mapping[str, str],
-            source_kind: str, source_tables: object = ()) -> TargetConfig | None:
+def _target(data: Mapping[str, Any], env: Mapping[str, str], source_kind: str,
+            source_tables: object = (), landing: S3Location | None = None
+            ) -> TargetConfig | None:
     if "target" not in data:
         return None
     target = _table(data, "target")
@@ -575,7 +579,7 @@ def _target(data: Mapping[str, Any], env: Mapping[str, str],
         return TargetConfig(
             kind=kind, dsn="", state_schema=_plain_name(target, "state_schema", "dblog"),
             renames=dict(renames),
-            lake=lake_section(kind, target, env, frozenset(str(t) for t in sources)))
+            lake=lake_section(kind, target, env, frozenset(str(t) for t in sources), landing))
     return TargetConfig(
         kind=kind,
         dsn=_database_dsn(target, kind, env, "target"),

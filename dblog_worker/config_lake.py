@@ -4,12 +4,20 @@ formats themselves are :mod:`dblog_worker.lake` (docs/merge.md#lake-targets)::
 
     [target]
     kind = "iceberg"
-    warehouse = "/srv/lake/warehouse"          # or s3a://bucket/warehouse
+    warehouse = "/srv/lake/warehouse"          # or s3a://bucket/warehouse, s3://...
     catalog = "jdbc"                           # "hadoop": the warehouse alone
     catalog_uri = "jdbc:postgresql://catalog:5432/lake"
     catalog_user = "lake"
     catalog_password_env = "LAKE_CATALOG_PASSWORD"
     partition_by = { "public.orders" = ["days:created_at", "bucket:16:id"] }
+
+    [target.s3]                                # a warehouse on S3: its store, as [landing.s3]
+    endpoint = "https://s3.internal:9000"
+    path_style = true
+
+A warehouse on S3 without ``[target.s3]`` shares the store options of an ``s3://`` landing
+zone (the same store); with a local landing zone it is AWS's own S3, as each client finds it
+by its own defaults (S3A's, the ``AWS_*`` variables of verify's readers).
 """
 
 from __future__ import annotations
@@ -20,14 +28,17 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from dblog_worker.config_sections import s3_options
 from dblog_worker.errors import ConfigError
+from dblog_worker.landing.s3_objects import S3Location
 
 __all__ = ["LAKE_KINDS", "LAKE_OPTIONS", "LakeConfig", "Partition", "lake_section"]
 
 LAKE_KINDS = ("iceberg", "delta")
 CATALOGS = ("jdbc", "hadoop")
 LAKE_OPTIONS = frozenset({"warehouse", "catalog", "catalog_uri", "catalog_user",
-                          "catalog_password_env", "partition_by"})
+                          "catalog_password_env", "partition_by", "s3"})
+S3_SCHEMES = ("s3://", "s3a://")  # a warehouse in an S3-compatible store
 # Iceberg's partition transforms; a Delta table takes plain columns only.
 TRANSFORMS = ("identity", "years", "months", "days", "hours", "bucket", "truncate")
 _WITH_WIDTH = ("bucket", "truncate")
@@ -61,6 +72,14 @@ class LakeConfig:
     catalog_user: str = ""
     catalog_password: str = field(default="", repr=False)
     partition_by: Mapping[str, tuple[Partition, ...]] = field(default_factory=dict)
+    # a warehouse on S3 whose store is configured ([target.s3], or the S3 landing zone's):
+    # its bucket, prefix and store options
+    s3: S3Location | None = None
+
+    @property
+    def on_s3(self) -> bool:
+        """The warehouse is in an S3 store (configured or not)."""
+        return self.warehouse.startswith(S3_SCHEMES)
 
     def describe(self) -> str:
         """The target as it may be logged (never a password)."""
@@ -76,9 +95,10 @@ def _text(target: Mapping[str, Any], key: str, default: str | None = None) -> st
 
 
 def lake_section(kind: str, target: Mapping[str, Any], env: Mapping[str, str],
-                 tables: frozenset[str]) -> LakeConfig:
+                 tables: frozenset[str], landing: S3Location | None = None) -> LakeConfig:
     """The lake options of a ``[target]`` of ``kind`` (``iceberg``, ``delta``);
-    ``tables``: the source tables partition_by may name."""
+    ``tables``: the source tables partition_by may name; ``landing``: the landing zone's
+    place when it is on S3 (a warehouse on S3 shares its store by default)."""
     for option in ("dsn", "dsn_env", "password_env"):
         if option in target:
             raise ConfigError(f"target.{option} is an option of database targets; a {kind}"
@@ -115,9 +135,46 @@ def lake_section(kind: str, target: Mapping[str, Any], env: Mapping[str, str],
             if option in target:
                 raise ConfigError(f"target.{option} is an option of the jdbc catalog; set"
                                   ' target.catalog = "jdbc", or remove it')
+    store = warehouse_store(warehouse, target.get("s3"), landing)
+    if kind == "iceberg" and catalog == "hadoop" and warehouse.startswith(S3_SCHEMES):
+        raise ConfigError('target.catalog = "hadoop" needs a warehouse that renames'
+                          " atomically, which S3 does not: use the JDBC catalog"
+                          ' (target.catalog = "jdbc") for a warehouse on S3')
     return LakeConfig(format=kind, warehouse=warehouse, catalog=str(catalog),
                       catalog_uri=uri, catalog_user=user, catalog_password=password,
-                      partition_by=_partitions(kind, target.get("partition_by", {}), tables))
+                      partition_by=_partitions(kind, target.get("partition_by", {}), tables),
+                      s3=store)
+
+
+def warehouse_store(warehouse: str, section: object, landing: S3Location | None
+                    ) -> S3Location | None:
+    """Where a warehouse on S3 (``s3://`` or ``s3a://``) is and how its store is reached:
+    ``[target.s3]``, else the store of an S3 landing zone; None for any other warehouse,
+    and for one on S3 with neither (each client's defaults: AWS's S3)."""
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError("[target.s3] must be a table of options")
+    scheme = next((s for s in S3_SCHEMES if warehouse.startswith(s)), None)
+    if scheme is None:
+        if section is not None:
+            raise ConfigError("[target.s3] applies to a warehouse on S3 only (target.warehouse"
+                              f" = \"s3a://bucket/prefix\"), not to {warehouse!r}")
+        return None
+    if section is not None:
+        options = s3_options(section, "target.s3")
+    elif landing is not None:
+        options = landing.store_options()
+    else:
+        options = {}
+    try:
+        found = S3Location.parse("s3://" + warehouse[len(scheme):], **options)
+    except ValueError as exc:
+        raise ConfigError(f"target.warehouse: {str(exc).replace('s3://', scheme, 1)}") from None
+    if landing is not None and landing.bucket == found.bucket and \
+            landing.store_options() != found.store_options():
+        raise ConfigError(f"target.warehouse is in the landing zone's bucket {found.bucket!r},"
+                          " but [target.s3] names another store: make them the same, or"
+                          " remove [target.s3]")
+    return found if options else None
 
 
 def _partitions(kind: str, value: object, tables: frozenset[str]

@@ -163,36 +163,43 @@ def landing_root(landing: Mapping[str, Any]) -> LandingRoot:
         if s3:
             raise ConfigError("[landing.s3] applies to an s3:// landing.path only")
         return Path(path)
+    try:
+        return S3Location.parse(path, **s3_options(s3, "landing.s3"))
+    except ValueError as exc:
+        raise ConfigError(f"landing.path: {exc}") from None
+
+
+def s3_options(s3: Mapping[str, Any], dotted: str) -> dict[str, Any]:
+    """The store options of an S3 section (``[landing.s3]``, ``[target.s3]``), checked:
+    ``endpoint``, ``region``, ``path_style``, ``ca_bundle`` for :class:`S3Location`; never
+    a credential."""
     for option in s3:
         if option in _SECRETS:
             raise ConfigError(
-                f"landing.s3.{option}: credentials are never read from the configuration file;"
+                f"{dotted}.{option}: credentials are never read from the configuration file;"
                 " set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or use the"
-                " machine's role) in the worker's environment")
+                " machine's role) in the environment of the worker, the merge and verify")
         if option not in _S3_OPTIONS:
-            raise ConfigError(f"unknown option landing.s3.{option}; known: "
+            raise ConfigError(f"unknown option {dotted}.{option}; known: "
                               f"{', '.join(sorted(_S3_OPTIONS))}")
     endpoint = s3.get("endpoint", "")
     if not isinstance(endpoint, str) or (endpoint and not re.fullmatch(
             r"https?://[A-Za-z0-9.\-\[\]:]+(:[0-9]+)?/?", endpoint)):
-        raise ConfigError(f"landing.s3.endpoint must be an http:// or https:// URL of the"
+        raise ConfigError(f"{dotted}.endpoint must be an http:// or https:// URL of the"
                           f" store (scheme, host, port), got {endpoint!r}")
     region = s3.get("region", "us-east-1")
     if not isinstance(region, str) or not re.fullmatch(r"[a-z0-9-]{1,40}", region):
-        raise ConfigError(f"landing.s3.region must be a region name like us-east-1, got"
+        raise ConfigError(f"{dotted}.region must be a region name like us-east-1, got"
                           f" {region!r}")
     path_style = s3.get("path_style", False)
     if not isinstance(path_style, bool):
-        raise ConfigError("landing.s3.path_style must be true or false")
+        raise ConfigError(f"{dotted}.path_style must be true or false")
     ca_bundle = s3.get("ca_bundle", "")
     if not isinstance(ca_bundle, str) or (ca_bundle and not Path(ca_bundle).is_file()):
-        raise ConfigError(f"landing.s3.ca_bundle must be a PEM file of the CAs to trust; "
+        raise ConfigError(f"{dotted}.ca_bundle must be a PEM file of the CAs to trust; "
                           f"{ca_bundle!r} is not a file")
-    try:
-        return S3Location.parse(path, endpoint=endpoint.rstrip("/"), region=region,
-                                path_style=path_style, ca_bundle=ca_bundle)
-    except ValueError as exc:
-        raise ConfigError(f"landing.path: {exc}") from None
+    return {"endpoint": endpoint.rstrip("/"), "region": region, "path_style": path_style,
+            "ca_bundle": ca_bundle}
 
 
 def compaction_section(landing: Mapping[str, Any]) -> CompactionPolicy:

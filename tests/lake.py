@@ -47,14 +47,17 @@ def catalog_database(pg_dsn: str) -> tuple[str, str]:
 def lake_sections(tmp: Path, kind: str, pg_dsn: str, *,
                   renames: dict[str, str] | None = None,
                   partition_by: dict[str, list[str]] | None = None,
-                  batch_max_events: int = 5_000_000, warehouse: Path | None = None,
+                  batch_max_events: int = 5_000_000, warehouse: Path | str | None = None,
                   spark_conf: dict[str, str] | None = None, catalog: str = "jdbc",
-                  merge_extra: str = "") -> str:
+                  merge_extra: str = "", target_s3: dict[str, object] | None = None) -> str:
     """The ``[target]`` and ``[merge]`` sections of a ``kind`` lake target (an Iceberg
     target's JDBC catalog in the database of ``pg_dsn``, or its ``hadoop`` catalog: the
-    warehouse alone); ``spark_conf``: more of ``[merge.spark_conf]``."""
+    warehouse alone); ``spark_conf``: more of ``[merge.spark_conf]``; ``target_s3``: the
+    options of ``[target.s3]`` (a warehouse on S3)."""
     target: dict[str, object] = {"kind": kind,
                                  "warehouse": str(warehouse or tmp / "warehouse")}
+    if target_s3 is not None:
+        target["s3"] = target_s3
     if kind == "iceberg" and catalog == "hadoop":
         target["catalog"] = "hadoop"
     elif kind == "iceberg":
@@ -85,19 +88,21 @@ parallel_tables = 2
 
 
 def lake_config(tmp: Path, kind: str, landing: Path | str, source: str, tables: list[str],
-                pg_dsn: str, *, s3_endpoint: str = "", **options: Any) -> Path:
+                pg_dsn: str, *, s3_endpoint: str = "", source_dsn: str = "host=127.0.0.1",
+                **options: Any) -> Path:
     """A configuration file of ``source`` merged into a ``kind`` lake target; with
-    ``s3_endpoint``, ``landing`` is an s3:// URL on that store, read through Spark 3.5's
-    S3A."""
+    ``s3_endpoint``, ``landing`` is an s3:// URL on that store; with ``target_s3``, the
+    warehouse is on S3; either is read through Spark 3.5's S3A."""
     s3 = ""
     if s3_endpoint:
         s3 = f'\n[landing.s3]\nendpoint = "{s3_endpoint}"\npath_style = true\n'
+    if s3_endpoint or options.get("target_s3"):
         jars = json.dumps([str(j) for j in S3A_SPARK35_JARS])
         options["merge_extra"] = f"s3a_jars = {jars}\n"
     text = f"""
 [source]
 name = "{source}"
-dsn = "host=127.0.0.1"
+dsn = {json.dumps(source_dsn)}
 tables = {json.dumps(tables)}
 
 [redis]

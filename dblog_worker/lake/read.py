@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,13 +27,15 @@ from dblog_worker.errors import TargetError, TargetUnavailable
 from dblog_worker.lake.delta import table_path
 from dblog_worker.lake.format import EMPTY, KEY_PROPERTY, LOG_PROPERTY, MergeLog
 from dblog_worker.lake.iceberg import CATALOG
+from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.names import split_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["LakeTable", "check_catalog", "check_reachable", "delete_rows", "merge_log_of",
-           "open_table", "partition_columns", "read_table", "s3_properties", "sqlalchemy_url"]
+__all__ = ["LakeTable", "check_catalog", "check_reachable", "delete_rows",
+           "delta_storage_options", "delta_uri", "merge_log_of", "one_line", "open_table",
+           "partition_columns", "read_table", "s3_properties", "sqlalchemy_url"]
 
 POSITION = "_dblog_position"
 DELETE_ATTEMPTS = 5  # a delete that meets a concurrent commit reads the rows again
@@ -40,8 +43,10 @@ DELETE_ATTEMPTS = 5  # a delete that meets a concurrent commit reads the rows ag
 logging.getLogger("pyiceberg.catalog.sql").setLevel(logging.ERROR)  # "v0 schema": Java's
 
 
-def s3_properties(environ: Mapping[str, str]) -> dict[str, str]:
-    """pyiceberg's S3 options from the variables the AWS SDKs read: the endpoint
+def s3_properties(environ: Mapping[str, str], store: S3Location | None = None
+                  ) -> dict[str, str]:
+    """pyiceberg's S3 options: the warehouse's store (``[target.s3]``, or the S3 landing
+    zone's) where it names them, else the variables the AWS SDKs read: the endpoint
     (``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``: a self-hosted store's, addressed
     path-style) and the region (``AWS_REGION``, else ``AWS_DEFAULT_REGION``). pyarrow's S3
     file system, which pyiceberg reads an ``s3a://`` warehouse with, takes the credentials
@@ -53,7 +58,35 @@ def s3_properties(environ: Mapping[str, str]) -> dict[str, str]:
     region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
     if region:
         properties["s3.region"] = region
+    if store is not None:
+        properties["s3.region"] = store.region
+        if store.endpoint:
+            properties["s3.endpoint"] = store.endpoint
+            properties["s3.force-virtual-addressing"] = "false" if store.path_style else "true"
     return properties
+
+
+def delta_storage_options(store: S3Location | None) -> dict[str, str]:
+    """delta-rs's options for a Delta warehouse on S3 (``[target.s3]``, or the S3 landing
+    zone's store): its endpoint (plain HTTP allowed only when the endpoint says http://),
+    region and addressing. Credentials are not options: delta-rs finds them in the
+    environment and the standard AWS chain, as the worker does. Without a store, delta-rs
+    reads the ``AWS_*`` variables itself."""
+    if store is None:
+        return {}
+    options = {"AWS_REGION": store.region,
+               "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false" if store.path_style else "true"}
+    if store.endpoint:
+        options["AWS_ENDPOINT_URL"] = store.endpoint
+        if store.endpoint.startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
+    return options
+
+
+def delta_uri(lake: LakeConfig, table: str) -> str:
+    """A Delta table's location as delta-rs opens it: Spark's ``s3a://`` is its ``s3://``."""
+    path = table_path(lake, table)
+    return "s3://" + path[len("s3a://"):] if path.startswith("s3a://") else path
 
 
 def sqlalchemy_url(lake: LakeConfig) -> str:
@@ -118,7 +151,7 @@ def _catalog(lake: LakeConfig) -> Iterator[Any]:
 
     try:
         catalog = SqlCatalog(CATALOG, uri=sqlalchemy_url(lake), warehouse=lake.warehouse,
-                             **s3_properties(os.environ))
+                             **s3_properties(os.environ, lake.s3))
     except OperationalError as exc:
         raise TargetUnavailable(f"the Iceberg catalog ({lake.catalog_uri}) is unreachable:"
                                 f" {str(exc.orig).strip().splitlines()[0]}") from None
@@ -129,6 +162,14 @@ def _catalog(lake: LakeConfig) -> Iterator[Any]:
                                 f" {str(exc.orig).strip().splitlines()[0]}") from None
     finally:
         catalog.engine.dispose()
+
+
+def one_line(exc: BaseException) -> str:
+    """A reader's error (delta-rs's chain of causes, pyarrow's) as one line, without
+    colours and markers."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    lines = [line.strip().lstrip("\u21b3").strip() for line in text.splitlines()]
+    return "; ".join(line for line in lines if line)[:500]
 
 
 def check_catalog(lake: LakeConfig) -> None:
@@ -163,10 +204,15 @@ def open_table(lake: LakeConfig, table: str) -> LakeTable | None:
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
+        uri = delta_uri(lake, table)
         try:
-            return LakeTable(lake, table, DeltaTable(table_path(lake, table)))
+            return LakeTable(lake, table, DeltaTable(
+                uri, storage_options=delta_storage_options(lake.s3) or None))
         except TableNotFoundError:
             return None
+        except OSError as exc:  # delta-rs: the store unreachable or refusing
+            raise TargetUnavailable(f"the Delta table {uri} cannot be read:"
+                                    f" {one_line(exc)}") from None
     schema, name = split_table(table)
     if lake.catalog == "jdbc":
         from pyiceberg.exceptions import NoSuchTableError
@@ -176,6 +222,9 @@ def open_table(lake: LakeConfig, table: str) -> LakeTable | None:
                 return LakeTable(lake, table, catalog.load_table((schema, name)))
             except NoSuchTableError:
                 return None
+            except OSError as exc:  # pyarrow: the warehouse's store unreachable or refusing
+                raise TargetUnavailable(f"the Iceberg table {table} in {lake.warehouse} cannot"
+                                        f" be read: {one_line(exc)}") from None
     from pyiceberg.table import StaticTable
 
     metadata = Path(lake.warehouse.removeprefix("file:")) / schema / name / "metadata"

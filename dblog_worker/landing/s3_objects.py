@@ -70,6 +70,11 @@ class S3Location:
             raise ValueError(f"{url!r}: the prefix may not hold '.' or '..' parts")
         return cls(bucket=bucket, prefix=prefix, **options)
 
+    def store_options(self) -> dict[str, Any]:
+        """How the store is reached (not where in it): the options of :meth:`parse`."""
+        return {"endpoint": self.endpoint, "region": self.region,
+                "path_style": self.path_style, "ca_bundle": self.ca_bundle}
+
     @property
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"

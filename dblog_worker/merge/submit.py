@@ -29,8 +29,8 @@ from dblog_worker.errors import ConfigInvalid
 from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.merge.loop import open_target
 
-__all__ = ["MergeJob", "job_path", "merge_job", "spark_submit", "submit_command",
-           "write_properties"]
+__all__ = ["MergeJob", "job_path", "merge_job", "s3_stores", "s3a_conf", "spark_submit",
+           "submit_command", "uses_s3", "write_properties"]
 
 _LOOPBACK = "127.0.0.1"
 
@@ -82,9 +82,15 @@ def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequenc
     defaults = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
                 "spark.log.level": "WARN", "spark.scheduler.mode": "FAIR"}
     jars = merge.jars
-    if isinstance(config.landing_path, S3Location):
+    if uses_s3(config):
         jars = (*jars, *merge.s3a_jars)
-        defaults |= s3a_conf(config.landing_path)
+    stores = s3_stores(config)
+    if stores:
+        defaults |= s3a_conf(*stores)
+    if target.lake is not None and target.lake.warehouse.startswith("s3://"):
+        # Hadoop names no file system s3://: S3A serves it (as on EMR's s3://)
+        defaults |= {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+                     "spark.hadoop.fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A"}
     if target.is_lake:
         defaults |= kinds.lake("target").session_conf(target)
     env = {}
@@ -104,17 +110,48 @@ def merge_job(config: Config, config_path: Path, master: str, *, tables: Sequenc
                     arguments=arguments, env=env)
 
 
-def s3a_conf(location: S3Location) -> dict[str, str]:
-    """Spark's S3A options for an s3:// landing zone (credentials: S3A's default chain,
-    which reads AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY from the environment, then the
-    machine's role; never the command line). ``merge.spark_conf`` overrides any of them."""
-    prefix = "spark.hadoop.fs.s3a."
+def uses_s3(config: Config) -> bool:
+    """The job reads or writes S3: an s3:// landing zone, or a lake warehouse there."""
+    lake = config.target.lake if config.target is not None else None
+    return isinstance(config.landing_path, S3Location) or (lake is not None and lake.on_s3)
+
+
+def s3_stores(config: Config) -> list[S3Location]:
+    """The places on S3 whose store is configured: the landing zone, a lake warehouse
+    (without either, S3A's defaults and ``merge.spark_conf``)."""
+    stores = [config.landing_path] if isinstance(config.landing_path, S3Location) else []
+    lake = config.target.lake if config.target is not None else None
+    if lake is not None and lake.s3 is not None:
+        stores.append(lake.s3)
+    return stores
+
+
+def s3a_conf(first: S3Location, *others: S3Location) -> dict[str, str]:
+    """Spark's S3A options for the stores of ``first`` (an s3:// landing zone, else the
+    warehouse) and, per bucket (``fs.s3a.bucket.<bucket>.*``), of each other location whose
+    store differs. Credentials: S3A's default chain, which reads AWS_ACCESS_KEY_ID /
+    AWS_SECRET_ACCESS_KEY from the environment, then the machine's role; never the command
+    line. ``merge.spark_conf`` overrides any of them."""
+    conf = _s3a_store("spark.hadoop.fs.s3a.", first)
+    for other in others:
+        if other.store_options() != first.store_options() and other.bucket != first.bucket:
+            conf |= _s3a_store(f"spark.hadoop.fs.s3a.bucket.{other.bucket}.", other,
+                               explicit=True)
+    return conf
+
+
+def _s3a_store(prefix: str, location: S3Location, *, explicit: bool = False
+               ) -> dict[str, str]:
+    """``explicit``: name AWS's regional endpoint when the location has none (a bucket's
+    option must replace the endpoint of the other store)."""
     conf = {f"{prefix}endpoint.region": location.region,
             f"{prefix}path.style.access": "true" if location.path_style else "false"}
-    if location.endpoint:
-        conf[f"{prefix}endpoint"] = location.endpoint
+    endpoint = location.endpoint or (
+        f"https://s3.{location.region}.amazonaws.com" if explicit else "")
+    if endpoint:
+        conf[f"{prefix}endpoint"] = endpoint
         conf[f"{prefix}connection.ssl.enabled"] = (
-            "true" if location.endpoint.startswith("https") else "false")
+            "true" if endpoint.startswith("https") else "false")
     return conf
 
 
@@ -210,11 +247,12 @@ def reach_target(config: Config) -> None:
 def check_jars(config: Config) -> None:
     """Local jars must exist; URLs (``hdfs://``, ``https://``) are the cluster's business.
     A lake target's runtime jar must be listed (which Spark it fits, the job checks)."""
-    if isinstance(config.landing_path, S3Location):
+    if uses_s3(config):
         absent = [j for j in config.merge.s3a_jars if "://" not in j and not Path(j).is_file()]
         if absent:
             raise ConfigInvalid(
-                f"the S3A jars Spark reads an s3:// landing zone with are missing: "
+                "the S3A jars Spark reaches an s3:// landing zone or warehouse with are"
+                f" missing: "
                 f"{', '.join(absent)}; run scripts/install (it fetches them from Maven Central"
                 " into .tools/jars), or list them in merge.s3a_jars")
     missing = [j for j in config.merge.jars if "://" not in j and not Path(j).is_file()]

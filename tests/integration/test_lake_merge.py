@@ -12,16 +12,19 @@ log entry is empty, so it applies its segments.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pyarrow.parquet as pq
 import pytest
 
@@ -29,11 +32,19 @@ from dblog_worker import config as config_module
 from dblog_worker.config_lake import LakeConfig
 from dblog_worker.errors import TargetError
 from dblog_worker.events import ChangeEvent, Op, Origin
-from dblog_worker.lake.read import delete_rows, merge_log_of, partition_columns, read_table
+from dblog_worker.lake.read import (
+    delete_rows,
+    delta_storage_options,
+    delta_uri,
+    merge_log_of,
+    partition_columns,
+    read_table,
+)
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.landing.s3 import S3LandingZone
-from dblog_worker.landing.s3_objects import S3Location
+from dblog_worker.landing.s3_objects import Bucket, S3Location
 from dblog_worker.position import Position
+from dblog_worker.verify import command as verify
 from tests.integration.harness import wait_for
 from tests.lake import S3A_SPARK35_JARS, LakeSession, MergeProcess, lake_config, merge
 from tests.services import SeaweedServer
@@ -194,12 +205,24 @@ def test_an_iceberg_table_in_a_hadoop_catalog(tmp_path: Path, pg_dsn: str,
     assert sorted(rows(config)) == [1, 3]
 
 
-def test_an_s3_landing_zone_merged_into_iceberg(tmp_path: Path, pg_dsn: str,
-                                                seaweed_server: SeaweedServer,
-                                                s3_bucket: str) -> None:
+@pytest.fixture(scope="module")
+def other_store() -> Iterator[SeaweedServer]:
+    """A second object store (another SeaweedFS, the same credentials), for a warehouse
+    that is not in the landing zone's store."""
+    with SeaweedServer().start() as server:
+        yield server
+
+
+def test_an_s3_landing_zone_merged_into_iceberg_in_another_store(
+        tmp_path: Path, pg_dsn: str, seaweed_server: SeaweedServer, s3_bucket: str,
+        other_store: SeaweedServer) -> None:
     """Segments landed on the object store (SeaweedFS), merged by ``dblog merge`` on Spark
     3.5, which reads them through S3A of its own Hadoop (hadoop-aws 3.3.4, AWS SDK v1
-    modules; the credentials from the environment), into Iceberg."""
+    modules; the credentials from the environment), into Iceberg tables whose warehouse is
+    in a second store (``[target.s3]``), named ``s3://`` (S3A serves that scheme too): S3A
+    reaches it by the per-bucket options, and pyiceberg reads it at that store's endpoint.
+    The warehouse's bucket exists only there: the landing zone's endpoint would not find
+    it."""
     assert all(jar.is_file() for jar in S3A_SPARK35_JARS), "scripts/install fetches them"
     location = S3Location.parse(f"s3://{s3_bucket}/landing", endpoint=seaweed_server.endpoint,
                                 path_style=True)
@@ -207,14 +230,68 @@ def test_an_s3_landing_zone_merged_into_iceberg(tmp_path: Path, pg_dsn: str,
     zone.write_schema(TABLE, 1, V1)
     zone.commit(TABLE, [ev("c", 10, 1), ev("c", 11, 2), ev("u", 12, 1, name="one")])
     zone.commit(TABLE, [ev("d", 20, 2), ev("c", 21, 3, name="three")])
+    lake_bucket = other_store.create_bucket(f"lake-{s3_bucket}")
     config = lake_config(tmp_path, "iceberg", f"s3://{s3_bucket}/landing", "src", [TABLE],
-                         pg_dsn, s3_endpoint=seaweed_server.endpoint)
+                         pg_dsn, s3_endpoint=seaweed_server.endpoint,
+                         warehouse=f"s3://{lake_bucket}/warehouse",
+                         target_s3={"endpoint": other_store.endpoint, "path_style": True})
     report = merge(config)
     assert counts(report_of(report)) == (1, 2, 0), report
     got = rows(config)
     assert {k: r["name"] for k, r in got.items()} == {1: "one", 3: "three"}
     log = merge_log_of(lake_of(config), TABLE).get("src", TABLE)
     assert (log.batches, log.events, log.last_segment) == (1, 5, 2)
+    files, _ = Bucket(S3Location(lake_bucket, endpoint=other_store.endpoint, path_style=True)
+                      ).list("warehouse/")
+    assert any(f.key.endswith(".parquet") for f in files), [f.key for f in files]
+
+
+def test_a_local_landing_zone_merged_into_delta_on_s3_then_verified(
+        tmp_path: Path, pg_dsn: str, seaweed_server: SeaweedServer, s3_bucket: str) -> None:
+    """A POSIX landing zone, a Delta warehouse in the object store (``[target.s3]``):
+    ``dblog merge`` on Spark 3.5 adds the S3A jars and options for the warehouse alone;
+    ``dblog verify`` reads the table with delta-rs at the store's endpoint (``s3a://`` as
+    ``s3://``), finds it equal to the source, then names the key of a damaged row; the
+    repair's delete of an extra row commits there too."""
+    from deltalake import DeltaTable
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int4 PRIMARY KEY, name text,"
+                     " amount numeric, at timestamptz)")
+        conn.execute("INSERT INTO public.items VALUES (1, 'one', 2.25, %s), (2, 'n2', 1.50, %s)",
+                     ["2024-01-02 03:04:05.5+00"] * 2)
+    landing = tmp_path / "landing"
+    zone = LandingZone(landing, "src")
+    zone.write_schema(TABLE, 1, V1)
+    zone.commit_segment(TABLE, [ev("c", 10, 1), ev("c", 11, 2), ev("c", 12, 3)])
+    zone.commit_segment(TABLE, [ev("u", 20, 1, name="one", amount="2.25"), ev("d", 21, 3)])
+    config = lake_config(tmp_path, "delta", landing, "src", [TABLE], pg_dsn,
+                         source_dsn=pg_dsn, warehouse=f"s3a://{s3_bucket}/warehouse",
+                         target_s3={"endpoint": seaweed_server.endpoint, "path_style": True})
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):  # only [target.s3] says where
+        assert name not in os.environ
+    report = merge(config)
+    assert counts(report_of(report)) == (1, 2, 0), report
+    assert Bucket(S3Location(s3_bucket, endpoint=seaweed_server.endpoint, path_style=True)
+                  ).list("warehouse/public.items/_delta_log/")[0], "the table is in the store"
+
+    options = verify.VerifyOptions(range_rows=100)
+    result = verify.verify(config_module.load(config), [TABLE], options)
+    assert result.equal, [(t.table, t.error, t.missing, t.extra, t.changed)
+                          for t in result.tables]
+    assert (result.tables[0].source_rows, result.tables[0].target_rows) == (2, 2)
+    # a damaged lake row, written by delta-rs with verify's own options (no lock setting:
+    # delta-rs commits with conditional puts)
+    lake = lake_of(config)
+    DeltaTable(delta_uri(lake, TABLE), storage_options=delta_storage_options(lake.s3)
+               ).update(predicate="id = 2", updates={"name": "'damaged'"})
+    (table,) = verify.verify(config_module.load(config), [TABLE], options).tables
+    assert (table.missing, table.extra, table.changed) == ((), (), ((2,),))
+    # the repair's removal of an extra row (one the source lost), guarded by its position
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM public.items WHERE id = 1")
+    assert delete_rows(lake, TABLE, ["id"], {(1,): Position(20, 0, 0).encode()}) == [(1,)]
+    assert sorted(rows(config)) == [2]
 
 
 # -- killed mid-batch ----------------------------------------------------------------------
