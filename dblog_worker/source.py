@@ -91,7 +91,14 @@ class Setup(Protocol):
     def selection(self) -> Selection:
         """The tables ``source.tables`` captures now, each with why, and those its patterns
         match but leave out, each with why not: the catalog read once, then at each
-        :meth:`Tables.rescan`. Changes nothing."""
+        :meth:`rescan`. Changes nothing."""
+
+    def rescan(self) -> Rescan:
+        """Read the catalog again: which tables joined capture (created, renamed into a
+        pattern) and left it (dropped, renamed out) since the last look. The source follows
+        at once (PostgreSQL: its publication gets the new tables and loses the others); a
+        new table's dump waits, if it must, until what the log may have missed of it is
+        visible to its chunk SELECTs."""
 
     def readers(self) -> dict[str, str]:
         """Which implementation reads each part of this source, as ``dblog status`` and the
@@ -143,13 +150,6 @@ class WatermarkWriter(Protocol):
 
 class Tables(Protocol):
     """The captured tables as the source describes them: their columns and keys."""
-
-    def rescan(self) -> Rescan:
-        """Read the catalog again: which tables joined capture (created, renamed into a
-        pattern) and left it (dropped, renamed out) since the last look. The source follows
-        at once (PostgreSQL: its publication gets the new tables and loses the others); a
-        new table's dump waits, if it must, until what the log may have missed of it is
-        visible to its chunk SELECTs."""
 
     def refresh(self, table: str) -> None:
         """Read the table's columns again: the worker calls it before a window, not in it."""
@@ -207,6 +207,9 @@ class DumpReader(ChunkReader, Protocol):
         0 is this reader; the others are opened on first use and closed with the source."""
 
 
+Lanes = Callable[[int], ChunkReader]  # index (1, 2, ...) -> the reader of that lane
+
+
 class Pressure(Protocol):
     """What the throttle (:mod:`dblog_worker.dump.throttle`) reads of the source: one light
     query on the worker's connection, between windows, at most about once a second."""
@@ -220,5 +223,14 @@ class Pressure(Protocol):
         be reached."""
 
 
-class Source(Setup, LogReader, WatermarkWriter, Tables, DumpReader, Pressure, Protocol):
-    """Everything the worker needs of a database: what its kind's package implements."""
+class Source(Setup, LogReader, WatermarkWriter, Pressure, Protocol):
+    """Everything the worker needs of a database: what its kind's package implements.
+    Its parts are objects of their own, each with its protocol: callers take the part."""
+
+    @property
+    def chunks(self) -> DumpReader:
+        """The chunk SELECTs of dumps, and their lanes."""
+
+    @property
+    def tables(self) -> Tables:
+        """The captured tables' columns and keys, as requests and windows check them."""

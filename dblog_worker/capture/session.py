@@ -426,11 +426,11 @@ class Session:
         if dump.current_table() is None:
             return
         try:
-            if dump.start(self.source):  # a table dump reads its upper bound first
+            if dump.start(self.source.chunks):  # a table dump reads its upper bound first
                 return
             plan = dump.plan(lambda start, count: self.state.request_keys(dump.id, start, count))
             assert plan is not None
-            self.source.refresh(plan.table)  # a column added since is read too
+            self.source.tables.refresh(plan.table)  # a column added since is read too
         except ChunkStale as exc:
             log.info("dump %s: %s", dump.id, exc, extra={"request_id": dump.id})
             dump.waiting = str(exc)
@@ -447,7 +447,7 @@ class Session:
         try:
             self.source.await_low_watermark()  # a read replica: until it replayed LW
             started = time.monotonic()
-            read = WindowRead(plan, plan.read(self.source, self.encoder.submit))
+            read = WindowRead(plan, plan.read(self.source.chunks, self.encoder.submit))
             dump.chunk_ms = (time.monotonic() - started) * 1000
             dump.waiting = None
         except ChunkStale as exc:
@@ -565,7 +565,7 @@ class Session:
     def _control(self, now: float) -> None:
         """Follow the queue (:func:`~dblog_worker.dump.admission.follow_requests`)."""
         self.last_control = now
-        following = follow_requests(self.state, self.source, self.worker.telemetry,
+        following = follow_requests(self.state, self.source.tables, self.worker.telemetry,
                                     self.dumps, self.config.max_active_dumps,
                                     whole_queue=not self.queue_read)
         self.queue_read = True

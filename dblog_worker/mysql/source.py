@@ -9,8 +9,8 @@ watermarks are the snapshots' binary log positions (:mod:`dblog_worker.mysql.sna
 The MySQL server keeps no replication state for us (no slot): the checkpoint in Redis is
 the whole of it.
 
-The captured tables and the chunk and key reads are :class:`chunks.CapturedTables`'s;
-:class:`MySqlSource` keeps setup, the log and the watermarks, and hands those reads on.
+The captured tables and the chunk and key reads are :class:`reads.CapturedTables`'s: the
+source's ``chunks`` and ``tables`` parts.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from typing import Any
 import pymysql
 
 from dblog_worker.config import SourceConfig
-from dblog_worker.dump.requests import KeyTexts
-from dblog_worker.dump.row_filter import RowFilter
 from dblog_worker.errors import (
     ConfigError,
     DumpFailed,
@@ -64,7 +62,7 @@ from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.mysql.xa_visibility import XaCommits, xids_listed
 from dblog_worker.names import split_table
 from dblog_worker.position import Position
-from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion
+from dblog_worker.source import ChunkReader, Problem, SchemaVersion, Tables
 from dblog_worker.table_patterns import Candidate, Rescan, Selection
 from dblog_worker.tables import HEARTBEAT, CapturedSet
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
@@ -121,11 +119,13 @@ class MySqlSource:
         self._xa_denied = False
         self._lows: set[str] = set()  # low watermarks written, not read back yet
         self.capture = CapturedSet(config.selector, config.columns, self._candidates)
-        self.captured = CapturedTables(
+        self.chunks = CapturedTables(
             config.name, self.capture.tables,
             self._replica.connection if self._replica is not None else lambda: self.conn,
             self._schema_version, primary=lambda: self.conn, replica=self._replica is not None,
-            snapshots=self._snapshots, rules=config.columns, keys=config.keys)
+            snapshots=self._snapshots, rules=config.columns, keys=config.keys,
+            lanes=self._lane)
+        self.tables: Tables = self.chunks  # the chunk reader describes the tables it reads
         self._reader: BinlogReader | None = None
         self._is_mariadb = False
         self._server = ""  # which server: "server_id=1" (MariaDB), "server_uuid=…" (MySQL)
@@ -189,7 +189,7 @@ class MySqlSource:
         name, in log order, so a new table's rows are captured from its first in the log."""
         found = self.capture.rescan()
         for table in found.removed:
-            self.captured.forget(table)
+            self.chunks.forget(table)
         return found
 
     def preflight(self) -> list[Problem]:
@@ -442,7 +442,7 @@ class MySqlSource:
         out (preflight says which, and so does the log), the others are captured."""
         for table in self.capture.selection().existing:
             try:
-                self.captured.load(table)
+                self.chunks.load(table)
             except UnsupportedTable as exc:
                 log.error("%s", exc)
             except DumpFailed as exc:  # a table a pattern found, dropped since: the next look
@@ -508,7 +508,7 @@ class MySqlSource:
         translator = BinlogTranslator(
             self.name, self.config.selector, self._describe, start, cascades=self._cascades,
             describe_parent=self._describe_parent, reload_cascades=self._reload_cascades,
-            version_of=self.captured.known_version)
+            version_of=self.chunks.known_version)
         databases = self._databases(self._cascades)
         self._reader = BinlogReader(
             self._args, server_id(self.config), start, translator, databases,
@@ -664,7 +664,7 @@ class MySqlSource:
         key = event.primary_key  # in column order, which need not be the key's order
         # mysql-replication gives "" for a table without one
         key_columns = [key] if isinstance(key, str) and key else list(key or ())
-        known = self.captured.known_key(table)
+        known = self.chunks.known_key(table)
         if known is not None and (not key_columns or set(known) == set(key_columns)):
             return list(known)  # in key order; a unique index's when no primary key
         if key_columns:
@@ -777,45 +777,13 @@ class MySqlSource:
             return None
         return pressure.replica_lag_ms(self._replica.connection())
 
-    # -- chunks ---------------------------------------------------------------
+    # -- the lanes of a window's parallel chunk SELECTs ------------------------
 
-    def refresh(self, table: str) -> None:
-        self.captured.refresh(table)
-
-    def key_arity(self, table: str) -> int:
-        return self.captured.key_arity(table)
-
-    def masked_columns(self, table: str) -> dict[str, str]:
-        return self.captured.masked_columns(table)
-
-    def check_filter(self, table: str, row_filter: RowFilter) -> None:
-        self.captured.check_filter(table, row_filter)
-
-    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
-        return self.captured.upper_bound(table, row_filter)
-
-    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int,
-                   row_filter: RowFilter | None = None) -> Chunk:
-        return self.captured.read_chunk(table, after, upper, limit, row_filter)
-
-    def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
-        return self.captured.read_keys(table, keys)
-
-    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts, offset: int,
-                  row_filter: RowFilter | None = None) -> KeyTexts | None:
-        return self.captured.key_after(table, after, upper, offset, row_filter)
-
-    def lane(self, index: int) -> ChunkReader:
-        if index == 0:
-            return self
+    def _lane(self, index: int) -> ChunkReader:
         while len(self._lanes) < index:
             self._lanes.append(_Lane(self.config, self._schema_version,
                                      self._replica, self._snapshots, self.capture.tables))
-        return self._lanes[index - 1].captured
-
-    def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
-        """Refuse keys whose values do not fit the key columns' types."""
-        self.captured.check_keys(table, keys)
+        return self._lanes[index - 1].chunks
 
     def close(self) -> None:
         for lane in self._lanes:
@@ -847,7 +815,7 @@ class _Lane:
         self._conn: DumpConnection | None = None
         self._replica = None if replica_of is None \
             else MyReplica(config, replica_of.primary_server)
-        self.captured = CapturedTables(config.name, captured, self._connection,
+        self.chunks = CapturedTables(config.name, captured, self._connection,
                                        schema_version, replica=self._replica is not None,
                                        snapshots=snapshots, rules=config.columns,
                                        keys=config.keys)

@@ -5,7 +5,7 @@ catalog, the watermark writes (heartbeats too), and chunk SELECTs (single statem
 read committed: non-stale reads, no locks). Both use the same session settings,
 so the log and the chunks print values identically (see :mod:`dblog_worker.pg.values`).
 The captured tables and the chunk reads are :class:`~dblog_worker.pg.reads.PgChunkReader`'s
-(``pg/chunks.py``): :class:`PgSource` hands those calls on to it.
+(``pg/reads.py``): the source's ``chunks`` and ``tables`` parts.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from dataclasses import replace
 import psycopg
 
 from dblog_worker.config import SourceConfig
-from dblog_worker.dump.requests import KeyTexts
-from dblog_worker.dump.row_filter import RowFilter
 from dblog_worker.errors import ConfigError, DumpFailed, LogGone, SourceUnavailable
 from dblog_worker.events import Checkpoint, LogItem
 from dblog_worker.masking import MaskConflict
@@ -40,14 +38,7 @@ from dblog_worker.pg.stream import ReplicationStream
 from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView, message_prefix
 from dblog_worker.pg.visibility import Snapshot
 from dblog_worker.position import Position
-from dblog_worker.source import (
-    Chunk,
-    ChunkReader,
-    KeysChunk,
-    Problem,
-    SchemaVersion,
-    locked,
-)
+from dblog_worker.source import ChunkReader, Problem, SchemaVersion, Tables, locked
 from dblog_worker.table_patterns import Candidate, Rescan, Selection
 from dblog_worker.tables import HEARTBEAT, CapturedSet
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
@@ -75,7 +66,8 @@ class PgSource:
         self.chunks = PgChunkReader(
             config, self._schema_version, lambda: self._conn,
             reads=self._replica.connection if self._replica is not None else None,
-            replica=self._replica is not None, captured=self.captured.tables)
+            replica=self._replica is not None, captured=self.captured.tables, lanes=self._lane)
+        self.tables: Tables = self.chunks  # the chunk reader describes the tables it reads
         self._lanes: list[_Lane] = []
         self._stream: ReplicationStream | None = None
         self._snapshot_at = 0.0
@@ -504,40 +496,9 @@ class PgSource:
             return None
         return pressure.replay_lag_ms(self._replica.connection())
 
-    # -- the captured tables and their chunks (pg/chunks.py) -------------------
+    # -- the lanes of a window's parallel chunk SELECTs ------------------------
 
-    def refresh(self, table: str) -> None:
-        self.chunks.refresh(table)
-
-    def key_arity(self, table: str) -> int:
-        return self.chunks.key_arity(table)
-
-    def masked_columns(self, table: str) -> dict[str, str]:
-        return self.chunks.masked_columns(table)
-
-    def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
-        self.chunks.check_keys(table, keys)
-
-    def check_filter(self, table: str, row_filter: RowFilter) -> None:
-        self.chunks.check_filter(table, row_filter)
-
-    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
-        return self.chunks.upper_bound(table, row_filter)
-
-    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int,
-                   row_filter: RowFilter | None = None) -> Chunk:
-        return self.chunks.read_chunk(table, after, upper, limit, row_filter)
-
-    def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
-        return self.chunks.read_keys(table, keys)
-
-    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts, offset: int,
-                  row_filter: RowFilter | None = None) -> KeyTexts | None:
-        return self.chunks.key_after(table, after, upper, offset, row_filter)
-
-    def lane(self, index: int) -> ChunkReader:
-        if index == 0:
-            return self
+    def _lane(self, index: int) -> ChunkReader:
         while len(self._lanes) < index:
             self._lanes.append(_Lane(self.config, self._schema_version, self._replica,
                                      self.captured.tables))

@@ -87,6 +87,8 @@ class FakeSource:
         self._next = 0  # the next commit the log reader reads
         self._unseen: dict[str, frozenset[int]] = {}  # LW token -> commits it did not see
         self.capture = CapturedSet(config.selector, config.columns, self._candidates)
+        self.chunks = FakeReads(self)
+        self.tables = self.chunks
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -117,10 +119,6 @@ class FakeSource:
 
     def rescan(self) -> Rescan:
         return self.capture.rescan()
-
-    def masked_columns(self, table: str) -> dict[str, str]:
-        """None: the fake kind applies no ``[source.columns]``."""
-        return {}
 
     def preflight(self) -> list[Problem]:
         problems = []
@@ -181,7 +179,7 @@ class FakeSource:
                         if token in self._unseen:
                             out.append(self._unseen_of(self._unseen.pop(token)))
                 elif change.table in captured:
-                    version = self._version(change.table, change.columns, change.key_columns)
+                    version = self.version(change.table, change.columns, change.key_columns)
                     out.append(ChangeEvent(
                         change.table, _OPS[change.op], Position(seq, index, 0),
                         None if change.key is None else key_json(change.key),
@@ -243,18 +241,9 @@ class FakeSource:
     def replica_lag_ms(self) -> float | None:
         return None
 
-    # -- the captured tables -------------------------------------------------------------------
+    # -- schema versions ---------------------------------------------------------------------
 
-    def _table(self, table: str) -> Table:
-        if table not in self.capture:
-            raise RequestRejected(f"table {table} is not captured by source {self.name}; "
-                                  f"captured: {', '.join(self.capture.tables())}")
-        found = self.db.tables.get(table)
-        if found is None:
-            raise DumpFailed(f"table {table} does not exist any more")
-        return found
-
-    def _version(self, table: str, columns: tuple[Column, ...], key: tuple[str, ...]) -> int:
+    def version(self, table: str, columns: tuple[Column, ...], key: tuple[str, ...]) -> int:
         with self._versions_lock:
             known = self._versions.get((table, columns, key))
         if known is None:
@@ -265,25 +254,46 @@ class FakeSource:
                 self._versions[(table, columns, key)] = known
         return known
 
+
+class FakeReads:
+    """The fake source's ``chunks`` and ``tables`` parts: its captured tables and their
+    reads."""
+
+    def __init__(self, source: FakeSource) -> None:
+        self._source = source
+
+    def masked_columns(self, table: str) -> dict[str, str]:
+        """None: the fake kind applies no ``[source.columns]``."""
+        return {}
+
+    def _table(self, table: str) -> Table:
+        if table not in self._source.capture:
+            raise RequestRejected(f"table {table} is not captured by source {self._source.name}; "
+                                  f"captured: {', '.join(self._source.capture.tables())}")
+        found = self._source.db.tables.get(table)
+        if found is None:
+            raise DumpFailed(f"table {table} does not exist any more")
+        return found
+
     def _current_version(self, table: Table) -> int:
-        return self._version(table.name, tuple(table.columns), table.key)
+        return self._source.version(table.name, tuple(table.columns), table.key)
 
     def refresh(self, table: str) -> None:
-        with self.db.lock:
+        with self._source.db.lock:
             self._table(table)
 
     def key_arity(self, table: str) -> int:
-        with self.db.lock:
+        with self._source.db.lock:
             return len(self._table(table).key)
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
-        with self.db.lock:
+        with self._source.db.lock:
             found = self._table(table)
             for key in keys:
                 self._key(found, key, RequestRejected)
 
     def check_filter(self, table: str, row_filter: RowFilter) -> None:
-        with self.db.lock:
+        with self._source.db.lock:
             found = self._table(table)
             columns = {c.name: c for c in found.columns}
             for condition in row_filter.conditions:
@@ -317,7 +327,7 @@ class FakeSource:
                   row_filter: RowFilter | None) -> tuple[Table, list[tuple[Key, Row]]]:
         """The rows a new snapshot sees after ``after``, up to ``upper``, that meet the
         filter, in key order."""
-        db = self.db
+        db = self._source.db
         with db.lock:
             found = self._table(table)
             snapshot: Snapshot = db.snapshot()
@@ -333,7 +343,7 @@ class FakeSource:
             return found, rows
 
     def _after_read(self, table: str, keys: list[Key]) -> None:
-        hook = self.db.on_read
+        hook = self._source.db.on_read
         if hook is not None and keys:
             hook(table, keys)
 
@@ -353,7 +363,7 @@ class FakeSource:
                      lambda: (pa.array(keys, pa.string()), pa.array(afters, pa.string())))
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
-        db = self.db
+        db = self._source.db
         with db.lock:
             found = self._table(table)
             wanted = [self._key(found, texts) for texts in keys]

@@ -39,7 +39,15 @@ from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint
 from dblog_worker.position import Position
-from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion, Source
+from dblog_worker.source import (
+    Chunk,
+    ChunkReader,
+    DumpReader,
+    KeysChunk,
+    Problem,
+    SchemaVersion,
+    Source,
+)
 from dblog_worker.table_patterns import Rescan, Selection
 from tests.integration.harness import (
     HOSTILE,
@@ -325,21 +333,12 @@ def test_a_pruning_dump_removes_rows_the_log_never_deleted(
 # -- writes between the watermarks and the chunk SELECT ---------------------------
 
 
-class HookedSource:
-    """A source that runs a hook before and after the low watermark, and after the chunk
-    SELECT."""
+class HookedChunks:
+    """A chunk reader that runs a hook after the chunk SELECT."""
 
-    def __init__(self, inner: Source, hooks: dict[str, Callable[[str], None]]) -> None:
+    def __init__(self, inner: DumpReader, hooks: dict[str, Callable[[str], None]]) -> None:
         self.inner = inner
         self.hooks = hooks
-        self.name = inner.name
-
-    def write_watermark(self, token: str) -> None:
-        if token.endswith(".lw") and "before_low" in self.hooks:
-            self.hooks["before_low"](token)
-        self.inner.write_watermark(token)
-        if token.endswith(".lw") and "after_low" in self.hooks:
-            self.hooks["after_low"](token)
 
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
                    limit: int, row_filter: RowFilter | None = None) -> Chunk:
@@ -353,6 +352,35 @@ class HookedSource:
         if "after_select" in self.hooks:
             self.hooks["after_select"](table)
         return chunk
+
+    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        return self.inner.upper_bound(table, row_filter)
+
+    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
+                  offset: int, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        return self.inner.key_after(table, after, upper, offset, row_filter)
+
+    def lane(self, index: int) -> ChunkReader:
+        return self if index == 0 else self.inner.lane(index)
+
+
+class HookedSource:
+    """A source that runs a hook before and after the low watermark, and after the chunk
+    SELECT."""
+
+    def __init__(self, inner: Source, hooks: dict[str, Callable[[str], None]]) -> None:
+        self.inner = inner
+        self.hooks = hooks
+        self.name = inner.name
+        self.chunks = HookedChunks(inner.chunks, hooks)
+        self.tables = inner.tables
+
+    def write_watermark(self, token: str) -> None:
+        if token.endswith(".lw") and "before_low" in self.hooks:
+            self.hooks["before_low"](token)
+        self.inner.write_watermark(token)
+        if token.endswith(".lw") and "after_low" in self.hooks:
+            self.hooks["after_low"](token)
 
     # the rest, as the source does it
 
@@ -379,9 +407,6 @@ class HookedSource:
 
     def rescan(self) -> Rescan:
         return self.inner.rescan()
-
-    def masked_columns(self, table: str) -> dict[str, str]:
-        return self.inner.masked_columns(table)
 
     def prepare(self) -> str | None:
         return self.inner.prepare()
@@ -415,28 +440,6 @@ class HookedSource:
 
     def heartbeat(self) -> None:
         self.inner.heartbeat()
-
-    def refresh(self, table: str) -> None:
-        self.inner.refresh(table)
-
-    def key_arity(self, table: str) -> int:
-        return self.inner.key_arity(table)
-
-    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
-        return self.inner.upper_bound(table, row_filter)
-
-    def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
-        self.inner.check_keys(table, keys)
-
-    def check_filter(self, table: str, row_filter: RowFilter) -> None:
-        self.inner.check_filter(table, row_filter)
-
-    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                  offset: int, row_filter: RowFilter | None = None) -> KeyTexts | None:
-        return self.inner.key_after(table, after, upper, offset, row_filter)
-
-    def lane(self, index: int) -> ChunkReader:
-        return self if index == 0 else self.inner.lane(index)
 
     def close(self) -> None:
         self.inner.close()
