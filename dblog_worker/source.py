@@ -223,7 +223,7 @@ class Pressure(Protocol):
         be reached."""
 
 
-class Source(Setup, LogReader, WatermarkWriter, Pressure, Protocol):
+class Source(Setup, LogReader, WatermarkWriter, Protocol):
     """Everything the worker needs of a database: what its kind's package implements.
     Its parts are objects of their own, each with its protocol: callers take the part."""
 
@@ -234,3 +234,7 @@ class Source(Setup, LogReader, WatermarkWriter, Pressure, Protocol):
     @property
     def tables(self) -> Tables:
         """The captured tables' columns and keys, as requests and windows check them."""
+
+    @property
+    def pressure(self) -> Pressure:
+        """What the throttle reads of the database."""

@@ -195,7 +195,8 @@ class Session:
         self.encoder = ThreadPoolExecutor(1, thread_name_prefix="dblog-encode")
         self.in_flight: Covered | None = None  # what the write in flight covers
         self.ended: set[str] = set()  # the dumps whose ending write was submitted
-        self.pacer = Pacer(self.source)  # the dumps' automatic throttles, between windows
+        # the dumps' automatic throttles, between windows
+        self.pacer = Pacer(self.source.pressure, self.source)
         self.readers: dict[str, str] = {}  # which implementation reads what (Setup.readers)
         self.tables = TableFollower(self.state, self.source, self.config.source,
                                     worker.telemetry)  # the captured tables, as they change

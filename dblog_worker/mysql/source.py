@@ -37,7 +37,7 @@ from dblog_worker.errors import (
 from dblog_worker.events import Checkpoint, LogItem, Watermark, is_low_watermark
 from dblog_worker.foreign_keys import CascadePlan
 from dblog_worker.masking import MaskConflict
-from dblog_worker.mysql import cascades, catalog, pressure
+from dblog_worker.mysql import cascades, catalog
 from dblog_worker.mysql.binlog import BinlogReader
 from dblog_worker.mysql.catalog import qualified
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
@@ -51,6 +51,7 @@ from dblog_worker.mysql.column_model import (
 )
 from dblog_worker.mysql.connection import DENIED, connect, connection_errors
 from dblog_worker.mysql.options import my_options, server_id, url_args
+from dblog_worker.mysql.pressure import MyPressure
 from dblog_worker.mysql.reads import CapturedTables, UnsupportedTable, unsupported
 from dblog_worker.mysql.replica import MyReplica
 from dblog_worker.mysql.resultset import DumpConnection
@@ -126,6 +127,8 @@ class MySqlSource:
             snapshots=self._snapshots, rules=config.columns, keys=config.keys,
             lanes=self._lane)
         self.tables: Tables = self.chunks  # the chunk reader describes the tables it reads
+        self.pressure = MyPressure(lambda: self.conn, None if self._replica is None
+                                   else self._replica.connection)
         self._reader: BinlogReader | None = None
         self._is_mariadb = False
         self._server = ""  # which server: "server_id=1" (MariaDB), "server_uuid=…" (MySQL)
@@ -766,16 +769,6 @@ class MySqlSource:
     def heartbeat(self) -> None:
         if self._snapshots is None:  # positions as watermarks write nothing
             self.write_watermark(HEARTBEAT)
-
-    # -- what the throttle reads (mysql/pressure.py) ---------------------------
-
-    def active_sessions(self) -> int:
-        return pressure.active_sessions(self.conn)
-
-    def replica_lag_ms(self) -> float | None:
-        if self._replica is None:
-            return None
-        return pressure.replica_lag_ms(self._replica.connection())
 
     # -- the lanes of a window's parallel chunk SELECTs ------------------------
 

@@ -22,7 +22,7 @@ from dblog_worker.config import SourceConfig
 from dblog_worker.errors import ConfigError, DumpFailed, LogGone, SourceUnavailable
 from dblog_worker.events import Checkpoint, LogItem
 from dblog_worker.masking import MaskConflict
-from dblog_worker.pg import catalog, cells, pressure, queries, replica
+from dblog_worker.pg import catalog, cells, queries, replica
 from dblog_worker.pg import pgoutput as pg
 from dblog_worker.pg.catalog import WATERMARK_DDL
 from dblog_worker.pg.connection import (
@@ -32,6 +32,7 @@ from dblog_worker.pg.connection import (
     connection_errors,
 )
 from dblog_worker.pg.options import pg_options
+from dblog_worker.pg.pressure import PgPressure
 from dblog_worker.pg.reads import PgChunkReader
 from dblog_worker.pg.replica import Replica
 from dblog_worker.pg.stream import ReplicationStream
@@ -68,6 +69,8 @@ class PgSource:
             reads=self._replica.connection if self._replica is not None else None,
             replica=self._replica is not None, captured=self.captured.tables, lanes=self._lane)
         self.tables: Tables = self.chunks  # the chunk reader describes the tables it reads
+        self.pressure = PgPressure(lambda: self.conn, None if self._replica is None
+                                   else self._replica.connection)
         self._lanes: list[_Lane] = []
         self._stream: ReplicationStream | None = None
         self._snapshot_at = 0.0
@@ -485,16 +488,6 @@ class PgSource:
     def heartbeat(self) -> None:
         """Write to the log on an idle database, so that the slot can advance."""
         self.write_watermark(HEARTBEAT)
-
-    # -- what the throttle reads (pg/pressure.py) ------------------------------
-
-    def active_sessions(self) -> int:
-        return pressure.active_sessions(self.conn)
-
-    def replica_lag_ms(self) -> float | None:
-        if self._replica is None:
-            return None
-        return pressure.replay_lag_ms(self._replica.connection())
 
     # -- the lanes of a window's parallel chunk SELECTs ------------------------
 

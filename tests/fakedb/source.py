@@ -89,6 +89,7 @@ class FakeSource:
         self.capture = CapturedSet(config.selector, config.columns, self._candidates)
         self.chunks = FakeReads(self)
         self.tables = self.chunks
+        self.pressure = FakePressure()
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -233,14 +234,6 @@ class FakeSource:
     def heartbeat(self) -> None:
         self.write_watermark(HEARTBEAT)
 
-    # -- pressure ------------------------------------------------------------------------------
-
-    def active_sessions(self) -> int:
-        return 0
-
-    def replica_lag_ms(self) -> float | None:
-        return None
-
     # -- schema versions ---------------------------------------------------------------------
 
     def version(self, table: str, columns: tuple[Column, ...], key: tuple[str, ...]) -> int:
@@ -253,6 +246,16 @@ class FakeSource:
             with self._versions_lock:
                 self._versions[(table, columns, key)] = known
         return known
+
+
+class FakePressure:
+    """No other session, no replica."""
+
+    def active_sessions(self) -> int:
+        return 0
+
+    def replica_lag_ms(self) -> float | None:
+        return None
 
 
 class FakeReads:

@@ -374,6 +374,7 @@ class HookedSource:
         self.name = inner.name
         self.chunks = HookedChunks(inner.chunks, hooks)
         self.tables = inner.tables
+        self.pressure = inner.pressure
 
     def write_watermark(self, token: str) -> None:
         if token.endswith(".lw") and "before_low" in self.hooks:
@@ -428,12 +429,6 @@ class HookedSource:
 
     def lag_bytes(self) -> int:
         return self.inner.lag_bytes()
-
-    def active_sessions(self) -> int:
-        return self.inner.active_sessions()
-
-    def replica_lag_ms(self) -> float | None:
-        return self.inner.replica_lag_ms()
 
     def await_low_watermark(self) -> None:
         self.inner.await_low_watermark()
