@@ -223,9 +223,17 @@ class Pressure(Protocol):
         be reached."""
 
 
-class Source(Setup, LogReader, WatermarkWriter, Protocol):
+class Source(Setup, Protocol):
     """Everything the worker needs of a database: what its kind's package implements.
     Its parts are objects of their own, each with its protocol: callers take the part."""
+
+    @property
+    def log(self) -> LogReader:
+        """The log from a checkpoint on."""
+
+    @property
+    def watermarks(self) -> WatermarkWriter:
+        """The writes that come back through the log."""
 
     @property
     def chunks(self) -> DumpReader:

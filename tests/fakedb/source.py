@@ -84,12 +84,12 @@ class FakeSource:
         self._versions: dict[tuple[str, tuple[Column, ...], tuple[str, ...]], int] = {}
         self._versions_lock = threading.Lock()
         self._db: FakeDatabase | None = None
-        self._next = 0  # the next commit the log reader reads
-        self._unseen: dict[str, frozenset[int]] = {}  # LW token -> commits it did not see
         self.capture = CapturedSet(config.selector, config.columns, self._candidates)
         self.chunks = FakeReads(self)
         self.tables = self.chunks
         self.pressure = FakePressure()
+        self.log = FakeLog(self)
+        self.watermarks = FakeWatermarks(self, self.log)
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -131,6 +131,9 @@ class FakeSource:
     def modes(self) -> list[str]:
         return ["watermarks: upserts of dblog.watermark, read back from the fake's log"]
 
+    def cascades(self) -> list[str]:
+        return ["the fake kind has no foreign keys"]
+
     def capture_exists(self) -> bool:
         with self.db.lock:
             return self.name in self.db.slots
@@ -152,88 +155,6 @@ class FakeSource:
     def close(self) -> None:
         self._db = None
 
-    # -- the log -----------------------------------------------------------------------------
-
-    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
-        db = self.db
-        with db.lock:
-            slot = db.slots.get(self.name)
-            if slot is None:
-                raise LogGone(f"capture {self.name} does not exist in {self.config.dsn}")
-            self._next = int(checkpoint) if checkpoint else slot
-            if self._next < slot:
-                raise LogGone(f"the log before {slot} is gone (checkpoint {checkpoint})")
-        self._unseen = {}
-        return str(self._next)
-
-    def poll(self, timeout: float, out: list[LogItem]) -> None:
-        commits = self.db.commits_from(self._next, timeout)[:MAX_COMMITS]
-        captured = self.config.tables
-        for commit in commits:
-            seq, ts = commit.seq, commit.ts_us
-            for index, change in enumerate(commit.changes):
-                if change.table == WATERMARK_TABLE:
-                    assert change.after is not None
-                    if change.after["source"] == self.name:
-                        token = str(change.after["value"])
-                        out.append(Watermark(token, Position(seq, index, 0), ts))
-                        if token in self._unseen:
-                            out.append(self._unseen_of(self._unseen.pop(token)))
-                elif change.table in captured:
-                    version = self.version(change.table, change.columns, change.key_columns)
-                    out.append(ChangeEvent(
-                        change.table, _OPS[change.op], Position(seq, index, 0),
-                        None if change.key is None else key_json(change.key),
-                        None if change.after is None else row_json(change.after),
-                        None if change.before is None else row_json(change.before),
-                        Origin.LOG, ts, version))
-            out.append(Checkpoint(Position(seq + 1, 0, 0)))
-            self._next = seq + 1
-
-    def _unseen_of(self, seqs: frozenset[int]) -> Unseen:
-        changes: list[tuple[str, str | None]] = []
-        with self.db.lock:
-            for seq in sorted(seqs):
-                for change in self.db.log[seq - 1].changes:
-                    if change.table in self.config.tables:
-                        changes.append((change.table,
-                                        None if change.key is None else key_json(change.key)))
-        return Unseen(tuple(changes))
-
-    def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
-        return str(checkpoint.position.major)
-
-    def confirm(self, checkpoint: str) -> None:
-        with self.db.lock:
-            self.db.slots[self.name] = int(checkpoint)
-
-    def log_position(self) -> Position:
-        return Position(self.db.next_seq(), 0, 0)
-
-    def lag_bytes(self) -> int:
-        return max(0, self.db.next_seq() - self._next)
-
-    # -- watermarks ----------------------------------------------------------------------------
-
-    def write_watermark(self, token: str) -> None:
-        db = self.db
-        with db.lock:
-            if WATERMARK_TABLE not in db.tables:
-                raise SourceUnavailable(f"the watermark table {WATERMARK_TABLE} is gone; the "
-                                        "next session creates it again")
-            seen = db.snapshot()  # the watermark statement's snapshot
-            with db.transaction() as tx:
-                tx.upsert(WATERMARK_TABLE, {"source": self.name, "value": token})
-            if self.options.unseen and token != HEARTBEAT and is_low_watermark(token) \
-                    and seen.invisible:
-                self._unseen[token] = seen.invisible
-
-    def await_low_watermark(self) -> None:
-        return None
-
-    def heartbeat(self) -> None:
-        self.write_watermark(HEARTBEAT)
-
     # -- schema versions ---------------------------------------------------------------------
 
     def version(self, table: str, columns: tuple[Column, ...], key: tuple[str, ...]) -> int:
@@ -246,6 +167,102 @@ class FakeSource:
             with self._versions_lock:
                 self._versions[(table, columns, key)] = known
         return known
+
+
+class FakeLog:
+    """The fake source's log part: its database's commits from a checkpoint on."""
+
+    def __init__(self, source: FakeSource) -> None:
+        self._source = source
+        self._next = 0  # the next commit the log reader reads
+        self.unseen: dict[str, frozenset[int]] = {}  # LW token -> commits it did not see
+
+    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
+        db = self._source.db
+        with db.lock:
+            slot = db.slots.get(self._source.name)
+            if slot is None:
+                raise LogGone(f"capture {self._source.name} does not exist in "
+                              f"{self._source.config.dsn}")
+            self._next = int(checkpoint) if checkpoint else slot
+            if self._next < slot:
+                raise LogGone(f"the log before {slot} is gone (checkpoint {checkpoint})")
+        self.unseen = {}
+        return str(self._next)
+
+    def poll(self, timeout: float, out: list[LogItem]) -> None:
+        commits = self._source.db.commits_from(self._next, timeout)[:MAX_COMMITS]
+        captured = self._source.config.tables
+        for commit in commits:
+            seq, ts = commit.seq, commit.ts_us
+            for index, change in enumerate(commit.changes):
+                if change.table == WATERMARK_TABLE:
+                    assert change.after is not None
+                    if change.after["source"] == self._source.name:
+                        token = str(change.after["value"])
+                        out.append(Watermark(token, Position(seq, index, 0), ts))
+                        if token in self.unseen:
+                            out.append(self._unseen_of(self.unseen.pop(token)))
+                elif change.table in captured:
+                    version = self._source.version(change.table, change.columns, change.key_columns)
+                    out.append(ChangeEvent(
+                        change.table, _OPS[change.op], Position(seq, index, 0),
+                        None if change.key is None else key_json(change.key),
+                        None if change.after is None else row_json(change.after),
+                        None if change.before is None else row_json(change.before),
+                        Origin.LOG, ts, version))
+            out.append(Checkpoint(Position(seq + 1, 0, 0)))
+            self._next = seq + 1
+
+    def _unseen_of(self, seqs: frozenset[int]) -> Unseen:
+        changes: list[tuple[str, str | None]] = []
+        with self._source.db.lock:
+            for seq in sorted(seqs):
+                for change in self._source.db.log[seq - 1].changes:
+                    if change.table in self._source.config.tables:
+                        changes.append((change.table,
+                                        None if change.key is None else key_json(change.key)))
+        return Unseen(tuple(changes))
+
+    def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
+        return str(checkpoint.position.major)
+
+    def confirm(self, checkpoint: str) -> None:
+        with self._source.db.lock:
+            self._source.db.slots[self._source.name] = int(checkpoint)
+
+    def log_position(self) -> Position:
+        return Position(self._source.db.next_seq(), 0, 0)
+
+    def lag_bytes(self) -> int:
+        return max(0, self._source.db.next_seq() - self._next)
+
+
+class FakeWatermarks:
+    """The fake source's watermarks part: upserts of its row of ``dblog.watermark``."""
+
+    def __init__(self, source: FakeSource, log: FakeLog) -> None:
+        self._source = source
+        self._log = log
+
+    def write_watermark(self, token: str) -> None:
+        db = self._source.db
+        with db.lock:
+            if WATERMARK_TABLE not in db.tables:
+                raise SourceUnavailable(f"the watermark table {WATERMARK_TABLE} is gone; the "
+                                        "next session creates it again")
+            seen = db.snapshot()  # the watermark statement's snapshot
+            with db.transaction() as tx:
+                tx.upsert(WATERMARK_TABLE, {"source": self._source.name, "value": token})
+            if self._source.options.unseen and token != HEARTBEAT and is_low_watermark(token) \
+                    and seen.invisible:
+                self._log.unseen[token] = seen.invisible
+
+    def await_low_watermark(self) -> None:
+        return None
+
+    def heartbeat(self) -> None:
+        self.write_watermark(HEARTBEAT)
 
 
 class FakePressure:

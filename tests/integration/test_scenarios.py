@@ -35,7 +35,7 @@ from dblog_worker.control.store import StateStore
 from dblog_worker.dialect import open_source
 from dblog_worker.dump.requests import KeyTexts
 from dblog_worker.dump.row_filter import RowFilter
-from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin
+from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint
 from dblog_worker.position import Position
@@ -47,6 +47,7 @@ from dblog_worker.source import (
     Problem,
     SchemaVersion,
     Source,
+    WatermarkWriter,
 )
 from dblog_worker.table_patterns import Rescan, Selection
 from tests.integration.harness import (
@@ -333,6 +334,28 @@ def test_a_pruning_dump_removes_rows_the_log_never_deleted(
 # -- writes between the watermarks and the chunk SELECT ---------------------------
 
 
+class HookedWatermarks:
+    """A watermark writer that runs a hook before and after the low watermark."""
+
+    def __init__(self, inner: WatermarkWriter, hooks: dict[str, Callable[[str], None]]
+                 ) -> None:
+        self.inner = inner
+        self.hooks = hooks
+
+    def write_watermark(self, token: str) -> None:
+        if token.endswith(".lw") and "before_low" in self.hooks:
+            self.hooks["before_low"](token)
+        self.inner.write_watermark(token)
+        if token.endswith(".lw") and "after_low" in self.hooks:
+            self.hooks["after_low"](token)
+
+    def await_low_watermark(self) -> None:
+        self.inner.await_low_watermark()
+
+    def heartbeat(self) -> None:
+        self.inner.heartbeat()
+
+
 class HookedChunks:
     """A chunk reader that runs a hook after the chunk SELECT."""
 
@@ -366,22 +389,17 @@ class HookedChunks:
 
 class HookedSource:
     """A source that runs a hook before and after the low watermark, and after the chunk
-    SELECT."""
+    SELECT: its watermarks and chunks parts hooked, the others its own."""
 
     def __init__(self, inner: Source, hooks: dict[str, Callable[[str], None]]) -> None:
         self.inner = inner
         self.hooks = hooks
         self.name = inner.name
+        self.log = inner.log
+        self.watermarks = HookedWatermarks(inner.watermarks, hooks)
         self.chunks = HookedChunks(inner.chunks, hooks)
         self.tables = inner.tables
         self.pressure = inner.pressure
-
-    def write_watermark(self, token: str) -> None:
-        if token.endswith(".lw") and "before_low" in self.hooks:
-            self.hooks["before_low"](token)
-        self.inner.write_watermark(token)
-        if token.endswith(".lw") and "after_low" in self.hooks:
-            self.hooks["after_low"](token)
 
     # the rest, as the source does it
 
@@ -411,30 +429,6 @@ class HookedSource:
 
     def prepare(self) -> str | None:
         return self.inner.prepare()
-
-    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
-        return self.inner.start(checkpoint, landed)
-
-    def poll(self, timeout: float, out: list[LogItem]) -> None:
-        self.inner.poll(timeout, out)
-
-    def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
-        return self.inner.encode_checkpoint(checkpoint)
-
-    def confirm(self, checkpoint: str) -> None:
-        self.inner.confirm(checkpoint)
-
-    def log_position(self) -> Position:
-        return self.inner.log_position()
-
-    def lag_bytes(self) -> int:
-        return self.inner.lag_bytes()
-
-    def await_low_watermark(self) -> None:
-        self.inner.await_low_watermark()
-
-    def heartbeat(self) -> None:
-        self.inner.heartbeat()
 
     def close(self) -> None:
         self.inner.close()
