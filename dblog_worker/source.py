@@ -1,11 +1,12 @@
 """The seam between the worker and a database: small protocols, one per concern.
 
-The worker runs the algorithm; a source knows how to stream its log from a checkpoint
-(:class:`LogReader`), write a watermark (:class:`WatermarkWriter`) and read a chunk
-(:class:`ChunkReader`); :class:`Setup` connects and prepares, :class:`Tables` describes
-the captured tables (their keys, to check a request). :class:`Source` is all of them:
-what a kind's package implements. Code that needs one concern takes that protocol only.
-Nothing here is database specific.
+The worker runs the algorithm; a source connects and prepares (:class:`Setup`) and has
+its parts: ``log`` streams the log from a checkpoint (:class:`LogReader`), ``watermarks``
+writes a watermark (:class:`WatermarkWriter`), ``chunks`` reads a chunk
+(:class:`DumpReader`), ``tables`` describes the captured tables (their keys, to check a
+request: :class:`Tables`) and ``pressure`` says how busy the database is
+(:class:`Pressure`). :class:`Source` is what a kind's package implements; code that needs
+one concern takes that part only. Nothing here is database specific.
 """
 
 from __future__ import annotations
