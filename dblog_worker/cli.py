@@ -310,7 +310,7 @@ def _masked(config: Config, source: Source, tables: Sequence[str]
     for table in tables:
         if config.source.columns.reaches(table):
             try:
-                found[table] = source.masked_columns(table)
+                found[table] = source.tables.masked_columns(table)
             except DblogError as exc:
                 found[table] = {"(not read)": str(exc)}
     return found

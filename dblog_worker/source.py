@@ -1,11 +1,12 @@
 """The seam between the worker and a database: small protocols, one per concern.
 
-The worker runs the algorithm; a source knows how to stream its log from a checkpoint
-(:class:`LogReader`), write a watermark (:class:`WatermarkWriter`) and read a chunk
-(:class:`ChunkReader`); :class:`Setup` connects and prepares, :class:`Tables` describes
-the captured tables (their keys, to check a request). :class:`Source` is all of them:
-what a kind's package implements. Code that needs one concern takes that protocol only.
-Nothing here is database specific.
+The worker runs the algorithm; a source connects and prepares (:class:`Setup`) and has
+its parts: ``log`` streams the log from a checkpoint (:class:`LogReader`), ``watermarks``
+writes a watermark (:class:`WatermarkWriter`), ``chunks`` reads a chunk
+(:class:`DumpReader`), ``tables`` describes the captured tables (their keys, to check a
+request: :class:`Tables`) and ``pressure`` says how busy the database is
+(:class:`Pressure`). :class:`Source` is what a kind's package implements; code that needs
+one concern takes that part only. Nothing here is database specific.
 """
 
 from __future__ import annotations
@@ -92,7 +93,14 @@ class Setup(Protocol):
     def selection(self) -> Selection:
         """The tables ``source.tables`` captures now, each with why, and those its patterns
         match but leave out, each with why not: the catalog read once, then at each
-        :meth:`Tables.rescan`. Changes nothing."""
+        :meth:`rescan`. Changes nothing."""
+
+    def rescan(self) -> Rescan:
+        """Read the catalog again: which tables joined capture (created, renamed into a
+        pattern) and left it (dropped, renamed out) since the last look. The source follows
+        at once (PostgreSQL: its publication gets the new tables and loses the others); a
+        new table's dump waits, if it must, until what the log may have missed of it is
+        visible to its chunk SELECTs."""
 
     def readers(self) -> dict[str, str]:
         """Which implementation reads each part of this source, as ``dblog status`` and the
@@ -144,13 +152,6 @@ class WatermarkWriter(Protocol):
 
 class Tables(Protocol):
     """The captured tables as the source describes them: their columns and keys."""
-
-    def rescan(self) -> Rescan:
-        """Read the catalog again: which tables joined capture (created, renamed into a
-        pattern) and left it (dropped, renamed out) since the last look. The source follows
-        at once (PostgreSQL: its publication gets the new tables and loses the others); a
-        new table's dump waits, if it must, until what the log may have missed of it is
-        visible to its chunk SELECTs."""
 
     def refresh(self, table: str) -> None:
         """Read the table's columns again: the worker calls it before a window, not in it."""
@@ -208,6 +209,9 @@ class DumpReader(ChunkReader, Protocol):
         0 is this reader; the others are opened on first use and closed with the source."""
 
 
+Lanes = Callable[[int], ChunkReader]  # index (1, 2, ...) -> the reader of that lane
+
+
 class Pressure(Protocol):
     """What the throttle (:mod:`dblog_worker.dump.throttle`) reads of the source: one light
     query on the worker's connection, between windows, at most about once a second."""
@@ -221,5 +225,26 @@ class Pressure(Protocol):
         be reached."""
 
 
-class Source(Setup, LogReader, WatermarkWriter, Tables, DumpReader, Pressure, Protocol):
-    """Everything the worker needs of a database: what its kind's package implements."""
+class Source(Setup, Protocol):
+    """Everything the worker needs of a database: what its kind's package implements.
+    Its parts are objects of their own, each with its protocol: callers take the part."""
+
+    @property
+    def log(self) -> LogReader:
+        """The log from a checkpoint on."""
+
+    @property
+    def watermarks(self) -> WatermarkWriter:
+        """The writes that come back through the log."""
+
+    @property
+    def chunks(self) -> DumpReader:
+        """The chunk SELECTs of dumps, and their lanes."""
+
+    @property
+    def tables(self) -> Tables:
+        """The captured tables' columns and keys, as requests and windows check them."""
+
+    @property
+    def pressure(self) -> Pressure:
+        """What the throttle reads of the database."""

@@ -69,7 +69,7 @@ def remove_extra(config: Config, table: str, keys: Sequence[object]) -> ExtraRem
         if POSITION_COLUMN not in columns:
             raise TargetError(f"target table {target_table} has no {POSITION_COLUMN} column: "
                               "its rows were not written by the merge; delete them yourself")
-        arity = source.key_arity(table)
+        arity = source.tables.key_arity(table)
         values: dict[KeyTexts, list[object]] = {}  # each key's texts -> as it was given
         for raw in keys:
             given = list(raw) if isinstance(raw, list) else [raw]
@@ -84,7 +84,8 @@ def remove_extra(config: Config, table: str, keys: Sequence[object]) -> ExtraRem
         found = list(positions)
         lacking: set[KeyTexts] = set()
         for start in range(0, len(found), LOOKUP_BATCH):  # 2. then the source
-            lacking.update(source.read_keys(table, found[start:start + LOOKUP_BATCH]).missing)
+            batch = found[start:start + LOOKUP_BATCH]
+            lacking.update(source.chunks.read_keys(table, batch).missing)
         for key, position in positions.items():  # 3. delete what the source still lacks
             value = values[key]
             if key not in lacking:

@@ -2,7 +2,7 @@
 (``shop.*``), so the tables it captures change with the catalog.
 
 At a session's start, and then every ``source.rescan_interval_s``, :class:`TableFollower`
-asks the source to read its catalog again (``Tables.rescan``: the source follows at once,
+asks the source to read its catalog again (``Setup.rescan``: the source follows at once,
 PostgreSQL's publication too) and, for what changed, records it in Redis (``captured``:
 what ``dblog status`` shows), logs it and tells the telemetry. A table that *joined*
 capture while capture ran (created, renamed into a pattern, matched by a configuration

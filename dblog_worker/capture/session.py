@@ -195,7 +195,8 @@ class Session:
         self.encoder = ThreadPoolExecutor(1, thread_name_prefix="dblog-encode")
         self.in_flight: Covered | None = None  # what the write in flight covers
         self.ended: set[str] = set()  # the dumps whose ending write was submitted
-        self.pacer = Pacer(self.source)  # the dumps' automatic throttles, between windows
+        # the dumps' automatic throttles, between windows
+        self.pacer = Pacer(self.source.pressure, self.source.log)
         self.readers: dict[str, str] = {}  # which implementation reads what (Setup.readers)
         self.tables = TableFollower(self.state, self.source, self.config.source,
                                     worker.telemetry)  # the captured tables, as they change
@@ -224,7 +225,7 @@ class Session:
             self.worker.sink.fence(self.token)  # from here on, only this worker publishes
             landed = self.worker.sink.recover()
         self.source.connect()
-        check_landed(self.config, self.source, self.worker.sink, landed)
+        check_landed(self.config, self.source.log, self.worker.sink, landed)
         saved = self.state.checkpoint()
         if saved is None and not self.worker.adopt_slot:
             lost = (ran_before or bool(landed)) and not self.state.was_reset()
@@ -241,7 +242,7 @@ class Session:
         if saved is None and created is not None:
             saved = created
             self.state.save_progress(saved, {}, {})
-        self.checkpoint = self.source.start(saved, max(landed.values(), default=None))
+        self.checkpoint = self.source.log.start(saved, max(landed.values(), default=None))
         with landing_errors():
             self.worker.sink.mark_capture_started()
         self.output = OutputBuffer(self.worker.sink, landed)
@@ -279,7 +280,7 @@ class Session:
         assert self.output is not None
         now = time.monotonic()
         items: list[LogItem] = []
-        self.source.poll(self._poll_timeout(now), items)
+        self.source.log.poll(self._poll_timeout(now), items)
         output, reconciler, telemetry = self.output, self.reconciler, self.worker.telemetry
         add, on_change, watching = output.add, reconciler.on_change, reconciler.watching
         for item in items:
@@ -288,7 +289,7 @@ class Session:
                 if watching:
                     on_change(item)
             elif type(item) is Checkpoint:
-                self.pending_checkpoint = self.source.encode_checkpoint(item)
+                self.pending_checkpoint = self.source.log.encode_checkpoint(item)
                 if self.window_rows and item.position > self.window_rows[0][1]:
                     raise SourceUnavailable(
                         "the log went past the high watermark without it: is the watermark "
@@ -334,7 +335,7 @@ class Session:
         if self.tables.due(now):
             self.tables.look(now)
         if now - self.last_heartbeat >= self.config.heartbeat_interval_s:
-            self.source.heartbeat()
+            self.source.watermarks.heartbeat()
             self.last_heartbeat = now
         if now - self.last_renew >= self.config.lease.renew_interval_s:
             self._renew(now)
@@ -426,11 +427,11 @@ class Session:
         if dump.current_table() is None:
             return
         try:
-            if dump.start(self.source):  # a table dump reads its upper bound first
+            if dump.start(self.source.chunks):  # a table dump reads its upper bound first
                 return
             plan = dump.plan(lambda start, count: self.state.request_keys(dump.id, start, count))
             assert plan is not None
-            self.source.refresh(plan.table)  # a column added since is read too
+            self.source.tables.refresh(plan.table)  # a column added since is read too
         except ChunkStale as exc:
             log.info("dump %s: %s", dump.id, exc, extra={"request_id": dump.id})
             dump.waiting = str(exc)
@@ -442,12 +443,12 @@ class Session:
             dump.failure = _dump_failure(dump, exc)
             return
         tokens = self.reconciler.next_tokens()
-        self.source.write_watermark(tokens.low)
+        self.source.watermarks.write_watermark(tokens.low)
         read = WindowRead(plan, NOTHING_READ)
         try:
-            self.source.await_low_watermark()  # a read replica: until it replayed LW
+            self.source.watermarks.await_low_watermark()  # a read replica: until it replayed LW
             started = time.monotonic()
-            read = WindowRead(plan, plan.read(self.source, self.encoder.submit))
+            read = WindowRead(plan, plan.read(self.source.chunks, self.encoder.submit))
             dump.chunk_ms = (time.monotonic() - started) * 1000
             dump.waiting = None
         except ChunkStale as exc:
@@ -458,9 +459,9 @@ class Session:
             raise
         except Exception as exc:
             read = WindowRead(plan, NOTHING_READ, failure=_dump_failure(dump, exc))
-        self.source.write_watermark(tokens.high)
+        self.source.watermarks.write_watermark(tokens.high)
         chunk = read.chunk
-        self.window_rows.append((chunk.rows, self.source.log_position()))
+        self.window_rows.append((chunk.rows, self.source.log.log_position()))
         self.reconciler.open(plan.table, tokens, KeyColumn(chunk.selected, chunk.rows),
                              dump.id, chunk.schema_version,
                              KeyColumn(chunk.selected, chunk.rows, 1),
@@ -523,7 +524,7 @@ class Session:
             self.state.save_progress(checkpoint, covered.progress, covered.missing)
         if checkpoint is not None:
             self.checkpoint = checkpoint
-            self.source.confirm(checkpoint)
+            self.source.log.confirm(checkpoint)
         self.worker.telemetry.durable(self.output.landed, checkpoint)
         for ending in covered.endings:
             if self.dumps.get(ending.dump.id) is ending.dump:
@@ -565,7 +566,7 @@ class Session:
     def _control(self, now: float) -> None:
         """Follow the queue (:func:`~dblog_worker.dump.admission.follow_requests`)."""
         self.last_control = now
-        following = follow_requests(self.state, self.source, self.worker.telemetry,
+        following = follow_requests(self.state, self.source.tables, self.worker.telemetry,
                                     self.dumps, self.config.max_active_dumps,
                                     whole_queue=not self.queue_read)
         self.queue_read = True
@@ -575,7 +576,7 @@ class Session:
 
     def _publish_status(self) -> None:
         window = self.reconciler.window_state
-        lag_bytes = self.source.lag_bytes()
+        lag_bytes = self.source.log.lag_bytes()
         self.worker.telemetry.log_lag(lag_bytes)
         self.state.publish_status({
             "run_id": self.run_id,

@@ -139,15 +139,15 @@ def source_keys(config: Config, spec: DumpSpec, tables: Sequence[str]) -> list[K
         arities = []
         for table in tables:
             try:
-                arities.append(source.key_arity(table))  # refuses tables gone or keyless
+                arities.append(source.tables.key_arity(table))  # refuses tables gone or keyless
             except DumpFailed as exc:
                 raise RequestRejected(str(exc)) from None
         keys = spec.key_texts(arities[0])
         if keys:
-            source.check_keys(tables[0], keys)
+            source.tables.check_keys(tables[0], keys)
         if spec.row_filter is not None:
             for table in tables:
-                source.check_filter(table, spec.row_filter)
+                source.tables.check_filter(table, spec.row_filter)
         return keys
     finally:
         source.close()

@@ -25,8 +25,8 @@ from dblog_worker.source import Pressure
 log = logging.getLogger(__name__)
 
 
-class Signalled(Pressure, Protocol):
-    """What the throttle reads of a source: its pressure and the worker's log lag."""
+class Lagging(Protocol):
+    """The worker's log reader, as the throttle reads it: how far behind the log it is."""
 
     def lag_bytes(self) -> int: ...
 
@@ -34,8 +34,9 @@ class Signalled(Pressure, Protocol):
 class Pacer:
     """Reads the signals and has each running dump's throttle decide."""
 
-    def __init__(self, source: Signalled) -> None:
-        self.source = source
+    def __init__(self, pressure: Pressure, log: Lagging) -> None:
+        self.pressure = pressure
+        self.log = log
         self.decided_at: dict[str, float] = {}  # per dump
         self.read_at = -math.inf
         self.sessions: int | None = None
@@ -59,11 +60,11 @@ class Pacer:
             return
         if now - self.read_at >= SAMPLE_S:
             self.read_at = now
-            sessions = self._read(self.source.active_sessions, policy.max_active_sessions)
+            sessions = self._read(self.pressure.active_sessions, policy.max_active_sessions)
             self.sessions = None if sessions is None else int(sessions)
-            self.replica_lag_ms = self._read(self.source.replica_lag_ms,
+            self.replica_lag_ms = self._read(self.pressure.replica_lag_ms,
                                              policy.max_replica_lag_ms)
-            self.log_lag = self.source.lag_bytes() if policy.max_log_lag_mb else None
+            self.log_lag = self.log.lag_bytes() if policy.max_log_lag_mb else None
         dump.throttle.decide(policy, Signals(
             chunk_ms=dump.chunk_ms,
             active_sessions=self.sessions if policy.max_active_sessions else None,

@@ -8,11 +8,11 @@ from dblog_worker.mysql.options import MySqlRules
 from dblog_worker.mysql.source import MySqlSource
 from dblog_worker.mysql.target import MySQLTarget
 from dblog_worker.position import Position
-from dblog_worker.source import SchemaVersion
+from dblog_worker.source import SchemaVersion, Source
 
 
 class MySqlDialect(MySqlRules):
-    def open_source(self, config: SourceConfig, schema_version: SchemaVersion) -> MySqlSource:
+    def open_source(self, config: SourceConfig, schema_version: SchemaVersion) -> Source:
         return MySqlSource(config, schema_version)
 
     def with_connect_timeout(self, config: SourceConfig, seconds: float) -> SourceConfig:

@@ -7,6 +7,7 @@ replicas when the role may see them: PROCESS) are left out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from dblog_worker.mysql.connection import connection_errors, replica_errors
@@ -17,6 +18,24 @@ ACTIVE_SESSIONS = (
     "information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%') "
     "FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'THREADS_RUNNING'"
 )
+
+
+class MyPressure:
+    """The source's pressure part: its running threads on ``conn`` (the source's
+    connection), and the lag of the read replica on ``replica`` (its connection) if any."""
+
+    def __init__(self, conn: Callable[[], Any],
+                 replica: Callable[[], DumpConnection] | None) -> None:
+        self._conn = conn
+        self._replica = replica
+
+    def active_sessions(self) -> int:
+        return active_sessions(self._conn())
+
+    def replica_lag_ms(self) -> float | None:
+        if self._replica is None:
+            return None
+        return replica_lag_ms(self._replica())
 
 
 def active_sessions(conn: Any) -> int:

@@ -49,7 +49,7 @@ from dblog_worker.mysql.connection import (
 from dblog_worker.mysql.snapshot import WindowSnapshots, select_in_snapshot
 from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.names import split_table
-from dblog_worker.source import Chunk, KeysChunk
+from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Lanes
 from dblog_worker.tables import TableCache
 
 __all__ = ["CapturedTables", "UnsupportedTable", "unsupported"]
@@ -145,8 +145,10 @@ class CapturedTables:
                  primary: Callable[[], pymysql.connections.Connection[Any]] | None = None,
                  replica: bool = False, snapshots: WindowSnapshots | None = None,
                  rules: ColumnRules | None = None,
-                 keys: Mapping[str, tuple[str, ...]] | None = None) -> None:
+                 keys: Mapping[str, tuple[str, ...]] | None = None,
+                 lanes: Lanes | None = None) -> None:
         self._connection = connection
+        self._lanes = lanes
         self._keys = keys or {}  # source.keys
         self._snapshots = snapshots  # watermarks = "position": chunks in snapshots
         self._primary = primary or connection
@@ -167,6 +169,12 @@ class CapturedTables:
         """The schema version of a table already read (0 if none): no catalog read."""
         known = self._cache.known(table)
         return 0 if known is None else known.version
+
+    def lane(self, index: int) -> ChunkReader:
+        """The reader of lane ``index`` (``lanes``, the source's); 0 is this one."""
+        if index == 0 or self._lanes is None:
+            return self
+        return self._lanes(index)
 
     def forget(self, table: str) -> None:
         """A table that left capture: its description goes."""

@@ -11,11 +11,11 @@ from dblog_worker.pg.options import PgRules, pg_options
 from dblog_worker.pg.source import PgSource
 from dblog_worker.pg.target import PostgresTarget
 from dblog_worker.position import Position
-from dblog_worker.source import SchemaVersion
+from dblog_worker.source import SchemaVersion, Source
 
 
 class PgDialect(PgRules):
-    def open_source(self, config: SourceConfig, schema_version: SchemaVersion) -> PgSource:
+    def open_source(self, config: SourceConfig, schema_version: SchemaVersion) -> Source:
         return PgSource(config, schema_version)
 
     def with_connect_timeout(self, config: SourceConfig, seconds: float) -> SourceConfig:

@@ -7,6 +7,8 @@ are not counted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dblog_worker.pg.connection import Connection, connection_errors, replica_errors
 
 ACTIVE_SESSIONS = (
@@ -21,6 +23,24 @@ REPLAY_LAG_MS = (
     "ELSE greatest(0, extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())"
     " * 1000) END"
 )
+
+
+class PgPressure:
+    """The source's pressure part: its active sessions on ``conn`` (the source's
+    connection), and the lag of the read replica on ``replica`` (its connection) if any."""
+
+    def __init__(self, conn: Callable[[], Connection],
+                 replica: Callable[[], Connection] | None) -> None:
+        self._conn = conn
+        self._replica = replica
+
+    def active_sessions(self) -> int:
+        return active_sessions(self._conn())
+
+    def replica_lag_ms(self) -> float | None:
+        if self._replica is None:
+            return None
+        return replay_lag_ms(self._replica())
 
 
 def active_sessions(conn: Connection) -> int:

@@ -46,7 +46,7 @@ from dblog_worker.pg.connection import (
 )
 from dblog_worker.pg.encoders import BUILTIN_TYPES, PgType
 from dblog_worker.pg.values import RowCodec
-from dblog_worker.source import Chunk, KeysChunk, SchemaVersion
+from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Lanes, SchemaVersion
 from dblog_worker.tables import TableCache
 
 
@@ -171,8 +171,10 @@ class PgChunkReader:
                  connection: Callable[[], Connection | None],
                  reads: Callable[[], Connection | None] | None = None,
                  replica: bool = False,
-                 captured: Callable[[], Collection[str]] | None = None) -> None:
+                 captured: Callable[[], Collection[str]] | None = None,
+                 lanes: Lanes | None = None) -> None:
         self._connection = connection
+        self._lanes = lanes
         self._reads = reads or connection
         self._replica = replica
         # a lane on the replica reads the catalog there too
@@ -197,6 +199,12 @@ class PgChunkReader:
     def close(self) -> None:
         """The connection closes: its cursor goes with it."""
         self._cursor = None
+
+    def lane(self, index: int) -> ChunkReader:
+        """The reader of lane ``index`` (``lanes``, the source's); 0 is this one."""
+        if index == 0 or self._lanes is None:
+            return self
+        return self._lanes(index)
 
     # -- the tables -----------------------------------------------------------
 

@@ -1,31 +1,29 @@
-"""The PostgreSQL source: setup, the pgoutput log, the watermark table.
+"""The PostgreSQL source: setup, and its parts: the pgoutput log (``log``,
+:mod:`~dblog_worker.pg.log_reader`), the watermarks (``watermarks``,
+:mod:`~dblog_worker.pg.watermarks`), the chunk reads and the captured tables (``chunks``,
+``tables``), what the throttle reads (``pressure``).
 
 Two connections: the replication stream, and one autocommit connection for the
 catalog, the watermark writes (heartbeats too), and chunk SELECTs (single statements at
 read committed: non-stale reads, no locks). Both use the same session settings,
 so the log and the chunks print values identically (see :mod:`dblog_worker.pg.values`).
 The captured tables and the chunk reads are :class:`~dblog_worker.pg.reads.PgChunkReader`'s
-(``pg/chunks.py``): :class:`PgSource` hands those calls on to it.
+(``pg/reads.py``): the source's ``chunks`` and ``tables`` parts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 import psycopg
 
 from dblog_worker.config import SourceConfig
-from dblog_worker.dump.requests import KeyTexts
-from dblog_worker.dump.row_filter import RowFilter
-from dblog_worker.errors import ConfigError, DumpFailed, LogGone, SourceUnavailable
-from dblog_worker.events import Checkpoint, LogItem
+from dblog_worker.errors import ConfigError, DumpFailed
 from dblog_worker.masking import MaskConflict
-from dblog_worker.pg import catalog, cells, pressure, queries, replica
-from dblog_worker.pg import pgoutput as pg
+from dblog_worker.pg import catalog, cells, queries, replica
 from dblog_worker.pg.catalog import WATERMARK_DDL
 from dblog_worker.pg.connection import (
     Connection,
@@ -33,33 +31,19 @@ from dblog_worker.pg.connection import (
     connected,
     connection_errors,
 )
+from dblog_worker.pg.log_reader import PgLogReader
 from dblog_worker.pg.options import pg_options
+from dblog_worker.pg.pressure import PgPressure
 from dblog_worker.pg.reads import PgChunkReader
 from dblog_worker.pg.replica import Replica
-from dblog_worker.pg.stream import ReplicationStream
-from dblog_worker.pg.translate import LogTranslator, RelationKind, RelationView, message_prefix
-from dblog_worker.pg.visibility import Snapshot
-from dblog_worker.position import Position
-from dblog_worker.source import (
-    Chunk,
-    ChunkReader,
-    KeysChunk,
-    Problem,
-    SchemaVersion,
-    locked,
-)
+from dblog_worker.pg.watermarks import PgWatermarks
+from dblog_worker.source import ChunkReader, Problem, SchemaVersion, Tables, locked
 from dblog_worker.table_patterns import Candidate, Rescan, Selection
-from dblog_worker.tables import HEARTBEAT, CapturedSet
 from dblog_worker.tables import WATERMARK_SCHEMA as SCHEMA
+from dblog_worker.tables import CapturedSet
 
 log = logging.getLogger(__name__)
 
-# How often, at most, a snapshot tells which transactions read from the log every later
-# snapshot sees (so they need no remembering, and the checkpoint may pass them): while
-# transactions are remembered; more often when they are many or the log has paused (the
-# checkpoint then moves on at once) (visibility.py).
-SNAPSHOT_S = 0.5
-SNAPSHOT_SOON_S = 0.05
 
 class PgSource:
     """One PostgreSQL database, as the worker sees it."""
@@ -75,11 +59,15 @@ class PgSource:
         self.chunks = PgChunkReader(
             config, self._schema_version, lambda: self._conn,
             reads=self._replica.connection if self._replica is not None else None,
-            replica=self._replica is not None, captured=self.captured.tables)
+            replica=self._replica is not None, captured=self.captured.tables, lanes=self._lane)
+        self.tables: Tables = self.chunks  # the chunk reader describes the tables it reads
+        self.pressure = PgPressure(lambda: self.conn, None if self._replica is None
+                                   else self._replica.connection)
         self._lanes: list[_Lane] = []
-        self._stream: ReplicationStream | None = None
-        self._snapshot_at = 0.0
-        self.translator = LogTranslator(config.name, self._describe)
+        self.log = PgLogReader(config, self.options, lambda: self.conn, self.captured,
+                               self.chunks)
+        self.watermarks = PgWatermarks(config.name, self.options, lambda: self.conn, self.log,
+                                       self._replica)
         cells.announce()
 
     # -- connection and checks ------------------------------------------------
@@ -254,7 +242,7 @@ class PgSource:
                 break
         for table in found.removed:
             self.chunks.captured.forget(table)
-        self.translator.describe_again(found.added)
+        self.log.translator.describe_again(found.added)
         return found
 
     def _sync_publication(self, tables: Sequence[str]) -> None:
@@ -294,250 +282,9 @@ class PgSource:
             for schema, name in added:
                 self.chunks.not_before[f"{schema}.{name}"] = str(row[0])
 
-    # -- the log --------------------------------------------------------------
+    # -- the lanes of a window's parallel chunk SELECTs ------------------------
 
-    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
-        """Start the log after ``checkpoint`` (the slot's own position when None); the
-        positions of its events and windows never need ``landed``."""
-        with connection_errors("reading the slot"):
-            row = self.conn.execute(
-                "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s",
-                (self.options.slot,),
-            ).fetchone()
-        if row is not None and row[0] == "lost":
-            raise LogGone(
-                f"replication slot {self.options.slot} lost the log it held (wal_status lost, "
-                "max_slot_wal_keep_size was exceeded): changes since checkpoint "
-                f"{checkpoint} are gone. Drop the slot (SELECT pg_drop_replication_slot("
-                f"'{self.options.slot}');), run `dblog reset --yes --config <file>`, start the "
-                "worker, then `dblog dump --all` to bring the output back in sync"
-            )
-        if row is None:
-            raise LogGone(
-                f"replication slot {self.options.slot} does not exist any more: the log since "
-                f"checkpoint {checkpoint} is gone. Run `dblog reset --yes --config <file>` to "
-                "start capture anew, then `dblog dump --all` to bring the output back in sync"
-            )
-        try:
-            lsn = pg.parse_lsn(checkpoint) if checkpoint else 0
-        except ValueError:
-            raise ConfigError(
-                f"the checkpoint in Redis, {checkpoint!r}, is not a PostgreSQL log position: "
-                "was this source's state written for a MySQL source? Use another source name, "
-                "or `dblog reset --yes --config <file>` and a full dump"
-            ) from None
-        self._take_slot()
-        self.translator = LogTranslator(self.name, self._describe)
-        self._stream = ReplicationStream(
-            self.config.dsn, self.options.slot, self.options.publication, self.translator,
-            messages=not self.options.watermark_table,
-        )
-        self._stream.start(lsn)
-        return pg.format_lsn(lsn)
-
-    def _take_slot(self) -> None:
-        """A previous leader that stopped (paused, partitioned) may still hold the slot: its
-        walsender would keep it until wal_sender_timeout. This worker holds the lease now:
-        end that walsender."""
-        sql = ("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s "
-               "AND active_pid IS NOT NULL")
-        with connection_errors("taking over the slot"):
-            row = self.conn.execute(sql, (self.options.slot,)).fetchone()
-            if row is None:
-                return
-            log.warning("replication slot %s is still in use by backend %s (a previous "
-                        "worker): ending it", self.options.slot, row[0])
-            try:
-                self.conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
-            except psycopg.errors.InsufficientPrivilege:
-                log.warning("the worker's role may not end backend %s: the slot is taken "
-                            "over once wal_sender_timeout ends it", row[0])
-                return
-            deadline = time.monotonic() + 5
-            while self.conn.execute(sql, (self.options.slot,)).fetchone() is not None:
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
-
-    def poll(self, timeout: float, out: list[LogItem]) -> None:
-        assert self._stream is not None
-        read = len(out)
-        self._stream.poll(timeout, out)
-        translator = self.translator
-        recent = translator.recent
-        if not recent:
-            return
-        every = SNAPSHOT_SOON_S if recent.over_limit or len(out) == read else SNAPSHOT_S
-        if time.monotonic() - self._snapshot_at < every:
-            return
-        with connection_errors("reading the snapshot"):
-            row = self.conn.execute("SELECT pg_current_snapshot()::text").fetchone()
-        assert row is not None
-        self._snapshot_at = time.monotonic()
-        held = recent.oldest()
-        translator.observe(Snapshot.parse(str(row[0])))
-        if recent.oldest() != held and not translator.in_transaction and translator.read_to:
-            out.append(translator.checkpoint(translator.read_to))  # held back less now
-
-    def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
-        return checkpoint.resume or pg.format_lsn(checkpoint.position.major)
-
-    def confirm(self, checkpoint: str) -> None:
-        assert self._stream is not None
-        self._stream.confirm(pg.parse_lsn(checkpoint))
-
-    def lag_bytes(self) -> int:
-        if self._stream is None:
-            return 0
-        return max(0, self._stream.server_wal_end - self._stream.received_lsn)
-
-    def _describe(self, relation: pg.Relation) -> RelationView:
-        table = f"{relation.namespace or 'pg_catalog'}.{relation.name}"
-        names = [c.name for c in relation.columns]
-        if relation.namespace == SCHEMA and relation.name == "watermark":
-            return RelationView(RelationKind.WATERMARK, table,
-                                watermark_columns=(names.index("source"), names.index("value")))
-        if table not in self.captured:
-            return RelationView(RelationKind.IGNORED, table)
-        captured = self.chunks.captured.known(table)
-        if captured is None or captured.info.oid != relation.relation_oid:
-            try:
-                captured = self.chunks.load(table)
-            except DumpFailed as exc:  # dropped since, or lost its key: replaying old changes
-                captured = None
-                log.warning("%s; its old changes are keyed by their replica identity", exc)
-        generated: tuple[tuple[str, str, str], ...] = ()
-        if captured is not None:
-            key, generated = captured.info.key_columns, captured.info.generated
-        else:
-            key = tuple(c.name for c in relation.columns if c.flags & 1)
-        oids = [c.type_oid for c in relation.columns]
-        codec, version = self.chunks.codec(table, names, oids, key, generated)
-        if captured is not None and not captured.info.key_in_log:
-            log.warning("%s", catalog.identity_problems(captured.info)[0].what)
-        return RelationView(RelationKind.CAPTURED, table, codec, version,
-                            full_identity=relation.replica_identity == "f")
-
-    # -- watermarks -----------------------------------------------------------
-
-    def write_watermark(self, token: str) -> None:
-        """Write a watermark; returns once it is committed (an upsert: a lost row comes back).
-
-        The write's snapshot goes to the translator: the transactions it did not see count
-        as inside the window this watermark opens, wherever the log has them.
-        """
-        with connection_errors("writing a watermark"):
-            if not self.options.watermark_table:
-                row = self._emit_watermark(token)
-            else:
-                row = self._upsert_watermark(token)
-        assert row is not None
-        self._snapshot_at = time.monotonic()
-        self.translator.observe(Snapshot.parse(str(row[0])),
-                                None if token == HEARTBEAT else token)
-
-    def _emit_watermark(self, token: str) -> tuple[object, ...] | None:
-        """The watermark as a transactional logical decoding message (no table): it commits
-        in a transaction of its own, with the snapshot of its statement."""
-        try:
-            return self.conn.execute(
-                "SELECT pg_current_snapshot()::text "
-                "FROM pg_logical_emit_message(true, %s, %s) AS m",
-                (message_prefix(self.name), token)).fetchone()
-        except psycopg.errors.InsufficientPrivilege as exc:
-            raise ConfigError(
-                f"the worker may not write watermark messages: {exc.diag.message_primary}; "
-                "run `dblog preflight` for the grant") from exc
-
-    def _upsert_watermark(self, token: str) -> tuple[object, ...] | None:
-        """The watermark as an upsert of this source's row of the watermark table."""
-        try:
-            return self.conn.execute(
-                f"INSERT INTO {SCHEMA}.watermark (source, value, written_at) "
-                "VALUES (%s, %s, now()) ON CONFLICT (source) DO UPDATE "
-                "SET value = excluded.value, written_at = excluded.written_at "
-                "RETURNING pg_current_snapshot()::text",
-                (self.name, token),
-            ).fetchone()
-        except psycopg.errors.UndefinedTable as exc:
-            raise SourceUnavailable(
-                f"the watermark table {SCHEMA}.watermark is gone: {exc.diag.message_primary}"
-                "; the next session creates it again") from exc
-        except psycopg.errors.LockNotAvailable as exc:
-            raise SourceUnavailable(
-                f"the watermark table {SCHEMA}.watermark is locked by another session: "
-                f"{exc.diag.message_primary}; trying again") from exc
-        except psycopg.errors.InsufficientPrivilege as exc:
-            raise ConfigError(
-                f"the worker may not write the watermark table {SCHEMA}.watermark: "
-                f"{exc.diag.message_primary}; run `dblog preflight` for the grant") from exc
-
-    def log_position(self) -> Position:
-        """The end of the log now, comparable with checkpoints: every commit so far is before
-        it. The insert position: under ``synchronous_commit = off`` a commit returns before
-        its WAL is written, so the write position can still be behind it."""
-        with connection_errors("reading the log position"):
-            row = self.conn.execute(
-                "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
-        assert row is not None
-        return Position(int(row[0]), 0)
-
-    def await_low_watermark(self) -> None:
-        if self._replica is None:
-            return
-        with connection_errors("reading the log position"):
-            row = self.conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-        assert row is not None
-        self._replica.catch_up(str(row[0]))
-
-    def heartbeat(self) -> None:
-        """Write to the log on an idle database, so that the slot can advance."""
-        self.write_watermark(HEARTBEAT)
-
-    # -- what the throttle reads (pg/pressure.py) ------------------------------
-
-    def active_sessions(self) -> int:
-        return pressure.active_sessions(self.conn)
-
-    def replica_lag_ms(self) -> float | None:
-        if self._replica is None:
-            return None
-        return pressure.replay_lag_ms(self._replica.connection())
-
-    # -- the captured tables and their chunks (pg/chunks.py) -------------------
-
-    def refresh(self, table: str) -> None:
-        self.chunks.refresh(table)
-
-    def key_arity(self, table: str) -> int:
-        return self.chunks.key_arity(table)
-
-    def masked_columns(self, table: str) -> dict[str, str]:
-        return self.chunks.masked_columns(table)
-
-    def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
-        self.chunks.check_keys(table, keys)
-
-    def check_filter(self, table: str, row_filter: RowFilter) -> None:
-        self.chunks.check_filter(table, row_filter)
-
-    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
-        return self.chunks.upper_bound(table, row_filter)
-
-    def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts, limit: int,
-                   row_filter: RowFilter | None = None) -> Chunk:
-        return self.chunks.read_chunk(table, after, upper, limit, row_filter)
-
-    def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
-        return self.chunks.read_keys(table, keys)
-
-    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts, offset: int,
-                  row_filter: RowFilter | None = None) -> KeyTexts | None:
-        return self.chunks.key_after(table, after, upper, offset, row_filter)
-
-    def lane(self, index: int) -> ChunkReader:
-        if index == 0:
-            return self
+    def _lane(self, index: int) -> ChunkReader:
         while len(self._lanes) < index:
             self._lanes.append(_Lane(self.config, self._schema_version, self._replica,
                                      self.captured.tables))
@@ -550,9 +297,7 @@ class PgSource:
         self.chunks.close()
         if self._replica is not None:
             self._replica.close()
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
+        self.log.close()
         if self._conn is not None:
             with contextlib.suppress(Exception):  # a broken connection may not close cleanly
                 self._conn.close()

@@ -6,13 +6,13 @@ from dblog_worker.config import SourceConfig, TargetConfig
 from dblog_worker.errors import ConfigError
 from dblog_worker.merge.target import Target
 from dblog_worker.position import Position
-from dblog_worker.source import SchemaVersion
+from dblog_worker.source import SchemaVersion, Source
 from tests.fakedb.options import FakeRules
 from tests.fakedb.source import FakeSource
 
 
 class FakeDialect(FakeRules):
-    def open_source(self, config: SourceConfig, schema_version: SchemaVersion) -> FakeSource:
+    def open_source(self, config: SourceConfig, schema_version: SchemaVersion) -> Source:
         return FakeSource(config, schema_version)
 
     def with_connect_timeout(self, config: SourceConfig, seconds: float) -> SourceConfig:

@@ -84,9 +84,12 @@ class FakeSource:
         self._versions: dict[tuple[str, tuple[Column, ...], tuple[str, ...]], int] = {}
         self._versions_lock = threading.Lock()
         self._db: FakeDatabase | None = None
-        self._next = 0  # the next commit the log reader reads
-        self._unseen: dict[str, frozenset[int]] = {}  # LW token -> commits it did not see
         self.capture = CapturedSet(config.selector, config.columns, self._candidates)
+        self.chunks = FakeReads(self)
+        self.tables = self.chunks
+        self.pressure = FakePressure()
+        self.log = FakeLog(self)
+        self.watermarks = FakeWatermarks(self, self.log)
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -118,10 +121,6 @@ class FakeSource:
     def rescan(self) -> Rescan:
         return self.capture.rescan()
 
-    def masked_columns(self, table: str) -> dict[str, str]:
-        """None: the fake kind applies no ``[source.columns]``."""
-        return {}
-
     def preflight(self) -> list[Problem]:
         problems = []
         for table in self.capture.rescan().selection.missing:
@@ -131,6 +130,9 @@ class FakeSource:
 
     def modes(self) -> list[str]:
         return ["watermarks: upserts of dblog.watermark, read back from the fake's log"]
+
+    def cascades(self) -> list[str]:
+        return ["the fake kind has no foreign keys"]
 
     def capture_exists(self) -> bool:
         with self.db.lock:
@@ -153,35 +155,56 @@ class FakeSource:
     def close(self) -> None:
         self._db = None
 
-    # -- the log -----------------------------------------------------------------------------
+    # -- schema versions ---------------------------------------------------------------------
+
+    def version(self, table: str, columns: tuple[Column, ...], key: tuple[str, ...]) -> int:
+        with self._versions_lock:
+            known = self._versions.get((table, columns, key))
+        if known is None:
+            document = {"columns": [{"name": c.name, "type": c.type} for c in columns],
+                        "key": list(key)}
+            known = self._schema_version(table, document)
+            with self._versions_lock:
+                self._versions[(table, columns, key)] = known
+        return known
+
+
+class FakeLog:
+    """The fake source's log part: its database's commits from a checkpoint on."""
+
+    def __init__(self, source: FakeSource) -> None:
+        self._source = source
+        self._next = 0  # the next commit the log reader reads
+        self.unseen: dict[str, frozenset[int]] = {}  # LW token -> commits it did not see
 
     def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
-        db = self.db
+        db = self._source.db
         with db.lock:
-            slot = db.slots.get(self.name)
+            slot = db.slots.get(self._source.name)
             if slot is None:
-                raise LogGone(f"capture {self.name} does not exist in {self.config.dsn}")
+                raise LogGone(f"capture {self._source.name} does not exist in "
+                              f"{self._source.config.dsn}")
             self._next = int(checkpoint) if checkpoint else slot
             if self._next < slot:
                 raise LogGone(f"the log before {slot} is gone (checkpoint {checkpoint})")
-        self._unseen = {}
+        self.unseen = {}
         return str(self._next)
 
     def poll(self, timeout: float, out: list[LogItem]) -> None:
-        commits = self.db.commits_from(self._next, timeout)[:MAX_COMMITS]
-        captured = self.config.tables
+        commits = self._source.db.commits_from(self._next, timeout)[:MAX_COMMITS]
+        captured = self._source.config.tables
         for commit in commits:
             seq, ts = commit.seq, commit.ts_us
             for index, change in enumerate(commit.changes):
                 if change.table == WATERMARK_TABLE:
                     assert change.after is not None
-                    if change.after["source"] == self.name:
+                    if change.after["source"] == self._source.name:
                         token = str(change.after["value"])
                         out.append(Watermark(token, Position(seq, index, 0), ts))
-                        if token in self._unseen:
-                            out.append(self._unseen_of(self._unseen.pop(token)))
+                        if token in self.unseen:
+                            out.append(self._unseen_of(self.unseen.pop(token)))
                 elif change.table in captured:
-                    version = self._version(change.table, change.columns, change.key_columns)
+                    version = self._source.version(change.table, change.columns, change.key_columns)
                     out.append(ChangeEvent(
                         change.table, _OPS[change.op], Position(seq, index, 0),
                         None if change.key is None else key_json(change.key),
@@ -193,10 +216,10 @@ class FakeSource:
 
     def _unseen_of(self, seqs: frozenset[int]) -> Unseen:
         changes: list[tuple[str, str | None]] = []
-        with self.db.lock:
+        with self._source.db.lock:
             for seq in sorted(seqs):
-                for change in self.db.log[seq - 1].changes:
-                    if change.table in self.config.tables:
+                for change in self._source.db.log[seq - 1].changes:
+                    if change.table in self._source.config.tables:
                         changes.append((change.table,
                                         None if change.key is None else key_json(change.key)))
         return Unseen(tuple(changes))
@@ -205,29 +228,35 @@ class FakeSource:
         return str(checkpoint.position.major)
 
     def confirm(self, checkpoint: str) -> None:
-        with self.db.lock:
-            self.db.slots[self.name] = int(checkpoint)
+        with self._source.db.lock:
+            self._source.db.slots[self._source.name] = int(checkpoint)
 
     def log_position(self) -> Position:
-        return Position(self.db.next_seq(), 0, 0)
+        return Position(self._source.db.next_seq(), 0, 0)
 
     def lag_bytes(self) -> int:
-        return max(0, self.db.next_seq() - self._next)
+        return max(0, self._source.db.next_seq() - self._next)
 
-    # -- watermarks ----------------------------------------------------------------------------
+
+class FakeWatermarks:
+    """The fake source's watermarks part: upserts of its row of ``dblog.watermark``."""
+
+    def __init__(self, source: FakeSource, log: FakeLog) -> None:
+        self._source = source
+        self._log = log
 
     def write_watermark(self, token: str) -> None:
-        db = self.db
+        db = self._source.db
         with db.lock:
             if WATERMARK_TABLE not in db.tables:
                 raise SourceUnavailable(f"the watermark table {WATERMARK_TABLE} is gone; the "
                                         "next session creates it again")
             seen = db.snapshot()  # the watermark statement's snapshot
             with db.transaction() as tx:
-                tx.upsert(WATERMARK_TABLE, {"source": self.name, "value": token})
-            if self.options.unseen and token != HEARTBEAT and is_low_watermark(token) \
+                tx.upsert(WATERMARK_TABLE, {"source": self._source.name, "value": token})
+            if self._source.options.unseen and token != HEARTBEAT and is_low_watermark(token) \
                     and seen.invisible:
-                self._unseen[token] = seen.invisible
+                self._log.unseen[token] = seen.invisible
 
     def await_low_watermark(self) -> None:
         return None
@@ -235,7 +264,9 @@ class FakeSource:
     def heartbeat(self) -> None:
         self.write_watermark(HEARTBEAT)
 
-    # -- pressure ------------------------------------------------------------------------------
+
+class FakePressure:
+    """No other session, no replica."""
 
     def active_sessions(self) -> int:
         return 0
@@ -243,47 +274,46 @@ class FakeSource:
     def replica_lag_ms(self) -> float | None:
         return None
 
-    # -- the captured tables -------------------------------------------------------------------
+
+class FakeReads:
+    """The fake source's ``chunks`` and ``tables`` parts: its captured tables and their
+    reads."""
+
+    def __init__(self, source: FakeSource) -> None:
+        self._source = source
+
+    def masked_columns(self, table: str) -> dict[str, str]:
+        """None: the fake kind applies no ``[source.columns]``."""
+        return {}
 
     def _table(self, table: str) -> Table:
-        if table not in self.capture:
-            raise RequestRejected(f"table {table} is not captured by source {self.name}; "
-                                  f"captured: {', '.join(self.capture.tables())}")
-        found = self.db.tables.get(table)
+        if table not in self._source.capture:
+            raise RequestRejected(f"table {table} is not captured by source {self._source.name}; "
+                                  f"captured: {', '.join(self._source.capture.tables())}")
+        found = self._source.db.tables.get(table)
         if found is None:
             raise DumpFailed(f"table {table} does not exist any more")
         return found
 
-    def _version(self, table: str, columns: tuple[Column, ...], key: tuple[str, ...]) -> int:
-        with self._versions_lock:
-            known = self._versions.get((table, columns, key))
-        if known is None:
-            document = {"columns": [{"name": c.name, "type": c.type} for c in columns],
-                        "key": list(key)}
-            known = self._schema_version(table, document)
-            with self._versions_lock:
-                self._versions[(table, columns, key)] = known
-        return known
-
     def _current_version(self, table: Table) -> int:
-        return self._version(table.name, tuple(table.columns), table.key)
+        return self._source.version(table.name, tuple(table.columns), table.key)
 
     def refresh(self, table: str) -> None:
-        with self.db.lock:
+        with self._source.db.lock:
             self._table(table)
 
     def key_arity(self, table: str) -> int:
-        with self.db.lock:
+        with self._source.db.lock:
             return len(self._table(table).key)
 
     def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
-        with self.db.lock:
+        with self._source.db.lock:
             found = self._table(table)
             for key in keys:
                 self._key(found, key, RequestRejected)
 
     def check_filter(self, table: str, row_filter: RowFilter) -> None:
-        with self.db.lock:
+        with self._source.db.lock:
             found = self._table(table)
             columns = {c.name: c for c in found.columns}
             for condition in row_filter.conditions:
@@ -317,7 +347,7 @@ class FakeSource:
                   row_filter: RowFilter | None) -> tuple[Table, list[tuple[Key, Row]]]:
         """The rows a new snapshot sees after ``after``, up to ``upper``, that meet the
         filter, in key order."""
-        db = self.db
+        db = self._source.db
         with db.lock:
             found = self._table(table)
             snapshot: Snapshot = db.snapshot()
@@ -333,7 +363,7 @@ class FakeSource:
             return found, rows
 
     def _after_read(self, table: str, keys: list[Key]) -> None:
-        hook = self.db.on_read
+        hook = self._source.db.on_read
         if hook is not None and keys:
             hook(table, keys)
 
@@ -353,7 +383,7 @@ class FakeSource:
                      lambda: (pa.array(keys, pa.string()), pa.array(afters, pa.string())))
 
     def read_keys(self, table: str, keys: Sequence[KeyTexts]) -> KeysChunk:
-        db = self.db
+        db = self._source.db
         with db.lock:
             found = self._table(table)
             wanted = [self._key(found, texts) for texts in keys]

@@ -88,14 +88,14 @@ def test_snapshot_positions_under_rotation(server: MariaDBServer, redis_url: str
                         source_extra='watermarks = "position"')
     source = MySqlSource(config_module.load(path).source, lambda table, schema: 1)
     source.connect()
-    source.start(source.prepare())
+    source.log.start(source.prepare())
     log, stop = Log(), threading.Event()
 
     def loop() -> None:  # the worker's loop: takes what the reader has read
         last_low = ""
         while not stop.is_set():
             items: list[LogItem] = []
-            source.poll(0.05, items)
+            source.log.poll(0.05, items)
             for item in items:
                 if isinstance(item, ChangeEvent) and item.after is not None:
                     row = json.loads(item.after)
@@ -125,13 +125,13 @@ def test_snapshot_positions_under_rotation(server: MariaDBServer, redis_url: str
             number = 0
             while time.monotonic() < deadline:
                 number += 1
-                assert source._reader is not None and source._snapshots is not None
-                taken = source._reader.taken()
+                assert source.log._reader is not None and source._snapshots is not None
+                taken = source.log._reader.taken()
                 rows, snapshot = select_in_snapshot(cur, f"SELECT id, v FROM {table}")
                 raw.append((snapshot.position, {int(i): int(v) for i, v in rows}, taken))
                 low, high = f"r.{number}.lw", f"r.{number}.hw"
-                source.write_watermark(low)
-                taken = source._reader.taken()
+                source.watermarks.write_watermark(low)
+                taken = source.log._reader.taken()
                 try:
                     rows, snapshot = select_in_snapshot(
                         cur, f"SELECT id, v FROM {table}", (), source._snapshots)
@@ -140,7 +140,7 @@ def test_snapshot_positions_under_rotation(server: MariaDBServer, redis_url: str
                     windows.append((low, {int(i): int(v) for i, v in rows}, taken))
                 except ChunkStale:
                     stale += 1
-                source.write_watermark(high)
+                source.watermarks.write_watermark(high)
         time.sleep(1.0)  # the loop takes the last windows' watermarks
     finally:
         stop.set()
@@ -281,9 +281,9 @@ def test_a_window_while_the_reader_is_a_queue_behind(redis_url: str, tmp_path: P
                             source_extra='watermarks = "position"')
         source = MySqlSource(config_module.load(path).source, lambda table, schema: 1)
         source.connect()
-        source.start(source.prepare())
+        source.log.start(source.prepare())
         try:
-            reader, snapshots = source._reader, source._snapshots
+            reader, snapshots = source.log._reader, source._snapshots
             assert reader is not None and snapshots is not None
             with pymysql.connect(**server.connect_args(name)) as conn, conn.cursor() as cur:
                 conn.autocommit(True)
@@ -294,17 +294,17 @@ def test_a_window_while_the_reader_is_a_queue_behind(redis_url: str, tmp_path: P
                 wait_for_blocked(reader, snapshots.facts)
                 assert snapshots.facts.read_to() < (int(str(file).rsplit(".", 1)[1]) << 32
                                                     | int(end))
-                source.write_watermark("r.1.lw")
+                source.watermarks.write_watermark("r.1.lw")
                 rows, snapshot = select_in_snapshot(cur, f"SELECT id, v FROM {table}", (),
                                                     snapshots)
                 assert snapshot.floor is not None  # confirmed later
                 snapshots.taken(snapshot, len(rows))
-                source.write_watermark("r.1.hw")
+                source.watermarks.write_watermark("r.1.hw")
             log, items = Log(), []
             deadline = time.monotonic() + 30
             while "r.1.hw" not in log.marks and time.monotonic() < deadline:
                 batch: list[LogItem] = []
-                source.poll(0.05, batch)
+                source.log.poll(0.05, batch)
                 items += batch
                 for item in batch:
                     if isinstance(item, ChangeEvent) and item.after is not None:

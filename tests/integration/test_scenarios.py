@@ -35,11 +35,20 @@ from dblog_worker.control.store import StateStore
 from dblog_worker.dialect import open_source
 from dblog_worker.dump.requests import KeyTexts
 from dblog_worker.dump.row_filter import RowFilter
-from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op, Origin
+from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint
 from dblog_worker.position import Position
-from dblog_worker.source import Chunk, ChunkReader, KeysChunk, Problem, SchemaVersion, Source
+from dblog_worker.source import (
+    Chunk,
+    ChunkReader,
+    DumpReader,
+    KeysChunk,
+    Problem,
+    SchemaVersion,
+    Source,
+    WatermarkWriter,
+)
 from dblog_worker.table_patterns import Rescan, Selection
 from tests.integration.harness import (
     HOSTILE,
@@ -325,14 +334,13 @@ def test_a_pruning_dump_removes_rows_the_log_never_deleted(
 # -- writes between the watermarks and the chunk SELECT ---------------------------
 
 
-class HookedSource:
-    """A source that runs a hook before and after the low watermark, and after the chunk
-    SELECT."""
+class HookedWatermarks:
+    """A watermark writer that runs a hook before and after the low watermark."""
 
-    def __init__(self, inner: Source, hooks: dict[str, Callable[[str], None]]) -> None:
+    def __init__(self, inner: WatermarkWriter, hooks: dict[str, Callable[[str], None]]
+                 ) -> None:
         self.inner = inner
         self.hooks = hooks
-        self.name = inner.name
 
     def write_watermark(self, token: str) -> None:
         if token.endswith(".lw") and "before_low" in self.hooks:
@@ -340,6 +348,20 @@ class HookedSource:
         self.inner.write_watermark(token)
         if token.endswith(".lw") and "after_low" in self.hooks:
             self.hooks["after_low"](token)
+
+    def await_low_watermark(self) -> None:
+        self.inner.await_low_watermark()
+
+    def heartbeat(self) -> None:
+        self.inner.heartbeat()
+
+
+class HookedChunks:
+    """A chunk reader that runs a hook after the chunk SELECT."""
+
+    def __init__(self, inner: DumpReader, hooks: dict[str, Callable[[str], None]]) -> None:
+        self.inner = inner
+        self.hooks = hooks
 
     def read_chunk(self, table: str, after: KeyTexts | None, upper: KeyTexts,
                    limit: int, row_filter: RowFilter | None = None) -> Chunk:
@@ -353,6 +375,31 @@ class HookedSource:
         if "after_select" in self.hooks:
             self.hooks["after_select"](table)
         return chunk
+
+    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        return self.inner.upper_bound(table, row_filter)
+
+    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
+                  offset: int, row_filter: RowFilter | None = None) -> KeyTexts | None:
+        return self.inner.key_after(table, after, upper, offset, row_filter)
+
+    def lane(self, index: int) -> ChunkReader:
+        return self if index == 0 else self.inner.lane(index)
+
+
+class HookedSource:
+    """A source that runs a hook before and after the low watermark, and after the chunk
+    SELECT: its watermarks and chunks parts hooked, the others its own."""
+
+    def __init__(self, inner: Source, hooks: dict[str, Callable[[str], None]]) -> None:
+        self.inner = inner
+        self.hooks = hooks
+        self.name = inner.name
+        self.log = inner.log
+        self.watermarks = HookedWatermarks(inner.watermarks, hooks)
+        self.chunks = HookedChunks(inner.chunks, hooks)
+        self.tables = inner.tables
+        self.pressure = inner.pressure
 
     # the rest, as the source does it
 
@@ -380,63 +427,8 @@ class HookedSource:
     def rescan(self) -> Rescan:
         return self.inner.rescan()
 
-    def masked_columns(self, table: str) -> dict[str, str]:
-        return self.inner.masked_columns(table)
-
     def prepare(self) -> str | None:
         return self.inner.prepare()
-
-    def start(self, checkpoint: str | None, landed: Position | None = None) -> str:
-        return self.inner.start(checkpoint, landed)
-
-    def poll(self, timeout: float, out: list[LogItem]) -> None:
-        self.inner.poll(timeout, out)
-
-    def encode_checkpoint(self, checkpoint: Checkpoint) -> str:
-        return self.inner.encode_checkpoint(checkpoint)
-
-    def confirm(self, checkpoint: str) -> None:
-        self.inner.confirm(checkpoint)
-
-    def log_position(self) -> Position:
-        return self.inner.log_position()
-
-    def lag_bytes(self) -> int:
-        return self.inner.lag_bytes()
-
-    def active_sessions(self) -> int:
-        return self.inner.active_sessions()
-
-    def replica_lag_ms(self) -> float | None:
-        return self.inner.replica_lag_ms()
-
-    def await_low_watermark(self) -> None:
-        self.inner.await_low_watermark()
-
-    def heartbeat(self) -> None:
-        self.inner.heartbeat()
-
-    def refresh(self, table: str) -> None:
-        self.inner.refresh(table)
-
-    def key_arity(self, table: str) -> int:
-        return self.inner.key_arity(table)
-
-    def upper_bound(self, table: str, row_filter: RowFilter | None = None) -> KeyTexts | None:
-        return self.inner.upper_bound(table, row_filter)
-
-    def check_keys(self, table: str, keys: Sequence[KeyTexts]) -> None:
-        self.inner.check_keys(table, keys)
-
-    def check_filter(self, table: str, row_filter: RowFilter) -> None:
-        self.inner.check_filter(table, row_filter)
-
-    def key_after(self, table: str, after: KeyTexts | None, upper: KeyTexts,
-                  offset: int, row_filter: RowFilter | None = None) -> KeyTexts | None:
-        return self.inner.key_after(table, after, upper, offset, row_filter)
-
-    def lane(self, index: int) -> ChunkReader:
-        return self if index == 0 else self.inner.lane(index)
 
     def close(self) -> None:
         self.inner.close()

@@ -143,9 +143,9 @@ def assert_dump_reads(config: Path, table: str, keys_file: Path, arity: int,
     source = open_source(config_module.load(config).source, lambda table, schema: 1)
     source.connect()
     try:
-        assert source.key_arity(table) == arity
-        source.check_keys(table, keys)
-        chunk = source.read_keys(table, keys)
+        assert source.tables.key_arity(table) == arity
+        source.tables.check_keys(table, keys)
+        chunk = source.chunks.read_keys(table, keys)
     finally:
         source.close()
     assert len(chunk.keys) == len(found)

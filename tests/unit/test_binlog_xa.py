@@ -27,7 +27,7 @@ from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 from dblog_worker.errors import ConfigError, ProtocolError
 from dblog_worker.events import ChangeEvent, Checkpoint, LogItem, Op
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint
-from dblog_worker.mysql.source import _other_server
+from dblog_worker.mysql.log_reader import _other_server
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
 from dblog_worker.position import Position
 

@@ -186,7 +186,7 @@ def _dump(policy: ThrottlePolicy) -> ActiveDump:
 
 def test_the_source_is_read_at_most_once_a_second_whatever_the_windows() -> None:
     source = _Source(sessions=37)
-    pacer, dump = Pacer(source), _dump(ThrottlePolicy(max_active_sessions=20,
+    pacer, dump = Pacer(source, source), _dump(ThrottlePolicy(max_active_sessions=20,
                                                            max_log_lag_mb=10))
     for i in range(20):  # 20 windows closing within 0.2 s
         dump.unpaced = True
@@ -202,7 +202,7 @@ def test_the_source_is_read_at_most_once_a_second_whatever_the_windows() -> None
 
 def test_a_signal_that_cannot_be_read_is_left_out() -> None:
     source = _Source(error=RuntimeError("permission denied for pg_stat_activity"))
-    pacer, dump = Pacer(source), _dump(ThrottlePolicy(max_active_sessions=20))
+    pacer, dump = Pacer(source, source), _dump(ThrottlePolicy(max_active_sessions=20))
     dump.unpaced = True
     pacer.pace(dump, 100.0)
     assert dump.throttle.delay_ms == 0 and dump.throttle.readings == []
@@ -211,7 +211,7 @@ def test_a_signal_that_cannot_be_read_is_left_out() -> None:
 
 def test_a_source_gone_ends_the_session() -> None:
     source = _Source(error=SourceUnavailable("the source database is unreachable"))
-    pacer, dump = Pacer(source), _dump(ThrottlePolicy(max_active_sessions=20))
+    pacer, dump = Pacer(source, source), _dump(ThrottlePolicy(max_active_sessions=20))
     dump.unpaced = True
     with pytest.raises(SourceUnavailable):
         pacer.pace(dump, 100.0)
@@ -219,7 +219,7 @@ def test_a_source_gone_ends_the_session() -> None:
 
 def test_without_a_policy_nothing_is_read() -> None:
     source = _Source(sessions=99)
-    pacer, dump = Pacer(source), _dump(NO_THROTTLE)
+    pacer, dump = Pacer(source, source), _dump(NO_THROTTLE)
     dump.unpaced = True
     pacer.pace(dump, 100.0)
     assert (source.queries, source.lag, dump.unpaced) == (0, 0, False)
