@@ -148,13 +148,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(line)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _collect_garbage_of_the_module() -> Iterator[None]:
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """What a module's tests left to the garbage collector is collected as its last test
-    ends: a connection or a response a test forgot to close then fails that module
-    (ResourceWarning is an error here), not whichever later test the collector ran in."""
-    yield
-    gc.collect()
+    ends (before pytest looks for unraisable exceptions): a connection or a response a test
+    forgot to close then fails that module (ResourceWarning is an error here), not whichever
+    later test the collector ran in. A hook, not an autouse fixture: a module-scoped fixture
+    would put every test in its module's xdist group (shared_scope_group)."""
+    if nextitem is None or nextitem.path != item.path:
+        gc.collect()
 
 
 @pytest.fixture(scope="session")
