@@ -11,7 +11,7 @@ encoded by the codec's own lines.
 
 Same value, same bytes: tests/integration/test_mysql_values.py reads every event of its
 type tables both ways (this reader, and the codec over mysql-replication's rows) and
-compares them byte for byte; tests/unit/test_rowtext.py does the same over random bytes of
+compares them byte for byte; tests/unit/mysql/test_rowtext.py does the same over random bytes of
 each type read here.
 """
 

@@ -5,7 +5,7 @@ reads up to 100k rows as PostgreSQL text output, one ``pa.string()`` array per c
 and gets every row's canonical key and row JSON at once.  Its output MUST stay
 byte-identical to ``RowCodec.key``/``RowCodec.row`` for every input (a dump row and the
 same row from the log, which is encoded by ``RowCodec``, must serialize to the same
-bytes); ``tests/unit/test_columns.py`` checks this with hypothesis.  Any change to the
+bytes); ``tests/unit/pg/test_columns.py`` checks this with hypothesis.  Any change to the
 encodings in ``encoders.py`` must be mirrored here, or the type must fall back.
 
 Which encoding a column gets is decided by ``encoders.encoder_for`` (domains resolved

@@ -157,7 +157,7 @@ def test_snapshot_positions_under_rotation(server: MariaDBServer, redis_url: str
     assert files > 20 and len(raw) > 20  # snapshots taken in SECONDS: fewer on a loaded machine
     assert wrong, "the server reported no position past an invisible group"
     # (a reader behind the server, on a loaded machine, receives no group early: no
-    # assertion on ``ahead``; tests/unit/test_mysql_marks.py covers the rule)
+    # assertion on ``ahead``; tests/unit/mysql/test_mysql_marks.py covers the rule)
     used = [window for window in windows if window[0] not in log.discarded]
     print(f"{len(windows) - len(used)} windows discarded at their high watermark")
     assert len(used) >= 0.8 * len(raw)  # the rest waited: their chunks read later

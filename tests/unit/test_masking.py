@@ -34,7 +34,7 @@ from dblog_worker.mysql.values import MyRowCodec
 from dblog_worker.pg.column_codec import ColumnCodec
 from dblog_worker.pg.reads import schema_document as pg_schema_document
 from dblog_worker.pg.values import RowCodec
-from tests.unit.test_columns import CATALOG, INT4, TEXT, tables, to_columns
+from tests.unit.pg.test_columns import CATALOG, INT4, TEXT, tables, to_columns
 
 KEY = b"0123456789abcdef0123456789abcdef"
 ENV = {"K": KEY.decode()}

@@ -20,8 +20,8 @@ from dblog_worker.events import Cascaded, ChangeEvent, LogItem
 from dblog_worker.foreign_keys import CascadePlan, ForeignKey, Rule
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
-from tests.unit import test_binlog_xa as xa
-from tests.unit.test_binlog_xa import FILE, event, feed, gtid, prepare, query, resolved
+from tests.unit.mysql import test_binlog_xa as xa
+from tests.unit.mysql.test_binlog_xa import FILE, event, feed, gtid, prepare, query, resolved
 
 C, N = Rule.CASCADE, Rule.SET_NULL
 KEYS = (

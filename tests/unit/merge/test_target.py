@@ -340,7 +340,7 @@ def test_bad_target_and_merge_options_are_refused(section: dict[str, object],
 
 
 def test_the_example_configuration_has_a_target() -> None:
-    example = Path(__file__).resolve().parents[2] / "examples" / "worker.toml"
+    example = Path(__file__).resolve().parents[3] / "examples" / "worker.toml"
     config = config_module.load(example, {"SHOP_DB_PASSWORD": "a", "REPLICA_DB_PASSWORD": "b"})
     assert config.require_target().table("public.orders") == "public.orders"
     assert config.merge.batch_max_events == 5_000_000

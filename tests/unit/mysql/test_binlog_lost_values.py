@@ -18,7 +18,7 @@ from dblog_worker.mysql.checkpoint import BinlogCheckpoint
 from dblog_worker.mysql.column_model import Kind, MyColumn
 from dblog_worker.mysql.translate import BinlogTranslator, TableView
 from dblog_worker.mysql.values import MyRowCodec
-from tests.unit.test_binlog_xa import FILE, event, feed
+from tests.unit.mysql.test_binlog_xa import FILE, event, feed
 
 CODEC = MyRowCodec([MyColumn("id", Kind.INTEGER), MyColumn("d", Kind.DATE)], ["id"])
 LOST = {"d": "out of date range"}
