@@ -340,6 +340,10 @@ def _delete(found: LakeTable, key_columns: Sequence[str],
             found.handle.delete(predicate)
     except CommitFailedException:
         return False
+    finally:  # the commit reopened the catalog's pool that open_table had closed
+        engine = getattr(found.handle.catalog, "engine", None)
+        if engine is not None:
+            engine.dispose()
     return True
 
 
