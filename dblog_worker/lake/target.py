@@ -288,12 +288,18 @@ class LakeTarget(Target):
                              f" {quote(name)} TYPE {type_sql}")
 
     def _ddl(self, table: str, sql: str) -> None:
-        try:
-            self._sql(sql)
-        except Exception as exc:  # AnalysisException and the JVM's errors alike
-            self._raise_unavailable(exc)
-            raise TargetError(f"cannot prepare target table {table}: {_first_line(exc)}"
-                              ) from None
+        for attempt in range(2):
+            try:
+                self._sql(sql)
+                return
+            except Exception as exc:  # AnalysisException and the JVM's errors alike
+                self._raise_unavailable(exc)
+                if attempt == 0 and " IF NOT EXISTS " in sql:
+                    # the JDBC catalog checks, then inserts: a table merged in parallel
+                    # created the same namespace between the two; it exists now
+                    continue
+                raise TargetError(f"cannot prepare target table {table}: {_first_line(exc)}"
+                                  ) from None
 
     @_reachable
     def prepare_table(self, batch: Batch) -> dict[str, str]:
