@@ -23,7 +23,13 @@ import pytest
 import redis
 from hypothesis import settings
 
-from tests.services import MariaDBServer, PostgresServer, RedisServer, SeaweedServer
+from tests.services import (
+    NO_SERVERS_ENV,
+    MariaDBServer,
+    PostgresServer,
+    RedisServer,
+    SeaweedServer,
+)
 
 if TYPE_CHECKING:  # pyspark only for the tests that use Spark
     from pyspark.sql import SparkSession
@@ -126,6 +132,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 from _pytest.nodeid import coerce_node_id
 
                 item._id = coerce_node_id(f"{item.nodeid}@{group}")
+    if not os.environ.get(NO_SERVERS_ENV) and any(map(starts_spark, items)):
+        from tests import spark_jvm
+
+        spark_jvm.prepare(*spark_jvm.homes())
+
+
+def starts_spark(item: pytest.Item) -> bool:
+    """The test may start a Spark JVM (a session that runs one sets SPARK_SUBMIT_OPTS and
+    makes the class-data-sharing archives: tests/spark_jvm.py)."""
+    return (any(item.get_closest_marker(m) for m in ("spark", "airflow"))
+            or Path(str(item.path)).relative_to(TESTS).parts[0] == "bench")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from tests import spark_jvm
+
+    spark_jvm.finish()
 
 
 # Lines a test reports for the end of the run: a user property named "<something> report"

@@ -1,0 +1,152 @@
+"""The JVMs of the suite's Spark starts: cheap to start, and sharing their classes.
+
+Every Spark start of the suite (an in-process ``SparkSession``, a ``dblog merge``'s
+``spark-submit``, Airflow's SparkSubmitOperator, the benchmarks' tiny runs) is a
+``spark-submit``, whose launcher puts ``$SPARK_SUBMIT_OPTS`` on the driver JVM's command
+line, whatever Spark settings the test gives (it prints nothing, and is not a Spark setting
+that a test could read back). The session sets it, before any test, to:
+
+- ``FAST_JVM``: C1 only and the serial GC. A tiny job's JVM does its work before C2 would
+  pay off; on two shared cores, C2's and G1's threads are pure cost (a tiny job's CPU
+  halves).
+- a class-data-sharing archive of the Spark home's classes (``-XX:SharedArchiveFile``):
+  Spark's few thousand classes mapped, not parsed and verified, at each start (2-3 s of CPU
+  less). A dynamic archive fits one class path (``<conf dir>:<home>/jars/*``), so there is
+  one per Spark home (the venv's PySpark, ``.tools/spark35``), made once by a tiny job with
+  ``-XX:ArchiveClassesAtExit`` and kept in a cache folder named by what it depends on (the
+  JDK, the home's jars). Until it exists, or where the class path differs (a test's own
+  ``SPARK_CONF_DIR``, which is not empty), the JVM starts without it; ``-Xlog:cds=off``
+  keeps the JVM from saying so on its stdout, which tests read.
+
+``spark_submit_opts(home)`` is the value for a Spark home; tests/lake.py's ``merge_env``
+names Spark 3.5's for the processes it starts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+__all__ = ["FAST_JVM", "finish", "homes", "prepare", "spark_submit_opts"]
+
+FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# A missing or mismatched archive is a warning on the JVM's stdout: not in a test's output.
+QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dblog-tests" / "cds"
+# Touches what most jobs load: SQL, code generation, a shuffle, Parquet both ways.
+_JOB = """
+import sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.getOrCreate()
+data = spark.range(2000).selectExpr("id", "id % 7 AS k", "CAST(id AS STRING) AS s")
+data.write.mode("overwrite").parquet(sys.argv[1])
+back = spark.read.parquet(sys.argv[1])
+back.groupBy("k").count().orderBy("k").collect()
+back.createOrReplaceTempView("t")
+spark.sql("SELECT k, max(s) FROM t WHERE id > 5 GROUP BY k").collect()
+spark.stop()
+"""
+
+
+def archive(home: Path) -> Path:
+    """Where the archive of ``home``'s class path is kept: named by the JDK and the jars."""
+    java = Path(shutil.which("java") or "java").resolve()
+    jars = sorted((home / "jars").glob("*.jar"))
+    key = hashlib.sha256("\n".join(
+        [str(java), str(java.stat().st_mtime_ns) if java.exists() else "", str(home.resolve()),
+         *(f"{j.name} {j.stat().st_size} {j.stat().st_mtime_ns}" for j in jars)]).encode())
+    return CACHE / f"{_prefix(home)}-{key.hexdigest()[:16]}.jsa"
+
+
+def _prefix(home: Path) -> str:
+    """The archives of one Spark home, whichever its jars and JDK."""
+    return "spark-" + hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
+
+
+def spark_submit_opts(home: Path | None) -> str:
+    """``SPARK_SUBMIT_OPTS`` for a Spark home: its archive once it exists."""
+    found = archive(home) if home is not None else None
+    share = f" -XX:SharedArchiveFile={found}" if found is not None and found.is_file() else ""
+    return f"{FAST_JVM} {QUIET_CDS}{share}"
+
+
+def build(home: Path, python: Path) -> Path | None:
+    """The archive of ``home`` (made by a tiny job when missing; one process at a time)."""
+    target = archive(home)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / f"{target.stem}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file():
+            return target
+        for stale in CACHE.glob(f"{_prefix(home)}-*.jsa"):
+            stale.unlink()  # of jars or a JDK no longer installed
+        with tempfile.TemporaryDirectory(prefix="dblog-cds-") as folder:
+            job = Path(folder) / "job.py"
+            job.write_text(_JOB)
+            dumped = CACHE / f"{target.stem}.partial"  # a killed run's is overwritten
+            dumped.unlink(missing_ok=True)
+            env = {**os.environ, "SPARK_HOME": str(home.resolve()), "PYSPARK_PYTHON": str(python),
+                   "PYSPARK_DRIVER_PYTHON": str(python), "SPARK_LOCAL_IP": "127.0.0.1",
+                   "SPARK_SUBMIT_OPTS": f"{FAST_JVM} -XX:ArchiveClassesAtExit={dumped}"}
+            env.pop("SPARK_CONF_DIR", None)
+            env.pop("PYTHONPATH", None)
+            done = subprocess.run(
+                [str(home.resolve() / "bin" / "spark-submit"), "--master", "local[1]",
+                 "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=1",
+                 str(job), str(Path(folder) / "data")],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                timeout=600)
+            if done.returncode != 0 or not dumped.is_file():
+                return None  # the suite runs without it, as it did
+            shutil.move(dumped, target)
+        return target
+
+
+_builder: threading.Thread | None = None
+
+
+def prepare(homes: dict[Path, Path], main: Path | None) -> None:
+    """Set ``SPARK_SUBMIT_OPTS`` for the Spark home ``main`` (the venv's PySpark) now, and
+    make the archives of ``homes`` (home -> its Python) in a thread: the JVMs that start
+    before one exists start without it. The variable exists before the thread starts (it
+    only changes value: no copy of the environment sees it change size)."""
+    os.environ["SPARK_SUBMIT_OPTS"] = spark_submit_opts(main)
+
+    def make() -> None:
+        for home, python in homes.items():
+            made = build(home, python)
+            if made is not None and home == main:
+                os.environ["SPARK_SUBMIT_OPTS"] = spark_submit_opts(main)
+
+    global _builder
+    _builder = threading.Thread(target=make, name="spark-cds", daemon=True)
+    _builder.start()
+
+
+def finish() -> None:
+    """Wait for the archives being made (a JVM left running would outlive the session)."""
+    if _builder is not None:
+        _builder.join(600)
+
+
+def homes() -> tuple[dict[Path, Path], Path | None]:
+    """The suite's Spark homes (home -> the Python of its jobs), and the venv's."""
+    import importlib.util
+
+    from tests.lake import SPARK35, SPARK35_HOME
+
+    found: dict[Path, Path] = {}
+    spec = importlib.util.find_spec("pyspark")
+    main = Path(spec.origin).parent if spec is not None and spec.origin else None
+    if main is not None and (main / "bin" / "spark-submit").is_file():
+        found[main] = Path(sys.executable)
+    if (SPARK35_HOME / "bin" / "spark-submit").is_file():
+        found[SPARK35_HOME] = SPARK35 / "bin" / "python"
+    return found, main
