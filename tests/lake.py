@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from tests.services import HOST
+from tests.spark_jvm import FAST_JVM, spark_submit_opts
 
 ROOT = Path(__file__).resolve().parents[1]
 SPARK35 = ROOT / ".tools" / "spark35"
@@ -33,8 +34,6 @@ S3A_SPARK35_JARS = [JARS / "hadoop-aws-3.3.4.jar", *(
     JARS / f"{name}-1.12.262.jar" for name in (
         "aws-java-sdk-core", "aws-java-sdk-s3", "aws-java-sdk-sts", "aws-java-sdk-kms",
         "aws-java-sdk-dynamodb", "jmespath-java"))]
-# A short-lived JVM: C1 only, the serial GC.
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def catalog_database(pg_dsn: str) -> tuple[str, str]:
@@ -135,6 +134,7 @@ def merge_env() -> dict[str, str]:
     env["SPARK_LOCAL_IP"] = HOST
     env.pop("SPARK_HOME", None)
     env.pop("PYTHONPATH", None)
+    env["SPARK_SUBMIT_OPTS"] = spark_submit_opts(SPARK35_HOME)  # Spark 3.5's archive
     return env
 
 

@@ -60,6 +60,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.services import PostgresServer
+from tests.spark_jvm import FAST_JVM
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -149,7 +150,6 @@ def log_text(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
     return text
 
 
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def target_sections(target_dsn: str) -> str:

@@ -32,6 +32,7 @@ from tests.airflow.dag_files import load_dags
 from tests.airflow.test_dags_e2e import asset_events, states, xcom
 from tests.integration.harness import WorkerProcess, wait_for, write_config
 from tests.lake import SPARK35, SPARK35_HOME, SPARK35_PYTHON, lake_sections
+from tests.spark_jvm import spark_submit_opts
 
 SOURCE = "src"
 TABLE = "public.items"
@@ -57,6 +58,7 @@ def lake_capture(pg_dsn: str, redis_url: str, tmp_path: Path, airflow_db: Path,
                             os.environ["PATH"]))
     monkeypatch.setenv("PATH", path)  # Spark 3.5's spark-submit, found first
     monkeypatch.setenv("SPARK_HOME", str(SPARK35_HOME))  # and its home, whatever Python
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", spark_submit_opts(SPARK35_HOME))  # its archive
     monkeypatch.setenv("DBLOG_POLL_INTERVAL_S", "1")
     dags = load_dags({"DBLOG_CONFIG": str(config)})
     worker = WorkerProcess(config, tmp_path / "worker.log").start()

@@ -74,6 +74,7 @@ from tests.integration.harness import (
     write_config,
 )
 from tests.services import HOST, MariaDBServer, PostgresServer
+from tests.spark_jvm import FAST_JVM
 from tests.spark_local import jdbc_jars
 
 SOURCE = "src"
@@ -744,8 +745,6 @@ KV_SCHEMA = {
     "key": ["id"],
 }
 EVENTS, KEYS, SEGMENT_EVENTS, BATCH_EVENTS = 200_000, 20_000, 5_000, 10_000
-# A short-lived JVM: C1 only, the serial GC. Halves spark-submit's time to its first batch.
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def land_kv(landing: Path, seed: int) -> int:
