@@ -134,7 +134,8 @@ def merge_env() -> dict[str, str]:
     env["SPARK_LOCAL_IP"] = HOST
     env.pop("SPARK_HOME", None)
     env.pop("PYTHONPATH", None)
-    env["SPARK_SUBMIT_OPTS"] = spark_submit_opts(SPARK35_HOME)  # Spark 3.5's archive
+    # Spark 3.5's archive (tests/spark_jvm.py)
+    env["SPARK_SUBMIT_OPTS"] = env["SPARK_LAUNCHER_OPTS"] = spark_submit_opts(SPARK35_HOME)
     return env
 
 

@@ -39,6 +39,7 @@ from tests.services import (
     free_port,
     refuse_in_fast_runs,
 )
+from tests.spark_jvm import spark_submit_opts
 
 __all__ = ["SparkStandalone"]
 
@@ -124,6 +125,8 @@ class SparkStandalone:
             "SPARK_PID_DIR": str(self.base),
             "SPARK_WORKER_DIR": str(self.base / "work"),
             "SPARK_DAEMON_MEMORY": "512m",
+            "SPARK_DAEMON_JAVA_OPTS": spark_submit_opts(SPARK_HOME),  # tests/spark_jvm.py
+            "SPARK_LAUNCHER_OPTS": spark_submit_opts(SPARK_HOME),
         }
 
     def _launch(self, name: str, main_class: str, *args: str) -> None:

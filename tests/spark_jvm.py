@@ -18,8 +18,11 @@ that a test could read back). The session sets it, before any test, to:
   ``SPARK_CONF_DIR``, which is not empty), the JVM starts without it; ``-Xlog:cds=off``
   keeps the JVM from saying so on its stdout, which tests read.
 
-``spark_submit_opts(home)`` is the value for a Spark home; tests/lake.py's ``merge_env``
-names Spark 3.5's for the processes it starts.
+The same value goes to ``$SPARK_LAUNCHER_OPTS``: each ``spark-submit`` first runs Spark's
+launcher (a JVM that writes the driver's command line), whose class path is the home's
+``jars/*`` too. ``spark_submit_opts(home)`` is the value for a Spark home; tests/lake.py's
+``merge_env`` names Spark 3.5's for the processes it starts, tests/spark_cluster.py the
+venv's for a standalone cluster's daemons (``SPARK_DAEMON_JAVA_OPTS``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ __all__ = ["FAST_JVM", "finish", "homes", "prepare", "spark_submit_opts"]
 
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # A missing or mismatched archive is a warning on the JVM's stdout: not in a test's output.
-QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+QUIET_CDS = "-Xlog:cds*=off"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dblog-tests" / "cds"
 # Touches what most jobs load: SQL, code generation, a shuffle, Parquet both ways.
 _JOB = """
@@ -112,18 +115,23 @@ def build(home: Path, python: Path) -> Path | None:
 _builder: threading.Thread | None = None
 
 
+def export(home: Path | None) -> None:
+    """The options of ``home``'s JVMs in the environment that every Spark start inherits."""
+    os.environ["SPARK_SUBMIT_OPTS"] = os.environ["SPARK_LAUNCHER_OPTS"] = spark_submit_opts(home)
+
+
 def prepare(homes: dict[Path, Path], main: Path | None) -> None:
     """Set ``SPARK_SUBMIT_OPTS`` for the Spark home ``main`` (the venv's PySpark) now, and
     make the archives of ``homes`` (home -> its Python) in a thread: the JVMs that start
     before one exists start without it. The variable exists before the thread starts (it
     only changes value: no copy of the environment sees it change size)."""
-    os.environ["SPARK_SUBMIT_OPTS"] = spark_submit_opts(main)
+    export(main)
 
     def make() -> None:
         for home, python in homes.items():
             made = build(home, python)
             if made is not None and home == main:
-                os.environ["SPARK_SUBMIT_OPTS"] = spark_submit_opts(main)
+                export(main)
 
     global _builder
     _builder = threading.Thread(target=make, name="spark-cds", daemon=True)

@@ -58,7 +58,8 @@ def lake_capture(pg_dsn: str, redis_url: str, tmp_path: Path, airflow_db: Path,
                             os.environ["PATH"]))
     monkeypatch.setenv("PATH", path)  # Spark 3.5's spark-submit, found first
     monkeypatch.setenv("SPARK_HOME", str(SPARK35_HOME))  # and its home, whatever Python
-    monkeypatch.setenv("SPARK_SUBMIT_OPTS", spark_submit_opts(SPARK35_HOME))  # its archive
+    for name in ("SPARK_SUBMIT_OPTS", "SPARK_LAUNCHER_OPTS"):  # its JVMs' archive
+        monkeypatch.setenv(name, spark_submit_opts(SPARK35_HOME))
     monkeypatch.setenv("DBLOG_POLL_INTERVAL_S", "1")
     dags = load_dags({"DBLOG_CONFIG": str(config)})
     worker = WorkerProcess(config, tmp_path / "worker.log").start()
