@@ -20,7 +20,8 @@ import pytest
 from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.landing.parquet import LandingZone
 from dblog_worker.position import Position
-from tests.lake import FAST_JVM, ROOT, SPARK35, merge_env
+from tests.lake import ROOT, SPARK35, merge_env
+from tests.spark_jvm import FAST_JVM
 
 pytestmark = [pytest.mark.spark]
 
