@@ -198,7 +198,7 @@ class _Images:
         self._fragments: dict[str, dict[str, str]] = {}
         self._index: dict[tuple[str, ...], dict[tuple[str | None, ...], set[str]]] = {}
 
-    def set(self, key: str, text: str) -> None:
+    def put(self, key: str, text: str) -> None:
         self.drop(key)
         fragments = row_fragments(text)
         self.text[key], self._fragments[key] = text, fragments
@@ -282,7 +282,7 @@ def replay(landing: LandingRoot, source: str, table: str, version_column: str = 
                     del result.rows[row_key], written[row_key]
                 elif changed is not image:
                     result.rows[row_key] = json.loads(changed)
-                    images.set(row_key, changed)
+                    images.put(row_key, changed)
                     written[row_key] = position
             continue
         if op == "p":
@@ -312,7 +312,7 @@ def replay(landing: LandingRoot, source: str, table: str, version_column: str = 
         if version is not None:
             seen[key] = (int(version), False)
         result.rows[key] = after
-        images.set(key, str(event["after"]))
+        images.put(key, str(event["after"]))
         written[key] = position
     return result
 
