@@ -798,6 +798,10 @@ class Workload(threading.Thread):
 
 
 SOURCE = "src"
+# The lease of a kill test's workers: a worker killed with SIGKILL cannot give its lease
+# up, and the next one waits it out; 2 s is over by the time a new worker is up (5 s, the
+# default, is 3 s more a kill). Renewed every 0.67 s: a loaded machine's stalls keep it.
+KILLED_LEASE = "[lease]\nttl_s = 2\nstandby_poll_s = 0.1\n"
 
 
 @dataclass
