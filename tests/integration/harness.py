@@ -28,7 +28,14 @@ import redis
 from dblog_worker.cli import main as cli_main
 from dblog_worker.control.store import StateStore
 from dblog_worker.errors import RequestRejected
-from dblog_worker.foreign_keys import apply_actions, parse_actions, parse_prune
+from dblog_worker.foreign_keys import (
+    NULL,
+    Action,
+    apply_actions,
+    parse_actions,
+    parse_prune,
+    row_fragments,
+)
 from dblog_worker.landing.parquet import read_events
 from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.landing.sink import LandingRoot, open_reader
@@ -182,6 +189,53 @@ def wait_request(redis_url: str, source: str, request_id: str, states: Sequence[
 # -- the output, replayed -----------------------------------------------------------
 
 
+class _Images:
+    """A replay's rows as their JSON (as landed, or as an ``f`` event left them), indexed by
+    the columns ``f`` events match on: an event visits the rows it matches, not all."""
+
+    def __init__(self) -> None:
+        self.text: dict[str, str] = {}
+        self._fragments: dict[str, dict[str, str]] = {}
+        self._index: dict[tuple[str, ...], dict[tuple[str | None, ...], set[str]]] = {}
+
+    def put(self, key: str, text: str) -> None:
+        self.drop(key)
+        fragments = row_fragments(text)
+        self.text[key], self._fragments[key] = text, fragments
+        for columns, by_values in self._index.items():
+            by_values.setdefault(tuple(fragments.get(c) for c in columns), set()).add(key)
+
+    def drop(self, key: str) -> None:
+        fragments = self._fragments.pop(key, None)
+        if fragments is None:
+            return
+        del self.text[key]
+        for columns, by_values in self._index.items():
+            by_values[tuple(fragments.get(c) for c in columns)].discard(key)
+
+    def clear(self) -> None:
+        self.text.clear()
+        self._fragments.clear()
+        self._index.clear()
+
+    def matching(self, actions: Sequence[Action]) -> set[str]:
+        """The keys of the rows one of ``actions`` matches (a NULL matches no row)."""
+        keys: set[str] = set()
+        for action in actions:
+            values = tuple(v for _, v in action.match)
+            if NULL not in values:
+                keys |= self._by(action.columns).get(values, set())
+        return keys
+
+    def _by(self, columns: tuple[str, ...]) -> dict[tuple[str | None, ...], set[str]]:
+        by_values = self._index.get(columns)
+        if by_values is None:
+            by_values = self._index[columns] = {}
+            for key, fragments in self._fragments.items():
+                by_values.setdefault(tuple(fragments.get(c) for c in columns), set()).add(key)
+        return by_values
+
+
 @dataclass
 class Replay:
     """The output of one table applied in position order, and what was seen on the way."""
@@ -204,7 +258,7 @@ def replay(landing: LandingRoot, source: str, table: str, version_column: str = 
     events = read_events(zone, table)
     last_position = ""
     seen: dict[str, tuple[int, bool]] = {}  # key -> (version, deleted)
-    images: dict[str, str] = {}  # key -> its row's JSON, as landed or as an f event left it
+    images = _Images()  # key -> its row's JSON, as landed or as an f event left it
     written: dict[str, str] = {}  # key -> the position of its row's last write
     for event in events:
         position = str(event["position"])
@@ -220,23 +274,27 @@ def replay(landing: LandingRoot, source: str, table: str, version_column: str = 
             continue
         if op == "f":
             actions = parse_actions(str(event["before"]), str(event["after"]))
-            for row_key, image in list(images.items()):
+            for row_key in images.matching(actions):
+                image = images.text[row_key]
                 changed = apply_actions(image, [actions])
                 if changed is None:
-                    del result.rows[row_key], images[row_key], written[row_key]
+                    images.drop(row_key)
+                    del result.rows[row_key], written[row_key]
                 elif changed is not image:
-                    result.rows[row_key], images[row_key] = json.loads(changed), changed
+                    result.rows[row_key] = json.loads(changed)
+                    images.put(row_key, changed)
                     written[row_key] = position
             continue
         if op == "p":
             older = parse_prune(str(event["before"]))
             for row_key in [k for k, at in written.items() if at < older]:
-                del result.rows[row_key], images[row_key], written[row_key]
+                images.drop(row_key)
+                del result.rows[row_key], written[row_key]
             continue
         assert isinstance(key, str)
         if op == "d":
             result.rows.pop(key, None)
-            images.pop(key, None)
+            images.drop(key)
             written.pop(key, None)
             before = json.loads(str(event["before"])) if event["before"] else None
             if before is not None and version_column in before:
@@ -254,7 +312,8 @@ def replay(landing: LandingRoot, source: str, table: str, version_column: str = 
         if version is not None:
             seen[key] = (int(version), False)
         result.rows[key] = after
-        images[key], written[key] = str(event["after"]), position
+        images.put(key, str(event["after"]))
+        written[key] = position
     return result
 
 
@@ -739,6 +798,10 @@ class Workload(threading.Thread):
 
 
 SOURCE = "src"
+# The lease of a kill test's workers: a worker killed with SIGKILL cannot give its lease
+# up, and the next one waits it out; 2 s is over by the time a new worker is up (5 s, the
+# default, is 3 s more a kill). Renewed every 0.67 s: a loaded machine's stalls keep it.
+KILLED_LEASE = "[lease]\nttl_s = 2\nstandby_poll_s = 0.1\n"
 
 
 @dataclass

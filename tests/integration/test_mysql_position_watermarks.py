@@ -33,6 +33,7 @@ from dblog_worker.position import Position
 from dblog_worker.tables import WATERMARK_SCHEMA
 from tests.integration.harness import (
     HOSTILE,
+    KILLED_LEASE,
     PARTITIONED,
     PLAIN,
     SOURCE,
@@ -214,7 +215,8 @@ def test_kill_9_during_a_dump_with_position_watermarks_resumes(
     t1, t2 = backend.t1, backend.t2
     backend.create(t1, 6000)
     backend.create(t2, 2000)  # about 40 windows of two ranges
-    dump_through_kills(backend, backend.config_path([t1, t2], flush_interval_s=0.1),
+    dump_through_kills(backend, backend.config_path([t1, t2], flush_interval_s=0.1,
+                                                   extra=KILLED_LEASE),
                        worker_process, ["--all", "--chunk-size", "100", "--delay-ms", "20",
                                         "--parallelism", "2"],
                        [8, 20], random.Random(11))
@@ -339,7 +341,8 @@ def test_kill_9_while_the_binary_log_rotates(
     t1, t2 = rotating.t1, rotating.t2
     rotating.create(t1, 4000)
     rotating.create(t2, 2000)
-    dump_through_kills(rotating, rotating.config_path([t1, t2], flush_interval_s=0.1),
+    dump_through_kills(rotating, rotating.config_path([t1, t2], flush_interval_s=0.1,
+                                                     extra=KILLED_LEASE),
                        worker_process, ["--all", "--chunk-size", "100", "--delay-ms", "20",
                                         "--parallelism", "2"],
                        [8, 20], random.Random(27))

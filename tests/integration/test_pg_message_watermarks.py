@@ -22,6 +22,7 @@ from psycopg.conninfo import make_conninfo
 from dblog_worker.tables import WATERMARK_SCHEMA
 from tests.integration.harness import (
     HOSTILE,
+    KILLED_LEASE,
     PARTITIONED,
     PLAIN,
     SOURCE,
@@ -125,7 +126,8 @@ def test_kill_9_during_a_dump_with_message_watermarks_resumes(
     t1, t2 = backend.t1, backend.t2
     backend.create(t1, 3000)
     backend.create(t2, 1000)
-    dump_through_kills(backend, message_config(backend, [t1, t2], flush_interval_s=0.1),
+    dump_through_kills(backend, message_config(backend, [t1, t2], flush_interval_s=0.1,
+                                                  extra=KILLED_LEASE),
                        worker_process, ["--all", "--chunk-size", "100", "--delay-ms", "50"],
                        [8, 20], random.Random(7))
 

@@ -33,6 +33,7 @@ from dblog_worker.names import split_table
 from dblog_worker.pg.queries import qualified as pg_qualified
 from tests.integration.harness import (
     HOSTILE,
+    KILLED_LEASE,
     PARTITIONED,
     PLAIN,
     SOURCE,
@@ -199,7 +200,7 @@ def test_kill_9_during_a_dump_from_the_replica_resumes(
     windows = 6000 // (100 * parallelism)
     dump_through_kills(
         backend, backend.config_path([t1, t2], flush_interval_s=0.1,
-                                     extra=replicated.section()),
+                                     extra=replicated.section() + KILLED_LEASE),
         worker_process, ["--all", "--chunk-size", "100", "--delay-ms", str(20 * parallelism),
                          "--parallelism", str(parallelism)],
         [int(f * windows) for f in sorted(rnd.uniform(0.1, 0.6) for _ in range(2))], rnd)

@@ -19,6 +19,7 @@ import pytest
 from dblog_worker.landing.s3_objects import S3Location
 from dblog_worker.landing.sink import open_reader
 from tests.integration.harness import (
+    KILLED_LEASE,
     ROOT,
     SOURCE,
     Backend,
@@ -77,8 +78,9 @@ def test_kill_9_during_dump_resumes_on_s3(backend: Backend,
     backend.create(t2, 2000)
     rnd = random.Random(7)
     dump_through_kills(
-        backend, backend.config_path([t1, t2], flush_interval_s=0.1), worker_process,
-        ["--all", "--chunk-size", "100", "--delay-ms", "20"], [8, 20, 35], rnd)
+        backend, backend.config_path([t1, t2], flush_interval_s=0.1, extra=KILLED_LEASE),
+        worker_process, ["--all", "--chunk-size", "100", "--delay-ms", "20"], [8, 20, 35],
+        rnd)
 
 
 def test_the_store_killed_mid_dump(backend: Backend, seaweed_server: SeaweedServer,

@@ -52,6 +52,7 @@ from dblog_worker.source import (
 from dblog_worker.table_patterns import Rescan, Selection
 from tests.integration.harness import (
     HOSTILE,
+    KILLED_LEASE,
     PARTITIONED,
     PLAIN,
     SOURCE,
@@ -536,9 +537,9 @@ def test_kill_9_during_dump_resumes(backend: Backend, seed: int, parallelism: in
     windows = 9000 // (100 * parallelism)  # about: the workload inserts and deletes
     # slow enough that each kill lands before the last window (20 ms a range)
     dump_through_kills(
-        backend, backend.config_path([t1, t2], flush_interval_s=0.1), worker_process,
-        ["--all", "--chunk-size", "100", "--delay-ms", str(20 * parallelism),
-         "--parallelism", str(parallelism)],
+        backend, backend.config_path([t1, t2], flush_interval_s=0.1, extra=KILLED_LEASE),
+        worker_process, ["--all", "--chunk-size", "100", "--delay-ms", str(20 * parallelism),
+                         "--parallelism", str(parallelism)],
         [int(f * windows) for f in sorted(rnd.uniform(0.1, 0.6) for _ in range(3))], rnd)
 
 
@@ -594,7 +595,7 @@ def test_overlapping_dumps_converge_through_kills(
     backend.create(backend.t1, 1500)
     backend.create(backend.t2, 800)
     config = backend.config_path([backend.t1, backend.t2], flush_interval_s=0.1,
-                                 worker_extra=worker_extra)
+                                 worker_extra=worker_extra, extra=KILLED_LEASE)
     requests = overlapping(backend, mix)
     kills = sorted(rnd.sample(range(3, 12), 2 if mix == "two" else 3))
     ids = overlapping_dumps_through_kills(backend, config, worker_process, requests, kills, rnd)
