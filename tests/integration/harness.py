@@ -112,17 +112,40 @@ def toml_list(texts: Sequence[str]) -> str:
     return "[" + ", ".join(toml_string(t) for t in texts) + "]"
 
 
-def cli(config: Path, *args: str, check: bool = True, timeout: float = 60
-        ) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "dblog_worker", *args, "--config", str(config)],
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-    )
+# The commands that read the configuration and Redis and print: run in this process (main()
+# itself, its output captured), as a test calls them hundreds of times and each interpreter
+# start costs a second of CPU on the loaded 2-core machine. The others (run, preflight, merge,
+# verify, landing, reset, wait: drivers, Spark, signals, timeouts) and every call with
+# ``process=True`` start ``python -m dblog_worker`` as a user does.
+IN_PROCESS = frozenset({"dump", "list", "show", "set", "status"})
+
+
+def cli(config: Path, *args: str, check: bool = True, timeout: float = 60,
+        process: bool = False) -> subprocess.CompletedProcess[str]:
+    argv = [*args, "--config", str(config)]
+    if args and args[0] in IN_PROCESS and not process:
+        result = _in_process(argv)
+    else:
+        result = subprocess.run([sys.executable, "-m", "dblog_worker", *argv],
+                                capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     if check and result.returncode != 0:
         raise AssertionError(
             f"dblog {' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
         )
     return result
+
+
+_REDIRECTED = threading.Lock()  # sys.stdout and sys.stderr are the process's: one at a time
+
+
+def _in_process(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    out, err = io.StringIO(), io.StringIO()
+    with _REDIRECTED, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli_main(argv)
+        except SystemExit as exc:  # argparse's usage errors (2), --help (0)
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(["dblog", *argv], code, out.getvalue(), err.getvalue())
 
 
 class WorkerProcess:
@@ -170,10 +193,12 @@ def redis_request(redis_url: str, source: str, request_id: str) -> dict[str, str
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
              on_timeout: Callable[[], str] = lambda: "") -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while (began := time.monotonic()) < deadline:
         if predicate():
             return
-        time.sleep(0.05)
+        # a predicate that reads the landing zone may take a while: poll so that it uses at
+        # most a third of this process's time, whatever the machine's load
+        time.sleep(max(0.05, 2 * (time.monotonic() - began)))
     raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{on_timeout()}")
 
 
@@ -1121,13 +1146,12 @@ def dump(config: Path, *args: str) -> str:
 
 
 def cli_here(config: Path, *args: str) -> str:
-    """``dblog ARGS`` in this process (no interpreter to start, seconds on a loaded
-    machine); what it printed. It must succeed."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli_main([*args, "--config", str(config)])
-    assert code == 0, f"dblog {' '.join(args)} exited {code}\n{out.getvalue()}{err.getvalue()}"
-    return out.getvalue()
+    """``dblog ARGS`` in this process, whatever the command (no interpreter to start); what
+    it printed. It must succeed."""
+    result = _in_process([*args, "--config", str(config)])
+    assert result.returncode == 0, \
+        f"dblog {' '.join(args)} exited {result.returncode}\n{result.stdout}{result.stderr}"
+    return result.stdout
 
 
 def dump_here(config: Path, *args: str) -> str:
