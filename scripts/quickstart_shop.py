@@ -221,8 +221,8 @@ def write_config(path: Path, shop: Shop, redis_url: str, landing: Path, *,
     else:
         landing_options = f"path = {json.dumps(str(landing))}\nflush_interval_s = 1.0\n"
         target = shop.target_section()
-        merge = """# No Spark UI (it would take port 4040); a few shuffle partitions for small batches; a
-# JVM that compiles less (C1 only) and collects serially: each merge is a short job.
+        merge = """# No Spark UI (it would take port 4040); a few shuffle partitions for small
+# batches; a JVM that compiles less (C1 only) and collects serially: each merge is short.
 [merge.spark_conf]
 "spark.ui.enabled" = "false"
 "spark.sql.shuffle.partitions" = "4"
