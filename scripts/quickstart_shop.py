@@ -221,9 +221,12 @@ def write_config(path: Path, shop: Shop, redis_url: str, landing: Path, *,
     else:
         landing_options = f"path = {json.dumps(str(landing))}\nflush_interval_s = 1.0\n"
         target = shop.target_section()
-        merge = """[merge]
-# No Spark UI (it would take port 4040); a few shuffle partitions for small batches.
-spark_conf = { "spark.ui.enabled" = "false", "spark.sql.shuffle.partitions" = "4" }
+        merge = """# No Spark UI (it would take port 4040); a few shuffle partitions for small
+# batches; a JVM that compiles less (C1 only) and collects serially: each merge is short.
+[merge.spark_conf]
+"spark.ui.enabled" = "false"
+"spark.sql.shuffle.partitions" = "4"
+"spark.driver.extraJavaOptions" = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """
     path.write_text(f"""\
 # Written by scripts/quickstart.py. Every option: docs/configuration.md.

@@ -52,6 +52,9 @@ class LiveAirflow:
             "AIRFLOW__API__SECRET_KEY": "dblog-ui-test-secret-key",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            # each file parsed once (the tests change no DAG file), not again every 30 s
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
+            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
             "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}",
             "PYTHONPATH": str(ROOT / "dags"),
