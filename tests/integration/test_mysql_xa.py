@@ -344,11 +344,14 @@ def _dump_under_xa_commits(backend: Backend,
     for thread in writers:
         thread.start()
     try:
-        for _ in range(4):
+        dumps = 0
+        while dumps < 4 or committed[0] <= 40:  # four dumps at least, 40 XA commits among them
+            assert dumps < 20, f"{committed[0]} XA commits in {dumps} dumps"
             request_id = dump(config, "--table", t1, "--chunk-size", "15")
             state = wait_request(backend.redis_url, SOURCE, request_id,
                                  ["completed", "failed"], 120, worker)
             assert state["state"] == "completed", state
+            dumps += 1
     finally:
         stop.set()
         for thread in writers:

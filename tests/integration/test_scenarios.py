@@ -931,7 +931,8 @@ def test_composite_text_keys_in_collation_order(
         progress = store.progress(request_id)[table]
     finally:
         store.close()
-    assert progress.selected >= 660 - 40 and progress.chunks >= 660 // 7
+    # the dump reads what the writes left of the 660 rows when it passes them: 620 to 660
+    assert progress.selected >= 660 - 40 and progress.chunks >= (660 - 40) // 7
 
 
 def test_rows_the_log_cut_short_are_dumped_again(
