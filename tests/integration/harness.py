@@ -966,6 +966,9 @@ def dumps_under_load(backend: Backend, config: Path, worker: WorkerProcess,
                                  ["completed", "failed"], 120, worker)
             assert state["state"] == "completed", state
         time.sleep(0.5)
+        # a dump quicker than the workload's first key change: it writes on until it has
+        wait_for(lambda: workload.transactions > 20 and workload.key_changes > 0, 60,
+                 "the workload's writes")
     finally:
         workload.stop()
     assert workload.transactions > 20 and workload.key_changes > 0

@@ -94,6 +94,9 @@ def test_filtered_dumps_converge_under_load(
         state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"],
                              120, worker)
         assert state["state"] == "completed", state
+        # a dump quicker than the workload's first key change: it writes on until it has
+        wait_for(lambda: workload.transactions > 20 and workload.key_changes > 0, 60,
+                 "the workload's writes")
     finally:
         workload.stop()
     assert workload.transactions > 20 and workload.key_changes > 0

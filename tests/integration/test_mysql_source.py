@@ -111,6 +111,7 @@ def test_two_databases_in_one_source(
         state = wait_request(backend.redis_url, SOURCE, single, ["completed", "failed"], 60,
                              worker)
         assert state["state"] == "completed", state
+        wait_for(lambda: workload.transactions > 20, 60, "the workload's writes")
     finally:
         workload.stop()
     assert workload.transactions > 20
