@@ -43,6 +43,7 @@ from dblog_worker.mysql.catalog import ident as my_ident
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.pg.pgoutput import parse_lsn
 from dblog_worker.pg.queries import ident as pg_ident
+from tests import forkserver
 from tests.services import MariaDBServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +117,8 @@ def toml_list(texts: Sequence[str]) -> str:
 # itself, its output captured), as a test calls them hundreds of times and each interpreter
 # start costs a second of CPU on the loaded 2-core machine. The others (run, preflight, merge,
 # verify, landing, reset, wait: drivers, Spark, signals, timeouts) and every call with
-# ``process=True`` start ``python -m dblog_worker`` as a user does.
+# ``process=True`` run as a process of their own, forked from the test process's fork server
+# (tests/forkserver.py; ``DBLOG_TESTS_FORK=0``: ``python -m dblog_worker`` as a user starts it).
 IN_PROCESS = frozenset({"dump", "list", "show", "set", "status"})
 
 
@@ -125,6 +127,8 @@ def cli(config: Path, *args: str, check: bool = True, timeout: float = 60,
     argv = [*args, "--config", str(config)]
     if args and args[0] in IN_PROCESS and not process:
         result = _in_process(argv)
+    elif forkserver.enabled():
+        result = forkserver.run(argv, timeout)
     else:
         result = subprocess.run([sys.executable, "-m", "dblog_worker", *argv],
                                 capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -149,21 +153,23 @@ def _in_process(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 class WorkerProcess:
-    """``dblog run`` as a child process, killed at the end of the test."""
+    """``dblog run`` as a process of its own (forked from the fork server, see ``cli``),
+    killed at the end of the test."""
 
     def __init__(self, config: Path, log_path: Path, *args: str) -> None:
         self.config = config
         self.log_path = log_path
         self.args = args
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | forkserver.Forked | None = None
 
     def start(self) -> WorkerProcess:
+        argv = ["run", "--config", str(self.config), "--log-level", "DEBUG", *self.args]
+        if forkserver.enabled():
+            self.proc = forkserver.spawn(argv, self.log_path)
+            return self
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "dblog_worker", "run", "--config", str(self.config),
-                 "--log-level", "DEBUG", *self.args],
-                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-            )
+            self.proc = subprocess.Popen([sys.executable, "-m", "dblog_worker", *argv],
+                                         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         return self
 
     def kill(self) -> None:
