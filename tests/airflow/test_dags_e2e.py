@@ -156,14 +156,15 @@ def test_dump_then_repair(capture: Capture, log_text: Callable[[], str], tmp_pat
     since = datetime(2026, 11, 16, tzinfo=UTC)
     run = backfill.test(logical_date=since, run_conf={
         "where": [{"column": "name", "op": "!=", "value": "archived {{ data_interval_start }}"}],
-        "chunk_size": 100, "delay_ms": 300, "verify": True, "throttle_max_active_sessions": 50})
+        "chunk_size": 100, "delay_ms": 1500, "verify": True, "throttle_max_active_sessions": 50})
     logged = log_text()
     assert (run.state, states(run)) == ("success", {
         "check": "success", "submit": "success", "wait": "success", "pace": "success",
         "merge": "success", "verify": "success"}), logged[-6000:]
     assert (f'dump-2 queued: all dump of {TABLE} where name != "archived '
             f'{since.isoformat(" ")}"') in logged
-    # The sensor deferred (the dump takes three chunks 300 ms apart) and dag.test() ran the
+    # The sensor deferred (the dump takes three chunks 1.5 s apart: still running when the
+    # sensor first asks, however slowly the loaded machine starts that task) and dag.test() ran the
     # trigger in-process until its event.
     assert f"following dump-2 of source {SOURCE}" in logged
     assert f"dump-2 completed: 1 table(s), {ROWS} rows" in logged
