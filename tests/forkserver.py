@@ -269,7 +269,13 @@ def serve(path: str) -> None:
                     return  # the test process ended
             elif key.fileobj is listener:
                 conn, _ = listener.accept()
-                request = json.loads(_read_line(conn))
+                try:
+                    request = _request(_read_line(conn))
+                except ValueError as exc:  # the server serves on; the sender is told why
+                    with contextlib.suppress(OSError):
+                        conn.sendall(f"error {' '.join(str(exc).split())}\n".encode())
+                    conn.close()
+                    continue
                 closing: list[IO[Any] | socket.socket | selectors.BaseSelector] = [
                     listener, selector, conn, *children.values()]
                 pid = os.fork()
@@ -282,6 +288,21 @@ def serve(path: str) -> None:
             else:
                 os.read(wake_r, 4096)
         _reap(children)
+
+
+def _request(line: bytes) -> dict[str, Any]:
+    """A command's request, checked: argv, env, cwd, stdout and stderr."""
+    try:
+        request = json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"a request is one JSON line: {exc}") from None
+    if not (isinstance(request, dict) and isinstance(request.get("argv"), list)
+            and isinstance(request.get("env"), dict) and isinstance(request.get("cwd"), str)
+            and isinstance(request.get("stdout"), str)
+            and isinstance(request.get("stderr"), str | None)):
+        raise ValueError("a request needs argv (list), env (object), cwd, stdout (strings) "
+                         "and stderr (string or null)")
+    return request
 
 
 def _read_line(conn: socket.socket) -> bytes:

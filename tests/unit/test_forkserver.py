@@ -68,3 +68,13 @@ def test_run_kills_a_command_past_its_timeout(tmp_path: Path) -> None:
     config, listener = _silent_redis(tmp_path)
     with listener, pytest.raises(subprocess.TimeoutExpired):
         forkserver.run(["wait", "--config", str(config), "r1", "--timeout", "600"], timeout=1)
+
+
+def test_a_bad_request_is_refused_and_the_server_serves_on(tmp_path: Path) -> None:
+    for bad in (b"not json\n", b'{"argv": "run"}\n'):
+        with forkserver._Client.connect() as conn:
+            conn.sendall(bad)
+            answer = conn.makefile("r").readline()
+        assert answer.startswith("error a request"), answer
+    result = forkserver.run(["--help"], timeout=30)
+    assert result.returncode == 0 and "usage: dblog" in result.stdout
