@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import ssl
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
-from pymysql.connections import Connection
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     GtidEvent,
@@ -45,6 +43,7 @@ from dblog_worker.events import LogItem, Watermark
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.mysql.connection import BINLOG_READER_OPTIONS
 from dblog_worker.mysql.snapshot import Check, Marks
+from dblog_worker.mysql.tls import SharedTlsConnection
 from dblog_worker.mysql.translate import BinlogTranslator
 from dblog_worker.mysql.visibility import LogFacts
 from dblog_worker.mysql.xa_visibility import XaCommits, XaCommitted
@@ -56,23 +55,6 @@ _BATCH = 2000
 _ER_GTID_OR_FILE_GONE = {1236}  # ER_MASTER_FATAL_ERROR_READING_BINLOG
 _TRANSACTION_ENDS = frozenset({XidEvent, QueryEvent, XAPrepareEvent})  # may end one
 _FL_GROUP_COMMIT_ID = 2  # MariaDB GTID flag: a commit id (the group's) follows
-
-
-class _Connection(Connection):  # type: ignore[misc]
-    """A binary log connection whose TLS context is built once per setting: building one
-    loads the system's certificate authorities (over 0.1 s), and an XA commit opens two
-    connections to read its group again."""
-
-    _contexts: ClassVar[dict[str, ssl.SSLContext]] = {}
-
-    def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
-        if isinstance(sslp, ssl.SSLContext):
-            return sslp
-        key = repr(sorted(sslp.items()))
-        context = self._contexts.get(key)
-        if context is None:
-            context = self._contexts[key] = super()._create_ssl_ctx(sslp)
-        return context
 
 
 class _Stream(BinLogStreamReader):  # type: ignore[misc]
@@ -87,7 +69,7 @@ class _Stream(BinLogStreamReader):  # type: ignore[misc]
     _connected = False
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(pymysql_wrapper=_Connection, **kwargs)
+        super().__init__(pymysql_wrapper=SharedTlsConnection, **kwargs)
 
     def _BinLogStreamReader__connect_to_stream(self) -> None:
         if self._connected:

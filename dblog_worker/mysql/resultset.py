@@ -22,9 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from pymysql import err
-from pymysql.connections import MAX_PACKET_LEN, Connection, MySQLResult
+from pymysql.connections import MAX_PACKET_LEN, MySQLResult
 from pymysql.constants import CR
 from pymysql.protocol import MysqlPacket
+
+from dblog_worker.mysql.tls import SharedTlsConnection
 
 __all__ = ["DumpConnection", "row_parser"]
 
@@ -114,7 +116,7 @@ class _Result(MySQLResult):  # type: ignore[misc]
         self.rows = tuple(rows)
 
 
-class DumpConnection(Connection):  # type: ignore[misc]
+class DumpConnection(SharedTlsConnection):
     """PyMySQL's connection, reading the rows of its buffered results with
     :func:`row_parser`."""
 

@@ -36,6 +36,7 @@ from dblog_worker.merge.plan import Batch
 from dblog_worker.merge.target import POSITION_COLUMN, TARGET_GONE, Applied, Target
 from dblog_worker.mysql.catalog import ident, quote_ident
 from dblog_worker.mysql.options import MYSQL, parse_dsn
+from dblog_worker.mysql.tls import SharedTlsConnection
 from dblog_worker.names import split_table
 
 __all__ = ["MySQLTarget"]
@@ -233,8 +234,8 @@ class MySQLTarget(Target):
     def connect(self) -> None:
         dsn = parse_dsn(self.config.dsn)
         with self._errors("connecting"), dsn.tls_errors():
-            self._conn = pymysql.connect(**dsn.connect_args(), charset=_TEXT,
-                                         autocommit=True, connect_timeout=10)
+            self._conn = SharedTlsConnection(**dsn.connect_args(), charset=_TEXT,
+                                            autocommit=True, connect_timeout=10)
             self._run(_SESSION)
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dblog_worker.errors import ConfigError
+from dblog_worker.mysql.connection import connect
 from dblog_worker.mysql.target import MySQLTarget
 from tests.integration.harness import (
     SOURCE,
@@ -86,6 +87,22 @@ def test_plain_connections_are_refused(tls_server: MariaDBServer) -> None:
                         password=PASSWORD, ssl_disabled=True)
     [(cipher,)] = [(r[1],) for r in admin(tls_server, "SHOW STATUS LIKE 'Ssl_cipher'")]
     assert cipher
+
+
+def test_connections_that_prefer_tls_take_it_with_one_shared_context(
+        tls_server: MariaDBServer) -> None:
+    """The default sslmode (prefer) still takes TLS where the server offers it, though the
+    worker's connections build one TLS context between them instead of one each."""
+    connections = [connect(dsn(tls_server, "")) for _ in range(2)]
+    try:
+        for conn in connections:
+            with conn.cursor() as cursor:
+                cursor.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+                assert cursor.fetchone()[1]
+        assert connections[0].ctx is connections[1].ctx
+    finally:
+        for conn in connections:
+            conn.close()
 
 
 def test_the_worker_captures_and_dumps_over_verified_tls(

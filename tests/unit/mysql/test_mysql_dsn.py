@@ -12,7 +12,7 @@ from dblog_worker import config as config_module
 from dblog_worker.errors import ConfigError
 from dblog_worker.mysql.options import RULES, parse_dsn, url_args
 from dblog_worker.mysql.target import MySQLTarget
-from dblog_worker.mysql.tls import MyTls
+from dblog_worker.mysql.tls import MyTls, SharedTlsConnection
 
 CA = "/etc/dblog/ca.pem"
 
@@ -161,3 +161,17 @@ def test_the_jdbc_properties_carry_the_ca_itself(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^target mysql://m@wh:3306\?sslmode=verify-ca&"
                                           r"sslrootcert=/nowhere/ca.pem: cannot read "):
         jdbc("?sslmode=verify-ca&sslrootcert=/nowhere/ca.pem")
+
+
+def test_connections_share_one_tls_context_per_setting() -> None:
+    """Building a TLS context loads the system's CAs (50 ms of CPU): connections with the
+    same TLS settings share one; other settings get their own."""
+
+    def context(query: str) -> object:
+        conn = SharedTlsConnection(**parse_dsn(f"mysql://u@db{query}").connect_args(),
+                                   defer_connect=True)
+        return conn.ctx
+
+    assert context("") is context("?sslmode=prefer")
+    assert context("?sslmode=require") is context("?sslmode=require")
+    assert context("?sslmode=require") is not context("")
