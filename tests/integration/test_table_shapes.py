@@ -79,6 +79,8 @@ def capture(config: Path, table: str, *, chunk_size: int = 7,
     worker, thread = run_in_thread(config_module.load(config), {})
     try:
         request_id = dump(config, "--table", table, "--chunk-size", str(chunk_size))
+        # a dump runs once the worker reads the log: the statements then reach it by the log
+        wait_request(_redis(config), SOURCE, request_id, ["running", "completed", "failed"], 90)
         for statement in during:
             run(statement)
         state = wait_request(_redis(config), SOURCE, request_id, ["completed", "failed"], 90)
