@@ -16,6 +16,7 @@ verify-full    as verify-ca, and the certificate must name the DSN's host
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import ssl
 from collections.abc import Iterator
@@ -45,7 +46,13 @@ class SharedTlsConnection(Connection):  # type: ignore[misc]
     def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
         if isinstance(sslp, ssl.SSLContext):
             return sslp
-        key = repr(sorted(sslp.items()))
+        try:  # a CA or certificate file replaced on disk (rotated) makes a new context
+            files = [(path, os.stat(path).st_mtime_ns, os.stat(path).st_size)
+                     for name in ("ca", "cert", "key") if (path := sslp.get(name))]
+        except OSError:
+            unreadable: ssl.SSLContext = super()._create_ssl_ctx(sslp)  # raises, naming it
+            return unreadable
+        key = repr((sorted(sslp.items()), files))
         context = SharedTlsConnection._contexts.get(key)
         if context is None:
             context = SharedTlsConnection._contexts[key] = super()._create_ssl_ctx(sslp)

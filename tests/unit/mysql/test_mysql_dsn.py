@@ -13,6 +13,7 @@ from dblog_worker.errors import ConfigError
 from dblog_worker.mysql.options import RULES, parse_dsn, url_args
 from dblog_worker.mysql.target import MySQLTarget
 from dblog_worker.mysql.tls import MyTls, SharedTlsConnection
+from tests.tls import make_ca
 
 CA = "/etc/dblog/ca.pem"
 
@@ -175,3 +176,21 @@ def test_connections_share_one_tls_context_per_setting() -> None:
     assert context("") is context("?sslmode=prefer")
     assert context("?sslmode=require") is context("?sslmode=require")
     assert context("?sslmode=require") is not context("")
+
+
+def test_a_rotated_ca_file_gets_a_new_tls_context(tmp_path: Path) -> None:
+    """A CA file replaced on disk (a rotated certificate authority) is read again by the
+    next connection, as it was when each connection built its own context."""
+    ca = make_ca(tmp_path / "first")
+    query = f"?sslmode=verify-ca&sslrootcert={tmp_path / 'ca.pem'}"
+    (tmp_path / "ca.pem").write_bytes(ca.read_bytes())
+
+    def context() -> object:
+        conn = SharedTlsConnection(**parse_dsn(f"mysql://u@db{query}").connect_args(),
+                                   defer_connect=True)
+        return conn.ctx
+
+    before = context()
+    assert context() is before
+    (tmp_path / "ca.pem").write_bytes(make_ca(tmp_path / "second").read_bytes())
+    assert context() is not before
