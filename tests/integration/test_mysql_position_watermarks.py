@@ -306,8 +306,16 @@ def rotating_server(request: pytest.FixtureRequest) -> Iterator[MariaDBServer]:
               "SET GLOBAL rpl_semi_sync_master_wait_point = 'AFTER_SYNC'",
               "SET GLOBAL rpl_semi_sync_master_timeout = 10000")
         with MariaDBReplica(primary, {"rpl-semi-sync-slave-enabled": "ON"}).start():
-            assert admin(primary, "SHOW STATUS LIKE 'Rpl_semi_sync_master_clients'") \
-                == [("Rpl_semi_sync_master_clients", "1")]
+            # The replica's I/O thread registers as a semi-sync client some time after
+            # START SLAVE (a fresh primary has logged nothing for the replica to wait on).
+            deadline = time.monotonic() + 60
+            clients: list[tuple[Any, ...]] = []
+            while time.monotonic() < deadline:
+                clients = admin(primary, "SHOW STATUS LIKE 'Rpl_semi_sync_master_clients'")
+                if clients == [("Rpl_semi_sync_master_clients", "1")]:
+                    break
+                time.sleep(0.1)
+            assert clients == [("Rpl_semi_sync_master_clients", "1")]
             yield primary
 
 
