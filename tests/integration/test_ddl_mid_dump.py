@@ -44,6 +44,9 @@ DDL = {
                     "ALTER TABLE {t} MODIFY COLUMN payload varchar(300)"),
 }
 CHUNK = 20
+# The tests count the worker's sessions (a DDL must not restart one): a lease that outlasts
+# a loop starved for seconds on a loaded machine, or a lease lost would restart it.
+STEADY_LEASE = "[lease]\nttl_s = 60\n"
 
 
 def dump_with_ddl(backend: Backend, ddl: str, parallelism: int = 1, window: int = 3,
@@ -57,7 +60,8 @@ def dump_with_ddl(backend: Backend, ddl: str, parallelism: int = 1, window: int 
     updated = (window - 1) * CHUNK * parallelism * 10 + 50  # a key of that window's chunk
     statement = (DDL[ddl][0 if backend.kind == "postgresql" else 1].format(t=t1)
                  if ddl in DDL else ddl.format(t=t1))
-    config = config_module.load(backend.config_path([t1]))
+    path = backend.config_path([t1], extra=STEADY_LEASE)
+    config = config_module.load(path)
     windows: list[str] = []
     writer = backend.connect()
 
@@ -70,7 +74,7 @@ def dump_with_ddl(backend: Backend, ddl: str, parallelism: int = 1, window: int 
     worker, thread = run_in_thread(config, {"before_low": before_low})
     try:
         scope = ["--keys", json.dumps([10 * k for k in range(1, rows + 1)])] if keys else []
-        request_id = dump(backend.config_path([t1]), "--table", t1, *scope,
+        request_id = dump(path, "--table", t1, *scope,
                           "--chunk-size", str(CHUNK), "--parallelism", str(parallelism))
         state = wait_request(backend.redis_url, SOURCE, request_id, ["completed", "failed"], 60)
         assert state["state"] == "completed", state
