@@ -82,16 +82,25 @@ def markers_of(item: pytest.Item) -> set[str]:
 
 
 # Session-scoped fixtures that one worker should start once for every test that uses them,
-# and their group: the lake tests' Spark 3.5 session (a JVM with the Iceberg and Delta jars).
-SHARED_SESSION_GROUPS = {"lake": "lake-spark35"}
+# and their group: the lake tests' Spark 3.5 session (a JVM with the Iceberg and Delta jars)
+# and the in-process local Spark (a JVM that costs CPU while it waits for the next test: on
+# one worker, not on each).
+SHARED_SESSION_GROUPS = {"lake": "lake-spark35", "spark": "spark-local"}
 
 
-def shared_scope_group(item: pytest.Item) -> str | None:
+def _uses(item: pytest.Item, fixture: str) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and fixture in info.names_closure
+
+
+def shared_scope_group(item: pytest.Item, shared_modules: dict[Path, str]) -> str | None:
     """The ``xdist_group`` of a test that uses a module- or class-scoped fixture (a server,
     an Airflow, a Spark cluster of its module): its module's path, so that under
     ``pytest -n N --dist loadgroup`` (scripts/test) the module's tests run on one worker and
     start that fixture once; of a test that uses one of SHARED_SESSION_GROUPS, that group,
-    whatever its module. Other tests go to whichever worker is free."""
+    whatever its module, and so too of the module's tests that would have had its module's
+    group (``shared_modules``: a module's fixture then starts on one worker only). Other
+    tests go to whichever worker is free."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
@@ -100,8 +109,18 @@ def shared_scope_group(item: pytest.Item) -> str | None:
             return group
     for definitions in info.name2fixturedefs.values():
         if any(d.scope in ("module", "class", "package") for d in definitions):
-            return str(Path(str(item.path)).relative_to(TESTS))
+            return shared_modules.get(item.path) or str(Path(str(item.path)).relative_to(TESTS))
     return None
+
+
+def shared_session_modules(items: list[pytest.Item]) -> dict[Path, str]:
+    """The modules with a test in one of SHARED_SESSION_GROUPS: that group (the first)."""
+    found: dict[Path, str] = {}
+    for item in items:
+        for name, group in SHARED_SESSION_GROUPS.items():
+            if _uses(item, name):
+                found.setdefault(item.path, group)
+    return found
 
 
 # Under pytest-xdist, the folders of long tests (a benchmark or a chaos scenario runs for a
@@ -120,10 +139,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the same order in every worker
         items.sort(key=long_first)
     loadgroup = getattr(config.option, "loadgroup", False)  # set in pytest-xdist's workers
+    shared_modules = shared_session_modules(items)
     for item in items:
         for marker in sorted(markers_of(item)):
             item.add_marker(marker)
-        group = shared_scope_group(item)
+        group = shared_scope_group(item, shared_modules)
         if group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
             if loadgroup:
