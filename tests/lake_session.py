@@ -42,6 +42,7 @@ def main() -> int:
             "spark.default.parallelism": "2", "spark.sql.adaptive.enabled": "false",
             "spark.databricks.delta.snapshotPartitions": "1",
             "spark.ui.showConsoleProgress": "false", "spark.scheduler.mode": "FAIR",
+            "spark.executor.heartbeatInterval": "60s",
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
             "spark.sql.extensions":
             "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,"

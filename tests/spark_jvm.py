@@ -8,7 +8,29 @@ that a test could read back). The session sets it, before any test, to:
 
 - ``FAST_JVM``: C1 only and the serial GC. A tiny job's JVM does its work before C2 would
   pay off; on two shared cores, C2's and G1's threads are pure cost (a tiny job's CPU
-  halves).
+  halves). No ``hsperfdata`` (``-XX:-UsePerfData``: nothing here runs jps or jstat), which
+  an idle JVM samples every 50 ms.
+- ``NO_CODEGEN``: Spark SQL interprets expressions instead of generating Java for each
+  query and compiling it (Janino, then C1): Spark reads the ``-Dspark.*`` system properties
+  as settings, below any setting a test or a configuration gives. The suite's jobs are a
+  few rows each, and compiling their code cost more than it saved: three tests of the lake
+  session took 181 CPU s of Spark 3.5 JVM with it, 139 without (-23 %). Tests still assert
+  what they did, on the interpreted path; a few run the code generation that users run
+  (Spark's default), so that a fault of the generated code is still seen:
+
+  - tests/integration/test_lake_merge.py: ``test_an_s3_landing_zone_merged_into_iceberg_in_
+    another_store`` (Iceberg) and ``test_a_local_landing_zone_merged_into_delta_on_s3_then_
+    verified`` (Delta), both a ``dblog merge`` spark-submit as users run it, with
+    ``CODEGEN`` in ``[merge.spark_conf]``;
+  - tests/integration/test_merge_end_to_end.py: ``test_capture_then_merge`` from
+    PostgreSQL to PostgreSQL (the plain JDBC merge), in the shared session with
+    ``tests.spark_local.generating_code``;
+  - tests/integration/test_demo.py: the quickstart, which runs as users do (its
+    environment without NO_CODEGEN: ``with_codegen``).
+
+  tests/integration/test_spark_local.py reads the settings back from the session (the
+  options reach the JVM). ``DBLOG_TEST_SPARK_CODEGEN=1`` runs every Spark of the suite with
+  code generation.
 - a class-data-sharing archive of the Spark home's classes (``-XX:SharedArchiveFile``):
   Spark's few thousand classes mapped, not parsed and verified, at each start (2-3 s of CPU
   less). A dynamic archive fits one class path (``<conf dir>:<home>/jars/*``), so there is
@@ -17,6 +39,13 @@ that a test could read back). The session sets it, before any test, to:
   JDK, the home's jars). Until it exists, or where the class path differs (a test's own
   ``SPARK_CONF_DIR``, which is not empty), the JVM starts without it; ``-Xlog:cds=off``
   keeps the JVM from saying so on its stdout, which tests read.
+
+An in-process session (tests/spark_local.py) lives for a pytest-xdist worker's whole run,
+idle most of it: it took 0.32-0.37 CPU s a minute doing nothing (the console progress bar's
+thread, which PySpark's spark-submit turns on, refreshing 5 times a second; the local
+executor's heartbeat every 10 s; the hsperfdata sampling), 0.07-0.09 without them
+(``spark.ui.showConsoleProgress=false``, ``spark.executor.heartbeatInterval=60s``; the lake
+tests' session too).
 
 The same value goes to ``$SPARK_LAUNCHER_OPTS``: each ``spark-submit`` first runs Spark's
 launcher (a JVM that writes the driver's command line), whose class path is the home's
@@ -37,9 +66,17 @@ import tempfile
 import threading
 from pathlib import Path
 
-__all__ = ["FAST_JVM", "finish", "homes", "prepare", "spark_submit_opts"]
+__all__ = ["CODEGEN", "CODEGEN_ENV", "FAST_JVM", "NO_CODEGEN", "finish", "homes", "prepare",
+           "spark_submit_opts", "with_codegen"]
 
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
+# Spark SQL interprets expressions instead of generating and compiling Java for each query
+# (Spark reads system properties named spark.* as settings; a test's own settings win).
+NO_CODEGEN = "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
+# The settings of a test that runs the code generation users run (Spark's defaults).
+CODEGEN = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
+CODEGEN_ENV = "DBLOG_TEST_SPARK_CODEGEN"
+"""``1``: every Spark of the suite generates code, as users' Sparks do (no NO_CODEGEN)."""
 # A missing or mismatched archive is a warning on the JVM's stdout: not in a test's output.
 QUIET_CDS = "-Xlog:cds*=off"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dblog-tests" / "cds"
@@ -74,10 +111,21 @@ def _prefix(home: Path) -> str:
 
 
 def spark_submit_opts(home: Path | None) -> str:
-    """``SPARK_SUBMIT_OPTS`` for a Spark home: its archive once it exists."""
+    """``SPARK_SUBMIT_OPTS`` for a Spark home: its archive once it exists; NO_CODEGEN unless
+    ``$DBLOG_TEST_SPARK_CODEGEN`` is 1."""
     found = archive(home) if home is not None else None
     share = f" -XX:SharedArchiveFile={found}" if found is not None and found.is_file() else ""
-    return f"{FAST_JVM} {QUIET_CDS}{share}"
+    codegen = "" if os.environ.get(CODEGEN_ENV) == "1" else f" {NO_CODEGEN}"
+    return f"{FAST_JVM}{codegen} {QUIET_CDS}{share}"
+
+
+def with_codegen(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for Spark starts that generate code as users' do: without NO_CODEGEN."""
+    found = dict(env)
+    for name in ("SPARK_SUBMIT_OPTS", "SPARK_LAUNCHER_OPTS"):
+        if name in found:
+            found[name] = " ".join(found[name].replace(NO_CODEGEN, "").split())
+    return found
 
 
 def build(home: Path, python: Path) -> Path | None:

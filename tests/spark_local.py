@@ -18,8 +18,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from tests.services import HOST, ServiceError, refuse_in_fast_runs
+from tests.spark_jvm import CODEGEN
 
-__all__ = ["jdbc_jars", "local_spark"]
+__all__ = ["generating_code", "jdbc_jars", "local_spark"]
 
 DEBIAN_JARS = (Path("/usr/share/java/postgresql.jar"),
                Path("/usr/share/java/mariadb-java-client.jar"))
@@ -47,6 +48,20 @@ def jdbc_jars() -> list[Path]:
 
 
 @contextmanager
+def generating_code(session: SparkSession) -> Iterator[None]:
+    """``session``'s queries generate code, as users' do (the suite's JVMs interpret them:
+    tests/spark_jvm.py), until the end; then its settings are what they were."""
+    before = {key: str(session.conf.get(key)) for key in CODEGEN}  # both have defaults
+    for key, value in CODEGEN.items():
+        session.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            session.conf.set(key, value)
+
+
+@contextmanager
 def local_spark(app: str = "dblog-tests", *, tiny: bool = False) -> Iterator[SparkSession]:
     """A ``local[2]`` SparkSession with the JDBC drivers, stopped at the end; ``tiny``
     (the benchmarks' smoke run): ``local[1]``, one shuffle partition and a JVM that
@@ -63,6 +78,11 @@ def local_spark(app: str = "dblog-tests", *, tiny: bool = False) -> Iterator[Spa
         .config("spark.driver.host", HOST)
         .config("spark.driver.bindAddress", HOST)
         .config("spark.ui.enabled", "false")
+        # idle for most of a run: no console progress bar refreshed 5 times a second (a
+        # PySpark session is a "shell" to spark-submit, which turns it on), and the local
+        # executor's heartbeats every minute, not 10 s (tests/spark_jvm.py)
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.executor.heartbeatInterval", "60s")
         .config("spark.sql.shuffle.partitions", "1" if tiny else "4")
         .config("spark.sql.session.timeZone", "UTC")
     )

@@ -12,6 +12,7 @@ that nothing the quickstart started is still running.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from tests.spark_jvm import with_codegen
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = {"shop_pg": ("public.customers", "public.orders"),
@@ -48,6 +51,7 @@ def run_quickstart(tmp_path: Path, *options: str) -> str:
         [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--workdir", str(tmp_path),
          "--customers", "2000", "--orders", "10000", "--chunk-size", "500", *options],
         capture_output=True, text=True, timeout=1400, cwd=tmp_path, check=False,
+        env=with_codegen(dict(os.environ)),  # Spark generates code, as users' does
     )
     stdout = result.stdout
     # What went wrong (with the steps or traceback just before it) goes last: a CI excerpt

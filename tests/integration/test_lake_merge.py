@@ -48,6 +48,7 @@ from dblog_worker.verify import command as verify
 from tests.integration.harness import wait_for
 from tests.lake import S3A_SPARK35_JARS, LakeSession, MergeProcess, lake_config, merge
 from tests.services import SeaweedServer
+from tests.spark_jvm import CODEGEN
 
 pytestmark = [pytest.mark.spark]
 
@@ -234,7 +235,8 @@ def test_an_s3_landing_zone_merged_into_iceberg_in_another_store(
     config = lake_config(tmp_path, "iceberg", f"s3://{s3_bucket}/landing", "src", [TABLE],
                          pg_dsn, s3_endpoint=seaweed_server.endpoint,
                          warehouse=f"s3://{lake_bucket}/warehouse",
-                         target_s3={"endpoint": other_store.endpoint, "path_style": True})
+                         target_s3={"endpoint": other_store.endpoint, "path_style": True},
+                         spark_conf=CODEGEN)  # as users' merges (tests/spark_jvm.py)
     report = merge(config)
     assert counts(report_of(report)) == (1, 2, 0), report
     got = rows(config)
@@ -267,7 +269,8 @@ def test_a_local_landing_zone_merged_into_delta_on_s3_then_verified(
     zone.commit_segment(TABLE, [ev("u", 20, 1, name="one", amount="2.25"), ev("d", 21, 3)])
     config = lake_config(tmp_path, "delta", landing, "src", [TABLE], pg_dsn,
                          source_dsn=pg_dsn, warehouse=f"s3a://{s3_bucket}/warehouse",
-                         target_s3={"endpoint": seaweed_server.endpoint, "path_style": True})
+                         target_s3={"endpoint": seaweed_server.endpoint, "path_style": True},
+                         spark_conf=CODEGEN)  # as users' merges (tests/spark_jvm.py)
     for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):  # only [target.s3] says where
         assert name not in os.environ
     report = merge(config)

@@ -4,6 +4,7 @@ MariaDB, writing to and reading from the throwaway servers."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 from decimal import Decimal
 
 import psycopg
@@ -12,6 +13,8 @@ from psycopg.conninfo import conninfo_to_dict
 from pyspark.sql import SparkSession
 
 from tests.services import HOST, MariaDBServer
+from tests.spark_jvm import CODEGEN, CODEGEN_ENV
+from tests.spark_local import generating_code
 
 ROWS = [(1, "ä €", Decimal("1.50"), dt.datetime(2024, 2, 29, 12, 34, 56, 123456)),
         (2, None, Decimal("-0.25"), dt.datetime(1999, 12, 31, 23, 59, 59))]
@@ -50,3 +53,27 @@ def test_jdbc_round_trip_mariadb(spark: SparkSession, mariadb_server: MariaDBSer
         cur.execute("SELECT id, name, amount, at FROM stage ORDER BY id")
         got = [tuple(r) for r in cur.fetchall()]
     assert got == ROWS
+
+
+def test_the_session_interprets_expressions(spark: SparkSession) -> None:
+    """The suite's JVMs start with Spark's code generation off (tests/spark_jvm.py: its
+    -D options on the JVM's command line are the session's settings); generating_code
+    turns it on for a test, then back off."""
+    expected = ("true", "FALLBACK") if os.environ.get(CODEGEN_ENV) == "1" else (
+        "false", "NO_CODEGEN")
+    keys = list(CODEGEN)
+
+    def settings() -> tuple[str, str]:
+        return str(spark.conf.get(keys[0])), str(spark.conf.get(keys[1]))
+
+    def whole_stage() -> bool:  # a plan's whole-stage code generated operators: "*(1) ..."
+        plan = spark.range(10).selectExpr("id * 2 AS x").where("x > 3")._jdf.queryExecution()
+        return "*(" in str(plan.executedPlan().toString())
+
+    assert settings() == expected
+    assert whole_stage() == (expected[0] == "true")
+    with generating_code(spark):
+        assert settings() == ("true", "FALLBACK")
+        assert whole_stage()
+        assert spark.range(10).selectExpr("id * 2 AS x").where("x > 3").count() == 8
+    assert settings() == expected
