@@ -88,6 +88,13 @@ class LiveAirflow:
                 # the other DAGs stay paused (new DAGs are): nothing runs but what the
                 # test triggers
                 self.api("PATCH", "/api/v2/dags/dblog_repair", {"is_paused": False})
+                # The execution API's first request builds its versioned routes (seconds of
+                # CPU; 38 s on a loaded machine), and the API server answers nothing
+                # meanwhile: made here, not by a test's first task while the test waits on
+                # the REST API with a shorter timeout (scripts/quickstart_airflow.py too).
+                with urllib.request.urlopen(  # noqa: S310 (the api-server's http:// address)
+                        f"{self.url}/execution/health", timeout=300) as answer:
+                    answer.read()
                 return self
             except (urllib.error.URLError, OSError) as exc:  # not up, or not parsed yet
                 self.last_error = exc  # asked again below, until the deadline
