@@ -39,7 +39,7 @@ from tests.services import (
     free_port,
     refuse_in_fast_runs,
 )
-from tests.spark_jvm import spark_submit_opts
+from tests.spark_jvm import jvm_opts, spark_submit_opts
 
 __all__ = ["SparkStandalone"]
 
@@ -125,7 +125,7 @@ class SparkStandalone:
             "SPARK_PID_DIR": str(self.base),
             "SPARK_WORKER_DIR": str(self.base / "work"),
             "SPARK_DAEMON_MEMORY": "512m",
-            "SPARK_DAEMON_JAVA_OPTS": spark_submit_opts(SPARK_HOME),  # tests/spark_jvm.py
+            "SPARK_DAEMON_JAVA_OPTS": jvm_opts(SPARK_HOME),  # tests/spark_jvm.py
             "SPARK_LAUNCHER_OPTS": spark_submit_opts(SPARK_HOME),
         }
 

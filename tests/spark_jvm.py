@@ -66,8 +66,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-__all__ = ["CODEGEN", "CODEGEN_ENV", "FAST_JVM", "NO_CODEGEN", "finish", "homes", "prepare",
-           "spark_submit_opts", "with_codegen"]
+__all__ = ["CODEGEN", "CODEGEN_ENV", "FAST_JVM", "NO_CODEGEN", "finish", "homes", "jvm_opts",
+           "prepare", "spark_submit_opts", "with_codegen"]
 
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
 # Spark SQL interprets expressions instead of generating and compiling Java for each query
@@ -117,6 +117,13 @@ def spark_submit_opts(home: Path | None) -> str:
     share = f" -XX:SharedArchiveFile={found}" if found is not None and found.is_file() else ""
     codegen = "" if os.environ.get(CODEGEN_ENV) == "1" else f" {NO_CODEGEN}"
     return f"{FAST_JVM}{codegen} {QUIET_CDS}{share}"
+
+
+def jvm_opts(home: Path | None) -> str:
+    """The JVM options of ``spark_submit_opts`` without Spark settings: for an executor
+    (``spark.executor.defaultJavaOptions`` may not set Spark options; it runs what its
+    driver's session settings say) or a standalone cluster's daemons."""
+    return " ".join(spark_submit_opts(home).replace(NO_CODEGEN, "").split())
 
 
 def with_codegen(env: dict[str, str]) -> dict[str, str]:

@@ -26,7 +26,7 @@ from dblog_worker.landing.parquet import LandingZone, read_events
 from tests.integration.harness import ROOT, Workers, cli, wait_for, write_config
 from tests.services import HOST, PostgresServer
 from tests.spark_cluster import SPARK_HOME, SparkStandalone
-from tests.spark_jvm import spark_submit_opts
+from tests.spark_jvm import jvm_opts
 from tests.spark_local import jdbc_jars
 
 TABLE = "public.items"
@@ -81,7 +81,7 @@ jars = {json.dumps([str(j) for j in jdbc_jars()])}
 "spark.executor.memory" = "512m"
 "spark.driver.host" = "{HOST}"
 "spark.driver.bindAddress" = "{HOST}"
-"spark.executor.defaultJavaOptions" = "{spark_submit_opts(SPARK_HOME)}"
+"spark.executor.defaultJavaOptions" = "{jvm_opts(SPARK_HOME)}"
 """
     config = write_config(tmp_path, pg_dsn, redis_url, [TABLE], extra=extra)
     with Workers(tmp_path / "worker.log") as workers:
@@ -132,7 +132,7 @@ jars = {json.dumps([str(j) for j in jdbc_jars()])}
         [str(SPARK_HOME / "bin" / "spark-submit"), "--master", cluster.master_url,
          "--conf", "spark.executor.memory=512m", "--conf", f"spark.driver.host={HOST}",
          "--conf", f"spark.driver.bindAddress={HOST}", "--conf", "spark.task.maxFailures=1",
-         "--conf", f"spark.executor.defaultJavaOptions={spark_submit_opts(SPARK_HOME)}",
+         "--conf", f"spark.executor.defaultJavaOptions={jvm_opts(SPARK_HOME)}",
          str(control)],
         capture_output=True, text=True, timeout=120, env={**os.environ}, check=False)
     assert ran.returncode != 0, ran.stdout
