@@ -47,8 +47,9 @@ class SharedTlsConnection(Connection):  # type: ignore[misc]
         if isinstance(sslp, ssl.SSLContext):
             return sslp
         try:  # a CA or certificate file replaced on disk (rotated) makes a new context
-            files = [(path, os.stat(path).st_mtime_ns, os.stat(path).st_size)
-                     for name in ("ca", "cert", "key") if (path := sslp.get(name))]
+            files = [(path, found.st_mtime_ns, found.st_size)
+                     for name in ("ca", "cert", "key") if (path := sslp.get(name))
+                     for found in (os.stat(path),)]
         except OSError:
             unreadable: ssl.SSLContext = super()._create_ssl_ctx(sslp)  # raises, naming it
             return unreadable
