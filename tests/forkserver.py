@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import json
 import os
 import select
@@ -247,6 +248,10 @@ def serve(path: str) -> None:
     without_pandas()  # as `dblog run` does before its imports
     for name in PRELOAD:
         importlib.import_module(name)
+    # The imports frozen: the children's garbage collections never go through them (nor
+    # write to their pages, which the children share with this process until then).
+    gc.collect()
+    gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C of the test run: its tests end us
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
