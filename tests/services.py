@@ -1033,9 +1033,10 @@ class SeaweedServer(_Server):
     def client(self) -> Any:
         """A botocore S3 client of this server (tests make buckets with it)."""
         import botocore.config
-        import botocore.session
 
-        return botocore.session.get_session().create_client(
+        from dblog_worker.landing.s3_objects import new_session
+
+        return new_session().create_client(
             "s3", region_name="us-east-1", endpoint_url=self.endpoint,
             aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
             verify=str(self.tls.ca) if self.tls else None,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
+    from botocore.loaders import Loader
+    from botocore.session import Session
 
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _PREFIX_PART_RE = re.compile(r"[A-Za-z0-9_.=-]+")
@@ -94,11 +97,32 @@ class ObjectInfo:
     etag: str = ""
 
 
-def make_client(location: S3Location) -> BaseClient:
-    import botocore.config
+_loader: Loader | None = None
+_loader_lock = threading.Lock()
+
+
+def new_session() -> Session:
+    """A botocore session that reads botocore's data files (the endpoints, the S3 model:
+    megabytes of JSON) through one loader of the process, which keeps them once read: a
+    client then costs ~0.02 s of CPU, not 0.15-0.3 s. Each session still finds its own
+    credentials (the environment may have changed)."""
+    import botocore.loaders
     import botocore.session
 
+    global _loader
+    with _loader_lock:
+        if _loader is None:
+            _loader = botocore.loaders.create_loader()
+        loader = _loader
     session = botocore.session.get_session()
+    session.register_component("data_loader", loader)
+    return session
+
+
+def make_client(location: S3Location) -> BaseClient:
+    import botocore.config
+
+    session = new_session()
     config = botocore.config.Config(
         s3={"addressing_style": "path" if location.path_style else "auto"},
         retries={"max_attempts": 3, "mode": "standard"},
