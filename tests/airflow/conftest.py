@@ -14,9 +14,10 @@ Fixtures (the Redis, PostgreSQL and Spark ones of tests/conftest.py apply too):
 ``airflow_home`` (session)
     The AIRFLOW_HOME directory.
 ``airflow_db`` (session)
-    A migrated SQLite metadata database (``airflow db migrate`` in a subprocess, once,
-    about 3-6 s). Only what touches the metadata database needs it, e.g. ``dag.test()``;
-    hooks, operators, sensors and triggers read connections from the environment.
+    A migrated SQLite metadata database, once per session (a copy of the one ``airflow db
+    migrate`` made once: tests/airflow/metadata_db.py). Only what touches the metadata
+    database needs it, e.g. ``dag.test()``; hooks, operators, sensors and triggers read
+    connections from the environment.
 ``dblog_connection`` (function)
     A factory: ``dblog_connection(redis_url, source, config=None, *, conn_id="dblog_default",
     password=None, login=None) -> conn_id`` defines a ``dblog`` connection for the test
@@ -47,8 +48,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -59,6 +58,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.airflow.metadata_db import migrated
 from tests.services import PostgresServer
 from tests.spark_jvm import FAST_JVM
 
@@ -94,13 +94,7 @@ def airflow_home() -> Path:
 @pytest.fixture(scope="session")
 def airflow_db(airflow_home: Path) -> Path:
     """The migrated metadata database (SQLite), once per session."""
-    result = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"],
-                            capture_output=True, text=True, timeout=300, cwd=ROOT,
-                            env=dict(os.environ))
-    if result.returncode != 0:
-        raise RuntimeError(f"airflow db migrate exited {result.returncode}:\n"
-                           f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
-    return airflow_home / "airflow.db"
+    return migrated(airflow_home / "airflow.db")
 
 
 def connection_env_name(conn_id: str) -> str:

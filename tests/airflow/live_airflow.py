@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from tests.airflow.conftest import ROOT
+from tests.airflow.metadata_db import migrated
 from tests.services import free_port
 
 __all__ = ["LiveAirflow"]
@@ -74,7 +75,7 @@ class LiveAirflow:
         return result.stdout
 
     def start(self, timeout: float = 180) -> Self:
-        self.airflow("db", "migrate")
+        migrated(self.home / "airflow.db")
         for name in COMPONENTS:
             args = [name, "--port", str(self.port), "--workers", "1"] \
                 if name == "api-server" else [name]
