@@ -926,7 +926,9 @@ def test_landing_routes_on_s3(
         for path in ("/api/v1/landing", "/api/v1/landing?table=public.items"):
             assert api.get(path, token=None).status == 401
         landed = items()
-        assert landed["files"] == landed["active_files"] >= 3
+        # windows 150 ms apart land a segment each on a quiet machine; on a loaded one the
+        # sink's flush may take several windows at once: two segments are enough to compact
+        assert landed["files"] == landed["active_files"] >= 2
         assert (landed["first_segment"], landed["merged_segment"]) == (1, 0)
         assert landed["oldest_unmerged"] and landed["bytes"] > 0
         everything = api.get("/api/v1/landing").json()["tables"]
