@@ -38,7 +38,7 @@ from dblog_worker.foreign_keys import (
     row_fragments,
 )
 from dblog_worker.landing.s3_objects import S3Location
-from dblog_worker.landing.sink import LandedReader, LandingRoot, open_reader
+from dblog_worker.landing.sink import LandedReader, LandingRoot, Segment, open_reader
 from dblog_worker.mysql.catalog import ident as my_ident
 from dblog_worker.mysql.checkpoint import BinlogCheckpoint, file_number
 from dblog_worker.pg.pgoutput import parse_lsn
@@ -277,51 +277,55 @@ class Replay:
 
 
 # Decoded segments, by what names their content (where, its size, the sequence numbers it
-# covers): a landed segment never changes (a compaction writes another), and the
-# convergence checks replay a table's whole output at each poll (decoding it again was a
-# tenth of the load tests' CPU). The oldest go first past _DECODED_ROWS rows.
+# covers): a landed segment never changes (a compaction writes another); the checks read a
+# table's whole output several times in a test (decoding it again each time was a tenth of
+# the load tests' CPU). The oldest go first past _DECODED_ROWS rows.
 _DECODED: OrderedDict[tuple[object, ...], list[dict[str, Any]]] = OrderedDict()
 _DECODED_ROWS = 500_000
 _decoded_rows = 0
 
 
+def _segment_key(segment: Segment) -> tuple[object, ...]:
+    # not its positions: an object store's segment reads them from its footer (2 GETs)
+    return (segment.location, segment.size, segment.lo, segment.seq)
+
+
+def _decoded(zone: LandedReader, segment: Segment) -> list[dict[str, Any]]:
+    """The rows of ``segment``, decoded once in the process (shared: do not change them)."""
+    global _decoded_rows
+    key = _segment_key(segment)
+    decoded = _DECODED.get(key)
+    if decoded is None:
+        decoded = _DECODED[key] = zone.read(segment).to_pylist()
+        _decoded_rows += len(decoded)
+        while _decoded_rows > _DECODED_ROWS and len(_DECODED) > 1:
+            _decoded_rows -= len(_DECODED.popitem(last=False)[1])
+    return decoded
+
+
 def landed_events(zone: LandedReader, table: str) -> list[dict[str, Any]]:
     """``read_events``: every row of every landed segment of ``table`` in order, as dicts
     (copies: a caller may change them), each segment decoded once in the process."""
-    global _decoded_rows
-    rows: list[dict[str, Any]] = []
-    for segment in zone.segments(table):
-        # not its positions: an object store's segment reads them from its footer (2 GETs)
-        key = (segment.location, segment.size, segment.lo, segment.seq)
-        decoded = _DECODED.get(key)
-        if decoded is None:
-            decoded = _DECODED[key] = zone.read(segment).to_pylist()
-            _decoded_rows += len(decoded)
-            while _decoded_rows > _DECODED_ROWS and len(_DECODED) > 1:
-                _decoded_rows -= len(_DECODED.popitem(last=False)[1])
-        rows.extend(dict(row) for row in decoded)
-    return rows
+    return [dict(row) for segment in zone.segments(table) for row in _decoded(zone, segment)]
 
 
-def replay(landing: LandingRoot, source: str, table: str, version_column: str = "version"
-           ) -> Replay:
-    """Apply the landed events in order; check that no key's version ever goes back.
+class _Replaying:
+    """A replay under way: what the segments applied so far left, ready for the next ones."""
 
-    A foreign-key action event (``f``) applies to every row it matches, a prune event
-    (``p``) removes every row last written before the position it names
-    (``dblog_worker/foreign_keys.py``): the order is the log's, so each meets only older
-    rows."""
-    result = Replay()
-    zone = open_reader(landing, source)
-    events = landed_events(zone, table)
-    last_position = ""
-    seen: dict[str, tuple[int, bool]] = {}  # key -> (version, deleted)
-    images = _Images()  # key -> its row's JSON, as landed or as an f event left it
-    written: dict[str, str] = {}  # key -> the position of its row's last write
-    for event in events:
+    def __init__(self, version_column: str) -> None:
+        self.version_column = version_column
+        self.segments: list[tuple[object, ...]] = []  # the keys of the segments applied
+        self.result = Replay()
+        self.last_position = ""
+        self.seen: dict[str, tuple[int, bool]] = {}  # key -> (version, deleted)
+        self.images = _Images()  # key -> its row's JSON, as landed or as an f event left it
+        self.written: dict[str, str] = {}  # key -> the position of its row's last write
+
+    def apply(self, event: dict[str, Any]) -> None:
+        result, images, written, seen = self.result, self.images, self.written, self.seen
         position = str(event["position"])
-        assert position > last_position or position == last_position, "output out of order"
-        last_position = position
+        assert position >= self.last_position, "output out of order"
+        self.last_position = position
         result.events.append(event)
         op, key = event["op"], event["key"]
         if op == "t":
@@ -329,7 +333,7 @@ def replay(landing: LandingRoot, source: str, table: str, version_column: str = 
             seen.clear()
             images.clear()
             written.clear()
-            continue
+            return
         if op == "f":
             actions = parse_actions(str(event["before"]), str(event["after"]))
             for row_key in images.matching(actions):
@@ -342,24 +346,24 @@ def replay(landing: LandingRoot, source: str, table: str, version_column: str = 
                     result.rows[row_key] = json.loads(changed)
                     images.put(row_key, changed)
                     written[row_key] = position
-            continue
+            return
         if op == "p":
             older = parse_prune(str(event["before"]))
             for row_key in [k for k, at in written.items() if at < older]:
                 images.drop(row_key)
                 del result.rows[row_key], written[row_key]
-            continue
+            return
         assert isinstance(key, str)
         if op == "d":
             result.rows.pop(key, None)
             images.drop(key)
             written.pop(key, None)
             before = json.loads(str(event["before"])) if event["before"] else None
-            if before is not None and version_column in before:
-                seen[key] = (int(before[version_column]), True)
-            continue
+            if before is not None and self.version_column in before:
+                seen[key] = (int(before[self.version_column]), True)
+            return
         after = json.loads(str(event["after"]))
-        version = after.get(version_column)
+        version = after.get(self.version_column)
         if version is not None and key in seen:
             previous, deleted = seen[key]
             if version < previous or (deleted and version == previous):
@@ -372,7 +376,43 @@ def replay(landing: LandingRoot, source: str, table: str, version_column: str = 
         result.rows[key] = after
         images.put(key, str(event["after"]))
         written[key] = position
-    return result
+
+
+# Replays under way, by table: the convergence checks replay a table's whole output at each
+# poll, and a landed segment never changes (a compaction or retention changes the list:
+# the replay starts over). The most recent _REPLAYS_KEPT are kept.
+_REPLAYS: OrderedDict[tuple[object, ...], _Replaying] = OrderedDict()
+_REPLAYS_KEPT = 8
+
+
+def replay(landing: LandingRoot, source: str, table: str, version_column: str = "version"
+           ) -> Replay:
+    """Apply the landed events in order; check that no key's version ever goes back.
+
+    A foreign-key action event (``f``) applies to every row it matches, a prune event
+    (``p``) removes every row last written before the position it names
+    (``dblog_worker/foreign_keys.py``): the order is the log's, so each meets only older
+    rows. Each call applies only the segments landed since the last call for the table.
+    The rows returned are copies; the events are shared with later calls: read them."""
+    zone = open_reader(landing, source)
+    segments = zone.segments(table)
+    keys = [_segment_key(s) for s in segments]
+    which = (type(landing).__name__, str(landing), source, table, version_column)
+    # taken out while it applies: one that failed half-way is not kept
+    replaying = _REPLAYS.pop(which, None)
+    if replaying is None or keys[:len(replaying.segments)] != replaying.segments:
+        replaying = _Replaying(version_column)
+    for segment, key in zip(segments[len(replaying.segments):],
+                            keys[len(replaying.segments):], strict=True):
+        for row in _decoded(zone, segment):
+            replaying.apply(dict(row))
+        replaying.segments.append(key)
+    _REPLAYS[which] = replaying
+    while len(_REPLAYS) > _REPLAYS_KEPT:
+        _REPLAYS.popitem(last=False)
+    done = replaying.result
+    return Replay({k: dict(v) for k, v in done.rows.items()}, list(done.events),
+                  list(done.time_travel))
 
 
 # -- the source databases -------------------------------------------------------------
