@@ -1,17 +1,23 @@
-"""The convergence checker's index of replayed rows (tests/integration/harness.py ``_Images``):
-a foreign-key action event visits the rows it matches through the index; the rows it finds
-must be exactly those the product's own ``apply_actions`` changes, or the checker would let a
-wrong output pass."""
+"""The convergence checker (tests/integration/harness.py ``replay``): its index of replayed
+rows (``_Images``), through which a foreign-key action event visits the rows it matches (the
+rows it finds must be exactly those the product's own ``apply_actions`` changes), and its
+replay applied segment by segment (it must return what a replay from scratch returns), or
+the checker would let a wrong output pass."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dblog_worker.events import ChangeEvent, Op, Origin
 from dblog_worker.foreign_keys import Action, apply_actions
-from tests.integration.harness import _Images
+from dblog_worker.landing.parquet import LandingZone
+from dblog_worker.position import Position
+from tests.integration import harness
+from tests.integration.harness import Replay, _Images, replay
 
 VALUE = st.one_of(st.none(), st.integers(0, 3))
 ROW = st.fixed_dictionaries({"a": VALUE, "b": VALUE, "c": VALUE})
@@ -52,3 +58,46 @@ def test_the_index_finds_the_rows_an_action_changes(
                 images.drop(key)
             else:
                 images.put(key, after)
+
+
+# -- the replay, applied incrementally ---------------------------------------------------
+
+TABLE = "public.items"
+
+
+def change(op: Op, major: int, id_: int, version: int) -> ChangeEvent:
+    row = json.dumps({"id": id_, "version": version}, separators=(",", ":"))
+    return ChangeEvent(TABLE, op, Position(major, 0, 0), f"[{id_}]",
+                       None if op is Op.DELETE else row, row if op is Op.DELETE else None,
+                       Origin.LOG, 1_700_000_000_000_000, 1)
+
+
+def from_scratch(landing: Path) -> Replay:
+    harness._REPLAYS.clear()
+    return replay(landing, "src", TABLE)
+
+
+def test_a_replay_applied_segment_by_segment_is_a_replay_from_scratch(tmp_path: Path) -> None:
+    """Each call applies the segments landed since the last one; what it returns is what a
+    replay from scratch returns, when segments land, when retention removes the first ones
+    and when a caller changes what it got."""
+    zone = LandingZone(tmp_path, "src")
+    zone.commit_segment(TABLE, [change(Op.CREATE, 1, 1, 1), change(Op.CREATE, 2, 2, 1)])
+    assert sorted(replay(tmp_path, "src", TABLE).rows) == ["[1]", "[2]"]
+    zone.commit_segment(TABLE, [change(Op.UPDATE, 3, 1, 2), change(Op.DELETE, 4, 2, 1)])
+    got = replay(tmp_path, "src", TABLE)
+    assert got.rows == {"[1]": {"id": 1, "version": 2}} and got.time_travel == []
+    assert got == from_scratch(tmp_path)
+
+    zone.commit_segment(TABLE, [change(Op.UPDATE, 5, 1, 1)])  # back in time
+    got = replay(tmp_path, "src", TABLE)
+    assert got.time_travel == ["[1]: u version 1 at " + Position(5, 0, 0).encode()
+                               + " after version 2"]
+    got.rows["[1]"]["version"] = 99  # the caller's copy
+    got.rows.clear()
+    assert replay(tmp_path, "src", TABLE) == from_scratch(tmp_path)
+
+    zone.remove(TABLE, zone.segments(TABLE)[:2])  # the segments that made [1] version 2
+    got = replay(tmp_path, "src", TABLE)
+    assert got.rows == {"[1]": {"id": 1, "version": 1}} and got.time_travel == []
+    assert got == from_scratch(tmp_path)
