@@ -210,11 +210,18 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
 
 def wait_request(redis_url: str, source: str, request_id: str, states: Sequence[str],
                  timeout: float = 60, worker: WorkerProcess | None = None) -> dict[str, str]:
-    wait_for(lambda: redis_request(redis_url, source, request_id).get("state") in states,
-             timeout, f"{request_id} to become {'/'.join(states)}",
-             lambda: (worker.log()[-5000:] if worker else "")
-             + str(redis_request(redis_url, source, request_id)))
-    return redis_request(redis_url, source, request_id)
+    # one client for the whole wait: a client made at each poll read the redis package's
+    # metadata again (its version, for CLIENT SETINFO): 4 % of the pytest workers' CPU in the
+    # scenario tests
+    with redis.Redis.from_url(redis_url, decode_responses=True) as client:
+        def fields() -> dict[str, str]:
+            found: dict[str, str] = client.hgetall(f"dblog:v1:{source}:request:{request_id}")
+            return found
+
+        wait_for(lambda: fields().get("state") in states,
+                 timeout, f"{request_id} to become {'/'.join(states)}",
+                 lambda: (worker.log()[-5000:] if worker else "") + str(fields()))
+        return fields()
 
 
 # -- the output, replayed -----------------------------------------------------------
