@@ -53,12 +53,14 @@ CLIENTS = 4
 THINK_S = 0.0
 IDLE_S = 5.0
 TINY_IDLE_S = 1.0  # --tiny: enough foreground queries for the idle percentiles
+# --tiny: one client with a pause; four clients without one used most of the CPU of the run
+TINY_CLIENTS, TINY_THINK_S = 1, 0.002
 LIMITS = {"postgresql": 20, "mariadb": 100}  # --max-chunk-ms, 10,000-row chunks
 SAMPLE_S = 0.25  # how often the bench reads the throttle's decision
 
 
 def _client(kind: str, connect: dict[str, Any], table: str, rows: int, seed: int,
-            stop: Event, out: Any, ready: Any) -> None:
+            think_s: float, stop: Event, out: Any, ready: Any) -> None:
     """A foreground client: point queries until ``stop``; (start time, seconds) of each.
     ``ready`` gets a token once it is connected and has run its first query."""
     rnd = random.Random(seed)
@@ -85,7 +87,7 @@ def _client(kind: str, connect: dict[str, Any], table: str, rows: int, seed: int
             latencies.append((started, time.perf_counter() - t0))
             if len(latencies) == 1:
                 ready.put(seed)
-            time.sleep(THINK_S)
+            time.sleep(think_s)
     finally:
         conn.close()
     out.put(latencies)
@@ -94,7 +96,8 @@ def _client(kind: str, connect: dict[str, Any], table: str, rows: int, seed: int
 class Foreground:
     """The foreground workload's processes, started and stopped together."""
 
-    def __init__(self, env: Environment, table: str, rows: int, seed: int) -> None:
+    def __init__(self, env: Environment, table: str, rows: int, seed: int, clients: int,
+                 think_s: float) -> None:
         context = multiprocessing.get_context("spawn")
         self.stop_event = context.Event()
         self.out: Any = context.Queue()
@@ -102,8 +105,8 @@ class Foreground:
         connect = ({"dsn": env.dsn} if not env.is_mariadb
                    else {**env.mysql_args(), "database": "bench"})
         self.procs = [context.Process(target=_client, args=(
-            env.kind, connect, table, rows, seed * 100 + i, self.stop_event, self.out,
-            self.ready), daemon=True) for i in range(CLIENTS)]
+            env.kind, connect, table, rows, seed * 100 + i, think_s, self.stop_event, self.out,
+            self.ready), daemon=True) for i in range(clients)]
 
     def __enter__(self) -> Foreground:
         """Once every client runs (spawned processes take seconds to start on a busy
@@ -176,13 +179,14 @@ def _reason(decision: str) -> str:
 def run(options: Options) -> Result:
     rows = options.rows
     limit_ms = LIMITS[options.source]
+    clients, think_s = (TINY_CLIENTS, TINY_THINK_S) if options.tiny else (CLIENTS, THINK_S)
     runs: list[dict[str, Any]] = []
     with Environment(NAME, options) as env:
         table = env.table(TABLE_NAME)
         create_table(env, table, rows)
         for i in range(options.runs):
             order = (0, limit_ms) if i % 2 == 0 else (limit_ms, 0)
-            with Foreground(env, table, rows, i) as foreground:
+            with Foreground(env, table, rows, i, clients, think_s) as foreground:
                 started = time.time()
                 time.sleep(TINY_IDLE_S if options.tiny else IDLE_S)
                 idle_end = time.time()
@@ -223,8 +227,8 @@ def run(options: Options) -> Result:
         "runs": options.runs,
         "chunk_size": CHUNK_SIZE,
         "throttle": {"max_chunk_ms": limit_ms},
-        "foreground": f"{CLIENTS} clients, point SELECT by random key, {THINK_S * 1000:g} ms "
-                      "think time",
+        "foreground": f"{clients} client{'s' * (clients > 1)}, point SELECT by random key, "
+                      f"{think_s * 1000:g} ms think time",
         "foreground_p50_ms": {"no_dump": ms("idle", 50), "dump": ms("plain", 50),
                               "throttled_dump": ms("throttled", 50)},
         "foreground_p99_ms": {"no_dump": ms("idle", 99), "dump": ms("plain", 99),
