@@ -248,6 +248,7 @@ def test_an_s3_landing_zone_merged_into_iceberg_in_another_store(
     assert any(f.key.endswith(".parquet") for f in files), [f.key for f in files]
 
 
+@pytest.mark.timeout(900)  # 160-185 s in full runs on two cores
 def test_a_local_landing_zone_merged_into_delta_on_s3_then_verified(
         tmp_path: Path, pg_dsn: str, seaweed_server: SeaweedServer, s3_bucket: str) -> None:
     """A POSIX landing zone, a Delta warehouse in the object store (``[target.s3]``):
