@@ -34,6 +34,11 @@ HEALTH = {"scheduler": "scheduler", "dag-processor": "dag_processor", "triggerer
 USER = "admin"
 FINISHED = {"success", "failed", "skipped", "upstream_failed", "removed"}
 SHOWN = {*FINISHED, "deferred", "up_for_retry"}  # task states worth a line
+# How often a followed run is read. Listing a run's task instances costs the API server
+# 0.1-0.4 s (it also serves every task's execution API): read each second, the polls were
+# most of its CPU in a quickstart.
+POLL_S = 2.0
+RUN_EVERY_S = 30.0  # the run itself, while a task has not finished (it cannot have ended)
 
 
 @dataclass
@@ -314,11 +319,12 @@ class LocalAirflow:
         started = time.monotonic()
         last_said = started
         pending = list(runs)
+        run_read: dict[tuple[str, str], float] = {}
         while pending:
             self.check()
             check()
             for result in list(pending):
-                self._update(result)
+                self._update(result, run_read)
                 if result.state in ("success", "failed"):
                     pending.remove(result)
                     say(f"   {result.label}: {result.dag_id} run {result.run_id}: "
@@ -336,13 +342,14 @@ class LocalAirflow:
                     say(f"   ... {seconds(elapsed)}: waiting for {result.dag_id} run "
                         f"{result.run_id}: {_states(result)}")
                 last_said = time.monotonic()
-            time.sleep(1.0)
+            time.sleep(POLL_S)
         failed = [r for r in runs if not r.succeeded]
         if failed:
             raise Failed("\n".join(self.describe_failure(r) for r in failed))
 
-    def _update(self, result: RunResult) -> None:
-        run = self.run(result.dag_id, result.run_id)
+    def _update(self, result: RunResult, run_read: dict[tuple[str, str], float]) -> None:
+        """The run's tasks, printing those that changed; the run itself once its tasks have
+        all finished (or every ``RUN_EVERY_S``): ``run_read`` has when each run was read."""
         tasks: dict[str, str] = {}  # as the run has them now: a mapped task's instances
         # replace it once expanded, and get their names (merge[conn]) once rendered
         for ti in self.task_instances(result.dag_id, result.run_id):
@@ -355,8 +362,13 @@ class LocalAirflow:
                 say(f"   {result.label}: {result.dag_id}.{task}: {state}{took}")
             tasks[task] = state
         result.tasks = tasks
-        result.state = str(run["state"])
-        result.duration = float(run.get("duration") or 0.0)
+        now = time.monotonic()
+        if (tasks and set(tasks.values()) <= FINISHED) or \
+                now - run_read.get((result.dag_id, result.run_id), 0.0) >= RUN_EVERY_S:
+            run = self.run(result.dag_id, result.run_id)
+            run_read[(result.dag_id, result.run_id)] = now
+            result.state = str(run["state"])
+            result.duration = float(run.get("duration") or 0.0)
 
     def describe_failure(self, result: RunResult) -> str:
         """The run's failed tasks, each with its log file and the errors in it."""
