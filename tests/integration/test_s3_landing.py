@@ -123,8 +123,16 @@ def test_a_full_bucket_quota(backend: Backend, seaweed_server: SeaweedServer, s3
     wait_for(lambda: len(events_of(backend, t1)) == 1, 30, "the first segment", worker.log)
     seaweed_server.client().put_object(Bucket=s3_bucket, Key="filler",
                                        Body=os.urandom(3 * 1024 * 1024))
-    wait_for(lambda: "to read only" in seaweed_server.set_quota(s3_bucket, 1), 30,
-             "the bucket to go read only")
+    # SeaweedFS counts the bucket's size from its volume servers' heartbeats: under a full
+    # run's load that took more than 30 s once
+    answers = [""]
+
+    def read_only() -> bool:
+        answers[0] = seaweed_server.set_quota(s3_bucket, 1)
+        return "to read only" in answers[0]
+
+    wait_for(read_only, 120, "the bucket to go read only",
+             lambda: "weed shell's last answer:\n" + answers[0])
     backend.execute(f"INSERT INTO {t1} VALUES (2, {backend.next_version}, 'blocked')")
     blocked_end = backend.log_end()  # the checkpoint stays before this
     with backend.connect() as session:
