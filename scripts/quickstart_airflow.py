@@ -38,7 +38,8 @@ SHOWN = {*FINISHED, "deferred", "up_for_retry"}  # task states worth a line
 # 0.1-0.4 s (it also serves every task's execution API): read each second, the polls were
 # most of its CPU in a quickstart.
 POLL_S = 2.0
-RUN_EVERY_S = 30.0  # the run itself, while a task has not finished (it cannot have ended)
+# The run itself is read when its tasks changed or have all finished, else every 30 s.
+RUN_EVERY_S = 30.0
 
 
 @dataclass
@@ -348,8 +349,9 @@ class LocalAirflow:
             raise Failed("\n".join(self.describe_failure(r) for r in failed))
 
     def _update(self, result: RunResult, run_read: dict[tuple[str, str], float]) -> None:
-        """The run's tasks, printing those that changed; the run itself once its tasks have
-        all finished (or every ``RUN_EVERY_S``): ``run_read`` has when each run was read."""
+        """The run's tasks, printing those that changed; the run itself when they changed or
+        have all finished (a run ends only then), else every ``RUN_EVERY_S``: ``run_read``
+        has when each run was read."""
         tasks: dict[str, str] = {}  # as the run has them now: a mapped task's instances
         # replace it once expanded, and get their names (merge[conn]) once rendered
         for ti in self.task_instances(result.dag_id, result.run_id):
@@ -361,9 +363,9 @@ class LocalAirflow:
                 took = f" ({seconds(float(ti['duration']))})" if ti.get("duration") else ""
                 say(f"   {result.label}: {result.dag_id}.{task}: {state}{took}")
             tasks[task] = state
-        result.tasks = tasks
+        changed, result.tasks = tasks != result.tasks, tasks
         now = time.monotonic()
-        if (tasks and set(tasks.values()) <= FINISHED) or \
+        if changed or (tasks and set(tasks.values()) <= FINISHED) or \
                 now - run_read.get((result.dag_id, result.run_id), 0.0) >= RUN_EVERY_S:
             run = self.run(result.dag_id, result.run_id)
             run_read[(result.dag_id, result.run_id)] = now
